@@ -1,0 +1,61 @@
+#include "harness/cli.h"
+
+#include <iostream>
+
+#include "harness/error.h"
+
+namespace ufp4 {
+
+namespace {
+
+// A command whose issue has not landed yet: parses --help, otherwise says so and exits 2.
+Command pending(const std::string& name, const std::string& summary, const std::string& what) {
+  return Command{name, summary, [name, summary, what](const std::vector<std::string>& args) {
+                   for (const auto& a : args)
+                     if (a == "--help" || a == "-h") {
+                       std::cout << "usage: ufp4 " << name << " ...\n  " << summary << "\n  status: not yet implemented (" << what << ")\n";
+                       return 0;
+                     }
+                   throw Error(name + ": not yet implemented (" + what + ")");
+                 }};
+}
+
+}  // namespace
+
+const std::vector<Command>& commands() {
+  static const std::vector<Command> cmds = {
+      pending("run", "train the runs of manifests (resumes partial runs, skips finished ones)", "models and training engine"),
+      pending("plan", "expand manifests into runs; parameters, FLOPs, memory and time estimates", "experiments and planner"),
+      pending("report", "render Markdown/SVG reports with the paper's numbers beside ours", "experiments and reports"),
+      pending("check", "compare loss curves against committed references", "CI loss-curve regression"),
+      pending("bench", "kernel and training-step benchmarks (Google Benchmark, CUDA events)", "performance on H200"),
+      {"analyze", "shrinkage-bias analysis: per-bin bias of a grid (more analyses to come)", cmd_analyze},
+      {"quantize", "quantize an .npy or HDF5 dataset with any grid, block, scale, rounding and RHT", cmd_quantize},
+      pending("recipes", "print training recipes, fully resolved (paper Table 1)", "quantized linear layer and recipes"),
+      pending("fit", "scaling-law fits over runs", "scaling-law study"),
+      pending("data", "prepare tokenized data shards", "data pipeline"),
+  };
+  return cmds;
+}
+
+std::optional<po::variables_map> parse_command(const std::string& cmd, const std::string& usage, po::options_description desc,
+                                               const std::vector<std::string>& args, const po::positional_options_description* pos) {
+  desc.add_options()("help,h", "show this help");
+  po::variables_map vm;
+  try {
+    po::command_line_parser parser(args);
+    parser.options(desc);
+    if (pos) parser.positional(*pos);
+    po::store(parser.run(), vm);
+    if (vm.count("help")) {
+      std::cout << "usage: ufp4 " << cmd << " " << usage << "\n\n" << desc << "\n";
+      return std::nullopt;
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw Error(cmd + ": " + e.what() + " (see ufp4 " + cmd + " --help)");
+  }
+  return vm;
+}
+
+}  // namespace ufp4

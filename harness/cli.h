@@ -1,0 +1,31 @@
+// Subcommand plumbing for the ufp4 CLI (Boost.Program_options). Each command parses its own
+// arguments; `--help` prints its usage. Errors are thrown (ufp4::Error -> exit 2).
+#pragma once
+#include <boost/program_options.hpp>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ufp4 {
+
+namespace po = boost::program_options;
+
+struct Command {
+  std::string name;
+  std::string summary;
+  std::function<int(const std::vector<std::string>& args)> run;
+};
+
+const std::vector<Command>& commands();
+
+// Parses `args` against `desc` (+ positionals). Returns nullopt after printing help for --help.
+std::optional<po::variables_map> parse_command(const std::string& cmd, const std::string& usage, po::options_description desc,
+                                               const std::vector<std::string>& args,
+                                               const po::positional_options_description* pos = nullptr);
+
+// Individual commands (one file each).
+int cmd_quantize(const std::vector<std::string>& args);
+int cmd_analyze(const std::vector<std::string>& args);
+
+}  // namespace ufp4

@@ -1,0 +1,23 @@
+// CUDA launchers of the quantizer (no LibTorch types). All launch on the stream they are given.
+#pragma once
+#include <cstdint>
+
+#include "kernels/quantize.h"
+
+typedef struct CUstream_st* cudaStream_t;
+
+namespace ufp4 {
+
+// True when this build carries CUDA kernels and a device is visible.
+bool cuda_available();
+
+// Fused (optional RHT +) quantize-dequantize; `io` holds device pointers. io.workspace must hold
+// quantize_workspace_floats() floats when block_2d is set.
+void cuda_quantize(const KernelSpec& s, const QuantizeIO& io, cudaStream_t stream);
+
+// Standalone RHT of each length-n segment of each row: in [rows, cols] -> out [rows, cols]
+// (rowwise) or out [cols, rows] (columnwise: segments run along dim 0, written transposed).
+void cuda_rht(const KernelSpec& s, const void* in, DType in_dtype, void* out, DType out_dtype,
+              int64_t rows, int64_t cols, bool columnwise, cudaStream_t stream);
+
+}  // namespace ufp4

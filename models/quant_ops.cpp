@@ -1,0 +1,152 @@
+#include "models/quant_ops.h"
+
+#include "harness/error.h"
+#include "kernels/float_bits.h"
+#include "kernels/quantize.h"
+#ifdef UFP4_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include "kernels/quantize_cuda.h"
+#endif
+
+namespace ufp4 {
+
+namespace {
+
+DType dtype_of(const torch::Tensor& t, const char* what) {
+  if (t.scalar_type() == torch::kFloat32) return DType::kF32;
+  if (t.scalar_type() == torch::kBFloat16) return DType::kBF16;
+  throw Error(std::string(what) + ": dtype " + std::string(c10::toString(t.scalar_type())) +
+              " is not supported (allowed: float32, bfloat16)");
+}
+
+void check_input(const torch::Tensor& x) {
+  if (!x.defined()) throw Error("quantize: undefined tensor");
+  if (x.dim() != 2) throw Error("quantize: expected a 2-D tensor, got " + std::to_string(x.dim()) + "-D");
+  dtype_of(x, "quantize input");
+  if (x.is_cuda()) {
+#ifndef UFP4_WITH_CUDA
+    throw Error("quantize: CUDA tensor given but this build has no CUDA kernels");
+#endif
+  } else if (!x.device().is_cpu()) {
+    throw Error("quantize: tensors must be on CPU or CUDA");
+  }
+}
+
+void run(const KernelSpec& ks, QuantizeIO& io, const torch::Tensor& like) {
+  if (like.is_cuda()) {
+#ifdef UFP4_WITH_CUDA
+    cuda_quantize(ks, io, at::cuda::getCurrentCUDAStream(like.device().index()).stream());
+#endif
+  } else {
+    reference_quantize(ks, io);
+  }
+}
+
+}  // namespace
+
+QuantizedTensor quantize(const torch::Tensor& x_in, const QuantSpec& spec, const QuantizeOptions& opt) {
+  check_input(x_in);
+  if (opt.out_dtype != torch::kFloat32 && opt.out_dtype != torch::kBFloat16)
+    throw Error("quantize: output dtype must be float32 or bfloat16");
+  torch::Tensor x = x_in.contiguous();
+  if (opt.unfused && spec.rht) {
+    // Unfused path: rotated tensor materialized in memory, then a plain quantization.
+    torch::Tensor rotated = rht(x, spec, opt.columnwise, opt.unfused_dtype);
+    QuantSpec plain = spec;
+    plain.rht = 0;
+    QuantizeOptions o2 = opt;
+    o2.unfused = false;
+    o2.columnwise = false;
+    return quantize(rotated, plain, o2);
+  }
+  const KernelSpec ks = make_kernel_spec(spec);
+  const int64_t rows = x.size(0), cols = x.size(1);
+  const int64_t R = opt.columnwise ? cols : rows, L = opt.columnwise ? rows : cols;
+  const int64_t nblk = (L + spec.block - 1) / spec.block;
+  auto f32 = x.options().dtype(torch::kFloat32);
+  QuantizedTensor q;
+  q.dequant = torch::empty({R, L}, x.options().dtype(opt.out_dtype));
+  q.tensor_amax = torch::zeros({1}, f32);
+  if (opt.want_codes) {
+    q.codes = torch::empty({R, (L + 1) / 2}, x.options().dtype(torch::kUInt8));
+    q.scales = torch::empty({R, nblk}, f32);
+    q.amax = torch::empty({R, nblk}, f32);
+    q.scale_bits = torch::empty({R, nblk}, x.options().dtype(torch::kUInt8));
+  }
+  torch::Tensor ws = torch::empty({quantize_workspace_floats(ks, rows, cols)}, f32);
+
+  QuantizeIO io;
+  io.in = x.data_ptr();
+  io.in_dtype = dtype_of(x, "quantize input");
+  io.rows = rows;
+  io.cols = cols;
+  io.columnwise = opt.columnwise;
+  io.dequant = q.dequant.data_ptr();
+  io.out_dtype = opt.out_dtype == torch::kBFloat16 ? DType::kBF16 : DType::kF32;
+  if (opt.want_codes) {
+    io.codes = q.codes.data_ptr<uint8_t>();
+    io.scales = q.scales.data_ptr<float>();
+    io.amax = q.amax.data_ptr<float>();
+    io.scale_bits = q.scale_bits.data_ptr<uint8_t>();
+  }
+  io.tensor_amax = q.tensor_amax.data_ptr<float>();
+  io.workspace = ws.data_ptr<float>();
+  run(ks, io, x);
+  return q;
+}
+
+torch::Tensor rht(const torch::Tensor& x_in, const QuantSpec& spec, bool columnwise, torch::ScalarType out_dtype, bool inverse) {
+  check_input(x_in);
+  QuantSpec s = spec;
+  if (!s.rht) throw Error("rht: size must be 16, 32, 64 or 128");
+  const KernelSpec ks = make_kernel_spec(s);
+  torch::Tensor x = x_in.contiguous();
+  if (x.is_cuda()) {
+#ifdef UFP4_WITH_CUDA
+    if (!inverse) {
+      const int64_t rows = x.size(0), cols = x.size(1);
+      torch::Tensor out = torch::empty(columnwise ? std::vector<int64_t>{cols, rows} : std::vector<int64_t>{rows, cols},
+                                       x.options().dtype(out_dtype));
+      cuda_rht(ks, x.data_ptr(), dtype_of(x, "rht input"), out.data_ptr(), dtype_of(out, "rht output"), rows, cols, columnwise,
+               at::cuda::getCurrentCUDAStream(x.device().index()).stream());
+      return out;
+    }
+#endif
+    return rht(x.cpu(), spec, columnwise, out_dtype, inverse).to(x.device());
+  }
+  torch::Tensor t = (columnwise ? x.t() : x).to(torch::kFloat32).contiguous().clone();
+  if (t.size(1) % s.rht != 0)
+    throw Error("rht: size " + std::to_string(s.rht) + " must divide the transformed dimension (" + std::to_string(t.size(1)) + ")");
+  reference_rht_rows(t.data_ptr<float>(), t.size(0), t.size(1), ks, inverse);
+  if (out_dtype == torch::kBFloat16) {
+    // Same RNE conversion as the kernels (torch's own is RNE too, but NaN payloads may differ).
+    torch::Tensor o = torch::empty_like(t, t.options().dtype(torch::kBFloat16));
+    const float* src = t.data_ptr<float>();
+    auto* dst = reinterpret_cast<uint16_t*>(o.data_ptr());
+    for (int64_t i = 0; i < t.numel(); ++i) dst[i] = f32_to_bf16_bits(src[i]);
+    return o;
+  }
+  return t;
+}
+
+torch::Tensor decode_packed(const torch::Tensor& codes_in, const torch::Tensor& scales_in, const QuantSpec& spec, int64_t cols) {
+  torch::Tensor codes = codes_in.cpu().contiguous(), scales = scales_in.cpu().to(torch::kFloat32).contiguous();
+  const int64_t R = codes.size(0), nblk = scales.size(1);
+  if (codes.size(1) != (cols + 1) / 2 || nblk != (cols + spec.block - 1) / spec.block)
+    throw Error("decode: codes/scales shapes do not match " + std::to_string(cols) + " columns and block " + std::to_string(spec.block));
+  torch::Tensor out = torch::empty({R, cols}, torch::kFloat32);
+  const uint8_t* c = codes.data_ptr<uint8_t>();
+  const float* s = scales.data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t j = 0; j < cols; ++j) {
+      uint8_t byte = c[r * codes.size(1) + j / 2];
+      uint8_t code = (j & 1) ? (byte >> 4) : (byte & 0xf);
+      float sc = s[r * nblk + j / spec.block];
+      float v = spec.grid.decode(code);
+      o[r * cols + j] = v * sc;
+    }
+  return out;
+}
+
+}  // namespace ufp4

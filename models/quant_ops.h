@@ -1,0 +1,38 @@
+// The one LibTorch-facing layer of the numerics core: tensor checks, allocation and dispatch to
+// the CPU reference or the CUDA kernels (on the current stream). Kernels never see at::Tensor.
+#pragma once
+#include <torch/torch.h>
+
+#include "kernels/quant_spec.h"
+
+namespace ufp4 {
+
+struct QuantizedTensor {
+  torch::Tensor dequant;      // [R, L] in the requested dtype (R x L: rows x cols, or cols x rows when columnwise)
+  torch::Tensor codes;        // uint8 [R, ceil(L/2)], two codes per byte, low nibble first
+  torch::Tensor scales;       // float32 [R, ceil(L/B)] decode scale per block
+  torch::Tensor amax;         // float32 [R, ceil(L/B)] block amax (after RHT)
+  torch::Tensor scale_bits;   // uint8 [R, ceil(L/B)] E4M3 (nvfp4) / E8M0 (mx) code, 0 for fp32
+  torch::Tensor tensor_amax;  // float32 [1]
+};
+
+struct QuantizeOptions {
+  bool columnwise = false;                         // quantize along dim 0, write transposed
+  torch::ScalarType out_dtype = torch::kFloat32;   // kFloat32 or kBFloat16
+  bool unfused = false;                            // standalone RHT into a temporary, then quantize
+  torch::ScalarType unfused_dtype = torch::kBFloat16;  // the temporary's dtype (kFloat32: equals fused)
+  bool want_codes = true;                          // false: dequantized values only (training path)
+};
+
+// x: 2-D float32 or bfloat16 tensor on CPU or CUDA (made contiguous if needed).
+QuantizedTensor quantize(const torch::Tensor& x, const QuantSpec& spec, const QuantizeOptions& opt = {});
+
+// RHT of each length-n segment along dim 1 (or dim 0 when columnwise, written transposed).
+// inverse=true undoes it (CPU only).
+torch::Tensor rht(const torch::Tensor& x, const QuantSpec& spec, bool columnwise = false,
+                  torch::ScalarType out_dtype = torch::kFloat32, bool inverse = false);
+
+// Decode packed codes with per-block scales (CPU): the packed form's round trip.
+torch::Tensor decode_packed(const torch::Tensor& codes, const torch::Tensor& scales, const QuantSpec& spec, int64_t cols);
+
+}  // namespace ufp4

@@ -1,0 +1,74 @@
+#include "tests/helpers.h"
+
+#include <sstream>
+
+#ifdef UFP4_WITH_CUDA
+#include "kernels/quantize_cuda.h"
+#endif
+
+namespace ufp4::test {
+
+bool gpu_available() {
+#ifdef UFP4_WITH_CUDA
+  return cuda_available();
+#else
+  return false;
+#endif
+}
+
+namespace {
+torch::Tensor as_bits(const torch::Tensor& t) {
+  torch::Tensor c = t.cpu().contiguous();
+  switch (c.element_size()) {
+    case 1: return c.view(torch::kUInt8).to(torch::kInt64);
+    case 2: return c.view(torch::kInt16).to(torch::kInt64);
+    case 4: return c.view(torch::kInt32).to(torch::kInt64);
+    default: return c.view(torch::kInt64);
+  }
+}
+}  // namespace
+
+int64_t first_bit_mismatch(const torch::Tensor& a, const torch::Tensor& b) {
+  if (!a.sizes().equals(b.sizes()) || a.scalar_type() != b.scalar_type()) return 0;
+  torch::Tensor ne = as_bits(a).ne(as_bits(b)).flatten();
+  if (!ne.any().item<bool>()) return -1;
+  return ne.nonzero()[0][0].item<int64_t>();
+}
+
+std::string describe_mismatch(const torch::Tensor& a, const torch::Tensor& b, int64_t i) {
+  std::ostringstream os;
+  if (!a.sizes().equals(b.sizes()) || a.scalar_type() != b.scalar_type()) {
+    os << "shape/dtype differ: " << a.sizes() << " " << a.scalar_type() << " vs " << b.sizes() << " " << b.scalar_type();
+    return os.str();
+  }
+  torch::Tensor fa = a.cpu().flatten().to(torch::kFloat64), fb = b.cpu().flatten().to(torch::kFloat64);
+  os << "first mismatch at flat index " << i << " of " << a.numel() << ": " << fa[i].item<double>() << " vs " << fb[i].item<double>();
+  return os.str();
+}
+
+torch::Tensor make_input(const std::string& regime, int64_t rows, int64_t cols, uint64_t seed) {
+  torch::manual_seed(seed);
+  auto f = torch::TensorOptions().dtype(torch::kFloat32);
+  if (regime == "normal") return torch::randn({rows, cols}, f);
+  if (regime == "zeros") return torch::zeros({rows, cols}, f);
+  if (regime == "subnormal") return torch::randn({rows, cols}, f) * 1e-39f;  // FP32 subnormals
+  if (regime == "near_overflow") return torch::randn({rows, cols}, f).clamp(-1, 1) * 3.0e38f;
+  if (regime == "outliers") {
+    torch::Tensor x = torch::randn({rows, cols}, f);
+    return x + (torch::rand({rows, cols}, f) < 0.01).to(torch::kFloat32) * 50.0f * torch::randn({rows, cols}, f);
+  }
+  if (regime == "dyadic") return torch::randint(-64, 65, {rows, cols}, f) * 0.125f;
+  if (regime == "mixed") {
+    torch::Tensor x = torch::randn({rows, cols}, f) * torch::exp(torch::randn({rows, 1}, f) * 4);
+    if (rows > 2 && cols > 16) {
+      x.index_put_({0, torch::indexing::Slice(0, 16)}, 0.0f);       // an all-zero block
+      x.index_put_({1, torch::indexing::Slice(0, 16)}, -0.0f);      // negative zeros
+      x.index_put_({2, 3}, std::numeric_limits<float>::infinity());  // an inf block
+      x.index_put_({rows - 1, cols - 1}, std::numeric_limits<float>::quiet_NaN());
+    }
+    return x;
+  }
+  throw std::runtime_error("unknown regime " + regime);
+}
+
+}  // namespace ufp4::test

@@ -1,0 +1,153 @@
+// CUDA kernels against the CPU oracle, bit for bit: codes, scales, amax, dequantized values.
+// Runs only with a GPU (the `cuda` CTest entry; make test-gpu).
+#include <torch/torch.h>
+
+#include <sstream>
+
+#include "models/quant_ops.h"
+#include "tests/catch.h"
+#include "tests/helpers.h"
+
+using namespace ufp4;
+
+namespace {
+
+struct Config {
+  std::string grid = "e2m1";
+  ScaleKind scale = ScaleKind::kFp32;
+  Rounding rounding = Rounding::kRtne;
+  int rht = 0, block = 16;
+  bool block_2d = false, columnwise = false, in_bf16 = false, out_bf16 = false;
+  std::string str() const {
+    std::ostringstream os;
+    os << grid << " scale=" << to_string(scale) << " " << to_string(rounding) << " rht=" << rht << " block=" << block
+       << (block_2d ? " 2d" : "") << (columnwise ? " col" : " row") << (in_bf16 ? " in=bf16" : " in=f32")
+       << (out_bf16 ? " out=bf16" : " out=f32");
+    return os.str();
+  }
+};
+
+// Returns "" when CPU and CUDA agree bitwise on every output, else what differs.
+std::string compare(const torch::Tensor& x_f32, const Config& c) {
+  QuantSpec s;
+  s.grid = Grid::parse(c.grid);
+  s.scale = c.scale;
+  s.rounding = c.rounding;
+  s.rht = c.rht;
+  s.rht_seed = 17;
+  s.block = c.block;
+  s.block_2d = c.block_2d;
+  s.seed = 0x1234567890abcdefULL;
+  s.offset = 42;
+  QuantizeOptions o;
+  o.columnwise = c.columnwise;
+  o.out_dtype = c.out_bf16 ? torch::kBFloat16 : torch::kFloat32;
+  torch::Tensor x = c.in_bf16 ? x_f32.to(torch::kBFloat16) : x_f32;
+  QuantizedTensor a = quantize(x, s, o);
+  QuantizedTensor b = quantize(x.to(torch::kCUDA), s, o);
+  torch::cuda::synchronize();
+  const std::pair<const char*, std::pair<torch::Tensor, torch::Tensor>> outs[] = {
+      {"dequant", {a.dequant, b.dequant}}, {"codes", {a.codes, b.codes}}, {"scales", {a.scales, b.scales}},
+      {"amax", {a.amax, b.amax}}, {"scale_bits", {a.scale_bits, b.scale_bits}}, {"tensor_amax", {a.tensor_amax, b.tensor_amax}}};
+  for (const auto& o2 : outs) {
+    int64_t i = test::first_bit_mismatch(o2.second.first, o2.second.second.cpu());
+    if (i >= 0) return std::string(o2.first) + ": " + test::describe_mismatch(o2.second.first, o2.second.second.cpu(), i);
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("CUDA == CPU: shapes with padding, real model shapes, layouts and input regimes", "[cuda]") {
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{128, 128}, {304, 304}, {256, 272}, {1, 16}, {97, 160}, {8192, 5120}};
+  const char* regimes[] = {"zeros", "subnormal", "normal", "near_overflow", "mixed"};
+  std::vector<Config> configs;
+  for (const char* g : {"e2m1", "e1m2", "int4_tc"})
+    for (auto sc : {ScaleKind::kFp32, ScaleKind::kNvfp4, ScaleKind::kMx})
+      for (auto rd : {Rounding::kRtne, Rounding::kSr}) {
+        Config c;
+        c.grid = g; c.scale = sc; c.rounding = rd;
+        configs.push_back(c);
+      }
+  size_t k = 0;
+  int checked = 0;
+  for (const auto& sh : shapes)
+    for (bool col : {false, true})
+      for (const char* regime : regimes) {
+        torch::Tensor x = test::make_input(regime, sh.first, sh.second, 100 + k);
+        // Each combination gets the next configs in turn: two per combination, different RHT and dtypes.
+        for (int rep = 0; rep < 2; ++rep, ++k) {
+          Config c = configs[k % configs.size()];
+          c.columnwise = col;
+          const int64_t L = col ? sh.first : sh.second;
+          c.rht = (k % 3 == 0) ? 0 : (k % 3 == 1 ? 16 : 64);
+          if (L % std::max(c.rht, 1) != 0) c.rht = 0;
+          c.in_bf16 = k % 2 == 1;
+          c.out_bf16 = (k / 2) % 2 == 1;
+          c.block = c.scale == ScaleKind::kMx ? 32 : 16;
+          std::string diff = compare(x, c);
+          INFO(sh.first << "x" << sh.second << " " << regime << " " << c.str());
+          CHECK(diff == "");
+          ++checked;
+        }
+      }
+  CHECK(checked == 120);
+}
+
+TEST_CASE("CUDA == CPU: every grid, scale kind, rounding, RHT size and block size", "[cuda]") {
+  torch::Tensor x = test::make_input("outliers", 256, 384, 7);
+  int n = 0;
+  for (const char* g : {"e2m1", "e2m1_max4", "e1m2", "int4_tc", "0,0.0796,0.1609,0.2461,0.3379,0.4407,0.5626,0.7230"})
+    for (auto sc : {ScaleKind::kFp32, ScaleKind::kNvfp4, ScaleKind::kMx, ScaleKind::kUnit})
+      for (auto rd : {Rounding::kRtne, Rounding::kSr})
+        for (int rht : {0, 16, 32, 128})
+          for (int block : {16, 32, 64, 128})
+            for (bool col : {false, true}) {
+              Config c;
+              c.grid = std::string(g) == "e2m1_max4" ? "0,0.5,1,1.5,2,3,4" : g;
+              c.scale = sc; c.rounding = rd; c.rht = rht; c.block = block; c.columnwise = col;
+              c.in_bf16 = (n % 2) == 0;
+              c.out_bf16 = (n % 4) < 2;
+              ++n;
+              std::string diff = compare(x, c);
+              INFO(c.str());
+              REQUIRE(diff == "");
+            }
+  // 16x16 2D weight tiles, both layouts, odd shape.
+  torch::Tensor w = test::make_input("mixed", 200, 328, 8);
+  for (auto sc : {ScaleKind::kFp32, ScaleKind::kNvfp4, ScaleKind::kMx})
+    for (bool col : {false, true}) {
+      Config c;
+      c.block_2d = true; c.scale = sc; c.columnwise = col;
+      INFO(c.str());
+      CHECK(compare(w, c) == "");
+    }
+}
+
+TEST_CASE("CUDA standalone RHT == CPU, bitwise; the unfused path matches too", "[cuda]") {
+  for (const char* regime : {"dyadic", "normal"})
+    for (int n : {16, 32, 64, 128})
+      for (bool col : {false, true}) {
+        torch::Tensor x = test::make_input(regime, 256, 512, 3);
+        QuantSpec s;
+        s.rht = n;
+        s.rht_seed = 5;
+        for (auto odt : {torch::kFloat32, torch::kBFloat16}) {
+          torch::Tensor a = rht(x, s, col, odt), b = rht(x.to(torch::kCUDA), s, col, odt).cpu();
+          INFO(regime << " n=" << n << (col ? " col" : " row"));
+          CHECK(test::first_bit_mismatch(a, b) == -1);
+        }
+      }
+  torch::Tensor x = test::make_input("outliers", 512, 256, 4).to(torch::kBFloat16);
+  QuantSpec s;
+  s.grid = Grid::from_name("e1m2");
+  s.rht = 16;
+  s.rounding = Rounding::kSr;
+  for (bool col : {false, true}) {
+    QuantizeOptions o;
+    o.unfused = true;
+    o.columnwise = col;
+    torch::Tensor a = quantize(x, s, o).dequant, b = quantize(x.to(torch::kCUDA), s, o).dequant.cpu();
+    CHECK(test::first_bit_mismatch(a, b) == -1);
+  }
+}

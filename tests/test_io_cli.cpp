@@ -1,0 +1,176 @@
+// Array I/O and the CLI as a user meets it: exit codes, one-line errors, quantize round trips.
+#include <sys/stat.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+
+#include "harness/array_io.h"
+#include "harness/error.h"
+#include "models/quant_ops.h"
+#include "tests/catch.h"
+#include "tests/helpers.h"
+
+using namespace ufp4;
+
+namespace {
+
+struct Result {
+  int code;
+  std::string out;  // stdout and stderr
+};
+
+Result run_cli(const std::string& args) {
+  std::string cmd = std::string(UFP4_BINARY) + " " + args + " 2>&1";
+  std::array<char, 4096> buf;
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  while (fgets(buf.data(), buf.size(), p)) out += buf.data();
+  int status = pclose(p);
+  return {WEXITSTATUS(status), out};
+}
+
+std::string temp_dir() {
+  char tmpl[] = "/tmp/ufp4-test-XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  return tmpl;
+}
+
+int lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
+
+bool exists(const std::string& p) { return access(p.c_str(), F_OK) == 0; }
+
+}  // namespace
+
+TEST_CASE(".npy and HDF5 round trips", "[io]") {
+  std::string dir = temp_dir();
+  ArrayF32 a;
+  a.shape = {3, 5};
+  for (int i = 0; i < 15; ++i) a.data.push_back(i * 0.5f - 3);
+  write_npy(dir + "/a.npy", a);
+  ArrayF32 b = read_npy(dir + "/a.npy");
+  CHECK(b.shape == a.shape);
+  CHECK(b.data == a.data);
+  {
+    H5Writer w(dir + "/a.h5");
+    w.write_f32("x", a.data.data(), a.shape);
+    w.attr("note", std::string("hello"));
+    w.attr("pi", 3.25);
+    w.commit();
+  }
+  ArrayF32 c = read_h5_f32(dir + "/a.h5", "x");
+  CHECK(c.data == a.data);
+  CHECK(read_h5_string_attrs(dir + "/a.h5")["note"] == "hello");
+  CHECK(read_h5_double_attr(dir + "/a.h5", "pi") == 3.25);
+  {  // an uncommitted writer leaves nothing behind
+    H5Writer w(dir + "/never.h5");
+    w.write_f32("x", a.data.data(), a.shape);
+  }
+  CHECK(!exists(dir + "/never.h5"));
+  CHECK_THROWS_AS(read_npy(dir + "/missing.npy"), Error);
+  CHECK_THROWS_AS(read_h5_f32(dir + "/a.h5", "nope"), Error);
+}
+
+TEST_CASE("ufp4 --help lists the subcommands; --version names the commit", "[cli]") {
+  Result r = run_cli("--help");
+  CHECK(r.code == 0);
+  for (const char* c : {"run", "plan", "report", "check", "bench", "analyze", "quantize", "recipes", "fit", "data"})
+    CHECK(r.out.find(std::string("  ") + c + " ") != std::string::npos);
+  Result v = run_cli("--version");
+  CHECK(v.code == 0);
+  CHECK(v.out.find("commit") != std::string::npos);
+  for (const char* c : {"run", "plan", "report", "check", "bench", "analyze", "quantize", "recipes", "fit", "data"}) {
+    Result h = run_cli(std::string(c) + " --help");
+    INFO(c << ": " << h.out);
+    CHECK(h.code == 0);
+    CHECK(h.out.find("usage: ufp4") != std::string::npos);
+  }
+}
+
+TEST_CASE("bad usage exits 2 with one line naming what is wrong", "[cli]") {
+  Result r = run_cli("frobnicate");
+  CHECK(r.code == 2);
+  CHECK(lines(r.out) == 1);
+  CHECK(r.out.find("unknown command 'frobnicate'") != std::string::npos);
+  CHECK(r.out.find("allowed:") != std::string::npos);
+
+  Result g = run_cli("quantize --in x.npy --out y.npy --grid fp5");
+  CHECK(g.code == 2);
+  CHECK(lines(g.out) == 1);
+  CHECK(g.out.find("allowed: e2m1, e1m2, int4, int4_tc") != std::string::npos);
+
+  Result b = run_cli("quantize --in x.npy --out y.npy --block 24");
+  CHECK(b.code == 2);
+  CHECK(b.out.find("block: 24") != std::string::npos);
+
+  Result m = run_cli("quantize --in /nonexistent/x.npy --out y.npy");
+  CHECK(m.code == 2);
+  CHECK(lines(m.out) == 1);
+  CHECK(m.out.find("/nonexistent/x.npy") != std::string::npos);
+
+  Result p = run_cli("run");
+  CHECK(p.code == 2);
+  CHECK(p.out.find("not yet implemented") != std::string::npos);
+}
+
+TEST_CASE("ufp4 quantize: .npy and .h5 outputs equal the library call", "[cli]") {
+  std::string dir = temp_dir();
+  torch::Tensor x = test::make_input("outliers", 32, 64, 31);
+  ArrayF32 a;
+  a.shape = {32, 64};
+  a.data.assign(x.data_ptr<float>(), x.data_ptr<float>() + x.numel());
+  write_npy(dir + "/x.npy", a);
+  Result r = run_cli("-q quantize --device cpu --grid e1m2 --rht 16 --rht-seed 4 --rounding sr --seed 3 --columnwise --in " + dir +
+                     "/x.npy --out " + dir + "/y.npy");
+  REQUIRE(r.code == 0);
+  QuantSpec s;
+  s.grid = Grid::from_name("e1m2");
+  s.rht = 16;
+  s.rht_seed = 4;
+  s.rounding = Rounding::kSr;
+  s.seed = 3;
+  QuantizeOptions o;
+  o.columnwise = true;
+  torch::Tensor expected = quantize(x, s, o).dequant.t().contiguous();
+  ArrayF32 y = read_npy(dir + "/y.npy");
+  CHECK(y.shape == a.shape);
+  torch::Tensor got = torch::from_blob(y.data.data(), {32, 64}, torch::kFloat32);
+  CHECK(test::first_bit_mismatch(got, expected) == -1);
+
+  Result h = run_cli("-q quantize --device cpu --grid e2m1 --scale nvfp4 --in " + dir + "/x.npy --out " + dir + "/y.h5");
+  REQUIRE(h.code == 0);
+  QuantizedTensor q = quantize(x, [] { QuantSpec t; t.scale = ScaleKind::kNvfp4; return t; }());
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> codes = read_h5_u8(dir + "/y.h5", "codes", &shape);
+  CHECK(shape == std::vector<int64_t>{32, 32});
+  CHECK(std::equal(codes.begin(), codes.end(), q.codes.data_ptr<uint8_t>()));
+  auto attrs = read_h5_string_attrs(dir + "/y.h5");
+  CHECK(attrs["grid"] == "e2m1");
+  CHECK(attrs["scale"] == "nvfp4");
+  CHECK(!attrs["git_commit"].empty());
+  CHECK(!attrs["device"].empty());
+}
+
+TEST_CASE("an unwritable output folder fails with exit 1 and leaves no file", "[cli]") {
+  std::string dir = temp_dir();
+  ArrayF32 a;
+  a.shape = {1, 16};
+  a.data.assign(16, 1.0f);
+  write_npy(dir + "/x.npy", a);
+  mkdir((dir + "/ro").c_str(), 0555);
+  if (geteuid() == 0) {
+    // root ignores permissions; a missing folder exercises the same path.
+    Result r = run_cli("-q quantize --in " + dir + "/x.npy --out " + dir + "/missing/y.h5");
+    CHECK(r.code == 1);
+    CHECK(lines(r.out) == 1);
+    CHECK(!exists(dir + "/missing/y.h5"));
+  } else {
+    Result r = run_cli("-q quantize --in " + dir + "/x.npy --out " + dir + "/ro/y.h5");
+    CHECK(r.code == 1);
+    CHECK(!exists(dir + "/ro/y.h5"));
+  }
+}
