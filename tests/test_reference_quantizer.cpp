@@ -209,7 +209,9 @@ TEST_CASE("the unfused path with an FP32 intermediate equals the fused path", "[
 TEST_CASE("bad shapes and specs are rejected with the field and the allowed values", "[quantizer]") {
   QuantSpec s;
   s.block = 24;
-  CHECK_THROWS_WITH(s.validate(), "block: 24 is not allowed (allowed: 16, 32, 64, 128)");
+  std::string msg;
+  try { s.validate(); } catch (const Error& e) { msg = e.what(); }
+  CHECK(msg == "block: 24 is not allowed (allowed: 16, 32, 64, 128)");
   s.block = 16;
   s.rht = 16;
   CHECK_THROWS_AS(quantize(torch::zeros({4, 40}), s), Error);  // 16 does not divide 40
