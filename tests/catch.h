@@ -8,3 +8,13 @@ using Catch::Approx;
 #else
 #include <catch2/catch.hpp>
 #endif
+
+#include "tests/helpers.h"
+// [cuda] tests start with this: without a GPU they skip (Catch2 v3) or pass with a warning (v2).
+#if defined(UFP4_CATCH3)
+#define UFP4_NEED_GPU() \
+  do { if (!::ufp4::test::gpu_available()) SKIP("no CUDA device"); } while (0)
+#else
+#define UFP4_NEED_GPU() \
+  do { if (!::ufp4::test::gpu_available()) { WARN("no CUDA device: skipped"); return; } } while (0)
+#endif

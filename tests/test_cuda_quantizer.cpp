@@ -59,6 +59,7 @@ std::string compare(const torch::Tensor& x_f32, const Config& c) {
 }  // namespace
 
 TEST_CASE("CUDA == CPU: shapes with padding, real model shapes, layouts and input regimes", "[cuda]") {
+  UFP4_NEED_GPU();
   const std::vector<std::pair<int64_t, int64_t>> shapes = {{128, 128}, {304, 304}, {256, 272}, {1, 16}, {97, 160}, {8192, 5120}};
   const char* regimes[] = {"zeros", "subnormal", "normal", "near_overflow", "mixed"};
   std::vector<Config> configs;
@@ -95,6 +96,7 @@ TEST_CASE("CUDA == CPU: shapes with padding, real model shapes, layouts and inpu
 }
 
 TEST_CASE("CUDA == CPU: every grid, scale kind, rounding, RHT size and block size", "[cuda]") {
+  UFP4_NEED_GPU();
   torch::Tensor x = test::make_input("outliers", 256, 384, 7);
   int n = 0;
   for (const char* g : {"e2m1", "e2m1_max4", "e1m2", "int4_tc", "0,0.0796,0.1609,0.2461,0.3379,0.4407,0.5626,0.7230"})
@@ -125,6 +127,7 @@ TEST_CASE("CUDA == CPU: every grid, scale kind, rounding, RHT size and block siz
 }
 
 TEST_CASE("CUDA standalone RHT == CPU, bitwise; the unfused path matches too", "[cuda]") {
+  UFP4_NEED_GPU();
   for (const char* regime : {"dyadic", "normal"})
     for (int n : {16, 32, 64, 128})
       for (bool col : {false, true}) {
