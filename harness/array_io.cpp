@@ -171,7 +171,10 @@ void write_ds(int64_t file, const std::string& name, hid_t type, const void* dat
     H5Pset_chunk(dcpl, static_cast<int>(chunk.size()), chunk.data());
     H5Pset_deflate(dcpl, 4);
   }
-  hid_t ds = H5Dcreate2(file, name.c_str(), type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+  H5Pset_create_intermediate_group(lcpl, 1);  // "a/b/c" creates groups a and a/b
+  hid_t ds = H5Dcreate2(file, name.c_str(), type, space, lcpl, dcpl, H5P_DEFAULT);
+  H5Pclose(lcpl);
   H5Pclose(dcpl);
   if (ds < 0) { H5Sclose(space); throw RuntimeError("HDF5: cannot create dataset '" + name + "'"); }
   herr_t rc = H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);

@@ -31,7 +31,7 @@ const std::vector<Command>& commands() {
       pending("bench", "kernel and training-step benchmarks (Google Benchmark, CUDA events)", "performance on H200"),
       {"analyze", "shrinkage-bias analysis: per-bin bias of a grid (more analyses to come)", cmd_analyze},
       {"quantize", "quantize an .npy or HDF5 dataset with any grid, block, scale, rounding and RHT", cmd_quantize},
-      pending("recipes", "print training recipes, fully resolved (paper Table 1)", "quantized linear layer and recipes"),
+      {"recipes", "list recipes, print one fully resolved, or several as paper Table 1", cmd_recipes},
       pending("fit", "scaling-law fits over runs", "scaling-law study"),
       pending("data", "prepare tokenized data shards", "data pipeline"),
   };

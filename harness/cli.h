@@ -27,5 +27,6 @@ std::optional<po::variables_map> parse_command(const std::string& cmd, const std
 // Individual commands (one file each).
 int cmd_quantize(const std::vector<std::string>& args);
 int cmd_analyze(const std::vector<std::string>& args);
+int cmd_recipes(const std::vector<std::string>& args);
 
 }  // namespace ufp4

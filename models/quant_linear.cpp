@@ -1,0 +1,193 @@
+#include "models/quant_linear.h"
+
+#include <fnmatch.h>
+
+#include <sys/stat.h>
+
+#include "harness/array_io.h"
+#include "harness/error.h"
+#include "harness/provenance.h"
+#include "models/quant_ops.h"
+
+namespace ufp4 {
+
+namespace {
+
+uint64_t mix64(uint64_t x) {  // splitmix64 finalizer
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// How an operand enters its GEMM: quantized (dequantized values), rotated only, or untouched.
+// `columnwise` quantizes along dim 0 and returns the transposed layout; untouched operands come back
+// as a transposed view, so the untouched path runs exactly the GEMMs LibTorch's own backward runs.
+torch::Tensor prepare(const torch::Tensor& t, const LayerQuant& L, Gemm g, int slot, int64_t step, bool columnwise,
+                      torch::ScalarType dq_dtype) {
+  const OperandRecipe& o = L.ctx->recipe.at(g).op[slot];
+  const int rht_size = L.ctx->recipe.at(g).rht;
+  torch::Tensor out;
+  QuantSpec spec;
+  const bool touched = !L.bf16 && (o.quantize || rht_size);
+  if (touched) spec = operand_spec(L, g, slot, step);
+  if (!touched) {
+    out = columnwise ? t.t() : t;
+  } else if (o.quantize) {
+    QuantizeOptions opt;
+    opt.columnwise = columnwise;
+    opt.out_dtype = dq_dtype;
+    opt.want_codes = false;
+    out = quantize(t, spec, opt).dequant;
+  } else {
+    out = rht(t, spec, columnwise, dq_dtype);
+  }
+  const std::string key = L.name + "/" + gemm_key(g) + "." + operand_key(g, slot);
+  const bool capture = L.ctx->capture && L.ctx->capture->wants(step, L.name);
+  if ((L.ctx->telemetry && o.quantize && !L.bf16) || capture) {
+    torch::NoGradGuard ng;
+    torch::Tensor ref = columnwise ? t.t() : t;
+    if (touched && rht_size) ref = rht(t, spec, columnwise, torch::kFloat32);
+    if (L.ctx->telemetry && o.quantize && !L.bf16) {
+      torch::Tensor r = ref.to(torch::kFloat64), q = out.to(torch::kFloat64);
+      L.ctx->alpha[key] = ((q * r).sum() / (r * r).sum()).item<double>();
+    }
+    if (capture) L.ctx->capture->add(key, ref, out);
+  }
+  return out;
+}
+
+struct QuantLinearFunction : public torch::autograd::Function<QuantLinearFunction> {
+  // `bias` is a 0-element placeholder when has_bias is false: autograd needs defined inputs.
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& w,
+                               const torch::Tensor& bias_in, bool has_bias, int64_t layer_ptr) {
+    const torch::Tensor bias = has_bias ? bias_in : torch::Tensor();
+    const LayerQuant& L = *reinterpret_cast<const LayerQuant*>(layer_ptr);
+    const int64_t step = L.ctx->step;
+    const int64_t K = x.size(-1), N = w.size(0);
+    torch::Tensor x2 = x.reshape({-1, K});
+    const bool fp32_gemm = !x.is_cuda() || L.ctx->recipe.gemm_precision == "fp32";
+    const torch::ScalarType dq = fp32_gemm ? torch::kFloat32 : torch::kBFloat16;
+    torch::Tensor xq = prepare(x2, L, Gemm::kFprop, 0, step, false, dq);
+    torch::Tensor wq = prepare(w, L, Gemm::kFprop, 1, step, false, dq);
+    ctx->save_for_backward({x, w});
+    ctx->saved_data["step"] = step;
+    ctx->saved_data["layer"] = layer_ptr;
+    ctx->saved_data["has_bias"] = has_bias;
+    // Untouched operands: exactly LibTorch's linear, on the caller's shape.
+    if (xq.is_same(x2) && wq.is_same(w)) return torch::nn::functional::linear(x, w, bias);
+    const auto cdt = fp32_gemm ? torch::kFloat32 : torch::kBFloat16;
+    torch::Tensor y2 = torch::nn::functional::linear(xq.to(cdt), wq.to(cdt), bias.defined() ? bias.to(cdt) : bias).to(x.scalar_type());
+    std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+    shape.back() = N;
+    return y2.view(shape);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grads) {
+    const LayerQuant& L = *reinterpret_cast<const LayerQuant*>(ctx->saved_data["layer"].toInt());
+    const int64_t step = ctx->saved_data["step"].toInt();
+    auto saved = ctx->get_saved_variables();
+    const torch::Tensor &x = saved[0], &w = saved[1];
+    const int64_t K = x.size(-1), N = w.size(0);
+    torch::Tensor dy2 = grads[0].reshape({-1, N});
+    torch::Tensor x2 = x.reshape({-1, K});
+    const bool fp32_gemm = !x.is_cuda() || L.ctx->recipe.gemm_precision == "fp32";
+    const torch::ScalarType dq = fp32_gemm ? torch::kFloat32 : torch::kBFloat16;
+    const auto cdt = fp32_gemm ? torch::kFloat32 : torch::kBFloat16;
+    torch::Tensor dx, dw, db;
+    if (ctx->needs_input_grad(0)) {  // DGRAD: dX = dY W, reduction over N
+      torch::Tensor a = prepare(dy2, L, Gemm::kDgrad, 0, step, false, dq);
+      torch::Tensor bt = prepare(w, L, Gemm::kDgrad, 1, step, true, dq);  // [K, N]
+      if (a.is_same(dy2) && bt.is_alias_of(w)) dx = dy2.mm(w);
+      else dx = a.to(cdt).mm(bt.to(cdt).t()).to(x.scalar_type());
+      dx = dx.view(x.sizes());
+    }
+    if (ctx->needs_input_grad(1)) {  // WGRAD: dW = dY^T X, reduction over M
+      torch::Tensor at = prepare(dy2, L, Gemm::kWgrad, 0, step, true, dq);  // [N, M]
+      torch::Tensor bt = prepare(x2, L, Gemm::kWgrad, 1, step, true, dq);   // [K, M]
+      if (at.is_alias_of(dy2) && bt.is_alias_of(x2)) dw = dy2.t().mm(x2);
+      else dw = at.to(cdt).mm(bt.to(cdt).t()).to(w.scalar_type());
+    }
+    if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)) db = dy2.sum(0);
+    return {dx, dw, db, torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+QuantSpec operand_spec(const LayerQuant& L, Gemm g, int slot, int64_t step) {
+  const Recipe& r = L.ctx->recipe;
+  QuantSpec s = r.at(g).op[slot].spec;
+  s.rht = r.at(g).rht;
+  uint64_t rht_seed = r.seed;
+  if (r.rht_signs == "per_layer") rht_seed = mix64(r.seed ^ mix64(static_cast<uint64_t>(L.layer_id)));
+  if (r.rht_signs == "per_step") rht_seed = mix64(r.seed ^ mix64(static_cast<uint64_t>(L.layer_id)) ^ mix64(~static_cast<uint64_t>(step)));
+  s.rht_seed = rht_seed;  // both operands of a GEMM share it, so the rotation cancels
+  s.seed = mix64(L.ctx->run_seed ^ mix64(static_cast<uint64_t>(L.layer_id) + 1));
+  s.offset = static_cast<uint64_t>(step) * 8 + static_cast<uint64_t>(g) * 2 + static_cast<uint64_t>(slot);
+  return s;
+}
+
+torch::Tensor quant_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& bias,
+                           const std::shared_ptr<LayerQuant>& layer) {
+  if (x.size(-1) != w.size(1))
+    throw Error("linear " + layer->name + ": input has " + std::to_string(x.size(-1)) + " features, weight expects " + std::to_string(w.size(1)));
+  const bool has_bias = bias.defined();
+  return QuantLinearFunction::apply(x, w, has_bias ? bias : torch::empty({0}, w.options()), has_bias,
+                                    reinterpret_cast<int64_t>(layer.get()));
+}
+
+QuantLinearImpl::QuantLinearImpl(int64_t in_features, int64_t out_features, bool with_bias, const std::string& name,
+                                 std::shared_ptr<QuantContext> ctx, int64_t layer_id, int block, int n_blocks) {
+  weight = register_parameter("weight", torch::empty({out_features, in_features}));
+  torch::nn::init::kaiming_uniform_(weight, std::sqrt(5.0));
+  if (with_bias) {
+    const double bound = 1.0 / std::sqrt(static_cast<double>(in_features));
+    bias = register_parameter("bias", torch::empty({out_features}).uniform_(-bound, bound));
+  }
+  layer = std::make_shared<LayerQuant>();
+  layer->name = name;
+  layer->layer_id = layer_id;
+  layer->ctx = std::move(ctx);
+  layer->bf16 = layer->ctx->recipe.layer_is_bf16(name, block, n_blocks);
+}
+
+torch::Tensor QuantLinearImpl::forward(const torch::Tensor& x) { return quant_linear(x, weight, bias, layer); }
+
+// ---- capture ----------------------------------------------------------------------------------
+
+CaptureSink::CaptureSink(std::string dir, std::set<int64_t> steps, std::vector<std::string> layer_patterns)
+    : dir_(std::move(dir)), steps_(std::move(steps)), patterns_(std::move(layer_patterns)) {}
+
+bool CaptureSink::wants(int64_t step, const std::string& layer) const {
+  if (!steps_.count(step)) return false;
+  if (patterns_.empty()) return true;
+  for (const auto& p : patterns_)
+    if (fnmatch(p.c_str(), layer.c_str(), 0) == 0) return true;
+  return false;
+}
+
+void CaptureSink::add(const std::string& key, const torch::Tensor& before, const torch::Tensor& after) {
+  pending_[key] = {before.detach().to(torch::kFloat32).cpu().contiguous(), after.detach().to(torch::kFloat32).cpu().contiguous()};
+}
+
+std::string CaptureSink::flush(int64_t step) {
+  if (pending_.empty()) return "";
+  mkdir(dir_.c_str(), 0755);
+  const std::string path = dir_ + "/capture_step" + std::to_string(step) + ".h5";
+  H5Writer w(path);
+  for (const auto& kv : pending_) {
+    for (int i = 0; i < 2; ++i) {
+      const torch::Tensor& t = i == 0 ? kv.second.first : kv.second.second;
+      w.write_f32(kv.first + (i == 0 ? "/before" : "/after"), t.data_ptr<float>(), std::vector<int64_t>(t.sizes().begin(), t.sizes().end()));
+    }
+  }
+  w.attr("step", static_cast<int64_t>(step));
+  w.attr("layout", std::string("each operand in the layout its GEMM consumes: 'before' is the (rotated) unquantized operand"));
+  write_provenance(w);
+  w.commit();
+  pending_.clear();
+  return path;
+}
+
+}  // namespace ufp4

@@ -1,0 +1,70 @@
+// The quantized training linear layer: Y = X W^T (+ b) with each operand of FPROP, DGRAD and WGRAD
+// quantized as its recipe says, on emulated 4-bit GEMMs (dequantized operands into a BF16 GEMM with
+// FP32 accumulation on GPU, FP32 on CPU). Gradients pass straight through the quantizers.
+#pragma once
+#include <torch/torch.h>
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+
+#include "models/recipe.h"
+
+namespace ufp4 {
+
+// Saves operands before and after quantization on chosen steps and layers (HDF5, one file a step).
+class CaptureSink {
+ public:
+  CaptureSink(std::string dir, std::set<int64_t> steps, std::vector<std::string> layer_patterns);
+  bool wants(int64_t step, const std::string& layer) const;
+  void add(const std::string& key, const torch::Tensor& before, const torch::Tensor& after);
+  // Writes <dir>/capture_step<step>.h5 (datasets "<layer>/<gemm>.<operand>/before|after") and clears.
+  std::string flush(int64_t step);
+  const std::map<std::string, std::pair<torch::Tensor, torch::Tensor>>& pending() const { return pending_; }
+
+ private:
+  std::string dir_;
+  std::set<int64_t> steps_;
+  std::vector<std::string> patterns_;
+  std::map<std::string, std::pair<torch::Tensor, torch::Tensor>> pending_;
+};
+
+// State shared by all quantized linears of one model in one run.
+struct QuantContext {
+  Recipe recipe;
+  uint64_t run_seed = 0;
+  int64_t step = 0;                      // stochastic-rounding keys and per-step RHT signs use it
+  bool telemetry = false;                // record alpha (Eq. 3) of every quantized operand this step
+  std::map<std::string, double> alpha;   // "<layer>/<gemm>.<operand>" -> alpha at the last telemetry step
+  std::shared_ptr<CaptureSink> capture;  // optional
+};
+
+// One layer's identity within the context.
+struct LayerQuant {
+  std::string name;
+  int64_t layer_id = 0;
+  bool bf16 = false;  // kept unquantized by the recipe's layer policy
+  std::shared_ptr<QuantContext> ctx;
+};
+
+// The operand spec with its per-layer, per-step keys: SR key (hash(run seed, layer), step * 8 + gemm * 2
+// + slot), RHT signs from the recipe seed (shared, or re-drawn per layer / per step).
+QuantSpec operand_spec(const LayerQuant& layer, Gemm g, int slot, int64_t step);
+
+// Functional form (autograd-aware).
+torch::Tensor quant_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& bias,
+                           const std::shared_ptr<LayerQuant>& layer);
+
+class QuantLinearImpl : public torch::nn::Module {
+ public:
+  // block/n_blocks place the layer in the network for the first/last-blocks policy (-1: none).
+  QuantLinearImpl(int64_t in_features, int64_t out_features, bool bias, const std::string& name,
+                  std::shared_ptr<QuantContext> ctx, int64_t layer_id, int block = -1, int n_blocks = 0);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight, bias;
+  std::shared_ptr<LayerQuant> layer;
+};
+TORCH_MODULE(QuantLinear);
+
+}  // namespace ufp4
