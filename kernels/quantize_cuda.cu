@@ -370,8 +370,11 @@ void cuda_rht(const KernelSpec& s, const void* in, DType in_dtype, void* out, DT
   QuantizeIO io;
   io.in = in; io.in_dtype = in_dtype; io.rows = rows; io.cols = cols; io.columnwise = columnwise;
   if (!s.rht) throw Error("rht: size must be 16, 32, 64 or 128 for a standalone transform");
-  check_quantize_shape(s, io);
-  dispatch<kRhtOnly>(s, io, out_dtype == DType::kBF16, out, stream);
+  KernelSpec rotation = s;  // only the transform matters: the scale kind's needs do not apply
+  rotation.scale_kind = 0;
+  rotation.block_2d = 0;
+  check_quantize_shape(rotation, io);
+  dispatch<kRhtOnly>(rotation, io, out_dtype == DType::kBF16, out, stream);
 }
 
 }  // namespace ufp4
