@@ -202,3 +202,47 @@ TEST_CASE("CUDA == CPU: the linear layer's quantized operands, bit for bit", "[c
     }
   }
 }
+
+TEST_CASE("keys: SR keys per layer and step, RHT signs shared / per layer / per step", "[linear]") {
+  Recipe r = Recipe::load("ufp4");
+  auto a = make_layer(r), b = make_layer(r);
+  b->layer_id = 4;
+  QuantSpec a1 = operand_spec(*a, Gemm::kDgrad, 0, 10), a2 = operand_spec(*a, Gemm::kDgrad, 0, 10);
+  CHECK(a1.seed == a2.seed);
+  CHECK(a1.offset == a2.offset);  // a resumed run at step 10 draws the same bits
+  CHECK(operand_spec(*a, Gemm::kDgrad, 0, 11).offset != a1.offset);
+  CHECK(operand_spec(*a, Gemm::kWgrad, 0, 10).offset != a1.offset);
+  CHECK(operand_spec(*b, Gemm::kDgrad, 0, 10).seed != a1.seed);
+  // Both operands of a GEMM share the signs, so the rotation cancels.
+  CHECK(operand_spec(*a, Gemm::kDgrad, 1, 10).rht_seed == a1.rht_seed);
+  CHECK(operand_spec(*b, Gemm::kDgrad, 0, 10).rht_seed == a1.rht_seed);  // shared
+  a->ctx->recipe.rht_signs = b->ctx->recipe.rht_signs = "per_layer";
+  CHECK(operand_spec(*b, Gemm::kDgrad, 0, 10).rht_seed != operand_spec(*a, Gemm::kDgrad, 0, 10).rht_seed);
+  CHECK(operand_spec(*a, Gemm::kDgrad, 0, 11).rht_seed == operand_spec(*a, Gemm::kDgrad, 0, 10).rht_seed);
+  a->ctx->recipe.rht_signs = "per_step";
+  CHECK(operand_spec(*a, Gemm::kDgrad, 0, 11).rht_seed != operand_spec(*a, Gemm::kDgrad, 0, 10).rht_seed);
+}
+
+TEST_CASE("BF16 rounding of dequantized operands moves results far less than 4-bit quantization does", "[cuda]") {
+  UFP4_NEED_GPU();
+  // With FP32 block scales, q * s needs up to 24 bits; BF16 keeps 8 (<= 2^-9 relative per element).
+  // The BF16 GEMM's effect must be small against the quantization error itself.
+  for (const char* name : {"e2m1_ref", "ufp4"}) {
+    torch::manual_seed(8);
+    torch::Tensor x = torch::randn({512, 256}).cuda(), w = torch::randn({384, 256}).cuda(), dy = torch::randn({512, 384}).cuda();
+    Recipe r = Recipe::load(name);
+    auto lb = make_layer(r);
+    r.gemm_precision = "fp32";
+    auto lf = make_layer(r);
+    Grads gb = run_layer(x, w, torch::Tensor(), dy, lb), gf = run_layer(x, w, torch::Tensor(), dy, lf);
+    Grads exact = run_layer(x.cpu(), w.cpu(), torch::Tensor(), dy.cpu(), nullptr);
+    auto ratio = [](const torch::Tensor& bf, const torch::Tensor& f32, const torch::Tensor& ex) {
+      torch::Tensor f = f32.cpu().to(torch::kFloat64), b = bf.cpu().to(torch::kFloat64), e = ex.to(torch::kFloat64);
+      return ((b - f).norm() / (f - e).norm()).item<double>();
+    };
+    INFO(name);
+    CHECK(ratio(gb.y, gf.y, exact.y) < 0.05);
+    CHECK(ratio(gb.dx, gf.dx, exact.dx) < 0.05);
+    CHECK(ratio(gb.dw, gf.dw, exact.dw) < 0.05);
+  }
+}
