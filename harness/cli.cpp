@@ -25,7 +25,7 @@ Command pending(const std::string& name, const std::string& summary, const std::
 const std::vector<Command>& commands() {
   static const std::vector<Command> cmds = {
       pending("run", "train the runs of manifests (resumes partial runs, skips finished ones)", "models and training engine"),
-      pending("plan", "expand manifests into runs; parameters, FLOPs, memory and time estimates", "experiments and planner"),
+      {"plan", "parameters, FLOPs and memory of a model (--model); manifests into runs (to come)", cmd_plan},
       pending("report", "render Markdown/SVG reports with the paper's numbers beside ours", "experiments and reports"),
       pending("check", "compare loss curves against committed references", "CI loss-curve regression"),
       pending("bench", "kernel and training-step benchmarks (Google Benchmark, CUDA events)", "performance on H200"),

@@ -28,5 +28,6 @@ std::optional<po::variables_map> parse_command(const std::string& cmd, const std
 int cmd_quantize(const std::vector<std::string>& args);
 int cmd_analyze(const std::vector<std::string>& args);
 int cmd_recipes(const std::vector<std::string>& args);
+int cmd_plan(const std::vector<std::string>& args);
 
 }  // namespace ufp4

@@ -31,6 +31,12 @@ torch::Tensor prepare(const torch::Tensor& t, const LayerQuant& L, Gemm g, int s
   QuantSpec spec;
   const bool touched = !L.bf16 && (o.quantize || rht_size);
   if (touched) spec = operand_spec(L, g, slot, step);
+  if (touched && columnwise && rht_size && t.size(0) % rht_size != 0) {
+    // Rotating along tokens needs whole segments: zero rows complete the last one. Both operands of
+    // the GEMM are padded alike, and zero rows add nothing to dY^T X.
+    const int64_t pad = rht_size - t.size(0) % rht_size;
+    return prepare(torch::cat({t, torch::zeros({pad, t.size(1)}, t.options())}), L, g, slot, step, columnwise, dq_dtype);
+  }
   if (!touched) {
     out = columnwise ? t.t() : t;
   } else if (o.quantize) {
@@ -75,7 +81,10 @@ struct QuantLinearFunction : public torch::autograd::Function<QuantLinearFunctio
     ctx->saved_data["layer"] = layer_ptr;
     ctx->saved_data["has_bias"] = has_bias;
     // Untouched operands: exactly LibTorch's linear, on the caller's shape.
-    if (xq.is_same(x2) && wq.is_same(w)) return torch::nn::functional::linear(x, w, bias);
+    if (xq.is_same(x2) && wq.is_same(w)) {
+      const auto t = x.scalar_type();
+      return torch::nn::functional::linear(x, w.to(t), bias.defined() ? bias.to(t) : bias);
+    }
     const auto cdt = fp32_gemm ? torch::kFloat32 : torch::kBFloat16;
     torch::Tensor y2 = torch::nn::functional::linear(xq.to(cdt), wq.to(cdt), bias.defined() ? bias.to(cdt) : bias).to(x.scalar_type());
     std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
@@ -98,17 +107,17 @@ struct QuantLinearFunction : public torch::autograd::Function<QuantLinearFunctio
     if (ctx->needs_input_grad(0)) {  // DGRAD: dX = dY W, reduction over N
       torch::Tensor a = prepare(dy2, L, Gemm::kDgrad, 0, step, false, dq);
       torch::Tensor bt = prepare(w, L, Gemm::kDgrad, 1, step, true, dq);  // [K, N]
-      if (a.is_same(dy2) && bt.is_alias_of(w)) dx = dy2.mm(w);
+      if (a.is_same(dy2) && bt.is_alias_of(w)) dx = dy2.mm(w.to(dy2.scalar_type())).to(x.scalar_type());
       else dx = a.to(cdt).mm(bt.to(cdt).t()).to(x.scalar_type());
       dx = dx.view(x.sizes());
     }
     if (ctx->needs_input_grad(1)) {  // WGRAD: dW = dY^T X, reduction over M
       torch::Tensor at = prepare(dy2, L, Gemm::kWgrad, 0, step, true, dq);  // [N, M]
       torch::Tensor bt = prepare(x2, L, Gemm::kWgrad, 1, step, true, dq);   // [K, M]
-      if (at.is_alias_of(dy2) && bt.is_alias_of(x2)) dw = dy2.t().mm(x2);
+      if (at.is_alias_of(dy2) && bt.is_alias_of(x2)) dw = dy2.t().mm(x2.to(dy2.scalar_type())).to(w.scalar_type());
       else dw = at.to(cdt).mm(bt.to(cdt).t()).to(w.scalar_type());
     }
-    if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)) db = dy2.sum(0);
+    if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)) db = dy2.sum(0).to(w.scalar_type());
     return {dx, dw, db, torch::Tensor(), torch::Tensor()};
   }
 };

@@ -1,0 +1,167 @@
+#include "models/model_config.h"
+
+#include <map>
+
+#include "harness/error.h"
+
+namespace ufp4 {
+
+namespace {
+
+ModelConfig dense(const std::string& name, int64_t d, int64_t layers, int64_t heads, int64_t kv, int64_t ffn, int64_t vocab,
+                  const std::string& notes) {
+  ModelConfig c;
+  c.name = name;
+  c.d_model = d;
+  c.n_layers = layers;
+  c.n_heads = heads;
+  c.n_kv_heads = kv;
+  c.ffn_hidden = ffn;
+  c.vocab = vocab;
+  c.notes = notes;
+  return c;
+}
+
+ModelConfig moe(const std::string& name, int64_t d, int64_t layers, int64_t heads, int64_t kv, int64_t experts, int64_t top_k,
+                int64_t expert_hidden, int64_t shared, int64_t vocab, const std::string& notes) {
+  ModelConfig c = dense(name, d, layers, heads, kv, 4 * d, vocab, notes);
+  c.n_experts = experts;
+  c.top_k = top_k;
+  c.expert_hidden = expert_hidden;
+  c.n_shared_experts = shared;
+  c.dense_layers = 1;
+  return c;
+}
+
+// Paper-scale vocabulary: not published; we assume 126,464 tokens, untied. Proxies use 32,768.
+constexpr int64_t kPaperVocab = 126464;
+constexpr int64_t kProxyVocab = 32768;
+
+const std::vector<ModelConfig>& registry() {
+  static const std::vector<ModelConfig> r = [] {
+    std::vector<ModelConfig> v;
+    v.push_back(dense("dense-1.5b", 2048, 22, 16, 4, 5632, kPaperVocab,
+                      "paper's Dense 1.5B; assumed Llama-style: d 2048, 22 layers, 16 heads (GQA 4 KV), SwiGLU 5632, "
+                      "vocab 126464 untied, RoPE, RMSNorm, no biases"));
+    v.push_back(moe("moe-7.9b", 2048, 18, 16, 4, 64, 6, 1024, 2, kPaperVocab,
+                    "paper's MoE 7.9B; assumed fine-grained MoE: d 2048, 18 layers (first dense, SwiGLU 5632), 64 experts "
+                    "of hidden 1024, top-6, 2 shared experts, GQA 4 KV, vocab 126464 untied"));
+    v.back().ffn_hidden = 5632;
+    v.push_back(moe("moe-124b", 5120, 40, 40, 8, 128, 8, 1536, 1, kPaperVocab,
+                    "paper's MoE 124B; assumed: d 5120, 40 layers (first dense, SwiGLU 13824), 128 experts of hidden 1536, "
+                    "top-8, 1 shared expert, GQA 8 KV, vocab 126464 untied"));
+    v.back().ffn_hidden = 13824;
+    // Dense proxy ladder (one H200), named by total parameters.
+    v.push_back(dense("dense-20m", 256, 4, 4, 2, 704, kProxyVocab, "dense proxy"));
+    v.push_back(dense("dense-35m", 384, 6, 6, 2, 1024, kProxyVocab, "dense proxy"));
+    v.push_back(dense("dense-57m", 512, 8, 8, 4, 1408, kProxyVocab, "dense proxy"));
+    v.push_back(dense("dense-113m", 768, 10, 12, 4, 2048, kProxyVocab, "dense proxy (~100M: the issue's training proxy)"));
+    v.push_back(dense("dense-225m", 1024, 14, 16, 4, 2816, kProxyVocab, "dense proxy"));
+    v.push_back(dense("dense-359m", 1280, 16, 20, 4, 3456, kProxyVocab, "dense proxy"));
+    // MoE proxy ladder: first layer dense, one shared expert.
+    v.push_back(moe("moe-23m", 256, 4, 4, 2, 16, 2, 128, 1, kProxyVocab, "MoE proxy"));
+    v.push_back(moe("moe-39m", 320, 6, 5, 1, 16, 2, 192, 1, kProxyVocab, "MoE proxy"));
+    v.push_back(moe("moe-81m", 384, 8, 6, 2, 32, 4, 192, 1, kProxyVocab, "MoE proxy"));
+    v.push_back(moe("moe-160m", 512, 10, 8, 2, 32, 4, 256, 1, kProxyVocab, "MoE proxy"));
+    v.push_back(moe("moe-282m", 640, 12, 10, 2, 32, 6, 320, 1, kProxyVocab, "MoE proxy"));
+    // CPU test models (byte-level vocabulary).
+    ModelConfig t = dense("tiny", 64, 2, 4, 2, 128, 256, "CPU tests");
+    t.seq_len = 64;
+    v.push_back(t);
+    ModelConfig tm = moe("tiny-moe", 64, 3, 4, 2, 8, 2, 32, 1, 256, "CPU tests");
+    tm.seq_len = 64;
+    v.push_back(tm);
+    return v;
+  }();
+  return r;
+}
+
+}  // namespace
+
+void ModelConfig::validate() const {
+  auto need = [&](bool ok, const std::string& key, const std::string& msg) {
+    if (!ok) throw Error("model " + name + ": " + key + ": " + msg);
+  };
+  need(d_model > 0 && n_layers > 0 && vocab > 0 && seq_len > 0, "d_model/n_layers/vocab/seq_len", "must be positive");
+  need(n_heads > 0 && d_model % n_heads == 0, "n_heads", "must divide d_model (" + std::to_string(d_model) + ")");
+  need(n_kv_heads > 0 && n_heads % n_kv_heads == 0, "n_kv_heads", "must divide n_heads (" + std::to_string(n_heads) + ")");
+  need(head_dim() % 2 == 0, "n_heads", "head_dim must be even for RoPE");
+  need(ffn_hidden > 0, "ffn_hidden", "must be positive");
+  if (is_moe()) {
+    need(top_k >= 1 && top_k <= n_experts, "top_k", "must be in [1, n_experts]");
+    need(expert_hidden > 0, "expert_hidden", "must be positive");
+    need(dense_layers >= 0 && dense_layers < n_layers, "dense_layers", "must be in [0, n_layers)");
+    need(capacity_factor == 0 || capacity_factor >= 1, "capacity_factor", "0 (dropless) or >= 1");
+  }
+}
+
+ParamCount count_params(const ModelConfig& c) {
+  ParamCount p;
+  const int64_t d = c.d_model, hd = c.head_dim();
+  const int64_t attn = d * (c.n_heads * hd + 2 * c.n_kv_heads * hd) + c.n_heads * hd * d;
+  const int64_t norms = 2 * d;
+  const int64_t dense_mlp = 3 * d * c.ffn_hidden;
+  const int64_t expert = 3 * d * c.expert_hidden;
+  p.embedding = c.vocab * d;
+  p.head = c.tied_embeddings ? 0 : c.vocab * d;
+  p.total = p.embedding + p.head + d;  // final norm
+  p.active = p.total;
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    p.total += attn + norms;
+    p.active += attn + norms;
+    p.quantized_total += attn;
+    if (c.moe_layer(l)) {
+      const int64_t router = d * c.n_experts;
+      p.total += router + c.n_experts * expert + c.n_shared_experts * expert;
+      p.active += router + c.top_k * expert + c.n_shared_experts * expert;
+      p.quantized_total += (c.n_experts + c.n_shared_experts) * expert;
+    } else {
+      p.total += dense_mlp;
+      p.active += dense_mlp;
+      p.quantized_total += dense_mlp;
+    }
+  }
+  return p;
+}
+
+double train_flops_per_token(const ModelConfig& c, bool with_attention) {
+  ParamCount p = count_params(c);
+  double n = static_cast<double>(p.active - p.embedding) + (c.tied_embeddings ? static_cast<double>(p.embedding) : 0.0);
+  double f = 6.0 * n;
+  if (with_attention) f += 12.0 * c.n_layers * c.seq_len * c.n_heads * c.head_dim();
+  return f;
+}
+
+MemoryEstimate estimate_memory(const ModelConfig& c, int64_t micro_batch) {
+  ParamCount p = count_params(c);
+  const double gb = 1e9;
+  MemoryEstimate m;
+  m.weights_gb = p.total * (4.0 + 2.0) / gb;  // FP32 master + BF16 compute copy
+  m.grads_gb = p.total * 4.0 / gb;
+  m.optimizer_gb = p.total * 8.0 / gb;
+  const double tokens = static_cast<double>(micro_batch) * c.seq_len;
+  double per_token = 0;
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    per_token += 34.0 * c.d_model;
+    if (c.moe_layer(l)) per_token += (c.top_k + c.n_shared_experts) * (2.0 * c.d_model + 6.0 * c.expert_hidden);
+  }
+  per_token += 6.0 * c.vocab;  // BF16 logits and FP32 log-softmax
+  m.activations_gb = tokens * per_token / gb;
+  return m;
+}
+
+const ModelConfig& model_config(const std::string& name) {
+  for (const auto& c : registry())
+    if (c.name == name) return c;
+  std::string allowed;
+  for (const auto& n : model_names()) allowed += (allowed.empty() ? "" : ", ") + n;
+  throw Error("model: unknown name '" + name + "' (allowed: " + allowed + ")");
+}
+
+std::vector<std::string> model_names() {
+  std::vector<std::string> n;
+  for (const auto& c : registry()) n.push_back(c.name);
+  return n;
+}
+
+}  // namespace ufp4

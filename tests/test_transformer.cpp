@@ -1,0 +1,102 @@
+#include <torch/torch.h>
+
+#include "harness/error.h"
+#include "models/transformer.h"
+#include "tests/catch.h"
+
+using namespace ufp4;
+
+namespace {
+
+std::shared_ptr<QuantContext> context(const std::string& recipe, uint64_t seed = 1) {
+  auto ctx = std::make_shared<QuantContext>();
+  ctx->recipe = Recipe::load(recipe);
+  ctx->run_seed = seed;
+  return ctx;
+}
+
+int64_t numel(torch::nn::Module& m) {
+  int64_t n = 0;
+  for (const auto& p : m.parameters()) n += p.numel();
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("the paper's models are within 2% of the stated totals", "[model]") {
+  CHECK(std::abs(count_params(model_config("dense-1.5b")).total / 1.5e9 - 1) < 0.02);
+  CHECK(std::abs(count_params(model_config("moe-7.9b")).total / 7.9e9 - 1) < 0.02);
+  CHECK(std::abs(count_params(model_config("moe-124b")).total / 124e9 - 1) < 0.02);
+  CHECK(count_params(model_config("moe-7.9b")).active < count_params(model_config("moe-7.9b")).total / 4);
+  for (const auto& n : model_names()) CHECK_NOTHROW(model_config(n).validate());
+  CHECK_THROWS_AS(model_config("gpt5"), Error);
+}
+
+TEST_CASE("parameter accounting matches the built modules", "[model]") {
+  for (const char* name : {"tiny", "tiny-moe", "dense-20m", "moe-23m"}) {
+    Transformer m(model_config(name), context("bf16"));
+    INFO(name);
+    CHECK(numel(*m) == count_params(model_config(name)).total);
+  }
+}
+
+TEST_CASE("tiny dense and MoE models: forward, loss at init, backward through every recipe", "[model]") {
+  for (const char* name : {"tiny", "tiny-moe"})
+    for (const char* recipe : {"bf16", "e2m1_ref", "ufp4", "nvfp4_nvidia", "mxfp4"}) {
+      torch::manual_seed(0);
+      Transformer m(model_config(name), context(recipe));
+      torch::Tensor tokens = torch::randint(0, 256, {4, 64}, torch::kInt64);
+      TransformerOutput o = m->loss(tokens.slice(1, 0, 63), tokens.slice(1, 1, 64));
+      INFO(name << " " << recipe);
+      CHECK(std::isfinite(o.loss.item<double>()));
+      CHECK(std::abs(o.lm_loss.item<double>() - std::log(256.0)) < 0.5);  // near uniform at init
+      o.loss.backward();
+      int64_t with_grad = 0, total = 0;
+      for (const auto& p : m->parameters()) {
+        ++total;
+        with_grad += p.grad().defined() && torch::isfinite(p.grad()).all().item<bool>();
+      }
+      // Unrouted experts of a MoE may get no gradient in one batch; every dense parameter must.
+      if (std::string(name) == "tiny") CHECK(with_grad == total);
+      else CHECK(with_grad > total / 2);
+      if (std::string(name) == "tiny-moe") CHECK(o.aux_loss.item<double>() > 0.5);
+    }
+}
+
+TEST_CASE("4-bit recipes change the computation; the layer policy keeps lm_head in BF16", "[model]") {
+  torch::manual_seed(0);
+  torch::Tensor tokens = torch::randint(0, 256, {2, 64}, torch::kInt64);
+  double loss[2];
+  for (int i = 0; i < 2; ++i) {
+    torch::manual_seed(1);
+    Transformer m(model_config("tiny"), context(i ? "ufp4" : "bf16"));
+    loss[i] = m->loss(tokens.slice(1, 0, 63), tokens.slice(1, 1, 64)).lm_loss.item<double>();
+    if (i == 1) {
+      CHECK(m->lm_head->layer->bf16);
+      CHECK(!m->attention[0]->qkv->layer->bf16);
+    }
+  }
+  CHECK(loss[0] != loss[1]);
+  CHECK(std::abs(loss[0] - loss[1]) < 0.05);
+}
+
+TEST_CASE("a tiny model learns a fixed batch with bf16 and with ufp4", "[model]") {
+  for (const char* recipe : {"bf16", "ufp4"}) {
+    torch::manual_seed(3);
+    auto ctx = context(recipe);
+    Transformer m(model_config("tiny"), ctx);
+    torch::optim::AdamW opt(m->parameters(), torch::optim::AdamWOptions(3e-3));
+    torch::Tensor tokens = torch::randint(0, 256, {8, 64}, torch::kInt64);
+    double first = 0, last = 0;
+    for (int step = 0; step < 30; ++step) {
+      ctx->step = step;
+      opt.zero_grad();
+      TransformerOutput o = m->loss(tokens.slice(1, 0, 63), tokens.slice(1, 1, 64));
+      o.loss.backward();
+      opt.step();
+      (step == 0 ? first : last) = o.lm_loss.item<double>();
+    }
+    INFO(recipe << ": " << first << " -> " << last);
+    CHECK(last < first - 0.5);
+  }
+}
