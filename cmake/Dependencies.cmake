@@ -28,7 +28,9 @@ ufp4_require(Eigen3_FOUND "Eigen3" "libeigen3-dev")
 
 find_path(UFP4_SENTENCEPIECE_INCLUDE sentencepiece_processor.h)
 find_library(UFP4_SENTENCEPIECE_LIB sentencepiece)
+find_library(UFP4_SENTENCEPIECE_TRAIN_LIB sentencepiece_train)
 ufp4_require(UFP4_SENTENCEPIECE_LIB "SentencePiece" "libsentencepiece-dev")
+ufp4_require(UFP4_SENTENCEPIECE_TRAIN_LIB "SentencePiece trainer" "libsentencepiece-dev")
 
 # Optional: Ceres for fits (Eigen's Levenberg-Marquardt otherwise), gnuplot for report plots.
 find_package(Ceres QUIET)

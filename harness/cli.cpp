@@ -24,7 +24,7 @@ Command pending(const std::string& name, const std::string& summary, const std::
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> cmds = {
-      pending("run", "train the runs of manifests (resumes partial runs, skips finished ones)", "models and training engine"),
+      {"run", "train the runs of manifests (resumes partial runs, skips finished ones)", cmd_run},
       {"plan", "parameters, FLOPs and memory of a model (--model); manifests into runs (to come)", cmd_plan},
       pending("report", "render Markdown/SVG reports with the paper's numbers beside ours", "experiments and reports"),
       pending("check", "compare loss curves against committed references", "CI loss-curve regression"),
@@ -33,7 +33,7 @@ const std::vector<Command>& commands() {
       {"quantize", "quantize an .npy or HDF5 dataset with any grid, block, scale, rounding and RHT", cmd_quantize},
       {"recipes", "list recipes, print one fully resolved, or several as paper Table 1", cmd_recipes},
       pending("fit", "scaling-law fits over runs", "scaling-law study"),
-      pending("data", "prepare tokenized data shards", "data pipeline"),
+      {"data", "prepare tokenized data shards (ufp4 data prepare)", cmd_data},
   };
   return cmds;
 }

@@ -29,5 +29,7 @@ int cmd_quantize(const std::vector<std::string>& args);
 int cmd_analyze(const std::vector<std::string>& args);
 int cmd_recipes(const std::vector<std::string>& args);
 int cmd_plan(const std::vector<std::string>& args);
+int cmd_run(const std::vector<std::string>& args);
+int cmd_data(const std::vector<std::string>& args);
 
 }  // namespace ufp4

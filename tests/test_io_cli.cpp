@@ -112,9 +112,18 @@ TEST_CASE("bad usage exits 2 with one line naming what is wrong", "[cli]") {
   CHECK(lines(m.out) == 1);
   CHECK(m.out.find("/nonexistent/x.npy") != std::string::npos);
 
-  Result p = run_cli("run");
+  Result p = run_cli("report");
   CHECK(p.code == 2);
   CHECK(p.out.find("not yet implemented") != std::string::npos);
+
+  Result n = run_cli("run /nonexistent/m.toml");
+  CHECK(n.code == 2);
+  CHECK(lines(n.out) == 1);
+  CHECK(n.out.find("/nonexistent/m.toml") != std::string::npos);
+
+  Result pl = run_cli("plan --model gpt5");
+  CHECK(pl.code == 2);
+  CHECK(pl.out.find("allowed: dense-1.5b, moe-7.9b, moe-124b") != std::string::npos);
 }
 
 TEST_CASE("ufp4 quantize: .npy and .h5 outputs equal the library call", "[cli]") {

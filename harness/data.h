@@ -1,0 +1,45 @@
+// Data: `ufp4 data prepare` turns a text corpus into token shards (llm.c's .bin format: a 256 x int32
+// header with magic 20240520, version 1 and the token count, then uint16 tokens) plus a data.toml
+// manifest with the SHA-256 of inputs, tokenizer and shards. No LibTorch here: the preparing side runs
+// in its own process (ufp4-data, see data_prepare.cpp).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ufp4 {
+
+struct DataPrepareOptions {
+  std::vector<std::string> inputs;  // files, directories (recursive) or globs; empty: the default corpus
+  std::string out_dir;
+  std::string tokenizer = "bpe";    // bpe (SentencePiece, trained here) | byte
+  int vocab_size = 32768;           // bpe only
+  double val_fraction = 0.01;       // of documents (files), chosen by a hash of the path
+  uint64_t max_bytes = 256ull << 20;
+  std::string extension = ".py";    // for directories
+  bool ci_corpus = false;           // the fixed, machine-independent synthetic corpus
+};
+
+// Returns the data.toml path. Throws ufp4::Error for bad inputs. Only in the ufp4-data tool.
+std::string prepare_data(const DataPrepareOptions& opt);
+// Runs `ufp4-data prepare` (next to the running executable, or next to `sibling`) with these
+// options; throws on failure.
+void run_data_tool(const DataPrepareOptions& opt);
+void run_data_tool_from(const std::string& sibling, const DataPrepareOptions& opt);
+// The default corpus: the Python source tree of this machine's python3 (sorted .py paths).
+std::vector<std::string> default_corpus_files();
+// The CI corpus: deterministic pseudo-English text of about `bytes` bytes.
+std::string ci_corpus_text(size_t bytes);
+
+struct DataInfo {
+  std::string dir, tokenizer, manifest_sha256;
+  int vocab = 0;
+  std::vector<std::string> train_shards, val_shards;
+};
+// A directory holding data.toml, or one of llm.c-style *train*.bin / *val*.bin shards.
+DataInfo load_data_info(const std::string& dir);
+
+std::vector<uint16_t> read_shard(const std::string& path);
+void write_shard(const std::string& path, const std::vector<uint16_t>& tokens);
+
+}  // namespace ufp4

@@ -1,0 +1,75 @@
+#include "harness/fs.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "harness/error.h"
+
+namespace ufp4 {
+
+bool is_dir(const std::string& p) {
+  struct stat st;
+  return stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool file_exists(const std::string& p) { return access(p.c_str(), F_OK) == 0; }
+
+std::string read_text_file(const std::string& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) throw Error(p + ": cannot open for reading");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void walk_files(const std::string& dir, const std::string& ext, std::vector<std::string>& out) {
+  DIR* d = opendir(dir.c_str());
+  if (!d) return;
+  while (dirent* e = readdir(d)) {
+    std::string n = e->d_name;
+    if (n == "." || n == "..") continue;
+    std::string p = dir + "/" + n;
+    if (is_dir(p)) {
+      if (n != "site-packages" && n != "dist-packages" && n != "__pycache__") walk_files(p, ext, out);
+    } else if (n.size() >= ext.size() && n.compare(n.size() - ext.size(), ext.size(), ext) == 0) {
+      out.push_back(p);
+    }
+  }
+  closedir(d);
+}
+
+void make_dirs(const std::string& dir) {
+  std::string cur;
+  for (size_t i = 0; i <= dir.size(); ++i) {
+    if ((i == dir.size() || dir[i] == '/') && !cur.empty()) mkdir(cur.c_str(), 0755);
+    if (i < dir.size()) cur += dir[i];
+  }
+  if (!is_dir(dir)) throw RuntimeError(dir + ": cannot create the folder");
+  if (access(dir.c_str(), W_OK) != 0) throw RuntimeError(dir + ": the folder is not writable");
+}
+
+void write_text_atomically(const std::string& path, const std::string& text) {
+  std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    out << text;
+    out.flush();
+    if (!out) { std::remove(tmp.c_str()); throw RuntimeError(path + ": write failed (disk full?)"); }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) { std::remove(tmp.c_str()); throw RuntimeError(path + ": cannot rename into place"); }
+}
+
+std::string executable_dir() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return ".";
+  std::string p(buf, static_cast<size_t>(n));
+  return p.substr(0, p.find_last_of('/'));
+}
+
+}  // namespace ufp4

@@ -1,0 +1,48 @@
+// A run manifest: one TOML table per concern ([model], [recipe], [data], [train], [eval], [capture],
+// [outputs]). Validated before anything runs; errors read "file:line: key: message (allowed: ...)".
+// The resolved form (every field, defaults filled in) is hashed into the run id.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ufp4 {
+
+struct RunManifest {
+  std::string path;
+  // [model]
+  std::string model = "tiny";
+  int64_t seq_len = 0;  // 0: the model's
+  // [recipe]
+  std::string recipe = "bf16";
+  // [data]
+  std::string data_path = "data/ci";
+  std::string data_prepare = "";  // "", "ci" or "default": what to prepare when data_path lacks data
+  std::string tokenizer = "bpe";
+  int64_t vocab_size = 32768;
+  // [train]
+  int64_t steps = 100, batch = 8, micro_batch = 8;
+  double lr = 3e-3, min_lr = 3e-4, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, grad_clip = 1.0;
+  int64_t warmup = 10;
+  std::string schedule = "cosine";  // cosine | wsd
+  double decay_fraction = 0.2;      // wsd: the final fraction of steps that decays
+  int64_t seed = 1, checkpoint_every = 100, log_every = 10;
+  double divergence_factor = 3.0;   // a loss above factor x the best smoothed loss (after warmup) stops the run
+  std::string device = "auto";
+  // [eval]
+  int64_t eval_every = 50, eval_batches = 4;
+  // [capture]
+  std::vector<int64_t> capture_steps;
+  std::vector<std::string> capture_layers;
+  int64_t telemetry_every = 0;
+  // [outputs]
+  std::string out_dir = "results/runs";
+  std::string name;  // default: the file's stem
+
+  static RunManifest load(const std::string& path);  // throws ufp4::Error
+  std::string resolved() const;                      // canonical TOML of every field
+  std::string run_id() const;                        // first 16 hex digits of SHA-256(resolved())
+  double lr_at(int64_t step) const;
+};
+
+}  // namespace ufp4

@@ -1,0 +1,32 @@
+// Training windows of seq_len + 1 tokens from token shards, in a seeded order that visits every
+// window once per epoch; the cursor (epoch, index) is part of the checkpoint.
+#pragma once
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ufp4 {
+
+class TokenStream {
+ public:
+  struct Cursor {
+    int64_t epoch = 0, index = 0;
+  };
+  TokenStream(const std::vector<std::string>& shards, int64_t seq_len, uint64_t seed, bool shuffle = true);
+  torch::Tensor next(int64_t batch);  // [batch, seq_len + 1] int64
+  int64_t windows() const { return n_windows_; }
+  int64_t tokens() const { return static_cast<int64_t>(tokens_.size()); }
+  Cursor cursor;
+
+ private:
+  int64_t window_at(int64_t epoch, int64_t index);
+  std::vector<uint16_t> tokens_;
+  std::vector<int64_t> order_;
+  int64_t seq_, n_windows_, order_epoch_ = -1;
+  uint64_t seed_;
+  bool shuffle_;
+};
+
+}  // namespace ufp4
