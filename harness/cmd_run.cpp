@@ -1,5 +1,8 @@
 // `ufp4 run MANIFEST...`: trains what is missing, resumes what is partial, skips what exists.
+#include <cstdio>
 #include <iostream>
+
+#include "harness/array_io.h"
 
 #include "harness/cli.h"
 #include "harness/error.h"
@@ -25,11 +28,12 @@ int cmd_run(const std::vector<std::string>& args) {
   // Validate everything before anything runs.
   std::vector<RunManifest> ms;
   for (const auto& p : manifests) ms.push_back(RunManifest::load(p));
-  std::vector<std::string> failed;
+  std::vector<std::string> failed, finished;
   int stopped = 0, diverged = 0;
   for (const auto& m : ms) {
     try {
       RunResult r = run_training(m, opt);
+      if (!r.results_path.empty()) finished.push_back(r.results_path);
       if (r.status == RunStatus::kStopped) ++stopped;
       if (r.status == RunStatus::kDiverged) { ++diverged; failed.push_back(m.path + " (diverged)"); }
     } catch (const Error&) {
@@ -39,6 +43,15 @@ int cmd_run(const std::vector<std::string>& args) {
       if (auto nl = msg.find('\n'); nl != std::string::npos) msg = msg.substr(0, nl);
       log_warn("run " + m.name + " failed: " + msg);
       failed.push_back(m.path + " (" + msg + ")");
+    }
+  }
+  if (!finished.empty()) {
+    std::printf("%-28s %-14s %-12s %8s %12s %12s %10s\n", "run", "recipe", "model", "steps", "train loss", "val loss", "diverged");
+    for (const auto& f : finished) {
+      auto a = read_h5_string_attrs(f);
+      std::printf("%-28s %-14s %-12s %8.0f %12.4f %12.4f %10s\n", a["run_name"].c_str(), a["recipe"].c_str(), a["model"].c_str(),
+                  read_h5_double_attr(f, "steps_done"), read_h5_double_attr(f, "mean_loss_last_k"),
+                  read_h5_double_attr(f, "final_eval_loss"), read_h5_double_attr(f, "diverged") != 0 ? "yes" : "no");
     }
   }
   if (!failed.empty()) {
