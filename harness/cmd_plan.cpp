@@ -4,6 +4,9 @@
 
 #include "harness/cli.h"
 #include "harness/error.h"
+#include "harness/fs.h"
+#include "harness/run_manifest.h"
+#include "harness/trainer.h"
 #include "models/model_config.h"
 
 namespace ufp4 {
@@ -32,7 +35,22 @@ int cmd_plan(const std::vector<std::string>& args) {
   pos.add("manifests", -1);
   auto vm = parse_command("plan", "--model NAME ... | MANIFEST ...", d, args, &pos);
   if (!vm) return 0;
-  if (!manifests.empty()) throw Error("plan MANIFEST: not yet implemented (experiments and planner); use --model NAME");
+  if (!manifests.empty()) {
+    // Each manifest is one run (sweeps and ablations arrive with the experiments planner).
+    std::vector<RunManifest> ms;
+    for (const auto& p : manifests) ms.push_back(RunManifest::load(p));
+    std::printf("%-26s %-17s %-12s %-12s %8s %10s %14s %-9s\n", "run", "run id", "model", "recipe", "steps", "tokens", "train FLOPs", "results");
+    for (const auto& m : ms) {
+      ModelConfig c = model_config(m.model);
+      if (m.seq_len > 0) c.seq_len = m.seq_len;
+      c.validate();
+      const double tokens = static_cast<double>(m.steps) * m.batch * c.seq_len;
+      const std::string state = file_exists(results_path(m)) ? "exist" : (file_exists(checkpoint_dir(m)) ? "partial" : "missing");
+      std::printf("%-26s %-17s %-12s %-12s %8lld %10.3e %14.3e %-9s\n", m.name.c_str(), m.run_id().c_str(), c.name.c_str(), m.recipe.c_str(),
+                  static_cast<long long>(m.steps), tokens, tokens * train_flops_per_token(c), state.c_str());
+    }
+    return 0;
+  }
   if (models.empty()) throw Error("plan: give --model NAME (allowed: all, " + [] {
     std::string s;
     for (const auto& n : model_names()) s += (s.empty() ? "" : ", ") + n;

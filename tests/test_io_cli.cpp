@@ -183,3 +183,25 @@ TEST_CASE("an unwritable output folder fails with exit 1 and leaves no file", "[
     CHECK(!exists(dir + "/ro/y.h5"));
   }
 }
+
+TEST_CASE("a write that fails part-way (a full disk) exits 1 and leaves no file", "[cli]") {
+  std::string dir = temp_dir();
+  ArrayF32 a;
+  a.shape = {512, 512};
+  a.data.assign(512 * 512, 1.5f);
+  write_npy(dir + "/x.npy", a);
+  // RLIMIT_FSIZE makes writes past 64 KiB fail with EFBIG, as ENOSPC would on a full disk.
+  std::string cmd = "bash -c \"trap '' XFSZ; ulimit -f 64; " + std::string(UFP4_BINARY) + " -q quantize --device cpu --in " + dir +
+                    "/x.npy --out " + dir + "/y.npy\" 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[512];
+  while (fgets(buf, sizeof buf, p)) out += buf;
+  int code = WEXITSTATUS(pclose(p));
+  CHECK(code == 1);
+  CHECK(lines(out) == 1);
+  CHECK(out.find("y.npy") != std::string::npos);
+  CHECK(!exists(dir + "/y.npy"));
+  std::string left = dir + "/y.npy.tmp";
+  CHECK(std::system(("ls " + dir + " | grep -q tmp").c_str()) != 0);  // no temporary left behind
+}

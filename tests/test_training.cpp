@@ -220,3 +220,26 @@ TEST_CASE("an unwritable results folder fails clearly before training", "[train]
   m.data_path = d + "/no-data";
   CHECK_THROWS_AS(run_training(m, RunOptions{}), Error);
 }
+
+TEST_CASE("SIGTERM checkpoints and stops; ufp4 run resumes to the uninterrupted curve", "[train]") {
+  std::string d = temp_dir();
+  std::string whole = tiny_manifest(d, "ufp4", 300);
+  RunManifest m = RunManifest::load(whole);
+  RunResult full = run_training(m, RunOptions{});
+  REQUIRE(full.status == RunStatus::kCompleted);
+  std::vector<float> reference = curve(full.results_path);
+  std::remove(full.results_path.c_str());
+  // Interrupt a real process part-way (it keeps SIGTERM for 1 s of work, then stops at a step boundary).
+  std::string bin = UFP4_BINARY;
+  int rc = std::system(("timeout --preserve-status -s TERM 1 " + bin + " -q run " + whole + " > /dev/null 2>&1").c_str());
+  int code = WEXITSTATUS(rc);
+  if (code == 130) {
+    CHECK(file_exists(checkpoint_dir(m) + "/state.pt"));
+    CHECK(!file_exists(results_path(m)));
+  } else {
+    WARN("the run finished within 1 s; the signal path was not exercised (exit " << code << ")");
+  }
+  rc = std::system((bin + " -q run " + whole + " > /dev/null 2>&1").c_str());
+  CHECK(WEXITSTATUS(rc) == 0);
+  CHECK(curve(results_path(m)) == reference);
+}
