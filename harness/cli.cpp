@@ -27,7 +27,7 @@ const std::vector<Command>& commands() {
       {"run", "train the runs of manifests (resumes partial runs, skips finished ones)", cmd_run},
       {"plan", "parameters, FLOPs and memory of a model (--model); manifests into runs (to come)", cmd_plan},
       pending("report", "render Markdown/SVG reports with the paper's numbers beside ours", "experiments and reports"),
-      pending("check", "compare loss curves against committed references", "CI loss-curve regression"),
+      {"check", "compare loss curves against committed references", cmd_check},
       pending("bench", "kernel and training-step benchmarks (Google Benchmark, CUDA events)", "performance on H200"),
       {"analyze", "shrinkage-bias analysis: per-bin bias of a grid (more analyses to come)", cmd_analyze},
       {"quantize", "quantize an .npy or HDF5 dataset with any grid, block, scale, rounding and RHT", cmd_quantize},

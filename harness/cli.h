@@ -31,5 +31,6 @@ int cmd_recipes(const std::vector<std::string>& args);
 int cmd_plan(const std::vector<std::string>& args);
 int cmd_run(const std::vector<std::string>& args);
 int cmd_data(const std::vector<std::string>& args);
+int cmd_check(const std::vector<std::string>& args);
 
 }  // namespace ufp4

@@ -10,6 +10,8 @@
 
 #include "harness/array_io.h"
 #include "harness/error.h"
+#include "harness/fs.h"
+#include <hdf5.h>
 #include "models/quant_ops.h"
 #include "tests/catch.h"
 #include "tests/helpers.h"
@@ -204,4 +206,34 @@ TEST_CASE("a write that fails part-way (a full disk) exits 1 and leaves no file"
   CHECK(!exists(dir + "/y.npy"));
   std::string left = dir + "/y.npy.tmp";
   CHECK(std::system(("ls " + dir + " | grep -q tmp").c_str()) != 0);  // no temporary left behind
+}
+
+TEST_CASE("ufp4 check passes on an equal curve and names run, step and values when a reference moves", "[cli]") {
+  std::vector<std::string> refs;
+  walk_files(std::string(UFP4_SOURCE_DIR) + "/results/reference/ci", ".h5", refs);
+  REQUIRE(!refs.empty());
+  const std::string ref = refs.front();
+  std::string same = temp_dir(), moved = temp_dir();
+  REQUIRE(std::system(("cp '" + ref + "' " + same + "/ && cp '" + ref + "' " + moved + "/").c_str()) == 0);
+  Result ok = run_cli("check '" + ref + "' --reference " + same);
+  CHECK(ok.code == 0);
+  CHECK(ok.out.find("ok   ") != std::string::npos);
+  // Perturb step 40 of the copied reference's loss by 1%.
+  std::string copy = moved + "/" + ref.substr(ref.find_last_of('/') + 1);
+  hid_t f = H5Fopen(copy.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  hid_t ds = H5Dopen2(f, "train/loss", H5P_DEFAULT);
+  std::vector<float> loss(static_cast<size_t>(H5Sget_simple_extent_npoints(H5Dget_space(ds))));
+  H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, loss.data());
+  const float before = loss[40];
+  loss[40] *= 1.01f;
+  H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, loss.data());
+  H5Dclose(ds);
+  H5Fclose(f);
+  Result bad = run_cli("check '" + ref + "' --reference " + moved);
+  CHECK(bad.code == 1);
+  CHECK(bad.out.find("FAIL") != std::string::npos);
+  CHECK(bad.out.find("train/loss at step 40") != std::string::npos);
+  char want[64];
+  std::snprintf(want, sizeof want, "%.6f vs reference %.6f", before, loss[40]);
+  CHECK(bad.out.find(want) != std::string::npos);
 }
