@@ -33,8 +33,21 @@ demo: setup
 	@$(MAKE) --no-print-directory build
 	@bash tools/demo.sh $(BUILD)
 
-bench report:
-	@echo "make $@: not yet available (arrives with the performance and reports issues)"; exit 2
+bench:
+	@echo "make bench: not yet available (arrives with the performance issue)"; exit 2
+
+report: build
+	$(BUILD)/ufp4 report table1 > /dev/null
+	$(BUILD)/ufp4 report figure8 > /dev/null
+	@echo "reports written: reports/table1.md reports/figure8.md"
+
+reproduce-table-1: build
+	$(BUILD)/ufp4 report table1
+
+# Figure 8 at proxy scale from the committed H200 runs (train them with tools/gpu-proxy-runs.sh).
+reproduce-figure-8: build
+	$(BUILD)/ufp4 run experiments/proxy/dense113m_bf16.toml experiments/proxy/dense113m_e2m1_ref.toml experiments/proxy/dense113m_ufp4.toml
+	$(BUILD)/ufp4 report figure8
 
 reproduce-%:
 	@echo "make reproduce-$*: not yet available (arrives with the experiments issue)"; exit 2

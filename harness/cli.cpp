@@ -26,7 +26,7 @@ const std::vector<Command>& commands() {
   static const std::vector<Command> cmds = {
       {"run", "train the runs of manifests (resumes partial runs, skips finished ones)", cmd_run},
       {"plan", "parameters, FLOPs and memory of a model (--model); manifests into runs (to come)", cmd_plan},
-      pending("report", "render Markdown/SVG reports with the paper's numbers beside ours", "experiments and reports"),
+      {"report", "render reports with the paper's numbers beside ours (table1, figure8)", cmd_report},
       {"check", "compare loss curves against committed references", cmd_check},
       pending("bench", "kernel and training-step benchmarks (Google Benchmark, CUDA events)", "performance on H200"),
       {"analyze", "shrinkage-bias analysis: per-bin bias of a grid (more analyses to come)", cmd_analyze},

@@ -237,3 +237,13 @@ TEST_CASE("ufp4 check passes on an equal curve and names run, step and values wh
   std::snprintf(want, sizeof want, "%.6f vs reference %.6f", before, loss[40]);
   CHECK(bad.out.find(want) != std::string::npos);
 }
+
+TEST_CASE("reproduce Table 1: the presets match the paper's Table 1 field for field", "[cli]") {
+  Result r = run_cli("report table1 --out -");
+  CHECK(r.code == 0);
+  CHECK(r.out.find("every field of the presets matches the paper's Table 1") != std::string::npos);
+  CHECK(r.out.find("| RHT scope | bwd_dw | bwd_dw only | fwd_y, bwd_dx, bwd_dw | fwd_y, bwd_dx, bwd_dw | yes |") != std::string::npos);
+  Result bad = run_cli("report table9");
+  CHECK(bad.code == 2);
+  CHECK(bad.out.find("allowed: table1, figure8") != std::string::npos);
+}
