@@ -38,16 +38,20 @@ int cmd_plan(const std::vector<std::string>& args) {
   if (!manifests.empty()) {
     // Each manifest is one run (sweeps and ablations arrive with the experiments planner).
     std::vector<RunManifest> ms;
-    for (const auto& p : manifests) ms.push_back(RunManifest::load(p));
-    std::printf("%-26s %-17s %-12s %-12s %8s %10s %14s %-9s\n", "run", "run id", "model", "recipe", "steps", "tokens", "train FLOPs", "results");
+    for (const auto& p : manifests)
+      for (auto& m : RunManifest::expand(p)) ms.push_back(m);
+    std::printf("%-40s %-17s %-12s %-12s %8s %10s %14s %-9s %s\n", "run", "run id", "model", "recipe", "steps", "tokens", "train FLOPs", "results",
+                "differs from the base");
     for (const auto& m : ms) {
       ModelConfig c = model_config(m.model);
       if (m.seq_len > 0) c.seq_len = m.seq_len;
       c.validate();
       const double tokens = static_cast<double>(m.steps) * m.batch * c.seq_len;
-      const std::string state = file_exists(results_path(m)) ? "exist" : (file_exists(checkpoint_dir(m)) ? "partial" : "missing");
-      std::printf("%-26s %-17s %-12s %-12s %8lld %10.3e %14.3e %-9s\n", m.name.c_str(), m.run_id().c_str(), c.name.c_str(), m.recipe.c_str(),
-                  static_cast<long long>(m.steps), tokens, tokens * train_flops_per_token(c), state.c_str());
+      const std::string state = !find_results(m).empty() ? "exist" : (file_exists(checkpoint_dir(m)) ? "partial" : "missing");
+      std::string recipe = m.recipe.substr(m.recipe.find_last_of('/') + 1);
+      std::printf("%-40s %-17s %-12s %-12s %8lld %10.3e %14.3e %-9s %s\n", m.name.c_str(), m.run_id().c_str(), c.name.c_str(), recipe.c_str(),
+                  static_cast<long long>(m.steps), tokens, tokens * train_flops_per_token(c), state.c_str(),
+                  m.differs.empty() ? "(base)" : m.differs.c_str());
     }
     return 0;
   }

@@ -1,59 +1,118 @@
 // `ufp4 run MANIFEST...`: trains what is missing, resumes what is partial, skips what exists.
+// Manifests with [sweep] or [ablation] expand into several runs; `--gpus N` runs them concurrently,
+// one child process per GPU slot (CUDA_VISIBLE_DEVICES), and a failed run does not stop the others.
 #include <cstdio>
 #include <iostream>
+#include <mutex>
+#include <thread>
 
 #include "harness/array_io.h"
-
 #include "harness/cli.h"
 #include "harness/error.h"
+#include "harness/fs.h"
 #include "harness/log.h"
 #include "harness/trainer.h"
 
 namespace ufp4 {
 
+namespace {
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+void print_summary(const std::vector<std::string>& files) {
+  if (files.empty()) return;
+  std::printf("%-40s %-30s %-12s %8s %12s %12s %10s\n", "run", "recipe", "model", "steps", "train loss", "val loss", "diverged");
+  for (const auto& f : files) {
+    auto a = read_h5_string_attrs(f);
+    std::string recipe = a["recipe"];
+    std::printf("%-40s %-30s %-12s %8.0f %12.4f %12.4f %10s\n", a["run_name"].c_str(), recipe.c_str(), a["model"].c_str(),
+                read_h5_double_attr(f, "steps_done"), read_h5_double_attr(f, "mean_loss_last_k"), read_h5_double_attr(f, "final_eval_loss"),
+                read_h5_double_attr(f, "diverged") != 0 ? "yes" : "no");
+  }
+}
+
+}  // namespace
+
 int cmd_run(const std::vector<std::string>& args) {
   std::vector<std::string> manifests;
+  std::string only;
+  int gpus = 0, per_gpu = 1;
   RunOptions opt;
   po::options_description d("options");
   d.add_options()
       ("manifests", po::value(&manifests)->multitoken(), "run manifests (.toml)")
       ("force", po::bool_switch(&opt.force), "re-run even when results exist")
       ("device", po::value(&opt.device), "override the manifests' device: auto, cpu, cuda")
+      ("gpus", po::value(&gpus)->default_value(0), "run independent runs concurrently on this many GPUs (0: one after another here)")
+      ("per-gpu", po::value(&per_gpu)->default_value(1), "concurrent runs per GPU with --gpus (small, launch-bound models)")
+      ("only", po::value(&only), "run only the run of this name (one member of a sweep or ablation)")
       ("stop-after", po::value(&opt.stop_after)->default_value(-1), "checkpoint and stop after this step (resume tests)");
   po::positional_options_description pos;
   pos.add("manifests", -1);
-  auto vm = parse_command("run", "MANIFEST ... [--force]", d, args, &pos);
+  auto vm = parse_command("run", "MANIFEST ... [--gpus N] [--force]", d, args, &pos);
   if (!vm) return 0;
   if (manifests.empty()) throw Error("run: give at least one manifest");
-  // Validate everything before anything runs.
+  if (gpus < 0 || per_gpu < 1) throw Error("run: --gpus must be >= 0 and --per-gpu >= 1");
+  // Validate and expand everything before anything runs.
   std::vector<RunManifest> ms;
-  for (const auto& p : manifests) ms.push_back(RunManifest::load(p));
+  for (const auto& p : manifests)
+    for (auto& m : RunManifest::expand(p))
+      if (only.empty() || m.name == only) ms.push_back(m);
+  if (ms.empty()) throw Error("run: no run named '" + only + "' in the given manifests");
+
   std::vector<std::string> failed, finished;
-  int stopped = 0, diverged = 0;
-  for (const auto& m : ms) {
-    try {
-      RunResult r = run_training(m, opt);
-      if (!r.results_path.empty()) finished.push_back(r.results_path);
-      if (r.status == RunStatus::kStopped) ++stopped;
-      if (r.status == RunStatus::kDiverged) { ++diverged; failed.push_back(m.path + " (diverged)"); }
-    } catch (const Error&) {
-      throw;  // bad input: the user must fix it
-    } catch (const std::exception& e) {
-      std::string msg = e.what();
-      if (auto nl = msg.find('\n'); nl != std::string::npos) msg = msg.substr(0, nl);
-      log_warn("run " + m.name + " failed: " + msg);
-      failed.push_back(m.path + " (" + msg + ")");
+  int stopped = 0;
+  if (gpus > 0) {
+    std::mutex mu;
+    size_t next = 0;
+    const std::string exe = executable_dir() + "/ufp4";
+    auto worker = [&](int gpu) {
+      for (;;) {
+        size_t i;
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          if (next >= ms.size()) return;
+          i = next++;
+        }
+        const RunManifest& m = ms[i];
+        make_dirs(m.out_dir + "/logs");
+        std::string cmd = "CUDA_VISIBLE_DEVICES=" + std::to_string(gpu) + " " + quote(exe) + " run " + quote(m.path) + " --only " + quote(m.name) +
+                          (opt.force ? " --force" : "") + (opt.device.empty() ? "" : " --device " + quote(opt.device)) + " > " +
+                          quote(m.out_dir + "/logs/" + m.name + ".log") + " 2>&1";
+        log_info("run " + m.name + ": started on GPU " + std::to_string(gpu) + " (log " + m.out_dir + "/logs/" + m.name + ".log)");
+        const int rc = std::system(cmd.c_str());
+        std::lock_guard<std::mutex> lock(mu);
+        const std::string res = find_results(m);
+        if (rc == 0 && !res.empty()) finished.push_back(res);
+        else failed.push_back(m.name + " (exit " + std::to_string(WEXITSTATUS(rc)) + ", see " + m.out_dir + "/logs/" + m.name + ".log)");
+      }
+    };
+    std::vector<std::thread> pool;
+    for (int g = 0; g < gpus; ++g)
+      for (int k = 0; k < per_gpu; ++k) pool.emplace_back(worker, g);
+    for (auto& t : pool) t.join();
+  } else {
+    for (const auto& m : ms) {
+      try {
+        RunResult r = run_training(m, opt);
+        if (r.status == RunStatus::kStopped) ++stopped;
+        if (!r.results_path.empty()) finished.push_back(r.results_path);
+        if (r.status == RunStatus::kDiverged) failed.push_back(m.name + " (diverged)");
+      } catch (const Error&) {
+        throw;  // bad input: the user must fix it
+      } catch (const std::exception& e) {
+        std::string msg = e.what();
+        if (auto nl = msg.find('\n'); nl != std::string::npos) msg = msg.substr(0, nl);
+        log_warn("run " + m.name + " failed: " + msg);
+        failed.push_back(m.name + " (" + msg + ")");
+      }
     }
   }
-  if (!finished.empty()) {
-    std::printf("%-28s %-14s %-12s %8s %12s %12s %10s\n", "run", "recipe", "model", "steps", "train loss", "val loss", "diverged");
-    for (const auto& f : finished) {
-      auto a = read_h5_string_attrs(f);
-      std::printf("%-28s %-14s %-12s %8.0f %12.4f %12.4f %10s\n", a["run_name"].c_str(), a["recipe"].c_str(), a["model"].c_str(),
-                  read_h5_double_attr(f, "steps_done"), read_h5_double_attr(f, "mean_loss_last_k"),
-                  read_h5_double_attr(f, "final_eval_loss"), read_h5_double_attr(f, "diverged") != 0 ? "yes" : "no");
-    }
-  }
+  print_summary(finished);
   if (!failed.empty()) {
     std::cerr << "ufp4 run: " << failed.size() << " of " << ms.size() << " runs did not complete:\n";
     for (const auto& f : failed) std::cerr << "  " << f << "\n";

@@ -8,6 +8,7 @@
 
 #include "harness/error.h"
 #include "harness/sha256.h"
+#include "harness/toml_util.h"
 
 namespace ufp4 {
 
@@ -16,7 +17,8 @@ namespace {
 struct Reader {
   std::string file;
   [[noreturn]] void bad(const toml::node& n, const std::string& key, const std::string& msg) const {
-    throw Error(file + ":" + std::to_string(n.source().begin.line) + ": " + key + ": " + msg);
+    const std::string f = n.source().path ? *n.source().path : file;  // the file that holds the value
+    throw Error(f + ":" + std::to_string(n.source().begin.line) + ": " + key + ": " + msg);
   }
   void keys(const toml::table& t, const std::string& section, const std::set<std::string>& allowed) const {
     for (auto&& [k, v] : t)
@@ -59,24 +61,50 @@ struct Reader {
 
 }  // namespace
 
-RunManifest RunManifest::load(const std::string& path) {
-  toml::table t;
-  try {
-    t = toml::parse_file(path);
-  } catch (const toml::parse_error& e) {
-    throw Error(path + ":" + std::to_string(e.source().begin.line) + ": " + std::string(e.description()));
-  } catch (const std::exception& e) {
-    throw Error(path + ": cannot read manifest (" + e.what() + ")");
+namespace {
+
+// The manifest's table with its `extends` chain merged in (parents first).
+toml::table load_chain(const std::string& path, std::vector<std::string>& chain) {
+  for (const auto& c : chain)
+    if (c == path) throw Error(path + ": extends forms a cycle");
+  chain.push_back(path);
+  toml::table t = toml_parse(path);
+  if (auto ext = t.get("extends")) {
+    if (!ext->is_string()) Reader{path}.bad(*ext, "extends", "expected a path to another manifest");
+    std::string parent = ext->value_or<std::string>("");
+    if (!parent.empty() && parent[0] != '/') parent = dir_of(path) + "/" + parent;
+    toml::table base = load_chain(parent, chain);
+    base.erase("sweep");
+    base.erase("ablation");
+    toml_merge(base, t);
+    base.erase("extends");
+    return base;
   }
+  return t;
+}
+
+RunManifest from_table(const toml::table& t, const std::string& path);
+
+}  // namespace
+
+RunManifest RunManifest::load(const std::string& path) {
+  std::vector<std::string> chain;
+  return from_table(load_chain(path, chain), path);
+}
+
+namespace {
+
+RunManifest from_table(const toml::table& t, const std::string& path) {
   Reader r{path};
   RunManifest m;
   m.path = path;
   std::string stem = path.substr(path.find_last_of('/') + 1);
   m.name = stem.substr(0, stem.rfind('.'));
-  const std::set<std::string> sections = {"model", "recipe", "data", "train", "eval", "capture", "outputs"};
+  const std::set<std::string> sections = {"model", "recipe", "data", "train", "eval", "capture", "outputs", "sweep", "ablation"};
   for (auto&& [k, v] : t) {
     std::string s(k.str());
-    if (!sections.count(s)) r.bad(v, s, "unknown section (allowed: capture, data, eval, model, outputs, recipe, train)");
+    if (!sections.count(s))
+      r.bad(v, s, "unknown section (allowed: ablation, capture, data, eval, extends, model, outputs, recipe, sweep, train)");
     if (!v.is_table()) r.bad(v, s, "expected a table");
   }
   static const toml::table empty;
@@ -140,6 +168,98 @@ RunManifest RunManifest::load(const std::string& path) {
   r.str(out, "outputs", "dir", m.out_dir);
   r.str(out, "outputs", "name", m.name);
   return m;
+}
+
+// Sets "section.key" of a manifest table to `value` (a copy), validating the path.
+void set_field(toml::table& t, const std::string& field, const toml::node& value, const std::string& path, const toml::node& where) {
+  const size_t dot = field.find('.');
+  if (dot == std::string::npos) Reader{path}.bad(where, field, "a field is written section.key, e.g. recipe.name or train.seed");
+  const std::string sec = field.substr(0, dot), key = field.substr(dot + 1);
+  if (!t.get(sec)) t.insert(sec, toml::table{});
+  if (!t[sec].as_table()) Reader{path}.bad(where, field, "'" + sec + "' is not a section");
+  t[sec].as_table()->insert_or_assign(key, value);
+}
+
+std::string label(const toml::node& v) {
+  std::string s;
+  if (v.is_string()) s = v.value_or<std::string>("");
+  else if (v.is_integer()) s = std::to_string(v.value_or<int64_t>(0));
+  else if (v.is_floating_point()) { std::ostringstream os; os << v.value_or(0.0); s = os.str(); }
+  else if (v.is_boolean()) s = v.value_or(false) ? "true" : "false";
+  else s = "value";
+  s = s.substr(s.find_last_of('/') + 1);  // paths: the file's stem
+  if (s.size() > 5 && s.compare(s.size() - 5, 5, ".toml") == 0) s.resize(s.size() - 5);
+  return s;
+}
+
+// Sweep leaves: "section.key" -> array of values (nested tables are dotted keys).
+void sweep_leaves(const toml::table& t, const std::string& prefix, const std::string& path,
+                  std::vector<std::pair<std::string, const toml::array*>>& out) {
+  for (auto&& [k, v] : t) {
+    std::string f = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
+    if (v.is_table()) sweep_leaves(*v.as_table(), f, path, out);
+    else if (v.is_array() && !v.as_array()->empty()) out.emplace_back(f, v.as_array());
+    else Reader{path}.bad(v, "sweep." + f, "expected a non-empty list of values");
+  }
+}
+
+}  // namespace
+
+std::vector<RunManifest> RunManifest::expand(const std::string& path) {
+  std::vector<std::string> chain;
+  const toml::table base = load_chain(path, chain);
+  struct Variant {
+    toml::table t;
+    std::string differs, suffix;
+  };
+  std::vector<Variant> variants = {{base, "", ""}};
+  if (auto sw = base["sweep"].as_table()) {
+    std::vector<std::pair<std::string, const toml::array*>> leaves;
+    sweep_leaves(*sw, "", path, leaves);
+    for (const auto& [field, values] : leaves) {
+      std::vector<Variant> next;
+      for (const auto& [t, d, sfx] : variants)
+        for (auto&& v : *values) {
+          toml::table c = t;
+          set_field(c, field, v, path, v);
+          next.push_back({c, d + (d.empty() ? "" : ", ") + field + "=" + label(v), sfx + "-" + label(v)});
+        }
+      variants = std::move(next);
+    }
+  }
+  if (auto ab = base["ablation"].as_table()) {
+    std::vector<Variant> next;
+    for (const auto& [t, d, sfx] : variants) {
+      next.push_back({t, d, sfx});  // the base of the ablation
+      for (auto&& [factor, spec] : *ab) {
+        const std::string fname(factor.str());
+        const toml::table* st = spec.as_table();
+        if (!st) Reader{path}.bad(spec, "ablation." + fname, "expected a table with field and levels");
+        Reader{path}.keys(*st, "ablation." + fname, {"field", "levels"});
+        auto field = (*st)["field"].value<std::string>();
+        const toml::array* levels = (*st)["levels"].as_array();
+        if (!field) Reader{path}.bad(spec, "ablation." + fname + ".field", "expected a field name such as recipe.name");
+        if (!levels || levels->empty()) Reader{path}.bad(spec, "ablation." + fname + ".levels", "expected a non-empty list");
+        const std::string sec = field->substr(0, field->find('.')), key = field->substr(field->find('.') + 1);
+        for (auto&& v : *levels) {
+          const toml::node* cur = t[sec][key].node();
+          if (cur && label(*cur) == label(v)) continue;  // the base already has this level
+          toml::table c = t;
+          set_field(c, *field, v, path, v);
+          next.push_back({c, d + (d.empty() ? "" : ", ") + fname + ": " + *field + "=" + label(v), sfx + "-" + fname + "-" + label(v)});
+        }
+      }
+    }
+    variants = std::move(next);
+  }
+  std::vector<RunManifest> runs;
+  for (const auto& [t, d, sfx] : variants) {
+    RunManifest m = from_table(t, path);
+    for (char c : sfx) m.name += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-') ? c : '_';
+    m.differs = d;
+    runs.push_back(m);
+  }
+  return runs;
 }
 
 std::string RunManifest::resolved() const {

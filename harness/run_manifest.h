@@ -1,6 +1,8 @@
 // A run manifest: one TOML table per concern ([model], [recipe], [data], [train], [eval], [capture],
-// [outputs]). Validated before anything runs; errors read "file:line: key: message (allowed: ...)".
-// The resolved form (every field, defaults filled in) is hashed into the run id.
+// [outputs]), `extends = "other.toml"` with field-level override, and optionally [sweep] (fields with
+// lists of values: every combination) or [ablation.<factor>] (field, levels: each changed alone).
+// Validated before anything runs; errors read "file:line: key: message (allowed: ...)". The resolved
+// form (every field, defaults filled in) is hashed into the run id.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -37,9 +39,14 @@ struct RunManifest {
   int64_t telemetry_every = 0;
   // [outputs]
   std::string out_dir = "results/runs";
-  std::string name;  // default: the file's stem
+  std::string name;     // default: the file's stem; expanded runs append what differs
+  std::string differs;  // for runs of a sweep or ablation: the fields changed from the base
 
-  static RunManifest load(const std::string& path);  // throws ufp4::Error
+  // The base run of a manifest (after `extends`). Throws ufp4::Error.
+  static RunManifest load(const std::string& path);
+  // Every run of a manifest: the cartesian product of its [sweep] fields, and for [ablation] the base
+  // plus each factor's levels changed alone (paper Appendix B style).
+  static std::vector<RunManifest> expand(const std::string& path);
   std::string resolved() const;                      // canonical TOML of every field
   std::string run_id() const;                        // first 16 hex digits of SHA-256(resolved())
   double lr_at(int64_t step) const;

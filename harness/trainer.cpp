@@ -12,6 +12,7 @@
 #include "harness/data.h"
 #include "harness/token_stream.h"
 #include "harness/error.h"
+#include "harness/fs.h"
 #include "harness/log.h"
 #include "harness/provenance.h"
 #include "harness/sha256.h"
@@ -175,13 +176,21 @@ void write_results(const std::string& path, const RunManifest& m, const ModelCon
 }  // namespace
 
 std::string results_path(const RunManifest& m) { return m.out_dir + "/" + m.name + "-" + m.run_id() + ".h5"; }
+std::string find_results(const RunManifest& m) {
+  if (exists(results_path(m))) return results_path(m);
+  std::vector<std::string> files;
+  walk_files(m.out_dir, "-" + m.run_id() + ".h5", files);
+  return files.empty() ? "" : files.front();
+}
+
 std::string checkpoint_dir(const RunManifest& m) { return m.out_dir + "/" + m.name + "-" + m.run_id() + ".ckpt"; }
 
 RunResult run_training(const RunManifest& m, const RunOptions& opt) {
   const std::string out = results_path(m), ckpt = checkpoint_dir(m);
-  if (exists(out) && !opt.force) {
-    log_info("run " + m.name + ": results exist (" + out + "), skipped");
-    return {RunStatus::kSkipped, out, 0};
+  const std::string existing = find_results(m);
+  if (!existing.empty() && !opt.force) {
+    log_info("run " + m.name + ": results exist (" + existing + "), skipped");
+    return {RunStatus::kSkipped, existing, 0};
   }
   ModelConfig mc = model_config(m.model);
   if (m.seq_len > 0) mc.seq_len = m.seq_len;

@@ -25,7 +25,10 @@ struct RunResult {
 
 RunResult run_training(const RunManifest& m, const RunOptions& opt);
 
-std::string results_path(const RunManifest& m);
+std::string results_path(const RunManifest& m);  // where a new result is written
+// An existing result of this run: any "<name>-<run id>.h5" in the output folder (content-addressed:
+// the same resolved manifest under another name counts). "" when none.
+std::string find_results(const RunManifest& m);
 std::string checkpoint_dir(const RunManifest& m);
 
 }  // namespace ufp4

@@ -10,6 +10,7 @@
 #include <toml++/toml.h>
 
 #include "harness/error.h"
+#include "harness/toml_util.h"
 
 namespace ufp4 {
 
@@ -132,14 +133,6 @@ void validate_file(const std::string& file, const toml::table& t) {
   }
 }
 
-// Field-level override: tables merge recursively, anything else replaces.
-void merge_into(toml::table& base, const toml::table& over) {
-  for (auto&& [k, v] : over) {
-    if (v.is_table() && base.get(k) && base.get(k)->is_table()) merge_into(*base.get(k)->as_table(), *v.as_table());
-    else base.insert_or_assign(k, v);
-  }
-}
-
 bool file_exists(const std::string& p) { return access(p.c_str(), R_OK) == 0; }
 
 std::string find_recipe(const std::string& name, const std::string& relative_to) {
@@ -165,19 +158,14 @@ toml::table load_merged(const std::string& name, const std::string& relative_to,
   for (const auto& c : chain)
     if (c == path) throw Error(path + ": extends forms a cycle");
   chain.push_back(path);
-  toml::table t;
-  try {
-    t = toml::parse_file(path);
-  } catch (const toml::parse_error& e) {
-    throw Error(path + ":" + std::to_string(e.source().begin.line) + ": " + std::string(e.description()));
-  }
+  toml::table t = toml_parse(path);
   validate_file(path, t);
   std::string dir = path.substr(0, path.find_last_of('/'));
   if (auto ext = t.get("extends")) {
     toml::table base = load_merged(ext->value_or<std::string>(""), dir, chain);
     base.erase("name");
     base.erase("description");
-    merge_into(base, t);
+    toml_merge(base, t);
     return base;
   }
   return t;
@@ -186,7 +174,7 @@ toml::table load_merged(const std::string& name, const std::string& relative_to,
 OperandRecipe make_operand(const toml::table* defaults, const toml::table* own, const std::string& file, const std::string& key) {
   toml::table t;
   if (defaults) t = *defaults;
-  if (own) merge_into(t, *own);
+  if (own) toml_merge(t, *own);
   OperandRecipe o;
   o.quantize = t["quantize"].value_or(false);
   try {

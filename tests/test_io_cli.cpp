@@ -114,7 +114,7 @@ TEST_CASE("bad usage exits 2 with one line naming what is wrong", "[cli]") {
   CHECK(lines(m.out) == 1);
   CHECK(m.out.find("/nonexistent/x.npy") != std::string::npos);
 
-  Result p = run_cli("report");
+  Result p = run_cli("bench");
   CHECK(p.code == 2);
   CHECK(p.out.find("not yet implemented") != std::string::npos);
 
