@@ -38,15 +38,23 @@ bench:
 
 report: build
 	$(BUILD)/ufp4 report table1 > /dev/null
+	$(BUILD)/ufp4 report table2 > /dev/null
 	$(BUILD)/ufp4 report figure8 > /dev/null
-	@echo "reports written: reports/table1.md reports/figure8.md"
+	@echo "reports written: reports/table1.md reports/table2.md reports/figure8.md"
 
 reproduce-table-1: build
 	$(BUILD)/ufp4 report table1
 
-# Figure 8 at proxy scale from the committed H200 runs (train them with tools/gpu-proxy-runs.sh).
+# SCALE=proxy (one H200 per run; the committed results are reused) or SCALE=ci (CPU, tiny).
+SCALE ?= proxy
+GPUS ?= $(shell nvidia-smi -L 2>/dev/null | wc -l)
+
+reproduce-table-2: build
+	$(BUILD)/ufp4 run --gpus $(GPUS) experiments/table2/$(SCALE).toml
+	$(BUILD)/ufp4 report table2 $(if $(filter ci,$(SCALE)),--results build/ci/table2 --out -,)
+
 reproduce-figure-8: build
-	$(BUILD)/ufp4 run experiments/proxy/dense113m_bf16.toml experiments/proxy/dense113m_e2m1_ref.toml experiments/proxy/dense113m_ufp4.toml
+	$(BUILD)/ufp4 run --gpus $(GPUS) experiments/proxy/dense113m_bf16.toml experiments/proxy/dense113m_e2m1_ref.toml experiments/proxy/dense113m_ufp4.toml experiments/figure8/moe_proxy.toml
 	$(BUILD)/ufp4 report figure8
 
 reproduce-%:

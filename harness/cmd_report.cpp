@@ -202,9 +202,85 @@ std::string figure8(const std::string& root, const std::vector<std::string>& dir
   if (by_model.empty()) throw Error("figure8: no bf16/e2m1_ref/ufp4 runs found in the given folders");
   os << "\n## Verdicts\n\n";
   for (const auto& v : verdicts) os << v << "\n";
-  for (const char* kind : {"moe", "moe_large"})
-    os << "- " << paper[kind]["model"].value_or<std::string>("") << ": not reproduced yet (no MoE proxy runs committed).\n";
+  bool have_moe = false;
+  for (const auto& kv : by_model) have_moe = have_moe || kv.first.rfind("moe", 0) == 0;
+  if (!have_moe) os << "- " << paper["moe"]["model"].value_or<std::string>("") << ": not reproduced yet (no MoE proxy runs).\n";
+  os << "- " << paper["moe_large"]["model"].value_or<std::string>("") << ": no proxy of its own; the MoE proxy stands for both MoE sizes.\n";
   std::string cmd = "build/ufp4 report figure8";
+  for (const auto& d : dirs) cmd += " --results " + rel(d);
+  os << footer(cmd, sources);
+  return os.str();
+}
+
+std::string table2(const std::string& root, const std::vector<std::string>& dirs, int64_t k) {
+  toml::table paper = load_paper(root + "/reports/paper/table2.toml");
+  std::vector<std::string> files;
+  for (const auto& d : dirs) walk_files(d, ".h5", files);
+  // One run per recipe, all of the same model and length (the table2 sweep).
+  std::map<std::string, RunSummary> by_recipe;
+  std::string model;
+  for (const auto& f : files) {
+    RunSummary r = summarize(f, k);
+    std::string name = read_h5_string_attrs(f)["run_name"];
+    if (name.rfind("table2", 0) != 0 && !(r.recipe == "ufp4" && r.model == "dense-113m")) continue;
+    if (r.steps < 100) continue;
+    by_recipe[r.recipe] = r;
+    model = r.model;
+  }
+  if (by_recipe.empty()) throw Error("table2: no Table 2 runs found (train them with: build/ufp4 run experiments/table2/proxy.toml)");
+  std::ostringstream os;
+  os << "# Table 2: UFP4 component ablation (RHT scope x SR)\n\nOurs: " << model
+     << " (experiments/table2/proxy.toml), one seed per setting, same data order and seed; loss = mean training loss of the last K = " << k
+     << " steps. Paper: Dense 1.5B, E1M2, >100B tokens, mean LM loss (" << paper["source"].value_or<std::string>("") << ").\n\n";
+  os << "| setting | SR | fwd_y | bwd_dx | bwd_dw | loss (ours) | delta (ours) | final val loss (ours) | loss (paper) | delta (paper) |\n";
+  os << "|---|---|---|---|---|---|---|---|---|---|\n";
+  std::map<std::string, double> ours_loss, ours_delta, paper_delta;
+  std::vector<std::string> sources;
+  for (auto&& key : *paper["order"].as_array()) {
+    const std::string row = key.value_or<std::string>("");
+    auto t = paper["rows"][row];
+    const std::string recipe = t["recipe"].value_or<std::string>("");
+    const std::string against = t["against"].value_or<std::string>("");
+    if (!by_recipe.count(recipe)) {
+      os << "| " << t["setting"].value_or<std::string>("") << " | | | | | not run | | | | |\n";
+      continue;
+    }
+    const RunSummary& r = by_recipe[recipe];
+    ours_loss[row] = r.tail_mean;
+    const std::string against_recipe = paper["rows"][against]["recipe"].value_or<std::string>("");
+    const double base = by_recipe.count(against_recipe) ? by_recipe[against_recipe].tail_mean : NAN;
+    ours_delta[row] = r.tail_mean - base;
+    paper_delta[row] = t["delta"].value_or(NAN);
+    auto mark = [](bool b) { return b ? "x" : ""; };
+    auto rht = t["rht"].as_array();
+    char buf[512];
+    std::snprintf(buf, sizeof buf, "| %s | %s | %s | %s | %s | %.5f | %+.5f | %.5f | %.5f | %+.5f |\n", t["setting"].value_or<std::string>("").c_str(),
+                  t["sr"].value_or(false) ? "yes" : "no", mark((*rht)[0].value_or(false)), mark((*rht)[1].value_or(false)), mark((*rht)[2].value_or(false)),
+                  r.tail_mean, ours_delta[row], r.final_eval, t["loss"].value_or(NAN), paper_delta[row]);
+    os << buf;
+    if (row != "full_sr") sources.push_back(rel(r.path) + " (commit " + r.commit + ", " + r.device + ")");
+  }
+  auto verdict = [&](const std::string& claim, bool paper_holds, bool ours_holds, const std::string& detail) {
+    os << "- \"" << claim << "\": paper " << (paper_holds ? "yes" : "no") << ", ours **" << (ours_holds ? "yes" : "no") << "**" << detail << "\n";
+  };
+  os << "\n## Verdicts (single seed: differences of a few 1e-3 may be noise until seeds are added)\n\n";
+  if (ours_loss.size() == 7) {
+    bool full_lowest = true;
+    for (const char* r : {"no_rht", "rht_dw", "rht_dx_dw", "rht_y_dw"}) full_lowest = full_lowest && ours_loss["full"] < ours_loss[r];
+    verdict("full RHT gives the lowest loss of the RHT scopes", true, full_lowest, "");
+    bool all_help = true;
+    for (const char* r : {"rht_dw", "rht_dx_dw", "rht_y_dw", "full"}) all_help = all_help && ours_delta[r] < 0;
+    char d[160];
+    std::snprintf(d, sizeof d, " (our deltas: bwd_dw %+.4f, bwd_dx+bwd_dw %+.4f, fwd_y+bwd_dw %+.4f, full %+.4f)", ours_delta["rht_dw"],
+                  ours_delta["rht_dx_dw"], ours_delta["rht_y_dw"], ours_delta["full"]);
+    verdict("every RHT scope improves on no RHT", true, all_help, d);
+    verdict("adding fwd_y to bwd_dw helps more than adding bwd_dx", true, ours_loss["rht_y_dw"] < ours_loss["rht_dx_dw"], "");
+    std::snprintf(d, sizeof d, " (%+.4f; paper %+.4f)", ours_delta["full_sr"], paper_delta["full_sr"]);
+    verdict("SR on dY improves full RHT", true, ours_delta["full_sr"] < 0, d);
+  } else {
+    os << "- verdicts need all seven rows; " << ours_loss.size() << " present.\n";
+  }
+  std::string cmd = "build/ufp4 report table2";
   for (const auto& d : dirs) cmd += " --results " + rel(d);
   os << footer(cmd, sources);
   return os.str();
@@ -218,19 +294,20 @@ int cmd_report(const std::vector<std::string>& args) {
   int64_t k = 200;
   po::options_description d("options");
   d.add_options()
-      ("name", po::value(&name), "table1 | figure8")
+      ("name", po::value(&name), "table1 | table2 | figure8")
       ("results", po::value(&dirs)->multitoken(), "folders of run results (figure8; default results/proxy)")
       ("last-k", po::value(&k)->default_value(200), "steps averaged at the end of each run (figure8)")
       ("out", po::value(&out), "write the Markdown here (default: reports/NAME.md; - for stdout)");
   po::positional_options_description pos;
   pos.add("name", 1);
-  auto vm = parse_command("report", "table1|figure8 [--out FILE]", d, args, &pos);
+  auto vm = parse_command("report", "table1|table2|figure8 [--out FILE]", d, args, &pos);
   if (!vm) return 0;
   const std::string root = UFP4_SOURCE_DIR;
   std::string md;
   if (name == "table1") md = table1(root);
   else if (name == "figure8") md = figure8(root, dirs.empty() ? std::vector<std::string>{root + "/results/proxy"} : dirs, k);
-  else throw Error("report: unknown report '" + name + "' (allowed: table1, figure8)");
+  else if (name == "table2") md = table2(root, dirs.empty() ? std::vector<std::string>{root + "/results/proxy"} : dirs, k);
+  else throw Error("report: unknown report '" + name + "' (allowed: table1, table2, figure8)");
   if (out.empty()) out = root + "/reports/" + name + ".md";
   if (out == "-") std::cout << md;
   else {
