@@ -243,3 +243,23 @@ TEST_CASE("SIGTERM checkpoints and stops; ufp4 run resumes to the uninterrupted 
   CHECK(WEXITSTATUS(rc) == 0);
   CHECK(curve(results_path(m)) == reference);
 }
+
+TEST_CASE("the README's worked example: a new ablation, planned and run at CI scale", "[train]") {
+  const std::string root = UFP4_SOURCE_DIR;
+  std::string d = temp_dir();
+  std::ofstream(d + "/ufp4_rht32.toml") << "name = \"ufp4_rht32\"\nextends = \"ufp4\"\n[fprop]\nrht = 32\n[dgrad]\nrht = 32\n[wgrad]\nrht = 32\n";
+  std::ofstream(d + "/rht_size_ci.toml") << "extends = \"" << root << "/experiments/ci/ufp4.toml\"\n[data]\npath = \"" << ci_data()
+                                          << "\"\n[train]\nsteps = 20\n[outputs]\ndir = \"" << d << "/runs\"\nname = \"rht_size\"\n"
+                                          << "[ablation.rht_size]\nfield = \"recipe.name\"\nlevels = [\"" << d << "/ufp4_rht32.toml\"]\n";
+  const std::string bin = UFP4_BINARY;
+  auto sh = [](const std::string& c) { return WEXITSTATUS(std::system((c + " > /dev/null 2>&1").c_str())); };
+  CHECK(sh(bin + " recipes " + d + "/ufp4_rht32.toml") == 0);
+  std::vector<RunManifest> runs = RunManifest::expand(d + "/rht_size_ci.toml");
+  REQUIRE(runs.size() == 2);
+  CHECK(runs[0].differs.empty());
+  CHECK(runs[1].differs.find("rht_size: recipe.name=ufp4_rht32") != std::string::npos);
+  CHECK(sh(bin + " plan " + d + "/rht_size_ci.toml") == 0);
+  CHECK(sh("cd " + root + " && " + bin + " run " + d + "/rht_size_ci.toml") == 0);
+  for (const auto& m : runs) CHECK(!find_results(m).empty());
+  CHECK(read_h5_string_attrs(find_results(runs[1]))["recipe_resolved"].find("rht = 32") != std::string::npos);
+}
