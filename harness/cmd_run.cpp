@@ -12,6 +12,8 @@
 #include "harness/fs.h"
 #include "harness/log.h"
 #include "harness/trainer.h"
+#include "models/model_config.h"
+#include "models/recipe.h"
 
 namespace ufp4 {
 
@@ -63,6 +65,15 @@ int cmd_run(const std::vector<std::string>& args) {
     for (auto& m : RunManifest::expand(p))
       if (only.empty() || m.name == only) ms.push_back(m);
   if (ms.empty()) throw Error("run: no run named '" + only + "' in the given manifests");
+  // Every run's model and recipe must resolve before the first run starts.
+  for (const auto& m : ms) {
+    try {
+      model_config(m.model);
+      Recipe::load(m.recipe);
+    } catch (const Error& e) {
+      throw Error(m.path + ": run " + m.name + ": " + e.what());
+    }
+  }
 
   std::vector<std::string> failed, finished;
   int stopped = 0;

@@ -263,3 +263,17 @@ TEST_CASE("the README's worked example: a new ablation, planned and run at CI sc
   for (const auto& m : runs) CHECK(!find_results(m).empty());
   CHECK(read_h5_string_attrs(find_results(runs[1]))["recipe_resolved"].find("rht = 32") != std::string::npos);
 }
+
+TEST_CASE("a manifest whose later run names a missing recipe starts no run", "[train]") {
+  std::string d = temp_dir();
+  std::ofstream(d + "/m.toml") << "extends = \"" << std::string(UFP4_SOURCE_DIR) << "/experiments/ci/bf16.toml\"\n[data]\npath = \"" << ci_data()
+                               << "\"\n[train]\nsteps = 5\n[outputs]\ndir = \"" << d << "/runs\"\n[sweep]\n\"recipe.name\" = [\"bf16\", \"no_such_recipe\"]\n";
+  FILE* p = popen((std::string(UFP4_BINARY) + " run " + d + "/m.toml 2>&1").c_str(), "r");
+  std::string out;
+  char buf[512];
+  while (fgets(buf, sizeof buf, p)) out += buf;
+  CHECK(WEXITSTATUS(pclose(p)) == 2);
+  CHECK(out.find("m.toml: run ") != std::string::npos);
+  CHECK(out.find("unknown recipe 'no_such_recipe'") != std::string::npos);
+  CHECK(!is_dir(d + "/runs"));  // nothing ran, nothing written
+}
