@@ -16,19 +16,14 @@ std::string tool_path(const std::string& dir = executable_dir()) {
   if (!file_exists(p)) throw RuntimeError(p + ": the data tool is missing (rebuild with make)");
   return p;
 }
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
 }  // namespace
 
 void run_data_tool(const DataPrepareOptions& o) { run_data_tool_from(executable_dir() + "/ufp4", o); }
 
 void run_data_tool_from(const std::string& sibling, const DataPrepareOptions& o) {
-  std::string cmd = quote(tool_path(sibling.substr(0, sibling.find_last_of('/')))) + " prepare --out " + quote(o.out_dir) + " --tokenizer " + quote(o.tokenizer) +
+  std::string cmd = shell_quote(tool_path(sibling.substr(0, sibling.find_last_of('/')))) + " prepare --out " + shell_quote(o.out_dir) + " --tokenizer " + shell_quote(o.tokenizer) +
                     " --vocab-size " + std::to_string(o.vocab_size) + (o.ci_corpus ? " --ci" : "");
-  for (const auto& i : o.inputs) cmd += " --input " + quote(i);
+  for (const auto& i : o.inputs) cmd += " --input " + shell_quote(i);
   cmd += " >/dev/null";
   int rc = std::system(cmd.c_str());
   if (rc != 0) throw RuntimeError("data prepare failed (" + cmd + ")");

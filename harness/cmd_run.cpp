@@ -19,11 +19,6 @@ namespace ufp4 {
 
 namespace {
 
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
 
 void print_summary(const std::vector<std::string>& files) {
   if (files.empty()) return;
@@ -91,9 +86,9 @@ int cmd_run(const std::vector<std::string>& args) {
         }
         const RunManifest& m = ms[i];
         make_dirs(m.out_dir + "/logs");
-        std::string cmd = "CUDA_VISIBLE_DEVICES=" + std::to_string(gpu) + " " + quote(exe) + " run " + quote(m.path) + " --only " + quote(m.name) +
-                          (opt.force ? " --force" : "") + (opt.device.empty() ? "" : " --device " + quote(opt.device)) + " > " +
-                          quote(m.out_dir + "/logs/" + m.name + ".log") + " 2>&1";
+        std::string cmd = "CUDA_VISIBLE_DEVICES=" + std::to_string(gpu) + " " + shell_quote(exe) + " run " + shell_quote(m.path) + " --only " + shell_quote(m.name) +
+                          (opt.force ? " --force" : "") + (opt.device.empty() ? "" : " --device " + shell_quote(opt.device)) + " > " +
+                          shell_quote(m.out_dir + "/logs/" + m.name + ".log") + " 2>&1";
         log_info("run " + m.name + ": started on GPU " + std::to_string(gpu) + " (log " + m.out_dir + "/logs/" + m.name + ".log)");
         const int rc = std::system(cmd.c_str());
         std::lock_guard<std::mutex> lock(mu);

@@ -72,4 +72,10 @@ std::string executable_dir() {
   return p.substr(0, p.find_last_of('/'));
 }
 
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
 }  // namespace ufp4

@@ -14,5 +14,7 @@ void make_dirs(const std::string& dir);  // mkdir -p; throws ufp4::RuntimeError 
 void write_text_atomically(const std::string& path, const std::string& text);
 // The folder holding the running executable (for sibling tools).
 std::string executable_dir();
+// A shell word that the shell reads back as exactly `s` (single-quoted).
+std::string shell_quote(const std::string& s);
 
 }  // namespace ufp4

@@ -29,20 +29,6 @@ namespace {
 std::atomic<int> g_signal{0};
 void on_signal(int s) { g_signal = s; }
 
-bool exists(const std::string& p) { return access(p.c_str(), F_OK) == 0; }
-
-void mkdirs(const std::string& dir) {
-  std::string cur;
-  for (size_t i = 0; i <= dir.size(); ++i) {
-    if (i == dir.size() || dir[i] == '/') {
-      if (!cur.empty()) mkdir(cur.c_str(), 0755);
-    }
-    if (i < dir.size()) cur += dir[i];
-  }
-  struct stat st;
-  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) throw RuntimeError(dir + ": cannot create the folder");
-  if (access(dir.c_str(), W_OK) != 0) throw RuntimeError(dir + ": the folder is not writable");
-}
 
 // Metrics kept across checkpoints so a resumed run writes the whole curve.
 struct Curves {
@@ -62,7 +48,7 @@ std::vector<double> unvec(const torch::Tensor& t) {
 void save_checkpoint(const std::string& dir, Transformer& model, torch::optim::Optimizer& opt, const TokenStream& data, int64_t step,
                      const Curves& c) {
   const std::string tmp = dir + ".tmp-" + std::to_string(::getpid());
-  mkdirs(tmp);
+  make_dirs(tmp);
   torch::save(model, tmp + "/model.pt");
   torch::save(opt, tmp + "/optimizer.pt");
   torch::serialize::OutputArchive a;
@@ -76,9 +62,9 @@ void save_checkpoint(const std::string& dir, Transformer& model, torch::optim::O
   a.save_to(tmp + "/state.pt");
   // Replace the previous checkpoint only once the new one is complete.
   const std::string old = dir + ".old-" + std::to_string(::getpid());
-  if (exists(dir)) std::rename(dir.c_str(), old.c_str());
+  if (file_exists(dir)) std::rename(dir.c_str(), old.c_str());
   if (std::rename(tmp.c_str(), dir.c_str()) != 0) throw RuntimeError(dir + ": cannot move the checkpoint into place");
-  if (exists(old)) std::system(("rm -rf '" + old + "'").c_str());
+  if (file_exists(old)) std::system(("rm -rf '" + old + "'").c_str());
 }
 
 int64_t load_checkpoint(const std::string& dir, Transformer& model, torch::optim::Optimizer& opt, TokenStream& data, Curves& c,
@@ -177,7 +163,7 @@ void write_results(const std::string& path, const RunManifest& m, const ModelCon
 
 std::string results_path(const RunManifest& m) { return m.out_dir + "/" + m.name + "-" + m.run_id() + ".h5"; }
 std::string find_results(const RunManifest& m) {
-  if (exists(results_path(m))) return results_path(m);
+  if (file_exists(results_path(m))) return results_path(m);
   std::vector<std::string> files;
   walk_files(m.out_dir, "-" + m.run_id() + ".h5", files);
   return files.empty() ? "" : files.front();
@@ -196,19 +182,19 @@ RunResult run_training(const RunManifest& m, const RunOptions& opt) {
   if (m.seq_len > 0) mc.seq_len = m.seq_len;
   Recipe recipe = Recipe::load(m.recipe);
   // Data: prepared on first use when the manifest says how.
-  if (!exists(m.data_path + "/data.toml") && !m.data_prepare.empty()) {
+  if (!file_exists(m.data_path + "/data.toml") && !m.data_prepare.empty()) {
     DataPrepareOptions d;
     d.out_dir = m.data_path;
     d.ci_corpus = m.data_prepare == "ci";
     d.tokenizer = m.tokenizer;
     d.vocab_size = static_cast<int>(m.vocab_size);
-    mkdirs(m.data_path);
+    make_dirs(m.data_path);
     run_data_tool(d);
   }
   DataInfo data = load_data_info(m.data_path);
   if (data.vocab > mc.vocab && data.tokenizer != "external (llm.c shards)")
     throw Error(m.path + ": data vocabulary " + std::to_string(data.vocab) + " exceeds model " + mc.name + "'s " + std::to_string(mc.vocab));
-  mkdirs(m.out_dir);
+  make_dirs(m.out_dir);
 
   std::string dev = opt.device.empty() ? m.device : opt.device;
   bool cuda = torch::cuda::is_available();
@@ -242,7 +228,7 @@ RunResult run_training(const RunManifest& m, const RunOptions& opt) {
   TokenStream train(data.train_shards, mc.seq_len, static_cast<uint64_t>(m.seed));
   Curves curves;
   int64_t start = 0;
-  if (exists(ckpt + "/state.pt")) {
+  if (file_exists(ckpt + "/state.pt")) {
     start = load_checkpoint(ckpt, model, optimizer, train, curves, device);
     log_info("run " + m.name + ": resumed from " + ckpt + " at step " + std::to_string(start));
   }
