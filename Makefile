@@ -57,8 +57,25 @@ reproduce-figure-8: build
 	$(BUILD)/ufp4 run --gpus $(GPUS) experiments/proxy/dense113m_bf16.toml experiments/proxy/dense113m_e2m1_ref.toml experiments/proxy/dense113m_ufp4.toml experiments/figure8/moe_proxy.toml
 	$(BUILD)/ufp4 report figure8
 
+# Figures 2, 4-7, 12: the shrinkage-bias analysis of operands captured from the dense proxy (one report).
+reproduce-figure-2 reproduce-figure-4 reproduce-figure-5 reproduce-figure-6 reproduce-figure-7 reproduce-figure-12: build
+	@bash tools/reproduce-analysis.sh $(BUILD) $(SCALE)
+
+# Figure 9: the MoE ladder, scaling-law fits, report.
+F9_RESULTS_proxy := results/figure9
+F9_RESULTS_ci := build/ci/figure9
+F9_FITS_proxy := results/fits/figure9-proxy.h5
+F9_FITS_ci := build/ci/fits/figure9-ci.h5
+F9_REPORT_proxy := reports/figure9.md
+F9_REPORT_ci := build/ci/reports/figure9.md
+reproduce-figure-9: build
+	$(BUILD)/ufp4 run --gpus $(GPUS) --per-gpu 4 $(sort $(wildcard experiments/figure9/$(SCALE)/*.toml))
+	$(BUILD)/ufp4 fit --results $(F9_RESULTS_$(SCALE)) --out $(F9_FITS_$(SCALE))
+	$(BUILD)/ufp4 report figure9 --fits $(F9_FITS_$(SCALE)) --out $(F9_REPORT_$(SCALE)) > /dev/null
+	@echo "report written: $(F9_REPORT_$(SCALE))"
+
 reproduce-%:
-	@echo "make reproduce-$*: not yet available (arrives with the experiments issue)"; exit 2
+	@echo "make reproduce-$*: no such target (tables 1-3, figures 2, 4-10, 12; figure 11 comes with the performance issue)"; exit 2
 
 # Offline GPU nodes: download what the node lacks here, unpack and build there.
 gpu-deps:

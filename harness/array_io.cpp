@@ -316,6 +316,32 @@ std::map<std::string, std::string> read_h5_string_attrs(const std::string& path,
   return out;
 }
 
+namespace {
+#if H5_VERSION_GE(1, 12, 0)
+using ObjectInfo = H5O_info2_t;
+#else
+using ObjectInfo = H5O_info_t;
+#endif
+herr_t collect_dataset(hid_t, const char* name, const ObjectInfo* info, void* out) {
+  if (info->type == H5O_TYPE_DATASET) static_cast<std::vector<std::string>*>(out)->push_back(name);
+  return 0;
+}
+}  // namespace
+
+std::vector<std::string> list_h5_datasets(const std::string& path) {
+  hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (file < 0) throw Error(path + ": cannot open as HDF5");
+  std::vector<std::string> out;
+#if H5_VERSION_GE(1, 12, 0)
+  herr_t rc = H5Ovisit(file, H5_INDEX_NAME, H5_ITER_INC, collect_dataset, &out, H5O_INFO_BASIC);
+#else
+  herr_t rc = H5Ovisit(file, H5_INDEX_NAME, H5_ITER_INC, collect_dataset, &out);
+#endif
+  H5Fclose(file);
+  if (rc < 0) throw Error(path + ": cannot list datasets");
+  return out;
+}
+
 double read_h5_double_attr(const std::string& path, const std::string& key, const std::string& object) {
   hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (file < 0) throw Error(path + ": cannot open as HDF5");

@@ -44,6 +44,8 @@ class H5Writer {
 ArrayF32 read_h5_f32(const std::string& path, const std::string& dataset);
 std::vector<uint8_t> read_h5_u8(const std::string& path, const std::string& dataset, std::vector<int64_t>* shape = nullptr);
 std::map<std::string, std::string> read_h5_string_attrs(const std::string& path, const std::string& object = "/");
+// Every dataset in the file, full paths without the leading "/", in name order.
+std::vector<std::string> list_h5_datasets(const std::string& path);
 double read_h5_double_attr(const std::string& path, const std::string& key, const std::string& object = "/");
 
 }  // namespace ufp4

@@ -25,11 +25,12 @@ Command pending(const std::string& name, const std::string& summary, const std::
 const std::vector<Command>& commands() {
   static const std::vector<Command> cmds = {
       {"run", "train the runs of manifests (resumes partial runs, skips finished ones)", cmd_run},
-      {"plan", "parameters, FLOPs and memory of a model (--model); manifests into runs (to come)", cmd_plan},
-      {"report", "render reports with the paper's numbers beside ours (table1, figure8)", cmd_report},
+      {"plan", "manifests into runs (run id, what differs, FLOPs, GPU time, results); a model's parameters and memory", cmd_plan},
+      {"report", "render reports with the paper's numbers beside ours (tables 1-3, figures 2, 4-10, 12)", cmd_report},
       {"check", "compare loss curves against committed references", cmd_check},
+      {"fit", "scaling-law fits (loss vs compute, Chinchilla) with bootstrap intervals", cmd_fit},
       pending("bench", "kernel and training-step benchmarks (Google Benchmark, CUDA events)", "performance on H200"),
-      {"analyze", "shrinkage-bias analysis: per-bin bias of a grid (more analyses to come)", cmd_analyze},
+      {"analyze", "shrinkage-bias analysis: bias theory, captured tensors, attenuation chain", cmd_analyze},
       {"quantize", "quantize an .npy or HDF5 dataset with any grid, block, scale, rounding and RHT", cmd_quantize},
       {"recipes", "list recipes, print one fully resolved, or several as paper Table 1", cmd_recipes},
       pending("fit", "scaling-law fits over runs", "scaling-law study"),

@@ -33,5 +33,6 @@ int cmd_run(const std::vector<std::string>& args);
 int cmd_data(const std::vector<std::string>& args);
 int cmd_check(const std::vector<std::string>& args);
 int cmd_report(const std::vector<std::string>& args);
+int cmd_fit(const std::vector<std::string>& args);
 
 }  // namespace ufp4

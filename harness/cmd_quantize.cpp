@@ -23,20 +23,6 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }
 bool is_h5(const std::string& p) { return ends_with(p, ".h5") || ends_with(p, ".hdf5"); }
 
-torch::Device pick_device(const std::string& d) {
-  bool have_cuda = false;
-#ifdef UFP4_WITH_CUDA
-  have_cuda = cuda_available();
-#endif
-  if (d == "cpu") return torch::kCPU;
-  if (d == "cuda") {
-    if (!have_cuda) throw Error("--device: cuda requested but no CUDA device is available to this build (allowed: auto, cpu, cuda)");
-    return torch::kCUDA;
-  }
-  if (d == "auto") return have_cuda ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
-  throw Error("--device: '" + d + "' is not allowed (allowed: auto, cpu, cuda)");
-}
-
 torch::ScalarType parse_dtype(const std::string& key, const std::string& v) {
   if (v == "f32" || v == "float32") return torch::kFloat32;
   if (v == "bf16" || v == "bfloat16") return torch::kBFloat16;

@@ -1,314 +1,55 @@
-// `ufp4 report NAME`: renders a reproduction report (Markdown) with our numbers beside the paper's
-// (reports/paper/*.toml), verdicts computed from our data, and provenance.
-//   table1   — Table 1 from the recipe presets.
-//   figure8  — BF16-relative loss gap of e2m1_ref and ufp4 from committed runs.
-#include <cmath>
-#include <cstdio>
-#include <fstream>
+// `ufp4 report NAME`: renders a reproduction report (Markdown, SVG figures under figures/ beside it).
+#include <algorithm>
 #include <iostream>
-#include <map>
-#include <sstream>
-#include <toml++/toml.h>
 
-#include "harness/array_io.h"
 #include "harness/cli.h"
 #include "harness/error.h"
 #include "harness/fs.h"
-#include "harness/provenance.h"
-#include "models/recipe.h"
+#include "harness/report.h"
 
 namespace ufp4 {
 
-namespace {
-
-toml::table load_paper(const std::string& path) {
-  try {
-    return toml::parse_file(path);
-  } catch (const toml::parse_error& e) {
-    throw Error(path + ":" + std::to_string(e.source().begin.line) + ": " + std::string(e.description()));
-  } catch (const std::exception&) {
-    throw Error(path + ": cannot read the paper's numbers");
-  }
-}
-
-// Lower case, no parentheses, without the filler words "only" and "uniform".
-std::string normalize(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  std::string out, word;
-  std::istringstream in(s);
-  while (in >> word) {
-    word.erase(std::remove(word.begin(), word.end(), '('), word.end());
-    word.erase(std::remove(word.begin(), word.end(), ')'), word.end());
-    if (word == "only" || word == "uniform" || word.empty()) continue;
-    out += (out.empty() ? "" : " ") + word;
-  }
-  return out;
-}
-
-bool cell_matches(const std::string& ours, const std::string& paper) {
-  size_t start = 0;
-  while (start <= paper.size()) {
-    size_t slash = paper.find(" / ", start);
-    std::string alt = paper.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
-    if (normalize(alt) == normalize(ours)) return true;
-    if (slash == std::string::npos) break;
-    start = slash + 3;
-  }
-  return false;
-}
-
-// Paths as the repository names them.
-std::string rel(const std::string& p) {
-  const std::string root = std::string(UFP4_SOURCE_DIR) + "/";
-  return p.rfind(root, 0) == 0 ? p.substr(root.size()) : p;
-}
-
-std::string footer(const std::string& command, const std::vector<std::string>& sources) {
-  std::ostringstream os;
-  os << "\n## Provenance\n\n- rendered by ufp4 " << version() << " (commit " << git_commit() << ") at " << utc_now() << "\n";
-  for (const auto& s : sources) os << "- " << s << "\n";
-  os << "- regenerate: `" << command << "`\n";
-  return os.str();
-}
-
-std::string table1(const std::string& root) {
-  toml::table paper = load_paper(root + "/reports/paper/table1.toml");
-  std::vector<Recipe> rs;
-  std::vector<std::string> names;
-  for (auto&& n : *paper["recipes"].as_array()) names.push_back(n.value_or<std::string>(""));
-  for (const auto& n : names) rs.push_back(Recipe::load(n));
-  // Our rows, parsed back from the Markdown table the recipes command prints.
-  std::map<std::string, std::vector<std::string>> ours;
-  std::istringstream t(Recipe::table1(rs));
-  std::string line;
-  while (std::getline(t, line)) {
-    if (line.rfind("| ", 0) != 0 || line.rfind("| |", 0) == 0) continue;
-    std::vector<std::string> cells;
-    size_t p = 1;
-    while (p < line.size()) {
-      size_t q = line.find('|', p);
-      if (q == std::string::npos) break;
-      std::string c = line.substr(p, q - p);
-      c.erase(0, c.find_first_not_of(' '));
-      c.erase(c.find_last_not_of(' ') + 1);
-      cells.push_back(c);
-      p = q + 1;
-    }
-    ours[cells[0]] = std::vector<std::string>(cells.begin() + 1, cells.end());
-  }
-  std::ostringstream os;
-  os << "# Table 1: the recipes\n\nOurs: the resolved presets `models/recipes/{" << names[0] << "," << names[1]
-     << "}.toml`. Paper: " << paper["source"].value_or<std::string>("") << " (`reports/paper/table1.toml`).\n\n";
-  os << "| | " << names[0] << " (ours) | " << names[0] << " (paper) | " << names[1] << " (ours) | " << names[1] << " (paper) | match |\n";
-  os << "|---|---|---|---|---|---|\n";
-  int mismatches = 0;
-  for (auto&& key : *paper["order"].as_array()) {  // the paper's row order
-    std::string row = key.value_or<std::string>("");
-    std::vector<std::string> p;
-    if (auto cells = paper["rows"][row].as_array())
-      for (auto&& e : *cells) p.push_back(e.value_or<std::string>(""));
-    if (p.size() != 2) throw Error("reports/paper/table1.toml: rows." + row + ": expected two cells");
-    const auto& o = ours[row];
-    bool m = o.size() == 2 && cell_matches(o[0], p[0]) && cell_matches(o[1], p[1]);
-    mismatches += !m;
-    os << "| " << row << " | " << (o.size() > 0 ? o[0] : "?") << " | " << p[0] << " | " << (o.size() > 1 ? o[1] : "?") << " | " << p[1]
-       << " | " << (m ? "yes" : "**no**") << " |\n";
-  }
-  os << "\n**Verdict:** " << (mismatches ? std::to_string(mismatches) + " field(s) differ from the paper's Table 1"
-                                         : "every field of the presets matches the paper's Table 1")
-     << " (cells compared case-insensitively, ignoring parentheses and the words \"only\" and \"uniform\"; a paper cell "
-        "with alternatives such as \"E1M2 / INT4\" matches either).\n";
-  std::string src0 = rs[0].source, src1 = rs[1].source;
-  for (std::string* src : {&src0, &src1})
-    for (size_t at; (at = src->find(std::string(UFP4_SOURCE_DIR) + "/")) != std::string::npos;) src->erase(at, std::string(UFP4_SOURCE_DIR).size() + 1);
-  os << footer("make reproduce-table-1", {"recipes: " + src0 + "; " + src1});
-  if (mismatches) throw RuntimeError("table1: " + std::to_string(mismatches) + " field(s) differ from the paper");
-  return os.str();
-}
-
-struct RunSummary {
-  std::string path, recipe, model, commit, device;
-  double tail_mean = NAN, final_eval = NAN;
-  int64_t steps = 0, k = 0;
-};
-
-RunSummary summarize(const std::string& path, int64_t k) {
-  RunSummary r;
-  auto a = read_h5_string_attrs(path);
-  r.path = path;
-  r.recipe = a["recipe"];
-  r.model = a["model"];
-  r.commit = a["git_commit"];
-  r.device = a["device"];
-  ArrayF32 loss = read_h5_f32(path, "train/loss");
-  r.steps = static_cast<int64_t>(loss.data.size());
-  r.k = std::min<int64_t>(k, r.steps);
-  double s = 0;
-  for (int64_t i = r.steps - r.k; i < r.steps; ++i) s += loss.data[static_cast<size_t>(i)];
-  r.tail_mean = s / static_cast<double>(r.k);
-  r.final_eval = read_h5_double_attr(path, "final_eval_loss");
-  return r;
-}
-
-std::string figure8(const std::string& root, const std::vector<std::string>& dirs, int64_t k) {
-  toml::table paper = load_paper(root + "/reports/paper/figure8.toml");
-  std::vector<std::string> files;
-  for (const auto& d : dirs) walk_files(d, ".h5", files);
-  std::map<std::string, std::map<std::string, RunSummary>> by_model;  // model -> recipe -> summary
-  for (const auto& f : files) {
-    RunSummary s = summarize(f, k);
-    if (s.recipe == "bf16" || s.recipe == "e2m1_ref" || s.recipe == "ufp4") {
-      if (s.steps < 100) continue;  // short smoke runs say nothing about the gap
-      by_model[s.model][s.recipe] = s;
-    }
-  }
-  std::ostringstream os;
-  os << "# Figure 8: BF16-relative loss gap\n\nMetric: |L - L_bf16| / L_bf16 in percent, with L the mean training loss of the "
-        "last K steps (K = "
-     << k << " here; the paper averages the last 1000 steps of much longer runs), and the same for the final validation loss. "
-             "One seed per recipe; same data order and seed across recipes. Paper: "
-     << paper["source"].value_or<std::string>("") << ".\n\n";
-  os << "| model | recipe | steps | mean train loss, last K | gap (ours) | final val loss | val gap (ours) | paper model | gap (paper) |\n";
-  os << "|---|---|---|---|---|---|---|---|---|\n";
-  std::vector<std::string> sources, verdicts;
-  for (auto& [model, rs] : by_model) {
-    if (!rs.count("bf16")) continue;
-    const RunSummary& b = rs["bf16"];
-    const std::string kind = model.rfind("moe", 0) == 0 ? "moe" : "dense";
-    double gaps[2] = {NAN, NAN};
-    int i = 0;
-    for (const char* recipe : {"bf16", "e2m1_ref", "ufp4"}) {
-      if (!rs.count(recipe)) continue;
-      const RunSummary& r = rs[recipe];
-      double gap = 100 * std::fabs(r.tail_mean - b.tail_mean) / b.tail_mean, vgap = 100 * std::fabs(r.final_eval - b.final_eval) / b.final_eval;
-      char buf[512];
-      std::string pm = paper[kind]["model"].value_or<std::string>("-");
-      double pg = paper[kind][recipe].value_or(NAN);
-      std::snprintf(buf, sizeof buf, "| %s | %s | %lld | %.4f | %s | %.4f | %s | %s | %s |\n", model.c_str(), recipe, static_cast<long long>(r.steps),
-                    r.tail_mean, std::string(recipe) == "bf16" ? "-" : (std::to_string(gap).substr(0, 6) + "%").c_str(), r.final_eval,
-                    std::string(recipe) == "bf16" ? "-" : (std::to_string(vgap).substr(0, 6) + "%").c_str(), pm.c_str(),
-                    std::isnan(pg) ? "-" : (std::to_string(pg).substr(0, 6) + "%").c_str());
-      os << buf;
-      if (std::string(recipe) != "bf16") gaps[i++] = gap;
-      sources.push_back(rel(r.path) + " (commit " + r.commit + ", " + r.device + ")");
-    }
-    if (i == 2) {
-      verdicts.push_back("- " + model + ": \"UFP4's gap is below E2M1's\" — " + (gaps[1] < gaps[0] ? "**holds**" : "**does not hold**") +
-                         " on our data (ufp4 " + std::to_string(gaps[1]).substr(0, 6) + "% vs e2m1_ref " + std::to_string(gaps[0]).substr(0, 6) +
-                         "%; paper: " + std::to_string(paper[kind]["ufp4"].value_or(NAN)).substr(0, 6) + "% vs " +
-                         std::to_string(paper[kind]["e2m1_ref"].value_or(NAN)).substr(0, 6) + "%). Single seed: no spread yet.");
-    }
-  }
-  if (by_model.empty()) throw Error("figure8: no bf16/e2m1_ref/ufp4 runs found in the given folders");
-  os << "\n## Verdicts\n\n";
-  for (const auto& v : verdicts) os << v << "\n";
-  bool have_moe = false;
-  for (const auto& kv : by_model) have_moe = have_moe || kv.first.rfind("moe", 0) == 0;
-  if (!have_moe) os << "- " << paper["moe"]["model"].value_or<std::string>("") << ": not reproduced yet (no MoE proxy runs).\n";
-  os << "- " << paper["moe_large"]["model"].value_or<std::string>("") << ": no proxy of its own; the MoE proxy stands for both MoE sizes.\n";
-  std::string cmd = "build/ufp4 report figure8";
-  for (const auto& d : dirs) cmd += " --results " + rel(d);
-  os << footer(cmd, sources);
-  return os.str();
-}
-
-std::string table2(const std::string& root, const std::vector<std::string>& dirs, int64_t k) {
-  toml::table paper = load_paper(root + "/reports/paper/table2.toml");
-  std::vector<std::string> files;
-  for (const auto& d : dirs) walk_files(d, ".h5", files);
-  // One run per recipe, all of the same model and length (the table2 sweep).
-  std::map<std::string, RunSummary> by_recipe;
-  std::string model;
-  for (const auto& f : files) {
-    RunSummary r = summarize(f, k);
-    std::string name = read_h5_string_attrs(f)["run_name"];
-    if (name.rfind("table2", 0) != 0 && !(r.recipe == "ufp4" && r.model == "dense-113m")) continue;
-    if (r.steps < 100) continue;
-    by_recipe[r.recipe] = r;
-    model = r.model;
-  }
-  if (by_recipe.empty()) throw Error("table2: no Table 2 runs found (train them with: build/ufp4 run experiments/table2/proxy.toml)");
-  std::ostringstream os;
-  os << "# Table 2: UFP4 component ablation (RHT scope x SR)\n\nOurs: " << model
-     << " (experiments/table2/proxy.toml), one seed per setting, same data order and seed; loss = mean training loss of the last K = " << k
-     << " steps. Paper: Dense 1.5B, E1M2, >100B tokens, mean LM loss (" << paper["source"].value_or<std::string>("") << ").\n\n";
-  os << "| setting | SR | fwd_y | bwd_dx | bwd_dw | loss (ours) | delta (ours) | final val loss (ours) | loss (paper) | delta (paper) |\n";
-  os << "|---|---|---|---|---|---|---|---|---|---|\n";
-  std::map<std::string, double> ours_loss, ours_delta, paper_delta;
-  std::vector<std::string> sources;
-  for (auto&& key : *paper["order"].as_array()) {
-    const std::string row = key.value_or<std::string>("");
-    auto t = paper["rows"][row];
-    const std::string recipe = t["recipe"].value_or<std::string>("");
-    const std::string against = t["against"].value_or<std::string>("");
-    if (!by_recipe.count(recipe)) {
-      os << "| " << t["setting"].value_or<std::string>("") << " | | | | | not run | | | | |\n";
-      continue;
-    }
-    const RunSummary& r = by_recipe[recipe];
-    ours_loss[row] = r.tail_mean;
-    const std::string against_recipe = paper["rows"][against]["recipe"].value_or<std::string>("");
-    const double base = by_recipe.count(against_recipe) ? by_recipe[against_recipe].tail_mean : NAN;
-    ours_delta[row] = r.tail_mean - base;
-    paper_delta[row] = t["delta"].value_or(NAN);
-    auto mark = [](bool b) { return b ? "x" : ""; };
-    auto rht = t["rht"].as_array();
-    char buf[512];
-    std::snprintf(buf, sizeof buf, "| %s | %s | %s | %s | %s | %.5f | %+.5f | %.5f | %.5f | %+.5f |\n", t["setting"].value_or<std::string>("").c_str(),
-                  t["sr"].value_or(false) ? "yes" : "no", mark((*rht)[0].value_or(false)), mark((*rht)[1].value_or(false)), mark((*rht)[2].value_or(false)),
-                  r.tail_mean, ours_delta[row], r.final_eval, t["loss"].value_or(NAN), paper_delta[row]);
-    os << buf;
-    if (row != "full_sr") sources.push_back(rel(r.path) + " (commit " + r.commit + ", " + r.device + ")");
-  }
-  auto verdict = [&](const std::string& claim, bool paper_holds, bool ours_holds, const std::string& detail) {
-    os << "- \"" << claim << "\": paper " << (paper_holds ? "yes" : "no") << ", ours **" << (ours_holds ? "yes" : "no") << "**" << detail << "\n";
-  };
-  os << "\n## Verdicts (single seed: differences of a few 1e-3 may be noise until seeds are added)\n\n";
-  if (ours_loss.size() == 7) {
-    bool full_lowest = true;
-    for (const char* r : {"no_rht", "rht_dw", "rht_dx_dw", "rht_y_dw"}) full_lowest = full_lowest && ours_loss["full"] < ours_loss[r];
-    verdict("full RHT gives the lowest loss of the RHT scopes", true, full_lowest, "");
-    bool all_help = true;
-    for (const char* r : {"rht_dw", "rht_dx_dw", "rht_y_dw", "full"}) all_help = all_help && ours_delta[r] < 0;
-    char d[160];
-    std::snprintf(d, sizeof d, " (our deltas: bwd_dw %+.4f, bwd_dx+bwd_dw %+.4f, fwd_y+bwd_dw %+.4f, full %+.4f)", ours_delta["rht_dw"],
-                  ours_delta["rht_dx_dw"], ours_delta["rht_y_dw"], ours_delta["full"]);
-    verdict("every RHT scope improves on no RHT", true, all_help, d);
-    verdict("adding fwd_y to bwd_dw helps more than adding bwd_dx", true, ours_loss["rht_y_dw"] < ours_loss["rht_dx_dw"], "");
-    std::snprintf(d, sizeof d, " (%+.4f; paper %+.4f)", ours_delta["full_sr"], paper_delta["full_sr"]);
-    verdict("SR on dY improves full RHT", true, ours_delta["full_sr"] < 0, d);
-  } else {
-    os << "- verdicts need all seven rows; " << ours_loss.size() << " present.\n";
-  }
-  std::string cmd = "build/ufp4 report table2";
-  for (const auto& d : dirs) cmd += " --results " + rel(d);
-  os << footer(cmd, sources);
-  return os.str();
-}
-
-}  // namespace
-
 int cmd_report(const std::vector<std::string>& args) {
-  std::string name, out;
-  std::vector<std::string> dirs;
+  const std::string allowed = "table1, table2, table3, figure8, figure10, analysis, figure9";
+  std::string name, out, tensors, fits;
+  std::vector<std::string> dirs, chains;
   int64_t k = 200;
   po::options_description d("options");
   d.add_options()
-      ("name", po::value(&name), "table1 | table2 | figure8")
-      ("results", po::value(&dirs)->multitoken(), "folders of run results (figure8; default results/proxy)")
-      ("last-k", po::value(&k)->default_value(200), "steps averaged at the end of each run (figure8)")
-      ("out", po::value(&out), "write the Markdown here (default: reports/NAME.md; - for stdout)");
+      ("name", po::value(&name), "table1 | table2 | table3 | figure8 | figure10 | analysis | figure9")
+      ("results", po::value(&dirs)->multitoken(), "folders of run results (default: results/proxy)")
+      ("last-k", po::value(&k)->default_value(200), "steps averaged at the end of each run")
+      ("tensors", po::value(&tensors), "analysis: output of `ufp4 analyze tensors` (default results/analysis/tensors-dense113m.h5)")
+      ("chain", po::value(&chains)->multitoken(), "analysis: outputs of `ufp4 analyze chain` (default results/analysis/chain-*.h5)")
+      ("fits", po::value(&fits), "figure9: output of `ufp4 fit` (default results/fits/figure9-proxy.h5)")
+      ("out", po::value(&out), "write the Markdown here (default: reports/NAME.md; - for stdout, without figures)");
   po::positional_options_description pos;
   pos.add("name", 1);
-  auto vm = parse_command("report", "table1|table2|figure8 [--out FILE]", d, args, &pos);
+  auto vm = parse_command("report", "NAME [--results DIR...] [--out FILE]", d, args, &pos);
   if (!vm) return 0;
   const std::string root = UFP4_SOURCE_DIR;
-  std::string md;
-  if (name == "table1") md = table1(root);
-  else if (name == "figure8") md = figure8(root, dirs.empty() ? std::vector<std::string>{root + "/results/proxy"} : dirs, k);
-  else if (name == "table2") md = table2(root, dirs.empty() ? std::vector<std::string>{root + "/results/proxy"} : dirs, k);
-  else throw Error("report: unknown report '" + name + "' (allowed: table1, table2, figure8)");
   if (out.empty()) out = root + "/reports/" + name + ".md";
+  const std::string figures = out == "-" ? "" : (out.find('/') == std::string::npos ? "." : out.substr(0, out.rfind('/'))) + "/figures";
+  if (dirs.empty()) dirs = {root + "/results/proxy"};
+  std::string md;
+  if (name == "table1") md = report_table1(root);
+  else if (name == "figure8") md = report_figure8(root, dirs, k, figures);
+  else if (name == "table2") md = report_table2(root, dirs, k);
+  else if (name == "analysis") {
+    if (tensors.empty()) tensors = root + "/results/analysis/tensors-dense113m.h5";
+    if (chains.empty()) {
+      std::vector<std::string> files;
+      if (is_dir(root + "/results/analysis")) walk_files(root + "/results/analysis", ".h5", files);
+      for (const auto& f : files)
+        if (f.find("/chain-") != std::string::npos) chains.push_back(f);
+      std::sort(chains.begin(), chains.end());
+    }
+    md = report_analysis(root, tensors, chains, figures);
+  } else if (name == "figure9") {
+    md = report_figure9(root, fits.empty() ? root + "/results/fits/figure9-proxy.h5" : fits, figures);
+  } else {
+    throw Error("report: unknown report '" + name + "' (allowed: " + allowed + ")");
+  }
   if (out == "-") std::cout << md;
   else {
     write_text_atomically(out, md);

@@ -1,6 +1,7 @@
 // `ufp4 run MANIFEST...`: trains what is missing, resumes what is partial, skips what exists.
 // Manifests with [sweep] or [ablation] expand into several runs; `--gpus N` runs them concurrently,
 // one child process per GPU slot (CUDA_VISIBLE_DEVICES), and a failed run does not stop the others.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <mutex>
@@ -75,14 +76,18 @@ int cmd_run(const std::vector<std::string>& args) {
   if (gpus > 0) {
     std::mutex mu;
     size_t next = 0;
+    std::vector<int> load(static_cast<size_t>(gpus), 0);  // runs in flight per GPU: each new run goes to the least loaded
     const std::string exe = executable_dir() + "/ufp4";
-    auto worker = [&](int gpu) {
+    auto worker = [&]() {
       for (;;) {
         size_t i;
+        int gpu;
         {
           std::lock_guard<std::mutex> lock(mu);
           if (next >= ms.size()) return;
           i = next++;
+          gpu = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+          ++load[static_cast<size_t>(gpu)];
         }
         const RunManifest& m = ms[i];
         make_dirs(m.out_dir + "/logs");
@@ -92,14 +97,14 @@ int cmd_run(const std::vector<std::string>& args) {
         log_info("run " + m.name + ": started on GPU " + std::to_string(gpu) + " (log " + m.out_dir + "/logs/" + m.name + ".log)");
         const int rc = std::system(cmd.c_str());
         std::lock_guard<std::mutex> lock(mu);
+        --load[static_cast<size_t>(gpu)];
         const std::string res = find_results(m);
         if (rc == 0 && !res.empty()) finished.push_back(res);
         else failed.push_back(m.name + " (exit " + std::to_string(WEXITSTATUS(rc)) + ", see " + m.out_dir + "/logs/" + m.name + ".log)");
       }
     };
     std::vector<std::thread> pool;
-    for (int g = 0; g < gpus; ++g)
-      for (int k = 0; k < per_gpu; ++k) pool.emplace_back(worker, g);
+    for (int k = 0; k < gpus * per_gpu; ++k) pool.emplace_back(worker);
     for (auto& t : pool) t.join();
   } else {
     for (const auto& m : ms) {

@@ -153,7 +153,7 @@ RunManifest from_table(const toml::table& t, const std::string& path) {
   r.integer(ev, "eval", "every", m.eval_every, 0, int64_t(1) << 40);
   r.integer(ev, "eval", "batches", m.eval_batches, 1, 1 << 20);
   const toml::table& cap = sec("capture");
-  r.keys(cap, "capture", {"steps", "layers", "telemetry_every"});
+  r.keys(cap, "capture", {"steps", "layers", "tokens", "telemetry_every"});
   if (auto a = cap.get("steps")) {
     if (!a->is_array()) r.bad(*a, "capture.steps", "expected an array of integers");
     for (auto&& e : *a->as_array()) m.capture_steps.push_back(e.value_or<int64_t>(-1));
@@ -162,6 +162,7 @@ RunManifest from_table(const toml::table& t, const std::string& path) {
     if (!a->is_array()) r.bad(*a, "capture.layers", "expected an array of name patterns");
     for (auto&& e : *a->as_array()) m.capture_layers.push_back(e.value_or<std::string>(""));
   }
+  r.integer(cap, "capture", "tokens", m.capture_tokens, 0, int64_t(1) << 40);
   r.integer(cap, "capture", "telemetry_every", m.telemetry_every, 0, int64_t(1) << 40);
   const toml::table& out = sec("outputs");
   r.keys(out, "outputs", {"dir", "name"});
@@ -275,7 +276,9 @@ std::string RunManifest::resolved() const {
   for (size_t i = 0; i < capture_steps.size(); ++i) os << (i ? ", " : "") << capture_steps[i];
   os << "]\nlayers = [";
   for (size_t i = 0; i < capture_layers.size(); ++i) os << (i ? ", " : "") << "\"" << capture_layers[i] << "\"";
-  os << "]\ntelemetry_every = " << telemetry_every << "\n";
+  os << "]\n";
+  if (!capture_steps.empty()) os << "tokens = " << capture_tokens << "\n";  // only then: older run ids stay valid
+  os << "telemetry_every = " << telemetry_every << "\n";
   // Not part of the identity: device, checkpoint/log cadence, output folder and name.
   return os.str();
 }

@@ -36,6 +36,7 @@ struct RunManifest {
   // [capture]
   std::vector<int64_t> capture_steps;
   std::vector<std::string> capture_layers;
+  int64_t capture_tokens = 2048;  // token-indexed operands keep their first N tokens (0: all)
   int64_t telemetry_every = 0;
   // [outputs]
   std::string out_dir = "results/runs";

@@ -211,7 +211,8 @@ RunResult run_training(const RunManifest& m, const RunOptions& opt) {
   ctx->run_seed = static_cast<uint64_t>(m.seed);
   if (!m.capture_steps.empty())
     ctx->capture = std::make_shared<CaptureSink>(m.out_dir + "/" + m.name + "-" + m.run_id() + ".capture",
-                                                 std::set<int64_t>(m.capture_steps.begin(), m.capture_steps.end()), m.capture_layers);
+                                                 std::set<int64_t>(m.capture_steps.begin(), m.capture_steps.end()), m.capture_layers,
+                                                 m.capture_tokens);
   Transformer model(mc, ctx);
   model->to(device);
   model->set_compute_dtype(device.is_cuda() ? torch::kBFloat16 : torch::kFloat32);

@@ -165,8 +165,8 @@ torch::Tensor QuantLinearImpl::forward(const torch::Tensor& x) { return quant_li
 
 // ---- capture ----------------------------------------------------------------------------------
 
-CaptureSink::CaptureSink(std::string dir, std::set<int64_t> steps, std::vector<std::string> layer_patterns)
-    : dir_(std::move(dir)), steps_(std::move(steps)), patterns_(std::move(layer_patterns)) {}
+CaptureSink::CaptureSink(std::string dir, std::set<int64_t> steps, std::vector<std::string> layer_patterns, int64_t max_tokens)
+    : dir_(std::move(dir)), steps_(std::move(steps)), patterns_(std::move(layer_patterns)), max_tokens_(max_tokens) {}
 
 bool CaptureSink::wants(int64_t step, const std::string& layer) const {
   if (!steps_.count(step)) return false;
@@ -177,7 +177,18 @@ bool CaptureSink::wants(int64_t step, const std::string& layer) const {
 }
 
 void CaptureSink::add(const std::string& key, const torch::Tensor& before, const torch::Tensor& after) {
-  pending_[key] = {before.detach().to(torch::kFloat32).cpu().contiguous(), after.detach().to(torch::kFloat32).cpu().contiguous()};
+  const bool same = before.data_ptr() == after.data_ptr() && before.sizes() == after.sizes() && before.strides() == after.strides();
+  // Tokens run along dim 0 of FPROP x and DGRAD dY, along dim 1 of the (transposed) WGRAD operands.
+  int token_dim = -1;
+  auto ends = [&](const std::string& s) { return key.size() >= s.size() && key.compare(key.size() - s.size(), s.size(), s) == 0; };
+  if (ends("/fprop.x") || ends("/dgrad.dy")) token_dim = 0;
+  if (key.find("/wgrad.") != std::string::npos) token_dim = 1;
+  auto keep = [&](const torch::Tensor& t) {
+    torch::Tensor u = t.detach();
+    if (max_tokens_ > 0 && token_dim >= 0 && u.size(token_dim) > max_tokens_) u = u.narrow(token_dim, 0, max_tokens_);
+    return u.to(torch::kFloat32).cpu().contiguous();
+  };
+  pending_[key] = {keep(before), same ? torch::Tensor() : keep(after)};
 }
 
 std::string CaptureSink::flush(int64_t step) {
@@ -188,6 +199,7 @@ std::string CaptureSink::flush(int64_t step) {
   for (const auto& kv : pending_) {
     for (int i = 0; i < 2; ++i) {
       const torch::Tensor& t = i == 0 ? kv.second.first : kv.second.second;
+      if (!t.defined()) continue;
       w.write_f32(kv.first + (i == 0 ? "/before" : "/after"), t.data_ptr<float>(), std::vector<int64_t>(t.sizes().begin(), t.sizes().end()));
     }
   }

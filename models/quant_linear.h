@@ -16,10 +16,12 @@ namespace ufp4 {
 // Saves operands before and after quantization on chosen steps and layers (HDF5, one file a step).
 class CaptureSink {
  public:
-  CaptureSink(std::string dir, std::set<int64_t> steps, std::vector<std::string> layer_patterns);
+  // max_tokens > 0 keeps the first max_tokens tokens of activations and gradients (weights whole).
+  CaptureSink(std::string dir, std::set<int64_t> steps, std::vector<std::string> layer_patterns, int64_t max_tokens = 0);
   bool wants(int64_t step, const std::string& layer) const;
   void add(const std::string& key, const torch::Tensor& before, const torch::Tensor& after);
-  // Writes <dir>/capture_step<step>.h5 (datasets "<layer>/<gemm>.<operand>/before|after") and clears.
+  // Writes <dir>/capture_step<step>.h5 (datasets "<layer>/<gemm>.<operand>/before|after"; "after" only
+  // where the recipe changed the operand) and clears.
   std::string flush(int64_t step);
   const std::map<std::string, std::pair<torch::Tensor, torch::Tensor>>& pending() const { return pending_; }
 
@@ -27,6 +29,7 @@ class CaptureSink {
   std::string dir_;
   std::set<int64_t> steps_;
   std::vector<std::string> patterns_;
+  int64_t max_tokens_ = 0;
   std::map<std::string, std::pair<torch::Tensor, torch::Tensor>> pending_;
 };
 

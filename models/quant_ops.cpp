@@ -44,6 +44,21 @@ void run(const KernelSpec& ks, QuantizeIO& io, const torch::Tensor& like) {
 
 }  // namespace
 
+// "auto" (CUDA when this build and the machine have it), "cpu" or "cuda".
+torch::Device pick_device(const std::string& d) {
+  bool have_cuda = false;
+#ifdef UFP4_WITH_CUDA
+  have_cuda = cuda_available();
+#endif
+  if (d == "cpu") return torch::kCPU;
+  if (d == "cuda") {
+    if (!have_cuda) throw Error("--device: cuda requested but no CUDA device is available to this build (allowed: auto, cpu, cuda)");
+    return torch::kCUDA;
+  }
+  if (d == "auto") return have_cuda ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
+  throw Error("--device: '" + d + "' is not allowed (allowed: auto, cpu, cuda)");
+}
+
 QuantizedTensor quantize(const torch::Tensor& x_in, const QuantSpec& spec, const QuantizeOptions& opt) {
   check_input(x_in);
   if (opt.out_dtype != torch::kFloat32 && opt.out_dtype != torch::kBFloat16)

@@ -24,6 +24,9 @@ struct QuantizeOptions {
   bool want_codes = true;                          // false: dequantized values only (training path)
 };
 
+// "auto" (CUDA when this build and the machine have it), "cpu" or "cuda"; throws naming the allowed values.
+torch::Device pick_device(const std::string& d);
+
 // x: 2-D float32 or bfloat16 tensor on CPU or CUDA (made contiguous if needed).
 QuantizedTensor quantize(const torch::Tensor& x, const QuantSpec& spec, const QuantizeOptions& opt = {});
 

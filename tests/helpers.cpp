@@ -1,6 +1,12 @@
 #include "tests/helpers.h"
 
+#include <stdlib.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
 #include <sstream>
+#include <stdexcept>
 
 #ifdef UFP4_WITH_CUDA
 #include "kernels/quantize_cuda.h"
@@ -69,6 +75,24 @@ torch::Tensor make_input(const std::string& regime, int64_t rows, int64_t cols, 
     return x;
   }
   throw std::runtime_error("unknown regime " + regime);
+}
+
+CliResult run_cli(const std::string& args) {
+  // From the repository root, as a user runs it: manifests name repository-relative paths.
+  std::string cmd = "cd '" + std::string(UFP4_SOURCE_DIR) + "' && " + std::string(UFP4_BINARY) + " " + args + " 2>&1";
+  std::array<char, 4096> buf;
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return {-1, "popen failed"};
+  while (fgets(buf.data(), buf.size(), p)) out += buf.data();
+  int status = pclose(p);
+  return {WEXITSTATUS(status), out};
+}
+
+std::string temp_dir() {
+  char tmpl[] = "/tmp/ufp4-test-XXXXXX";
+  if (!mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
+  return tmpl;
 }
 
 }  // namespace ufp4::test

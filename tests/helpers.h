@@ -15,6 +15,15 @@ std::string describe_mismatch(const torch::Tensor& a, const torch::Tensor& b, in
 
 // Input regimes of a quantizer test (fixed seed): "normal", "zeros", "subnormal", "near_overflow",
 // "outliers", "dyadic", "mixed" (a bit of everything, including zero blocks, inf and NaN).
+struct CliResult {
+  int code;
+  std::string out;  // stdout and stderr
+};
+// Runs the ufp4 binary from the repository root with `args` (a shell fragment); output and exit code.
+CliResult run_cli(const std::string& args);
+// A fresh folder under /tmp.
+std::string temp_dir();
+
 torch::Tensor make_input(const std::string& regime, int64_t rows, int64_t cols, uint64_t seed);
 
 }  // namespace ufp4::test

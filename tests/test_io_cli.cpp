@@ -20,27 +20,9 @@ using namespace ufp4;
 
 namespace {
 
-struct Result {
-  int code;
-  std::string out;  // stdout and stderr
-};
-
-Result run_cli(const std::string& args) {
-  std::string cmd = std::string(UFP4_BINARY) + " " + args + " 2>&1";
-  std::array<char, 4096> buf;
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  while (fgets(buf.data(), buf.size(), p)) out += buf.data();
-  int status = pclose(p);
-  return {WEXITSTATUS(status), out};
-}
-
-std::string temp_dir() {
-  char tmpl[] = "/tmp/ufp4-test-XXXXXX";
-  REQUIRE(mkdtemp(tmpl) != nullptr);
-  return tmpl;
-}
+using Result = test::CliResult;
+using test::run_cli;
+using test::temp_dir;
 
 int lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
 
@@ -245,5 +227,5 @@ TEST_CASE("reproduce Table 1: the presets match the paper's Table 1 field for fi
   CHECK(r.out.find("| RHT scope | bwd_dw | bwd_dw only | fwd_y, bwd_dx, bwd_dw | fwd_y, bwd_dx, bwd_dw | yes |") != std::string::npos);
   Result bad = run_cli("report table9");
   CHECK(bad.code == 2);
-  CHECK(bad.out.find("allowed: table1, table2, figure8") != std::string::npos);
+  CHECK(bad.out.find("allowed: table1, table2, table3, figure8, figure10, analysis, figure9") != std::string::npos);
 }

@@ -1,0 +1,90 @@
+// The paper's shrinkage-bias measurements (§3, §5.2; Eq. 1-7) as library calls:
+//  - bias theory: expected rounding error of a grid under 1xB block max scaling for a magnitude
+//    density, by numerical integration and by Monte Carlo through the real quantizer;
+//  - tensor metrics: NMSE, SQNR, alpha (Eq. 3), effective bucket ratio (Eq. 6) with and without RHT;
+//  - GEMM output SQNR with both operands quantized (FPROP, DGRAD, WGRAD);
+//  - signal attenuation through stacked quantized GEMMs (Eq. 5).
+// Everything is in "grid units": a block's values divided by its scale s = amax / g_max.
+#pragma once
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/quant_spec.h"
+
+namespace ufp4 {
+
+// A symmetric density of x, described through its magnitude |x|.
+class Density {
+ public:
+  // uniform (on [-1, 1]), gaussian, laplace, student-t (nu > 2 for a finite variance; any nu > 0 works).
+  static Density named(const std::string& name, double nu = 3);
+  // The empirical distribution of a tensor's values, reduced to `support` evenly spaced order
+  // statistics of |x| (both methods use that same finite support, so they must agree exactly).
+  static Density empirical(const std::vector<float>& values, int support = 4096);
+  static std::vector<std::string> names();  // uniform, gaussian, laplace, student-t
+
+  const std::string& label() const { return label_; }
+  bool discrete() const { return !support_.empty(); }
+  double pdf(double m) const;       // density of |x|
+  double quantile(double p) const;  // of |x|
+  const std::vector<double>& support() const { return support_; }
+  // n magnitudes (iid) with random signs, from generator state `gen`.
+  torch::Tensor sample(int64_t n, torch::Generator gen) const;
+
+ private:
+  std::string kind_, label_;
+  double nu_ = 3;
+  std::vector<double> support_;
+};
+
+// Expectations over all elements of a block, in grid units (t = |x| / s, q = round_G(t)).
+struct BiasMoments {
+  double bias = 0;      // E[q - t]: the shrinkage bias b_G(P) (negative: toward zero)
+  double rel_bias = 0;  // E[q - t] / E[t]
+  double alpha = 0;     // E[q t] / E[t^2] (Eq. 3 on grid units)
+  double nmse = 0;      // E[(q - t)^2] / E[t^2]
+  double sqnr_db = 0;   // -10 log10(nmse)
+  // Stated uncertainty of each: quadrature error estimate, or the Monte Carlo standard error.
+  double bias_err = 0, rel_bias_err = 0, alpha_err = 0, nmse_err = 0;
+  std::string method, note;
+};
+
+// Numerical integration (Gauss-Kronrod), exact in the model "B iid draws, max scaling". With
+// rht = true the rotated values are used; that has a closed form only for the Gaussian (an
+// orthogonal map keeps iid Gaussians iid Gaussian); other densities get the Gaussian limit and
+// say so in `note`.
+BiasMoments bias_by_integration(const Grid& grid, const Density& p, int block, bool rht);
+// Monte Carlo through the CPU reference quantizer: `blocks` blocks of B iid draws (RHT-16 within
+// each block when rht), split into 64 batches for the standard errors.
+BiasMoments bias_by_monte_carlo(const Grid& grid, const Density& p, int block, bool rht, int64_t blocks, uint64_t seed);
+
+// Metrics of one quantized tensor against its (rotated) original, Eq. 3, 6, 7.
+struct TensorMetrics {
+  double nmse = 0, sqnr_db = 0, alpha = 0, bucket_ratio = 0;
+};
+// Quantizes x (2-D, rowwise: blocks along dim 1) with `spec` and measures it.
+TensorMetrics tensor_metrics(const torch::Tensor& x, const QuantSpec& spec);
+// Eq. 6 from magnitude codes: exp(H) / K over the K magnitude buckets including zero.
+double bucket_ratio(const torch::Tensor& magnitude_codes, int k);
+
+// Output SQNR (dB) of the three GEMMs of a linear layer with both operands quantized by `spec`
+// along each GEMM's reduction dimension (x [M,K], w [N,K], dy [M,N]; M a multiple of the block and
+// RHT size for WGRAD).
+struct GemmSqnr {
+  double fwd_y = 0, bwd_dx = 0, bwd_dw = 0;
+};
+GemmSqnr gemm_sqnr(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& dy, const QuantSpec& spec);
+
+// Signal attenuation through K stacked quantized GEMMs x_k = Q(x_{k-1}) Q(W_k)^T, each stage rescaled
+// by the exact chain's RMS. eta_k: projection coefficient of the quantized chain's output on the
+// exact one; predicted_k = exp(-sum_j delta_j) with delta_j = 1 - alpha_x,j alpha_w,j (Eq. 5).
+struct ChainPoint {
+  int k = 0;
+  double eta = 0, predicted = 0, delta = 0;
+};
+std::vector<ChainPoint> attenuation_chain(const torch::Tensor& x0, const std::vector<torch::Tensor>& weights, const QuantSpec& spec);
+
+}  // namespace ufp4

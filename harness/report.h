@@ -1,0 +1,39 @@
+// Reproduction reports: Markdown (+ SVG figures) with our numbers beside the paper's (reports/paper/*.toml),
+// verdicts computed from our data, and a provenance footer. One renderer per table or figure family.
+#pragma once
+#include <toml++/toml.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ufp4 {
+
+// Shared pieces.
+toml::table load_paper(const std::string& path);
+std::string rel(const std::string& path);  // a path as the repository names it
+std::string footer(const std::string& command, const std::vector<std::string>& sources);
+
+struct RunSummary {
+  std::string path, recipe, model, commit, device, name;
+  double tail_mean = NAN, final_eval = NAN;  // mean train loss of the last k steps; final validation loss
+  int64_t steps = 0, k = 0, seed = 0;
+  std::vector<double> loss;                  // the training curve
+};
+RunSummary summarize(const std::string& path, int64_t k);
+// Mean and sample standard deviation (0 for one value).
+std::pair<double, double> mean_sd(const std::vector<double>& v);
+
+// Training tables and figures (report_training.cpp); `dirs` are folders of run results.
+std::string report_table1(const std::string& root);
+std::string report_table2(const std::string& root, const std::vector<std::string>& dirs, int64_t k);
+std::string report_figure8(const std::string& root, const std::vector<std::string>& dirs, int64_t k, const std::string& figures);
+
+// Shrinkage-bias analysis, Figures 2, 4-7, 12 and the attenuation chain (report_analysis.cpp).
+std::string report_analysis(const std::string& root, const std::string& tensors_h5, const std::vector<std::string>& chain_h5,
+                            const std::string& figures);
+
+// Figure 9 from `ufp4 fit` output (report_scaling.cpp).
+std::string report_figure9(const std::string& root, const std::string& fits, const std::string& figures);
+
+}  // namespace ufp4

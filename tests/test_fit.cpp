@@ -1,0 +1,112 @@
+// Scaling-law fits: known parameters recovered from noisy synthetic data within the bootstrap
+// intervals, Huber against an outlier, and clear errors for degenerate inputs.
+#include <cmath>
+#include <random>
+
+#include "harness/error.h"
+#include "harness/fit.h"
+#include "tests/catch.h"
+#include "tests/helpers.h"
+
+using namespace ufp4;
+
+namespace {
+
+template <class F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+bool inside(const FitResult& r, size_t j, double truth) { return r.lo[j] <= truth && truth <= r.hi[j]; }
+
+}  // namespace
+
+// Coverage over 12 independent data sets: each 95% interval must cover its true value at least 9
+// times (binomial: a calibrated interval fails this with probability 0.002).
+TEST_CASE("fit: L(C) = E + A C^-alpha recovered within the 95% bootstrap interval", "[fit]") {
+  const double E = 1.8, A = 2.0e4, alpha = 0.3;  // L - E from ~0.5 to ~0.06 over the range
+  int cover[3] = {0, 0, 0};
+  for (uint64_t seed = 1; seed <= 12; ++seed) {
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<double> noise(0.0, 0.004);
+    std::vector<FitPoint> pts;
+    for (int i = 0; i < 12; ++i) {
+      FitPoint p;
+      p.compute = 1e15 * std::pow(1000.0, i / 11.0);
+      p.params = 1e8, p.tokens = p.compute / 6e8;
+      p.loss = E + A * std::pow(p.compute, -alpha) + noise(rng);
+      pts.push_back(p);
+    }
+    FitOptions o;
+    o.bootstrap = 200;
+    o.seed = seed;
+    FitResult r = fit_scaling_law(pts, FitForm::kPower, o);
+    cover[0] += inside(r, 0, E);
+    cover[1] += inside(r, 1, std::log(A) - alpha * std::log(r.c0));  // A is reported at C0
+    cover[2] += inside(r, 2, alpha);
+    CHECK(r.rmse < 0.01);
+    CHECK(r.bootstrap_used > 150);
+  }
+  INFO("coverage of E, log A, alpha over 12 data sets: " << cover[0] << ", " << cover[1] << ", " << cover[2]);
+  for (int c : cover) CHECK(c >= 9);
+}
+
+TEST_CASE("fit: Chinchilla L(N, D) recovered within the 95% bootstrap interval", "[fit]") {
+  const double E = 1.7, A = 400, a = 0.34, B = 1200, b = 0.28;
+  int cover[3] = {0, 0, 0};
+  for (uint64_t seed = 1; seed <= 12; ++seed) {
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<double> noise(0.0, 0.003);
+    std::vector<FitPoint> pts;
+    for (double n : {2e7, 6e7, 2e8, 6e8})
+      for (double d : {1e9, 4e9, 1.6e10, 6.4e10}) pts.push_back({6 * n * d, n, d, E + A * std::pow(n, -a) + B * std::pow(d, -b) + noise(rng)});
+    FitOptions o;
+    o.bootstrap = 200;
+    o.seed = seed;
+    FitResult r = fit_scaling_law(pts, FitForm::kChinchilla, o);
+    cover[0] += inside(r, 0, E);
+    cover[1] += inside(r, 2, a);
+    cover[2] += inside(r, 4, b);
+    CHECK(r.predict(0, 1e8, 1e10) == Approx(E + A * std::pow(1e8, -a) + B * std::pow(1e10, -b)).epsilon(0.01));
+  }
+  INFO("coverage of E, a, b over 12 data sets: " << cover[0] << ", " << cover[1] << ", " << cover[2]);
+  for (int c : cover) CHECK(c >= 9);
+}
+
+TEST_CASE("fit: Huber loss resists an outlier that pulls least squares", "[fit]") {
+  std::vector<FitPoint> pts;
+  for (int i = 0; i < 10; ++i) {
+    FitPoint p;
+    p.compute = 1e15 * std::pow(10.0, i / 3.0), p.params = 1e8, p.tokens = p.compute / 6e8;
+    p.loss = 2.0 + 5e3 * std::pow(p.compute, -0.25);
+    pts.push_back(p);
+  }
+  pts[5].loss += 0.3;  // a bad run
+  FitOptions o;
+  o.bootstrap = 0;
+  FitResult ls = fit_scaling_law(pts, FitForm::kPower, o);
+  o.huber_delta = 0.01;
+  FitResult hu = fit_scaling_law(pts, FitForm::kPower, o);
+  CHECK(std::fabs(hu.params[2] - 0.25) < std::fabs(ls.params[2] - 0.25));
+  CHECK(std::fabs(hu.params[2] - 0.25) < 0.01);
+}
+
+TEST_CASE("fit: degenerate inputs give a clear error", "[fit]") {
+  std::vector<FitPoint> pts = {{1e15, 1e8, 1e6, 3.0}, {1e16, 1e8, 1e7, 2.8}, {1e17, 1e8, 1e8, 2.6}};
+  CHECK(error_of([&] { fit_scaling_law(pts, FitForm::kPower); }).find("3 points for 3 parameters") != std::string::npos);
+  pts.push_back({1e18, 1e8, 1e9, NAN});
+  CHECK(error_of([&] { fit_scaling_law(pts, FitForm::kPower); }).find("non-finite") != std::string::npos);
+  std::vector<FitPoint> same(6, FitPoint{1e16, 1e8, 1e7, 2.5});
+  CHECK(error_of([&] { fit_scaling_law(same, FitForm::kPower); }).find("same compute") != std::string::npos);
+  std::vector<FitPoint> one_n;
+  for (int i = 0; i < 8; ++i) one_n.push_back({1e15 * (i + 1), 1e8, 1e7 * (i + 1), 3.0 - 0.1 * i});
+  CHECK(error_of([&] { fit_scaling_law(one_n, FitForm::kChinchilla); }).find("two model sizes") != std::string::npos);
+  auto r = test::run_cli("fit --results /nonexistent");
+  CHECK(r.code == 2);
+  CHECK(r.out.find("--results: '/nonexistent' is not a folder") != std::string::npos);
+}
