@@ -7,6 +7,11 @@ cd "$(dirname "$0")/.."
 LOGS=${LOGS:-logs}
 BUDGET=${1:-420}
 mkdir -p "$LOGS"
+# Run outputs live in an ignored folder (logs/) behind a link, so a warm node's re-synced work tree
+# keeps them and a second command resumes from the checkpoints.
+for d in results/figure9 results/analysis; do
+  [ -L "$d" ] || { mkdir -p "$LOGS/keep/$d"; rm -rf "$d"; mkdir -p "$(dirname "$d")"; ln -s "$PWD/$LOGS/keep/$d" "$d"; }
+done
 t0=$(date +%s)
 make gpu > "$LOGS/build.log" 2>&1 || { tail -n 40 "$LOGS/build.log"; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
