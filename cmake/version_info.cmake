@@ -1,4 +1,9 @@
 # Build-time: writes version_info.h with the git commit (and +dirty), rewriting it only on change.
+# UFP4_GIT_COMMIT in the environment wins: a copy shipped to a GPU node may carry stale git metadata.
+if(DEFINED ENV{UFP4_GIT_COMMIT} AND NOT "$ENV{UFP4_GIT_COMMIT}" STREQUAL "")
+  set(commit "$ENV{UFP4_GIT_COMMIT}")
+  set(rc 0)
+else()
 execute_process(COMMAND git rev-parse --short=12 HEAD WORKING_DIRECTORY ${SRC}
                 OUTPUT_VARIABLE commit OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0 OR commit STREQUAL "")
@@ -14,6 +19,7 @@ else()
   if(NOT dirty STREQUAL "")
     set(commit "${commit}+dirty")
   endif()
+endif()
 endif()
 set(content "#pragma once\n#define UFP4_VERSION_STRING \"${VERSION}\"\n#define UFP4_GIT_COMMIT \"${commit}\"\n")
 if(EXISTS ${OUT})
