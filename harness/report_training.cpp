@@ -149,6 +149,34 @@ std::string report_figure8(const std::string& root, const std::vector<std::strin
     }
   }
   if (by_model.empty()) throw Error("figure8: no bf16/e2m1_ref/ufp4 runs found in the given folders");
+  // Loss curves: training loss smoothed over 50 steps, one figure per model.
+  if (!figures.empty()) {
+    os << "\n## Loss curves\n\n";
+    for (auto& [model, rs] : by_model) {
+      Figure f;
+      f.title = model + ": training loss (moving average of 50 steps)";
+      f.xlabel = "step";
+      f.ylabel = "loss";
+      f.extra = "set yrange [*:*]";
+      for (const char* recipe : {"bf16", "e2m1_ref", "ufp4"}) {
+        if (!rs.count(recipe)) continue;
+        Series sr;
+        sr.title = recipe;
+        sr.style = "lines";
+        const auto& l = rs[recipe].loss;
+        double acc = 0;
+        for (size_t i = 0; i < l.size(); ++i) {
+          acc += l[i] - (i >= 50 ? l[i - 50] : 0.0);
+          if (i >= 49) sr.x.push_back(static_cast<double>(i)), sr.y.push_back(acc / 50);
+        }
+        f.series.push_back(sr);
+      }
+      make_dirs(figures);
+      const std::string name = "figure8-" + model;
+      const std::string why = render_svg(f, figures + "/" + name + ".svg");
+      os << (why.empty() ? "![" + f.title + "](figures/" + name + ".svg)" : "_(figure skipped: " + why + ")_") << "\n\n";
+    }
+  }
   os << "\n## Verdicts\n\n";
   for (const auto& v : verdicts) os << v << "\n";
   bool have_moe = false;
