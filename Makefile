@@ -57,6 +57,27 @@ reproduce-figure-8: build
 	$(BUILD)/ufp4 run --gpus $(GPUS) experiments/proxy/dense113m_bf16.toml experiments/proxy/dense113m_e2m1_ref.toml experiments/proxy/dense113m_ufp4.toml experiments/figure8/moe_proxy.toml
 	$(BUILD)/ufp4 report figure8
 
+# Table 3 (E2M1 one-factor search) and Figure 10 (range-restricted E2M1).
+T3_RESULTS_proxy := results/table3
+T3_RESULTS_ci := build/ci/table3
+F10_RESULTS_proxy := results/proxy
+F10_RESULTS_ci := build/ci/figure10
+F10_MANIFESTS_proxy := experiments/figure10/proxy.toml experiments/figure10/moe_proxy.toml
+F10_MANIFESTS_ci := experiments/figure10/ci.toml
+REPORT_DIR_proxy := reports
+REPORT_DIR_ci := build/ci/reports
+reproduce-table-3: build
+	$(BUILD)/ufp4 run --gpus $(GPUS) --per-gpu 4 experiments/table3/$(SCALE).toml
+	@mkdir -p $(REPORT_DIR_$(SCALE))
+	$(BUILD)/ufp4 report table3 --results $(T3_RESULTS_$(SCALE)) --out $(REPORT_DIR_$(SCALE))/table3.md > /dev/null
+	@echo "report written: $(REPORT_DIR_$(SCALE))/table3.md"
+
+reproduce-figure-10: build
+	$(BUILD)/ufp4 run --gpus $(GPUS) $(F10_MANIFESTS_$(SCALE))
+	@mkdir -p $(REPORT_DIR_$(SCALE))
+	$(BUILD)/ufp4 report figure10 --results $(F10_RESULTS_$(SCALE)) --out $(REPORT_DIR_$(SCALE))/figure10.md > /dev/null
+	@echo "report written: $(REPORT_DIR_$(SCALE))/figure10.md"
+
 # Figures 2, 4-7, 12: the shrinkage-bias analysis of operands captured from the dense proxy (one report).
 reproduce-figure-2 reproduce-figure-4 reproduce-figure-5 reproduce-figure-6 reproduce-figure-7 reproduce-figure-12: build
 	@bash tools/reproduce-analysis.sh $(BUILD) $(SCALE)

@@ -27,6 +27,9 @@ std::pair<double, double> mean_sd(const std::vector<double>& v);
 // Training tables and figures (report_training.cpp); `dirs` are folders of run results.
 std::string report_table1(const std::string& root);
 std::string report_table2(const std::string& root, const std::vector<std::string>& dirs, int64_t k);
+// Table 3 (E2M1 one-factor search) and Figure 10 (range-restricted E2M1).
+std::string report_table3(const std::string& root, const std::vector<std::string>& dirs, int64_t k);
+std::string report_figure10(const std::string& root, const std::vector<std::string>& dirs, int64_t k);
 std::string report_figure8(const std::string& root, const std::vector<std::string>& dirs, int64_t k, const std::string& figures);
 
 // Shrinkage-bias analysis, Figures 2, 4-7, 12 and the attenuation chain (report_analysis.cpp).

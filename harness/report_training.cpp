@@ -263,4 +263,135 @@ std::string report_table2(const std::string& root, const std::vector<std::string
   return os.str();
 }
 
+namespace {
+
+// Runs of `dirs` whose name starts with `prefix`, summarized.
+std::vector<RunSummary> runs_named(const std::vector<std::string>& dirs, const std::string& prefix, int64_t k) {
+  std::vector<std::string> files;
+  for (const auto& d : dirs) walk_files(d, ".h5", files);
+  std::vector<RunSummary> out;
+  for (const auto& f : files) {
+    auto a = read_h5_string_attrs(f);
+    if (a["run_name"].rfind(prefix, 0) == 0) out.push_back(summarize(f, k));
+  }
+  return out;
+}
+
+std::string fmt5(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.5f", v);
+  return b;
+}
+
+}  // namespace
+
+std::string report_table3(const std::string& root, const std::vector<std::string>& dirs, int64_t k) {
+  toml::table paper = load_paper(root + "/reports/paper/table3.toml");
+  std::vector<RunSummary> runs = runs_named(dirs, "table3", k);
+  if (runs.empty()) throw Error("table3: no Table 3 runs found (train them with: make reproduce-table-3)");
+  const std::string base_recipe = paper["base"].value_or<std::string>("e2m1_ref");
+  std::map<std::string, RunSummary> by_recipe;
+  std::string model;
+  for (const auto& r : runs) by_recipe[r.recipe] = r, model = r.model;
+  if (!by_recipe.count(base_recipe)) throw Error("table3: the base run (" + base_recipe + ") is missing");
+  const RunSummary& base = by_recipe[base_recipe];
+  std::ostringstream os;
+  os << "# Table 3: the E2M1 reference's one-factor search\n\nOurs: " << model << ", one run per level, each factor changed alone from the "
+     << "base (the E2M1 reference), same data order and seed; loss = mean training loss of the last K = " << base.k
+     << " steps. Paper: Dense 1.5B, 200B tokens, winner = lowest mean loss over the final 1,000 steps (" << paper["source"].value_or<std::string>("")
+     << "); it publishes the choice, not the losses.\n\n";
+  std::vector<std::string> sources, verdicts;
+  for (auto&& fk : *paper["order"].as_array()) {
+    const std::string factor = fk.value_or<std::string>("");
+    auto f = paper["factors"][factor];
+    os << "## " << factor << " (searched: " << f["searched"].value_or<std::string>("") << ")\n\n| level | recipe | loss (ours) | delta vs base | "
+       << "final val loss | paper's choice |\n|---|---|---|---|---|---|\n";
+    const toml::table* labels = f["labels"].as_table();
+    std::string best;
+    double best_loss = INFINITY;
+    int present = 0;
+    for (auto&& [rk, lv] : *labels) {
+      const std::string recipe(rk.str());
+      const std::string label = lv.value_or<std::string>("");
+      const bool chosen = recipe == f["chosen"].value_or<std::string>("");
+      if (!by_recipe.count(recipe)) {
+        os << "| " << label << " | " << recipe << " | not run | | | " << (chosen ? "**chosen**" : "") << " |\n";
+        continue;
+      }
+      const RunSummary& r = by_recipe[recipe];
+      ++present;
+      if (r.tail_mean < best_loss) best_loss = r.tail_mean, best = recipe;
+      char d[32];
+      std::snprintf(d, sizeof d, "%+.5f", r.tail_mean - base.tail_mean);
+      os << "| " << label << " | " << recipe << " | " << fmt5(r.tail_mean) << " | " << (recipe == base_recipe ? "0 (base)" : d) << " | "
+         << fmt5(r.final_eval) << " | " << (chosen ? "**chosen**" : "") << " |\n";
+      if (recipe != base_recipe) sources.push_back(rel(r.path) + " (commit " + r.commit + ", " + r.device + ")");
+    }
+    os << "\nPaper: " << f["remark"].value_or<std::string>("") << ".\n\n";
+    if (present == static_cast<int>(labels->size())) {
+      const std::string chosen = f["chosen"].value_or<std::string>("");
+      const std::string lab = (*labels)[best].value_or(std::string(best));
+      char margin[64];
+      std::snprintf(margin, sizeof margin, "%+.5f", by_recipe[chosen].tail_mean - best_loss);
+      verdicts.push_back("- " + factor + ": our lowest loss is **" + lab + "**; the paper chose " + (*labels)[chosen].value_or(std::string(chosen)) +
+                         (best == chosen ? " — **agrees**" : " — **differs** (the paper's choice is " + std::string(margin) + " above our best)"));
+    } else {
+      verdicts.push_back("- " + factor + ": " + std::to_string(present) + " of " + std::to_string(labels->size()) + " levels run; no verdict yet");
+    }
+  }
+  sources.insert(sources.begin(), rel(base.path) + " (commit " + base.commit + ", " + base.device + ")");
+  os << "## Verdicts (one seed: margins of a few 1e-3 are within run-to-run noise)\n\n";
+  for (const auto& v : verdicts) os << v << "\n";
+  std::string cmd = "build/ufp4 report table3";
+  for (const auto& d : dirs) cmd += " --results " + rel(d);
+  os << footer(cmd, sources);
+  return os.str();
+}
+
+std::string report_figure10(const std::string& root, const std::vector<std::string>& dirs, int64_t k) {
+  toml::table paper = load_paper(root + "/reports/paper/figure10.toml");
+  // The E2M1 range-restricted runs and, by content, the bf16 / e2m1_ref runs of the same model and length.
+  std::vector<RunSummary> all = runs_named(dirs, "", k);
+  std::map<std::string, std::map<std::string, RunSummary>> by;  // "model/steps" -> recipe -> run
+  for (const auto& r : all)
+    if (r.recipe == "bf16" || r.recipe == "e2m1_ref" || r.recipe == "e2m1_rr") {
+      if (r.name.rfind("figure9", 0) == 0 || r.name.rfind("table", 0) == 0 || r.name.rfind("analysis", 0) == 0) continue;
+      auto& slot = by[r.model + "/" + std::to_string(r.steps)][r.recipe];
+      if (slot.path.empty() || r.name.rfind("figure10", 0) == 0) slot = r;
+    }
+  std::ostringstream os;
+  os << "# Figure 10: range-restricted E2M1\n\nOurs: E2M1 with max_fpx 2 and RHT-16 on all three GEMMs (`ablations/e2m1_rr.toml`) "
+     << "against the E2M1 reference and BF16, same data order and seed; loss = mean training loss of the last K = " << k
+     << " steps, gap = (L - L_bf16) / L_bf16. Paper: " << paper["source"].value_or<std::string>("") << " (claim only; values not recovered).\n\n";
+  os << "| model | steps | bf16 | e2m1_ref | gap | e2m1_rr | gap |\n|---|---|---|---|---|---|---|\n";
+  std::vector<std::string> sources, verdicts;
+  for (auto& [key, rs] : by) {
+    if (!rs.count("e2m1_rr")) continue;
+    const RunSummary &rr = rs["e2m1_rr"];
+    const bool have_ref = rs.count("e2m1_ref") > 0, have_b = rs.count("bf16") > 0;
+    auto gap = [&](const RunSummary& r) {
+      if (!have_b) return std::string("-");
+      char b[32];
+      std::snprintf(b, sizeof b, "%+.3f%%", 100 * (r.tail_mean - rs["bf16"].tail_mean) / rs["bf16"].tail_mean);
+      return std::string(b);
+    };
+    os << "| " << rr.model << " | " << rr.steps << " | " << (have_b ? fmt5(rs["bf16"].tail_mean) : "-") << " | "
+       << (have_ref ? fmt5(rs["e2m1_ref"].tail_mean) : "-") << " | " << (have_ref ? gap(rs["e2m1_ref"]) : "-") << " | " << fmt5(rr.tail_mean) << " | "
+       << gap(rr) << " |\n";
+    for (const auto& [rec, r] : rs) sources.push_back(rel(r.path) + " (commit " + r.commit + ", " + r.device + ")");
+    if (have_ref) {
+      const bool worse = rr.tail_mean > rs["e2m1_ref"].tail_mean;
+      verdicts.push_back("- " + rr.model + ": \"" + paper["claim"].value_or<std::string>("") + "\" — paper yes, ours **" + (worse ? "yes" : "no") +
+                         "** (" + fmt5(rr.tail_mean) + " vs " + fmt5(rs["e2m1_ref"].tail_mean) + ", one seed)");
+    }
+  }
+  if (sources.empty()) throw Error("figure10: no e2m1_rr runs found (train them with: make reproduce-figure-10)");
+  os << "\n## Verdicts\n\n";
+  for (const auto& v : verdicts) os << v << "\n";
+  std::string cmd = "build/ufp4 report figure10";
+  for (const auto& d : dirs) cmd += " --results " + rel(d);
+  os << footer(cmd, sources);
+  return os.str();
+}
+
 }  // namespace ufp4
