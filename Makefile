@@ -37,10 +37,8 @@ bench:
 	@echo "make bench: not yet available (arrives with the performance issue)"; exit 2
 
 report: build
-	$(BUILD)/ufp4 report table1 > /dev/null
-	$(BUILD)/ufp4 report table2 > /dev/null
-	$(BUILD)/ufp4 report figure8 > /dev/null
-	@echo "reports written: reports/table1.md reports/table2.md reports/figure8.md"
+	@for r in table1 table2 table3 figure8 figure10 analysis figure9; do $(BUILD)/ufp4 report $$r > /dev/null || exit 1; done
+	@echo "reports written: reports/{table1,table2,table3,figure8,figure10,analysis,figure9}.md"
 
 reproduce-table-1: build
 	$(BUILD)/ufp4 report table1
@@ -53,9 +51,15 @@ reproduce-table-2: build
 	$(BUILD)/ufp4 run --gpus $(GPUS) experiments/table2/$(SCALE).toml
 	$(BUILD)/ufp4 report table2 $(if $(filter ci,$(SCALE)),--results build/ci/table2 --out -,)
 
+F8_MANIFESTS_proxy := experiments/proxy/dense113m_bf16.toml experiments/proxy/dense113m_e2m1_ref.toml experiments/proxy/dense113m_ufp4.toml experiments/figure8/moe_proxy.toml
+F8_MANIFESTS_ci := experiments/figure8/ci.toml
+F8_RESULTS_proxy := results/proxy
+F8_RESULTS_ci := build/ci/figure8
 reproduce-figure-8: build
-	$(BUILD)/ufp4 run --gpus $(GPUS) experiments/proxy/dense113m_bf16.toml experiments/proxy/dense113m_e2m1_ref.toml experiments/proxy/dense113m_ufp4.toml experiments/figure8/moe_proxy.toml
-	$(BUILD)/ufp4 report figure8
+	$(BUILD)/ufp4 run --gpus $(GPUS) $(F8_MANIFESTS_$(SCALE))
+	@mkdir -p $(REPORT_DIR_$(SCALE))
+	$(BUILD)/ufp4 report figure8 --results $(F8_RESULTS_$(SCALE)) --out $(REPORT_DIR_$(SCALE))/figure8.md > /dev/null
+	@echo "report written: $(REPORT_DIR_$(SCALE))/figure8.md"
 
 # Table 3 (E2M1 one-factor search) and Figure 10 (range-restricted E2M1).
 T3_RESULTS_proxy := results/table3

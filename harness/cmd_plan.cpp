@@ -1,13 +1,19 @@
 // `ufp4 plan --model NAME`: parameters, FLOPs per token and memory of a model, whether or not it fits.
+#include <algorithm>
 #include <cstdio>
+#include <map>
 #include <iostream>
 
+#include "harness/array_io.h"
 #include "harness/cli.h"
+#include "harness/log.h"
+#include "harness/provenance.h"
 #include "harness/error.h"
 #include "harness/fs.h"
 #include "harness/run_manifest.h"
 #include "harness/trainer.h"
 #include "models/model_config.h"
+#include "models/recipe.h"
 
 namespace ufp4 {
 
@@ -20,17 +26,56 @@ std::string human(double v) {
   return buf;
 }
 
+// Measured training speed (tokens/s) of committed runs, by device, model and recipe.
+struct SpeedIndex {
+  std::map<std::string, double> by_recipe, by_model;  // "device|model|recipe", "device|model" -> tokens/s
+  std::map<std::string, std::vector<double>> mfu;     // device -> MFU of every run
+  void add(const std::string& dir) {
+    std::vector<std::string> files;
+    if (is_dir(dir)) walk_files(dir, ".h5", files);
+    for (const auto& f : files) {
+      try {
+        auto a = read_h5_string_attrs(f);
+        if (!a.count("run_id")) continue;
+        const double tps = read_h5_double_attr(f, "tokens_per_s");
+        if (!(tps > 0)) continue;
+        by_recipe[a["device"] + "|" + a["model"] + "|" + a["recipe"]] = tps;
+        by_model[a["device"] + "|" + a["model"]] = tps;
+        mfu[a["device"]].push_back(read_h5_double_attr(f, "mfu"));
+      } catch (const Error&) {
+      }
+    }
+  }
+  // Seconds for `tokens` of this run on `device`, with how it was estimated; -1 when nothing was measured.
+  std::pair<double, std::string> estimate(const std::string& device, const std::string& model, const std::string& recipe, double tokens,
+                                          double flops) const {
+    if (auto it = by_recipe.find(device + "|" + model + "|" + recipe); it != by_recipe.end()) return {tokens / it->second, ""};
+    if (auto it = by_model.find(device + "|" + model); it != by_model.end()) return {tokens / it->second, "~"};
+    auto it = mfu.find(device);
+    const double peak = device == "cpu" ? 0 : 989.5e12;  // dense BF16 peak of an H100/H200
+    if (it != mfu.end() && peak > 0) {
+      std::vector<double> v = it->second;
+      std::sort(v.begin(), v.end());
+      const double med = v[v.size() / 2];
+      if (med > 0) return {flops / (med * peak), "≈"};
+    }
+    return {-1, ""};
+  }
+};
+
 }  // namespace
 
 int cmd_plan(const std::vector<std::string>& args) {
   std::vector<std::string> models, manifests;
+  std::string device_name;
   int64_t micro_batch = 1, seq = 0;
   po::options_description d("options");
   d.add_options()
       ("model", po::value(&models)->multitoken(), "model names (or 'all')")
       ("micro-batch", po::value(&micro_batch)->default_value(1), "sequences per micro-batch, for the activation estimate")
       ("seq", po::value(&seq)->default_value(0), "sequence length (0: the model's)")
-      ("manifests", po::value(&manifests)->multitoken(), "manifests to expand into runs");
+      ("manifests", po::value(&manifests)->multitoken(), "manifests to expand into runs")
+      ("device-name", po::value(&device_name), "estimate times for this device (as results record it, e.g. \"NVIDIA H200\"); default: this machine's");
   po::positional_options_description pos;
   pos.add("manifests", -1);
   auto vm = parse_command("plan", "--model NAME ... | MANIFEST ...", d, args, &pos);
@@ -40,8 +85,14 @@ int cmd_plan(const std::vector<std::string>& args) {
     std::vector<RunManifest> ms;
     for (const auto& p : manifests)
       for (auto& m : RunManifest::expand(p)) ms.push_back(m);
-    std::printf("%-40s %-17s %-12s %-12s %8s %10s %14s %-9s %s\n", "run", "run id", "model", "recipe", "steps", "tokens", "train FLOPs", "results",
-                "differs from the base");
+    // GPU time at the measured speed of committed runs on this machine's kind of device.
+    SpeedIndex speed;
+    speed.add("results");
+    for (const auto& m : ms) speed.add(m.out_dir);
+    const std::string device = device_name.empty() ? provenance()["device"] : device_name;
+    std::printf("%-40s %-17s %-12s %-12s %8s %10s %14s %10s %-9s %s\n", "run", "run id", "model", "recipe", "steps", "tokens", "train FLOPs",
+                "est. time", "results", "differs from the base");
+    double total_s = 0;
     for (const auto& m : ms) {
       ModelConfig c = model_config(m.model);
       if (m.seq_len > 0) c.seq_len = m.seq_len;
@@ -49,10 +100,17 @@ int cmd_plan(const std::vector<std::string>& args) {
       const double tokens = static_cast<double>(m.steps) * m.batch * c.seq_len;
       const std::string state = !find_results(m).empty() ? "exist" : (file_exists(checkpoint_dir(m)) ? "partial" : "missing");
       std::string recipe = m.recipe.substr(m.recipe.find_last_of('/') + 1);
-      std::printf("%-40s %-17s %-12s %-12s %8lld %10.3e %14.3e %-9s %s\n", m.name.c_str(), m.run_id().c_str(), c.name.c_str(), recipe.c_str(),
-                  static_cast<long long>(m.steps), tokens, tokens * train_flops_per_token(c), state.c_str(),
-                  m.differs.empty() ? "(base)" : m.differs.c_str());
+      const double flops = tokens * train_flops_per_token(c);
+      Recipe r = Recipe::load(m.recipe);
+      auto [sec, how] = speed.estimate(device, c.name, r.name, tokens, flops);
+      const std::string est = sec < 0 ? "-" : how + Progress::format_duration(sec);
+      if (sec > 0 && state != "exist") total_s += sec;
+      std::printf("%-40s %-17s %-12s %-12s %8lld %10.3e %14.3e %10s %-9s %s\n", m.name.c_str(), m.run_id().c_str(), c.name.c_str(), recipe.c_str(),
+                  static_cast<long long>(m.steps), tokens, flops, est.c_str(), state.c_str(), m.differs.empty() ? "(base)" : m.differs.c_str());
     }
+    std::printf("\nest. time: at the measured tokens/s of committed runs of the same model and recipe on this device (%s); "
+                "~ same model, other recipe; ≈ FLOPs at the median MFU measured here; - nothing measured (runs that shared a GPU recorded their shared speed). Missing runs: %s one at a time.\n",
+                device.c_str(), Progress::format_duration(total_s).c_str());
     return 0;
   }
   if (models.empty()) throw Error("plan: give --model NAME (allowed: all, " + [] {

@@ -50,6 +50,7 @@ RunSummary summarize(const std::string& path, int64_t k) {
   for (int64_t i = r.steps - r.k; i < r.steps; ++i) s += loss.data[static_cast<size_t>(i)];
   r.tail_mean = s / static_cast<double>(r.k);
   r.final_eval = read_h5_double_attr(path, "final_eval_loss");
+  r.seed = static_cast<int64_t>(read_h5_double_attr(path, "seed"));
   return r;
 }
 

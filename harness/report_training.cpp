@@ -103,49 +103,68 @@ std::string report_figure8(const std::string& root, const std::vector<std::strin
   toml::table paper = load_paper(root + "/reports/paper/figure8.toml");
   std::vector<std::string> files;
   for (const auto& d : dirs) walk_files(d, ".h5", files);
-  std::map<std::string, std::map<std::string, RunSummary>> by_model;  // model -> recipe -> summary
+  // model -> recipe -> seed -> run. Several seeds give a mean and a spread of each gap.
+  std::map<std::string, std::map<std::string, std::map<int64_t, RunSummary>>> seeds;
   for (const auto& f : files) {
     RunSummary s = summarize(f, k);
     if (s.recipe == "bf16" || s.recipe == "e2m1_ref" || s.recipe == "ufp4") {
       if (s.steps < 100) continue;  // short smoke runs say nothing about the gap
-      by_model[s.model][s.recipe] = s;
+      seeds[s.model][s.recipe][s.seed] = s;
     }
   }
+  std::map<std::string, std::map<std::string, RunSummary>> by_model;  // model -> recipe -> first seed (curves, provenance)
+  for (auto& [m, rs] : seeds)
+    for (auto& [r, ss] : rs) by_model[m][r] = ss.begin()->second;
   std::ostringstream os;
   os << "# Figure 8: BF16-relative loss gap\n\nMetric: |L - L_bf16| / L_bf16 in percent, with L the mean training loss of the "
         "last K steps (K = "
      << k << " here; the paper averages the last 1000 steps of much longer runs), and the same for the final validation loss. "
-             "One seed per recipe; same data order and seed across recipes. Paper: "
+             "Same data order and seed across recipes; with several seeds, gaps are paired by seed and shown as mean ± sd. Paper: "
      << paper["source"].value_or<std::string>("") << ".\n\n";
-  os << "| model | recipe | steps | mean train loss, last K | gap (ours) | final val loss | val gap (ours) | paper model | gap (paper) |\n";
-  os << "|---|---|---|---|---|---|---|---|---|\n";
+  os << "| model | recipe | seeds | steps | mean train loss, last K | gap (ours) | final val loss | val gap (ours) | paper model | gap (paper) |\n";
+  os << "|---|---|---|---|---|---|---|---|---|---|\n";
   std::vector<std::string> sources, verdicts;
-  for (auto& [model, rs] : by_model) {
+  auto pct = [](std::pair<double, double> v, size_t n) {
+    char b[64];
+    if (n > 1) std::snprintf(b, sizeof b, "%.3f ± %.3f%%", v.first, v.second);
+    else std::snprintf(b, sizeof b, "%.3f%%", v.first);
+    return std::string(b);
+  };
+  auto num = [](double v, const char* f) {
+    char b[32];
+    std::snprintf(b, sizeof b, f, v);
+    return std::string(b);
+  };
+  for (auto& [model, rs] : seeds) {
     if (!rs.count("bf16")) continue;
-    const RunSummary& b = rs["bf16"];
     const std::string kind = model.rfind("moe", 0) == 0 ? "moe" : "dense";
-    double gaps[2] = {NAN, NAN};
-    int i = 0;
+    std::map<std::string, std::vector<double>> gaps;  // recipe -> gap per shared seed
     for (const char* recipe : {"bf16", "e2m1_ref", "ufp4"}) {
       if (!rs.count(recipe)) continue;
-      const RunSummary& r = rs[recipe];
-      double gap = 100 * std::fabs(r.tail_mean - b.tail_mean) / b.tail_mean, vgap = 100 * std::fabs(r.final_eval - b.final_eval) / b.final_eval;
-      char buf[512];
-      std::string pm = paper[kind]["model"].value_or<std::string>("-");
-      double pg = paper[kind][recipe].value_or(NAN);
-      std::snprintf(buf, sizeof buf, "| %s | %s | %lld | %.4f | %s | %.4f | %s | %s | %s |\n", model.c_str(), recipe, static_cast<long long>(r.steps),
-                    r.tail_mean, std::string(recipe) == "bf16" ? "-" : (std::to_string(gap).substr(0, 6) + "%").c_str(), r.final_eval,
-                    std::string(recipe) == "bf16" ? "-" : (std::to_string(vgap).substr(0, 6) + "%").c_str(), pm.c_str(),
-                    std::isnan(pg) ? "-" : (std::to_string(pg).substr(0, 6) + "%").c_str());
-      os << buf;
-      if (std::string(recipe) != "bf16") gaps[i++] = gap;
-      sources.push_back(rel(r.path) + " (commit " + r.commit + ", " + r.device + ")");
+      std::vector<double> tail, val, gap, vgap;
+      for (const auto& [seed, r] : rs[recipe]) {
+        tail.push_back(r.tail_mean), val.push_back(r.final_eval);
+        sources.push_back(rel(r.path) + " (commit " + r.commit + ", " + r.device + ")");
+        if (!rs["bf16"].count(seed)) continue;
+        const RunSummary& b = rs["bf16"][seed];
+        gap.push_back(100 * std::fabs(r.tail_mean - b.tail_mean) / b.tail_mean);
+        vgap.push_back(100 * std::fabs(r.final_eval - b.final_eval) / b.final_eval);
+      }
+      gaps[recipe] = gap;
+      const bool base = std::string(recipe) == "bf16";
+      const double pg = paper[kind][recipe].value_or(NAN);
+      os << "| " << model << " | " << recipe << " | " << tail.size() << " | " << rs[recipe].begin()->second.steps << " | "
+         << num(mean_sd(tail).first, "%.4f") << " | " << (base ? "-" : pct(mean_sd(gap), gap.size())) << " | " << num(mean_sd(val).first, "%.4f")
+         << " | " << (base ? "-" : pct(mean_sd(vgap), vgap.size())) << " | " << paper[kind]["model"].value_or<std::string>("-") << " | "
+         << (std::isnan(pg) ? std::string("-") : num(pg, "%.4f") + "%") << " |\n";
     }
-    if (i == 2) {
-      verdicts.push_back("- " + model + ": \"UFP4's gap is below E2M1's\" — " + (gaps[1] < gaps[0] ? "**holds**" : "**does not hold**") +
-                         " on our data (ufp4 " + std::to_string(gaps[1]).substr(0, 6) + "% vs e2m1_ref " + std::to_string(gaps[0]).substr(0, 6) +
-                         "%; paper: " + std::to_string(paper[kind]["ufp4"].value_or(NAN)).substr(0, 6) + "% vs " +
-                         std::to_string(paper[kind]["e2m1_ref"].value_or(NAN)).substr(0, 6) + "%). Single seed: no spread yet.");
+    if (!gaps["e2m1_ref"].empty() && !gaps["ufp4"].empty()) {
+      auto e = mean_sd(gaps["e2m1_ref"]), u = mean_sd(gaps["ufp4"]);
+      const size_t n = std::min(gaps["e2m1_ref"].size(), gaps["ufp4"].size());
+      verdicts.push_back("- " + model + ": \"UFP4's gap is below E2M1's\" — " + (u.first < e.first ? "**holds**" : "**does not hold**") +
+                         " on our data (ufp4 " + pct(u, n) + " vs e2m1_ref " + pct(e, n) + "; paper: " + num(paper[kind]["ufp4"].value_or(NAN), "%.3f") +
+                         "% vs " + num(paper[kind]["e2m1_ref"].value_or(NAN), "%.3f") + "%). " +
+                         (n > 1 ? std::to_string(n) + " seeds." : "One seed: no spread to judge the difference by."));
     }
   }
   if (by_model.empty()) throw Error("figure8: no bf16/e2m1_ref/ufp4 runs found in the given folders");
@@ -340,7 +359,18 @@ std::string report_table3(const std::string& root, const std::vector<std::string
     }
   }
   sources.insert(sources.begin(), rel(base.path) + " (commit " + base.commit + ", " + base.device + ")");
-  os << "## Verdicts (one seed: margins of a few 1e-3 are within run-to-run noise)\n\n";
+  // A noise yardstick: the RHT sizes, which the paper found equivalent in loss.
+  std::vector<double> sizes;
+  for (const char* r : {"e2m1_ref", "e2m1_rht32", "e2m1_rht64", "e2m1_rht128"})
+    if (by_recipe.count(r)) sizes.push_back(by_recipe[r].tail_mean);
+  os << "## Verdicts (one seed per level)\n\n";
+  if (sizes.size() == 4) {
+    char b[256];
+    std::snprintf(b, sizeof b, "Noise yardstick: the four RHT sizes, which the paper found equal in loss, span %.5f here (sd %.5f); margins "
+                  "below that are not evidence either way.\n\n", *std::max_element(sizes.begin(), sizes.end()) - *std::min_element(sizes.begin(), sizes.end()),
+                  mean_sd(sizes).second);
+    os << b;
+  }
   for (const auto& v : verdicts) os << v << "\n";
   std::string cmd = "build/ufp4 report table3";
   for (const auto& d : dirs) cmd += " --results " + rel(d);

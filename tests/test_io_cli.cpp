@@ -229,3 +229,25 @@ TEST_CASE("reproduce Table 1: the presets match the paper's Table 1 field for fi
   CHECK(bad.code == 2);
   CHECK(bad.out.find("allowed: table1, table2, table3, figure8, figure10, analysis, figure9") != std::string::npos);
 }
+
+TEST_CASE("Table 3 and Figure 10 at CI scale: run a subset, report it; plan estimates time from measured runs", "[cli]") {
+  const std::string dir = temp_dir();
+  REQUIRE(run_cli("run experiments/table3/ci.toml --only table3_ci").code == 0);
+  REQUIRE(run_cli("run experiments/table3/ci.toml --only table3_ci-max_fpx-e2m1_fpx4").code == 0);
+  Result t = run_cli("report table3 --results build/ci/table3 --out " + dir + "/table3.md");
+  INFO(t.out);
+  REQUIRE(t.code == 0);
+  CHECK(t.out.find("## max_fpx (searched: 4 / 6)") != std::string::npos);
+  CHECK(t.out.find("- max_fpx: our lowest loss is") != std::string::npos);
+  CHECK(t.out.find("## Provenance") != std::string::npos);
+  for (const char* r : {"figure10_ci-e2m1_ref", "figure10_ci-e2m1_rr"})
+    REQUIRE(run_cli(std::string("run experiments/figure10/ci.toml --only ") + r).code == 0);
+  Result f = run_cli("report figure10 --results build/ci/figure10 --out " + dir + "/figure10.md");
+  INFO(f.out);
+  REQUIRE(f.code == 0);
+  CHECK(f.out.find("tiny: \"range-restricted E2M1 is worse than the E2M1 reference\" — paper yes, ours **") != std::string::npos);
+  Result p = run_cli("plan experiments/table3/ci.toml");
+  REQUIRE(p.code == 0);
+  CHECK(p.out.find("est. time") != std::string::npos);
+  CHECK(run_cli("report table3 --results " + dir).code == 2);  // no runs there: a one-line error
+}
