@@ -34,9 +34,9 @@ int cmd_report(const std::vector<std::string>& args) {
   std::string md;
   if (name == "table1") md = report_table1(root);
   else if (name == "figure8") md = report_figure8(root, dirs, k, figures);
-  else if (name == "table2") md = report_table2(root, dirs, k);
-  else if (name == "table3") md = report_table3(root, dirs == std::vector<std::string>{root + "/results/proxy"} ? std::vector<std::string>{root + "/results/table3"} : dirs, k);
-  else if (name == "figure10") md = report_figure10(root, dirs, k);
+  else if (name == "table2") md = report_table2(root, dirs, k, figures);
+  else if (name == "table3") md = report_table3(root, dirs == std::vector<std::string>{root + "/results/proxy"} ? std::vector<std::string>{root + "/results/table3"} : dirs, k, figures);
+  else if (name == "figure10") md = report_figure10(root, dirs, k, figures);
   else if (name == "analysis") {
     if (tensors.empty()) tensors = root + "/results/analysis/tensors-dense113m.h5";
     if (chains.empty()) {

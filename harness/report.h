@@ -14,6 +14,11 @@ toml::table load_paper(const std::string& path);
 std::string rel(const std::string& path);  // a path as the repository names it
 std::string footer(const std::string& command, const std::vector<std::string>& sources);
 
+// Draws `fig` as <figures>/<name>.svg and returns the Markdown that shows it (or says why it was skipped);
+// "" when figures is empty (report to stdout).
+struct Figure;
+std::string figure_markdown(const std::string& figures, const std::string& name, const Figure& fig);
+
 struct RunSummary {
   std::string path, recipe, model, commit, device, name;
   double tail_mean = NAN, final_eval = NAN;  // mean train loss of the last k steps; final validation loss
@@ -26,10 +31,10 @@ std::pair<double, double> mean_sd(const std::vector<double>& v);
 
 // Training tables and figures (report_training.cpp); `dirs` are folders of run results.
 std::string report_table1(const std::string& root);
-std::string report_table2(const std::string& root, const std::vector<std::string>& dirs, int64_t k);
+std::string report_table2(const std::string& root, const std::vector<std::string>& dirs, int64_t k, const std::string& figures);
 // Table 3 (E2M1 one-factor search) and Figure 10 (range-restricted E2M1).
-std::string report_table3(const std::string& root, const std::vector<std::string>& dirs, int64_t k);
-std::string report_figure10(const std::string& root, const std::vector<std::string>& dirs, int64_t k);
+std::string report_table3(const std::string& root, const std::vector<std::string>& dirs, int64_t k, const std::string& figures);
+std::string report_figure10(const std::string& root, const std::vector<std::string>& dirs, int64_t k, const std::string& figures);
 std::string report_figure8(const std::string& root, const std::vector<std::string>& dirs, int64_t k, const std::string& figures);
 
 // Shrinkage-bias analysis, Figures 2, 4-7, 12 and the attenuation chain (report_analysis.cpp).

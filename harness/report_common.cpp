@@ -4,6 +4,8 @@
 
 #include "harness/array_io.h"
 #include "harness/error.h"
+#include "harness/fs.h"
+#include "harness/plot.h"
 #include "harness/provenance.h"
 #include "harness/report.h"
 
@@ -52,6 +54,13 @@ RunSummary summarize(const std::string& path, int64_t k) {
   r.final_eval = read_h5_double_attr(path, "final_eval_loss");
   r.seed = static_cast<int64_t>(read_h5_double_attr(path, "seed"));
   return r;
+}
+
+std::string figure_markdown(const std::string& figures, const std::string& name, const Figure& fig) {
+  if (figures.empty()) return "";
+  make_dirs(figures);
+  const std::string why = render_svg(fig, figures + "/" + name + ".svg");
+  return why.empty() ? "![" + fig.title + "](figures/" + name + ".svg)\n\n" : "_(figure skipped: " + why + ")_\n\n";
 }
 
 std::pair<double, double> mean_sd(const std::vector<double>& v) {

@@ -208,7 +208,7 @@ std::string report_figure8(const std::string& root, const std::vector<std::strin
   return os.str();
 }
 
-std::string report_table2(const std::string& root, const std::vector<std::string>& dirs, int64_t k) {
+std::string report_table2(const std::string& root, const std::vector<std::string>& dirs, int64_t k, const std::string& figures) {
   toml::table paper = load_paper(root + "/reports/paper/table2.toml");
   std::vector<std::string> files;
   for (const auto& d : dirs) walk_files(d, ".h5", files);
@@ -259,6 +259,24 @@ std::string report_table2(const std::string& root, const std::vector<std::string
   auto verdict = [&](const std::string& claim, bool paper_holds, bool ours_holds, const std::string& detail) {
     os << "- \"" << claim << "\": paper " << (paper_holds ? "yes" : "no") << ", ours **" << (ours_holds ? "yes" : "no") << "**" << detail << "\n";
   };
+  {
+    Figure f;
+    f.kind = Figure::Kind::kBars;
+    f.title = "Table 2: loss delta of each setting (negative = better)";
+    f.ylabel = "delta loss";
+    Series o, pp;
+    o.title = "ours";
+    pp.title = "paper";
+    for (auto&& key : *paper["order"].as_array()) {
+      const std::string row = key.value_or<std::string>("");
+      if (!ours_delta.count(row) || row == "no_rht" || row == "full_no_sr") continue;
+      f.categories.push_back(paper["rows"][row]["setting"].value_or(std::string(row)));
+      o.y.push_back(ours_delta[row]);
+      pp.y.push_back(paper_delta[row]);
+    }
+    f.series = {o, pp};
+    os << "\n" << figure_markdown(figures, "table2", f);
+  }
   os << "\n## Verdicts (single seed: differences of a few 1e-3 may be noise until seeds are added)\n\n";
   if (ours_loss.size() == 7) {
     bool full_lowest = true;
@@ -304,7 +322,7 @@ std::string fmt5(double v) {
 
 }  // namespace
 
-std::string report_table3(const std::string& root, const std::vector<std::string>& dirs, int64_t k) {
+std::string report_table3(const std::string& root, const std::vector<std::string>& dirs, int64_t k, const std::string& figures) {
   toml::table paper = load_paper(root + "/reports/paper/table3.toml");
   std::vector<RunSummary> runs = runs_named(dirs, "table3", k);
   if (runs.empty()) throw Error("table3: no Table 3 runs found (train them with: make reproduce-table-3)");
@@ -359,6 +377,25 @@ std::string report_table3(const std::string& root, const std::vector<std::string
     }
   }
   sources.insert(sources.begin(), rel(base.path) + " (commit " + base.commit + ", " + base.device + ")");
+  {
+    Figure f;
+    f.kind = Figure::Kind::kBars;
+    f.title = "Table 3: loss delta of each level against the E2M1 reference (negative = better)";
+    f.ylabel = "delta loss";
+    Series d;
+    d.title = "ours";
+    for (auto&& fk : *paper["order"].as_array()) {
+      const std::string factor = fk.value_or<std::string>("");
+      for (auto&& [rk, lv] : *paper["factors"][factor]["labels"].as_table()) {
+        const std::string recipe(rk.str());
+        if (recipe == base_recipe || !by_recipe.count(recipe)) continue;
+        f.categories.push_back(factor + ": " + lv.value_or<std::string>(""));
+        d.y.push_back(by_recipe[recipe].tail_mean - base.tail_mean);
+      }
+    }
+    f.series = {d};
+    os << figure_markdown(figures, "table3", f);
+  }
   // A noise yardstick: the RHT sizes, which the paper found equivalent in loss.
   std::vector<double> sizes;
   for (const char* r : {"e2m1_ref", "e2m1_rht32", "e2m1_rht64", "e2m1_rht128"})
@@ -378,7 +415,7 @@ std::string report_table3(const std::string& root, const std::vector<std::string
   return os.str();
 }
 
-std::string report_figure10(const std::string& root, const std::vector<std::string>& dirs, int64_t k) {
+std::string report_figure10(const std::string& root, const std::vector<std::string>& dirs, int64_t k, const std::string& figures) {
   toml::table paper = load_paper(root + "/reports/paper/figure10.toml");
   // The E2M1 range-restricted runs and, by content, the bf16 / e2m1_ref runs of the same model and length.
   std::vector<RunSummary> all = runs_named(dirs, "", k);
@@ -416,6 +453,24 @@ std::string report_figure10(const std::string& root, const std::vector<std::stri
     }
   }
   if (sources.empty()) throw Error("figure10: no e2m1_rr runs found (train them with: make reproduce-figure-10)");
+  {
+    Figure f;
+    f.kind = Figure::Kind::kBars;
+    f.title = "Figure 10: BF16-relative gap of the E2M1 reference and range-restricted E2M1";
+    f.ylabel = "gap (%)";
+    Series a, b;
+    a.title = "e2m1_ref";
+    b.title = "e2m1_rr (max_fpx 2, full RHT)";
+    for (auto& [key, rs] : by) {
+      if (!rs.count("e2m1_rr") || !rs.count("e2m1_ref") || !rs.count("bf16")) continue;
+      f.categories.push_back(key);
+      const double lb = rs["bf16"].tail_mean;
+      a.y.push_back(100 * (rs["e2m1_ref"].tail_mean - lb) / lb);
+      b.y.push_back(100 * (rs["e2m1_rr"].tail_mean - lb) / lb);
+    }
+    f.series = {a, b};
+    os << "\n" << figure_markdown(figures, "figure10", f);
+  }
   os << "\n## Verdicts\n\n";
   for (const auto& v : verdicts) os << v << "\n";
   std::string cmd = "build/ufp4 report figure10";
