@@ -23,9 +23,6 @@ namespace ufp4 {
 
 namespace {
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 std::vector<std::string> split_list(const std::string& s) {
   std::vector<std::string> out;

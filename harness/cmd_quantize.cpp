@@ -7,6 +7,7 @@
 #include "harness/array_io.h"
 #include "harness/cli.h"
 #include "harness/error.h"
+#include "harness/fs.h"
 #include "harness/log.h"
 #include "harness/provenance.h"
 #include "models/quant_ops.h"
@@ -18,9 +19,6 @@ namespace ufp4 {
 
 namespace {
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 bool is_h5(const std::string& p) { return ends_with(p, ".h5") || ends_with(p, ".hdf5"); }
 
 torch::ScalarType parse_dtype(const std::string& key, const std::string& v) {

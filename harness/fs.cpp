@@ -78,4 +78,8 @@ std::string shell_quote(const std::string& s) {
   return q + "'";
 }
 
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 }  // namespace ufp4

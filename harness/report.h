@@ -13,6 +13,9 @@ namespace ufp4 {
 toml::table load_paper(const std::string& path);
 std::string rel(const std::string& path);  // a path as the repository names it
 std::string footer(const std::string& command, const std::vector<std::string>& sources);
+// "build/ufp4 report NAME --results DIR ..." for the footer.
+std::string regenerate_command(const std::string& name, const std::vector<std::string>& dirs);
+std::string fmt(const char* printf_format, double v);  // one number, printf-formatted
 
 // Draws `fig` as <figures>/<name>.svg and returns the Markdown that shows it (or says why it was skipped);
 // "" when figures is empty (report to stdout).

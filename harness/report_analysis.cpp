@@ -47,12 +47,6 @@ std::vector<Row> read_rows(const std::string& file, const std::string& ds) {
   return out;
 }
 
-std::string fmt(const char* f, double v) {
-  char b[64];
-  std::snprintf(b, sizeof b, f, v);
-  return b;
-}
-
 // value[(layer, family/what, grid, transform)] for one column.
 using Key = std::tuple<std::string, std::string, std::string, std::string>;
 std::map<Key, double> index(const std::vector<Row>& rows, size_t col) {

@@ -1,5 +1,6 @@
 // Pieces shared by the report renderers.
 #include <cmath>
+#include <cstdio>
 #include <sstream>
 
 #include "harness/array_io.h"
@@ -54,6 +55,18 @@ RunSummary summarize(const std::string& path, int64_t k) {
   r.final_eval = read_h5_double_attr(path, "final_eval_loss");
   r.seed = static_cast<int64_t>(read_h5_double_attr(path, "seed"));
   return r;
+}
+
+std::string regenerate_command(const std::string& name, const std::vector<std::string>& dirs) {
+  std::string cmd = "build/ufp4 report " + name;
+  for (const auto& d : dirs) cmd += " --results " + rel(d);
+  return cmd;
+}
+
+std::string fmt(const char* printf_format, double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, printf_format, v);
+  return b;
 }
 
 std::string figure_markdown(const std::string& figures, const std::string& name, const Figure& fig) {

@@ -50,12 +50,6 @@ double quantile(std::vector<double> v, double q) {
   return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
 }
 
-std::string fmt(const char* f, double v) {
-  char b[64];
-  std::snprintf(b, sizeof b, f, v);
-  return b;
-}
-
 }  // namespace
 
 std::string report_figure9(const std::string& root, const std::string& fits, const std::string& figures) {

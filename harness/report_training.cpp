@@ -130,11 +130,6 @@ std::string report_figure8(const std::string& root, const std::vector<std::strin
     else std::snprintf(b, sizeof b, "%.3f%%", v.first);
     return std::string(b);
   };
-  auto num = [](double v, const char* f) {
-    char b[32];
-    std::snprintf(b, sizeof b, f, v);
-    return std::string(b);
-  };
   for (auto& [model, rs] : seeds) {
     if (!rs.count("bf16")) continue;
     const std::string kind = model.rfind("moe", 0) == 0 ? "moe" : "dense";
@@ -154,16 +149,16 @@ std::string report_figure8(const std::string& root, const std::vector<std::strin
       const bool base = std::string(recipe) == "bf16";
       const double pg = paper[kind][recipe].value_or(NAN);
       os << "| " << model << " | " << recipe << " | " << tail.size() << " | " << rs[recipe].begin()->second.steps << " | "
-         << num(mean_sd(tail).first, "%.4f") << " | " << (base ? "-" : pct(mean_sd(gap), gap.size())) << " | " << num(mean_sd(val).first, "%.4f")
+         << fmt("%.4f", mean_sd(tail).first) << " | " << (base ? "-" : pct(mean_sd(gap), gap.size())) << " | " << fmt("%.4f", mean_sd(val).first)
          << " | " << (base ? "-" : pct(mean_sd(vgap), vgap.size())) << " | " << paper[kind]["model"].value_or<std::string>("-") << " | "
-         << (std::isnan(pg) ? std::string("-") : num(pg, "%.4f") + "%") << " |\n";
+         << (std::isnan(pg) ? std::string("-") : fmt("%.4f", pg) + "%") << " |\n";
     }
     if (!gaps["e2m1_ref"].empty() && !gaps["ufp4"].empty()) {
       auto e = mean_sd(gaps["e2m1_ref"]), u = mean_sd(gaps["ufp4"]);
       const size_t n = std::min(gaps["e2m1_ref"].size(), gaps["ufp4"].size());
       verdicts.push_back("- " + model + ": \"UFP4's gap is below E2M1's\" — " + (u.first < e.first ? "**holds**" : "**does not hold**") +
-                         " on our data (ufp4 " + pct(u, n) + " vs e2m1_ref " + pct(e, n) + "; paper: " + num(paper[kind]["ufp4"].value_or(NAN), "%.3f") +
-                         "% vs " + num(paper[kind]["e2m1_ref"].value_or(NAN), "%.3f") + "%). " +
+                         " on our data (ufp4 " + pct(u, n) + " vs e2m1_ref " + pct(e, n) + "; paper: " + fmt("%.3f", paper[kind]["ufp4"].value_or(NAN)) +
+                         "% vs " + fmt("%.3f", paper[kind]["e2m1_ref"].value_or(NAN)) + "%). " +
                          (n > 1 ? std::to_string(n) + " seeds." : "One seed: no spread to judge the difference by."));
     }
   }
@@ -202,9 +197,7 @@ std::string report_figure8(const std::string& root, const std::vector<std::strin
   for (const auto& kv : by_model) have_moe = have_moe || kv.first.rfind("moe", 0) == 0;
   if (!have_moe) os << "- " << paper["moe"]["model"].value_or<std::string>("") << ": not reproduced yet (no MoE proxy runs).\n";
   os << "- " << paper["moe_large"]["model"].value_or<std::string>("") << ": no proxy of its own; the MoE proxy stands for both MoE sizes.\n";
-  std::string cmd = "build/ufp4 report figure8";
-  for (const auto& d : dirs) cmd += " --results " + rel(d);
-  os << footer(cmd, sources);
+  os << footer(regenerate_command("figure8", dirs), sources);
   return os.str();
 }
 
@@ -294,9 +287,7 @@ std::string report_table2(const std::string& root, const std::vector<std::string
   } else {
     os << "- verdicts need all seven rows; " << ours_loss.size() << " present.\n";
   }
-  std::string cmd = "build/ufp4 report table2";
-  for (const auto& d : dirs) cmd += " --results " + rel(d);
-  os << footer(cmd, sources);
+  os << footer(regenerate_command("table2", dirs), sources);
   return os.str();
 }
 
@@ -312,12 +303,6 @@ std::vector<RunSummary> runs_named(const std::vector<std::string>& dirs, const s
     if (a["run_name"].rfind(prefix, 0) == 0) out.push_back(summarize(f, k));
   }
   return out;
-}
-
-std::string fmt5(double v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.5f", v);
-  return b;
 }
 
 }  // namespace
@@ -360,8 +345,8 @@ std::string report_table3(const std::string& root, const std::vector<std::string
       if (r.tail_mean < best_loss) best_loss = r.tail_mean, best = recipe;
       char d[32];
       std::snprintf(d, sizeof d, "%+.5f", r.tail_mean - base.tail_mean);
-      os << "| " << label << " | " << recipe << " | " << fmt5(r.tail_mean) << " | " << (recipe == base_recipe ? "0 (base)" : d) << " | "
-         << fmt5(r.final_eval) << " | " << (chosen ? "**chosen**" : "") << " |\n";
+      os << "| " << label << " | " << recipe << " | " << fmt("%.5f", r.tail_mean) << " | " << (recipe == base_recipe ? "0 (base)" : d) << " | "
+         << fmt("%.5f", r.final_eval) << " | " << (chosen ? "**chosen**" : "") << " |\n";
       if (recipe != base_recipe) sources.push_back(rel(r.path) + " (commit " + r.commit + ", " + r.device + ")");
     }
     os << "\nPaper: " << f["remark"].value_or<std::string>("") << ".\n\n";
@@ -409,9 +394,7 @@ std::string report_table3(const std::string& root, const std::vector<std::string
     os << b;
   }
   for (const auto& v : verdicts) os << v << "\n";
-  std::string cmd = "build/ufp4 report table3";
-  for (const auto& d : dirs) cmd += " --results " + rel(d);
-  os << footer(cmd, sources);
+  os << footer(regenerate_command("table3", dirs), sources);
   return os.str();
 }
 
@@ -442,14 +425,14 @@ std::string report_figure10(const std::string& root, const std::vector<std::stri
       std::snprintf(b, sizeof b, "%+.3f%%", 100 * (r.tail_mean - rs["bf16"].tail_mean) / rs["bf16"].tail_mean);
       return std::string(b);
     };
-    os << "| " << rr.model << " | " << rr.steps << " | " << (have_b ? fmt5(rs["bf16"].tail_mean) : "-") << " | "
-       << (have_ref ? fmt5(rs["e2m1_ref"].tail_mean) : "-") << " | " << (have_ref ? gap(rs["e2m1_ref"]) : "-") << " | " << fmt5(rr.tail_mean) << " | "
+    os << "| " << rr.model << " | " << rr.steps << " | " << (have_b ? fmt("%.5f", rs["bf16"].tail_mean) : "-") << " | "
+       << (have_ref ? fmt("%.5f", rs["e2m1_ref"].tail_mean) : "-") << " | " << (have_ref ? gap(rs["e2m1_ref"]) : "-") << " | " << fmt("%.5f", rr.tail_mean) << " | "
        << gap(rr) << " |\n";
     for (const auto& [rec, r] : rs) sources.push_back(rel(r.path) + " (commit " + r.commit + ", " + r.device + ")");
     if (have_ref) {
       const bool worse = rr.tail_mean > rs["e2m1_ref"].tail_mean;
       verdicts.push_back("- " + rr.model + ": \"" + paper["claim"].value_or<std::string>("") + "\" — paper yes, ours **" + (worse ? "yes" : "no") +
-                         "** (" + fmt5(rr.tail_mean) + " vs " + fmt5(rs["e2m1_ref"].tail_mean) + ", one seed)");
+                         "** (" + fmt("%.5f", rr.tail_mean) + " vs " + fmt("%.5f", rs["e2m1_ref"].tail_mean) + ", one seed)");
     }
   }
   if (sources.empty()) throw Error("figure10: no e2m1_rr runs found (train them with: make reproduce-figure-10)");
@@ -473,9 +456,7 @@ std::string report_figure10(const std::string& root, const std::vector<std::stri
   }
   os << "\n## Verdicts\n\n";
   for (const auto& v : verdicts) os << v << "\n";
-  std::string cmd = "build/ufp4 report figure10";
-  for (const auto& d : dirs) cmd += " --results " + rel(d);
-  os << footer(cmd, sources);
+  os << footer(regenerate_command("figure10", dirs), sources);
   return os.str();
 }
 
