@@ -137,7 +137,7 @@ int cmd_fit(const std::vector<std::string>& args) {
   }
   w.attr("recipes", recipes);
   w.attr("metric", metric == "val" ? std::string("final validation loss") : "mean training loss of the last " + std::to_string(last_k) + " steps");
-  w.attr("compute", std::string(attn ? "training FLOPs per token of our FLOP model (with attention) x tokens" : "6 x active parameters x tokens"));
+  w.attr("compute", std::string(attn ? "training FLOPs per token of our FLOP model (with attention) x tokens" : "6 x active parameters (embedding lookup excluded) x tokens"));
   w.attr("huber_delta", huber);
   w.attr("coverage", coverage);
   w.attr("bootstrap", static_cast<int64_t>(bootstrap));

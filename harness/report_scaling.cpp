@@ -14,6 +14,7 @@
 #include "harness/fs.h"
 #include "harness/plot.h"
 #include "harness/report.h"
+#include "models/model_config.h"
 
 namespace ufp4 {
 
@@ -105,7 +106,10 @@ std::string report_figure9(const std::string& root, const std::string& fits, con
   if (auto t = paper["targets"].as_array())
     for (auto&& e : *t) {
       auto tt = e.as_table();
-      at.push_back({(*tt)["name"].value_or<std::string>("") + " (extrapolated)", (*tt)["compute"].value_or(NAN)});
+      // Same compute convention as the fit that produced `fits`.
+      const ModelConfig& mc = model_config((*tt)["model"].value_or<std::string>(""));
+      const bool attn = attrs["compute"].find("with attention") != std::string::npos;
+      at.push_back({(*tt)["name"].value_or<std::string>("") + " (extrapolated)", train_flops_per_token(mc, attn) * (*tt)["tokens"].value_or(NAN)});
     }
   for (const auto& [where, c] : at) {
     const double b = f["bf16"].at(f["bf16"].p, c), e = f["e2m1_ref"].at(f["e2m1_ref"].p, c), u = f["ufp4"].at(f["ufp4"].p, c);
