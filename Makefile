@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CMAKE_ARGS ?=
 GEN := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 
-.PHONY: all build setup configure test test-gpu demo bench report gpu-deps gpu clean help
+.PHONY: all build setup configure test test-gpu demo bench reproduce-figure-11 report gpu-deps gpu clean help
 
 all: build
 
@@ -33,8 +33,14 @@ demo: setup
 	@$(MAKE) --no-print-directory build
 	@bash tools/demo.sh $(BUILD)
 
-bench:
-	@echo "make bench: not yet available (arrives with the performance issue)"; exit 2
+# Kernel suite + training-step benchmark on this machine's GPU, then the report (reports/bench.md).
+BENCH_DIR ?= results/bench
+bench: build
+	$(BUILD)/ufp4 bench all --out-dir $(BENCH_DIR)
+	$(BUILD)/ufp4 report bench --results $(BENCH_DIR) > /dev/null
+	@echo "report written: reports/bench.md"
+
+reproduce-figure-11: bench
 
 report: build
 	@for r in table1 table2 table3 figure8 figure10 analysis figure9; do $(BUILD)/ufp4 report $$r > /dev/null || exit 1; done

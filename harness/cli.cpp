@@ -6,22 +6,6 @@
 
 namespace ufp4 {
 
-namespace {
-
-// A command whose issue has not landed yet: parses --help, otherwise says so and exits 2.
-Command pending(const std::string& name, const std::string& summary, const std::string& what) {
-  return Command{name, summary, [name, summary, what](const std::vector<std::string>& args) {
-                   for (const auto& a : args)
-                     if (a == "--help" || a == "-h") {
-                       std::cout << "usage: ufp4 " << name << " ...\n  " << summary << "\n  status: not yet implemented (" << what << ")\n";
-                       return 0;
-                     }
-                   throw Error(name + ": not yet implemented (" + what + ")");
-                 }};
-}
-
-}  // namespace
-
 const std::vector<Command>& commands() {
   static const std::vector<Command> cmds = {
       {"run", "train the runs of manifests (resumes partial runs, skips finished ones)", cmd_run},
@@ -29,11 +13,10 @@ const std::vector<Command>& commands() {
       {"report", "render reports with the paper's numbers beside ours (tables 1-3, figures 2, 4-10, 12)", cmd_report},
       {"check", "compare loss curves against committed references", cmd_check},
       {"fit", "scaling-law fits (loss vs compute, Chinchilla) with bootstrap intervals", cmd_fit},
-      pending("bench", "kernel and training-step benchmarks (Google Benchmark, CUDA events)", "performance on H200"),
+      {"bench", "kernel and training-step benchmarks (Google Benchmark, CUDA events) into HDF5", cmd_bench},
       {"analyze", "shrinkage-bias analysis: bias theory, captured tensors, attenuation chain", cmd_analyze},
       {"quantize", "quantize an .npy or HDF5 dataset with any grid, block, scale, rounding and RHT", cmd_quantize},
       {"recipes", "list recipes, print one fully resolved, or several as paper Table 1", cmd_recipes},
-      pending("fit", "scaling-law fits over runs", "scaling-law study"),
       {"data", "prepare tokenized data shards (ufp4 data prepare)", cmd_data},
   };
   return cmds;

@@ -34,5 +34,6 @@ int cmd_data(const std::vector<std::string>& args);
 int cmd_check(const std::vector<std::string>& args);
 int cmd_report(const std::vector<std::string>& args);
 int cmd_fit(const std::vector<std::string>& args);
+int cmd_bench(const std::vector<std::string>& args);
 
 }  // namespace ufp4

@@ -10,13 +10,13 @@
 namespace ufp4 {
 
 int cmd_report(const std::vector<std::string>& args) {
-  const std::string allowed = "table1, table2, table3, figure8, figure10, analysis, figure9";
+  const std::string allowed = "table1, table2, table3, figure8, figure10, analysis, figure9, bench";
   std::string name, out, tensors, fits;
   std::vector<std::string> dirs, chains;
   int64_t k = 200;
   po::options_description d("options");
   d.add_options()
-      ("name", po::value(&name), "table1 | table2 | table3 | figure8 | figure10 | analysis | figure9")
+      ("name", po::value(&name), "table1 | table2 | table3 | figure8 | figure10 | analysis | figure9 | bench")
       ("results", po::value(&dirs)->multitoken(), "folders of run results (default: results/proxy)")
       ("last-k", po::value(&k)->default_value(200), "steps averaged at the end of each run")
       ("tensors", po::value(&tensors), "analysis: output of `ufp4 analyze tensors` (default results/analysis/tensors-dense113m.h5)")
@@ -49,6 +49,8 @@ int cmd_report(const std::vector<std::string>& args) {
     md = report_analysis(root, tensors, chains, figures);
   } else if (name == "figure9") {
     md = report_figure9(root, fits.empty() ? root + "/results/fits/figure9-proxy.h5" : fits, figures);
+  } else if (name == "bench") {
+    md = report_bench(root, dirs == std::vector<std::string>{root + "/results/proxy"} ? root + "/results/bench" : dirs.front(), figures);
   } else {
     throw Error("report: unknown report '" + name + "' (allowed: " + allowed + ")");
   }

@@ -47,4 +47,7 @@ std::string report_analysis(const std::string& root, const std::string& tensors_
 // Figure 9 from `ufp4 fit` output (report_scaling.cpp).
 std::string report_figure9(const std::string& root, const std::string& fits, const std::string& figures);
 
+// Kernel and training-step benchmarks, Figure 11 (report_bench.cpp): `dir` holds kernels.h5 and/or step.h5.
+std::string report_bench(const std::string& root, const std::string& dir, const std::string& figures);
+
 }  // namespace ufp4

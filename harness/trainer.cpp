@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <map>
 #include <cstdio>
 
 #include "harness/array_io.h"
@@ -161,6 +162,91 @@ void write_results(const std::string& path, const RunManifest& m, const ModelCon
 
 }  // namespace
 
+std::unique_ptr<torch::optim::AdamW> make_optimizer(Transformer& model, const RunManifest& m) {
+  std::vector<torch::Tensor> decay, no_decay;
+  for (const auto& p : model->named_parameters()) (p.value().dim() >= 2 ? decay : no_decay).push_back(p.value());
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(
+                                 torch::optim::AdamWOptions(m.lr).betas({m.beta1, m.beta2}).eps(m.eps).weight_decay(m.weight_decay)));
+  groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(
+                                    torch::optim::AdamWOptions(m.lr).betas({m.beta1, m.beta2}).eps(m.eps).weight_decay(0.0)));
+  return std::make_unique<torch::optim::AdamW>(groups);
+}
+
+namespace {
+
+#if TORCH_VERSION_MAJOR >= 2
+// Multi-tensor clipping and AdamW (LibTorch's foreach and fused kernels, as PyTorch's fused=True path
+// calls them), reading and writing the per-parameter state torch::optim::AdamW keeps, so a
+// checkpoint saved by either path loads into the other.
+double clip_and_fused_adamw(torch::optim::AdamW& opt, double grad_clip) {
+  std::vector<torch::Tensor> grads;
+  for (auto& group : opt.param_groups())
+    for (auto& p : group.params())
+      if (p.grad().defined()) grads.push_back(p.grad());
+  if (grads.empty()) return 0.0;
+  torch::Tensor total = at::linalg_vector_norm(at::stack(at::_foreach_norm(grads, 2)), 2);
+  if (grad_clip > 0) at::_foreach_mul_(grads, at::clamp_max(grad_clip / (total + 1e-6), 1.0));
+  for (auto& group : opt.param_groups()) {
+    const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
+    std::vector<torch::Tensor> p, g, m, v, steps;
+    std::map<int64_t, torch::Tensor> step_tensor;  // one device scalar per distinct step count (the kernel only reads them)
+    for (auto& param : group.params()) {
+      if (!param.grad().defined()) continue;
+      auto& slot = opt.state()[param.unsafeGetTensorImpl()];
+      if (!slot) {
+        auto st = std::make_unique<torch::optim::AdamWParamState>();
+        st->step(0);
+        st->exp_avg(torch::zeros_like(param, torch::MemoryFormat::Preserve));
+        st->exp_avg_sq(torch::zeros_like(param, torch::MemoryFormat::Preserve));
+        slot = std::move(st);
+      }
+      auto& st = static_cast<torch::optim::AdamWParamState&>(*slot);
+      st.step(st.step() + 1);
+      p.push_back(param);
+      g.push_back(param.grad());
+      m.push_back(st.exp_avg());
+      v.push_back(st.exp_avg_sq());
+      torch::Tensor& t = step_tensor[st.step()];
+      if (!t.defined()) t = torch::full({}, static_cast<double>(st.step()), param.options().dtype(torch::kFloat32));
+      steps.push_back(t);
+    }
+    if (p.empty()) continue;
+    at::_fused_adamw_(p, g, m, v, {}, steps, o.lr(), std::get<0>(o.betas()), std::get<1>(o.betas()), o.weight_decay(), o.eps(),
+                      o.amsgrad(), /*maximize=*/false);
+  }
+  return total.item<double>();
+}
+#endif
+
+}  // namespace
+
+StepStats train_step(Transformer& model, torch::optim::AdamW& opt, const std::function<torch::Tensor()>& next_batch, int64_t accum,
+                     int64_t seq_len, double grad_clip) {
+  opt.zero_grad();
+  torch::Tensor loss_sum;
+  for (int64_t a = 0; a < accum; ++a) {
+    torch::Tensor batch = next_batch();
+    TransformerOutput o = model->loss(batch.slice(1, 0, seq_len), batch.slice(1, 1, seq_len + 1));
+    (o.loss / static_cast<double>(accum)).backward();
+    torch::Tensor l = o.lm_loss.detach().to(torch::kFloat64);  // summed in double, read once
+    loss_sum = a == 0 ? l : loss_sum + l;
+  }
+  StepStats st;
+#if TORCH_VERSION_MAJOR >= 2
+  const bool fused = model->parameters().front().is_cuda() && !opt.param_groups().front().params().empty();
+  if (fused) st.grad_norm = clip_and_fused_adamw(opt, grad_clip);
+#else
+  const bool fused = false;
+#endif
+  if (!fused) {
+    st.grad_norm = torch::nn::utils::clip_grad_norm_(model->parameters(), grad_clip > 0 ? grad_clip : 1e30);
+    opt.step();
+  }
+  st.loss = loss_sum.item<double>() / static_cast<double>(accum);
+  return st;
+}
+
 std::string results_path(const RunManifest& m) { return m.out_dir + "/" + m.name + "-" + m.run_id() + ".h5"; }
 std::string find_results(const RunManifest& m) {
   if (file_exists(results_path(m))) return results_path(m);
@@ -217,14 +303,8 @@ RunResult run_training(const RunManifest& m, const RunOptions& opt) {
   model->to(device);
   model->set_compute_dtype(device.is_cuda() ? torch::kBFloat16 : torch::kFloat32);
 
-  std::vector<torch::Tensor> decay, no_decay;
-  for (const auto& p : model->named_parameters()) (p.value().dim() >= 2 ? decay : no_decay).push_back(p.value());
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(
-                                 torch::optim::AdamWOptions(m.lr).betas({m.beta1, m.beta2}).eps(m.eps).weight_decay(m.weight_decay)));
-  groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(
-                                    torch::optim::AdamWOptions(m.lr).betas({m.beta1, m.beta2}).eps(m.eps).weight_decay(0.0)));
-  torch::optim::AdamW optimizer(groups);
+  std::unique_ptr<torch::optim::AdamW> opt_ptr = make_optimizer(model, m);
+  torch::optim::AdamW& optimizer = *opt_ptr;
 
   TokenStream train(data.train_shards, mc.seq_len, static_cast<uint64_t>(m.seed));
   Curves curves;
@@ -269,17 +349,8 @@ RunResult run_training(const RunManifest& m, const RunOptions& opt) {
     for (auto& g : optimizer.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
     ctx->step = step;
     ctx->telemetry = m.telemetry_every > 0 && step % m.telemetry_every == 0;
-    optimizer.zero_grad();
-    double loss_sum = 0;
-    for (int64_t a = 0; a < accum; ++a) {
-      torch::Tensor batch = train.next(m.micro_batch).to(device);
-      TransformerOutput o = model->loss(batch.slice(1, 0, mc.seq_len), batch.slice(1, 1, mc.seq_len + 1));
-      (o.loss / static_cast<double>(accum)).backward();
-      loss_sum += o.lm_loss.item<double>();
-    }
-    const double loss = loss_sum / accum;
-    const double gnorm = torch::nn::utils::clip_grad_norm_(model->parameters(), m.grad_clip > 0 ? m.grad_clip : 1e30);
-    optimizer.step();
+    const StepStats st = train_step(model, optimizer, [&] { return train.next(m.micro_batch).to(device); }, accum, mc.seq_len, m.grad_clip);
+    const double loss = st.loss, gnorm = st.grad_norm;
     if (ctx->capture) ctx->capture->flush(step);
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     curves.step.push_back(static_cast<double>(step));

@@ -3,9 +3,14 @@
 // SIGINT/SIGTERM with automatic resume (bit-identical loss curve on the same device), divergence
 // stop, progress lines, and one HDF5 result per run written atomically.
 #pragma once
+#include <torch/torch.h>
+
+#include <functional>
+#include <memory>
 #include <string>
 
 #include "harness/run_manifest.h"
+#include "models/transformer.h"
 
 namespace ufp4 {
 
@@ -24,6 +29,21 @@ struct RunResult {
 };
 
 RunResult run_training(const RunManifest& m, const RunOptions& opt);
+
+// AdamW over the model: weight decay on matrices (dim >= 2) only.
+std::unique_ptr<torch::optim::AdamW> make_optimizer(Transformer& model, const RunManifest& m);
+
+struct StepStats {
+  double loss = 0;       // mean LM loss over the micro-batches
+  double grad_norm = 0;  // L2 norm before clipping
+};
+
+// One optimizer step: zero grads, forward/backward over `accum` micro-batches from next_batch()
+// ([B, seq_len + 1] tokens on the model's device), clip, AdamW. On CUDA with LibTorch >= 2 the
+// clipping and the update run as multi-tensor kernels (foreach norm, fused AdamW) on the optimizer's
+// own state, so checkpoints are interchangeable with the per-tensor path.
+StepStats train_step(Transformer& model, torch::optim::AdamW& opt, const std::function<torch::Tensor()>& next_batch, int64_t accum,
+                     int64_t seq_len, double grad_clip);
 
 std::string results_path(const RunManifest& m);  // where a new result is written
 // An existing result of this run: any "<name>-<run id>.h5" in the output folder (content-addressed:

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "kernels/grid.h"
+#include "kernels/rounding.h"
 
 namespace ufp4 {
 
@@ -45,6 +46,7 @@ struct KernelSpec {
   float rht_scale;        // FP32(1/sqrt(rht))
   uint64_t seed;
   uint64_t offset;
+  FastGrid fast;          // arithmetic rounding path for the grid (kernels only)
 };
 
 KernelSpec make_kernel_spec(const QuantSpec& spec);

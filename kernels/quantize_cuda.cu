@@ -2,6 +2,7 @@
 // one RHT segment or one scaling block larger than 16 exchange values through shared memory.
 // The arithmetic mirrors kernels/quantize.h step for step so the CPU oracle is matched bit for bit
 // (build without fast-math: divisions must be IEEE).
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cfloat>
@@ -54,15 +55,24 @@ __device__ __forceinline__ void load16(const void* p, int64_t i, float* x) {
   }
 }
 
+// BF16 pair, round to nearest even. `hw`: the hardware conversion, identical for non-NaN values (NaN
+// payloads differ: callers pass hw only when no value can be NaN).
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi, bool hw) {
+  if (hw) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+  return static_cast<uint32_t>(f32_to_bf16_bits(lo)) | (static_cast<uint32_t>(f32_to_bf16_bits(hi)) << 16);
+}
+
 template <bool kBf16>
-__device__ __forceinline__ void store16(void* p, int64_t i, const float* y, int nvalid, bool vec) {
+__device__ __forceinline__ void store16(void* p, int64_t i, const float* y, int nvalid, bool vec, bool hw = false) {
   if (kBf16) {
     uint16_t* o = static_cast<uint16_t*>(p) + i;
     if (vec) {
       uint32_t w[8];
 #pragma unroll
-      for (int k = 0; k < 8; ++k)
-        w[k] = static_cast<uint32_t>(f32_to_bf16_bits(y[2 * k])) | (static_cast<uint32_t>(f32_to_bf16_bits(y[2 * k + 1])) << 16);
+      for (int k = 0; k < 8; ++k) w[k] = pack_bf16x2(y[2 * k], y[2 * k + 1], hw);
       uint4* v = reinterpret_cast<uint4*>(o);
       v[0] = make_uint4(w[0], w[1], w[2], w[3]);
       v[1] = make_uint4(w[4], w[5], w[6], w[7]);
@@ -81,6 +91,56 @@ __device__ __forceinline__ void store16(void* p, int64_t i, const float* y, int 
 #pragma unroll
       for (int k = 0; k < 16; ++k)
         if (k < nvalid) o[k] = y[k];
+    }
+  }
+}
+
+// One block's scaling, as the chunk's elements need it.
+struct ChunkScale {
+  int state = 0;         // 0 normal, 1 zero block, 2 NaN block
+  bool multiply = false; // nvfp4: v = x * factor; else v = x / factor
+  bool fast_div = false; // x / factor through rcp (div_by_scale)
+  float factor = 1.0f, rcp = 1.0f, decode = 0.0f;
+  int zero_idx = 0;
+};
+
+// Rounds one 16-element chunk to dequantized values y and codes (when wanted). kClass picks the
+// arithmetic path of rounding.h or the threshold search; all give the reference's levels.
+template <int kClass>
+__device__ __forceinline__ void round_chunk(const KernelSpec& s, const float* sh_level, const uint8_t* sh_code, const ChunkScale& cs,
+                                            bool sr, bool want_codes, const float* x, const float* u, float* y, uint8_t* codes) {
+  const GridParams& g = s.grid;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const bool neg = (f32_bits(x[i]) >> 31) != 0;
+    int idx = cs.zero_idx;
+    float dq;
+    if (cs.state == 2) {
+      dq = canonical_nan();
+    } else if (cs.state == 1) {
+      dq = 0.0f;
+    } else {
+      const float v = cs.multiply ? x[i] * cs.factor : (cs.fast_div ? div_by_scale(x[i], cs.factor, cs.rcp) : x[i] / cs.factor);
+      const float a = g.symmetric ? fabsf(v) : v;
+      float level;
+      if (kClass == kGridUniform) {
+        const float t = sr ? stochastic_uniform(s.fast, a, u[i]) : nearest_uniform(s.fast, a);
+        level = t * s.fast.step;
+        idx = static_cast<int>(t);
+      } else if (kClass == kGridE2M1) {
+        level = sr ? stochastic_e2m1(s.fast, a, u[i]) : nearest_e2m1(s.fast, a);
+        if (want_codes) idx = e2m1_index(level);
+      } else {
+        idx = sr ? round_stochastic(g, sh_level, a, u[i]) : round_nearest(g, a);
+        level = sh_level[idx];
+      }
+      dq = level * cs.decode;
+    }
+    if (g.symmetric && neg && cs.state != 2) dq = -dq;
+    y[i] = dq;
+    if (want_codes) {
+      const uint8_t c = kClass == kGridGeneric || cs.state != 0 ? sh_code[idx] : static_cast<uint8_t>(idx);
+      codes[i] = g.symmetric && cs.state != 2 ? static_cast<uint8_t>(c | (neg ? 8 : 0)) : c;
     }
   }
 }
@@ -160,9 +220,11 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(const KernelSpec s, 
     return;
   }
 
-  float m = 0.0f;
+  // |x| bit patterns order like the values, and NaN patterns lie above +inf: an integer max is nan_max.
+  uint32_t mbits = 0;
 #pragma unroll
-  for (int i = 0; i < 16; ++i) m = nan_max(m, fabsf(x[i]));
+  for (int i = 0; i < 16; ++i) mbits = max(mbits, f32_bits(x[i]) & 0x7fffffffu);
+  float m = mbits > 0x7f800000u ? canonical_nan() : bits_f32(mbits);
 
   if (kMode == kTensorAmax) {
 #pragma unroll
@@ -186,100 +248,78 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(const KernelSpec s, 
   if (nvalid == 0) return;
 
   // Block scale (see kernels/quantize.h).
-  int state = 0;  // 0 normal, 1 zero, 2 NaN
-  bool multiply = false;
-  float factor = 1.0f, decode = 0.0f;
-  uint8_t bits = 0;
+  ChunkScale cs;
   const float gmax = g.gmax;
   float bm = m;
   if (s.scale_kind == 1) {
     const float ta = *io.tensor_amax;
     if (!is_finite(ta)) bm = canonical_nan();
   }
+  uint8_t bits = 0;
   if (!is_finite(bm)) {
-    state = 2; decode = canonical_nan(); bits = s.scale_kind == 2 ? 0xff : 0x7f;
+    cs.state = 2; cs.decode = canonical_nan(); bits = s.scale_kind == 2 ? 0xff : 0x7f;
   } else if (s.scale_kind == 0) {
     float sc = bm / gmax;
-    if (sc == 0.0f) state = 1;
-    factor = sc; decode = sc;
+    if (sc == 0.0f) cs.state = 1;
+    cs.factor = sc; cs.decode = sc;
   } else if (s.scale_kind == 1) {
     const float ta = *io.tensor_amax;
     float s_enc = fminf(448.0f * gmax / ta, FLT_MAX);
     if (ta == 0.0f || s_enc == 0.0f) s_enc = 1.0f;
     float e4m3 = round_to_e4m3(fminf(bm * (s_enc * (1.0f / gmax)), FLT_MAX));
     float s_dec = 1.0f / s_enc;
-    multiply = true;
-    factor = fminf(1.0f / (e4m3 * s_dec), FLT_MAX);
-    decode = e4m3 * s_dec;
+    cs.multiply = true;
+    cs.factor = fminf(1.0f / (e4m3 * s_dec), FLT_MAX);
+    cs.decode = e4m3 * s_dec;
     bits = e4m3_code(e4m3);
   } else if (s.scale_kind == 3) {
-    factor = 1.0f; decode = 1.0f;
+    cs.factor = 1.0f; cs.decode = 1.0f;
   } else {
     int e = bm == 0.0f ? -127 : floor_log2(bm) - floor_log2(gmax);
     e = e < -127 ? -127 : (e > 127 ? 127 : e);
-    factor = exp2_int(e); decode = factor; bits = e8m0_code(e);
+    cs.factor = exp2_int(e); cs.decode = cs.factor; bits = e8m0_code(e);
+  }
+  if (cs.state == 0 && !cs.multiply && cs.factor >= 0x1p-100f && cs.factor <= 0x1p100f) {
+    cs.fast_div = true;
+    cs.rcp = 1.0f / cs.factor;
   }
 
   const int64_t nblk = (L + s.block - 1) / s.block;
   if (j0 % s.block == 0) {
     const int64_t bi = r * nblk + j0 / s.block;
-    if (io.scales) io.scales[bi] = state == 1 ? 0.0f : decode;
+    if (io.scales) io.scales[bi] = cs.state == 1 ? 0.0f : cs.decode;
     if (io.amax) io.amax[bi] = m;
     if (io.scale_bits) io.scale_bits[bi] = bits;
   }
 
-  int zero_idx = 0;
-  if (!g.symmetric) zero_idx = round_nearest(g, 0.0f);
+  cs.zero_idx = g.symmetric ? 0 : round_nearest(g, 0.0f);
   const int64_t oi0 = r * L + j0;
   const bool sr = s.rounding == 1;
-  U32x4 rnd[4];
-  const bool rnd_grouped = sr && (L & 3) == 0;
-  if (rnd_grouped) {
+  float u[16];
+  if (sr) {
+    if ((L & 3) == 0) {  // four elements per Philox call
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      uint64_t grp = static_cast<uint64_t>(oi0 >> 2) + q;
-      rnd[q] = philox4x32_10(static_cast<uint32_t>(grp), static_cast<uint32_t>(grp >> 32), static_cast<uint32_t>(s.offset),
-                             static_cast<uint32_t>(s.offset >> 32), static_cast<uint32_t>(s.seed), static_cast<uint32_t>(s.seed >> 32));
+      for (int q = 0; q < 4; ++q) {
+        uint64_t grp = static_cast<uint64_t>(oi0 >> 2) + q;
+        U32x4 rnd = philox4x32_10(static_cast<uint32_t>(grp), static_cast<uint32_t>(grp >> 32), static_cast<uint32_t>(s.offset),
+                                  static_cast<uint32_t>(s.offset >> 32), static_cast<uint32_t>(s.seed), static_cast<uint32_t>(s.seed >> 32));
+#pragma unroll
+        for (int k = 0; k < 4; ++k) u[4 * q + k] = bits_to_unit(rnd.v[k]);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) u[i] = bits_to_unit(philox_bits(s.seed, s.offset, static_cast<uint64_t>(oi0 + i)));
     }
   }
 
   float y[16];
   uint8_t codes[16];
-#pragma unroll
-  for (int i = 0; i < 16; ++i) {
-    const bool neg = (f32_bits(x[i]) >> 31) != 0;
-    int idx = 0;
-    float dq;
-    if (state == 2) {
-      dq = canonical_nan();
-    } else if (state == 1) {
-      dq = 0.0f;
-      idx = zero_idx;
-    } else {
-      float v = multiply ? x[i] * factor : x[i] / factor;
-      float a = g.symmetric ? fabsf(v) : v;
-      if (sr) {
-        uint32_t b = rnd_grouped ? rnd[i >> 2].v[i & 3] : philox_bits(s.seed, s.offset, static_cast<uint64_t>(oi0 + i));
-        idx = round_stochastic(g, sh_level, a, bits_to_unit(b));
-      } else {
-        idx = round_nearest(g, a);
-      }
-      dq = sh_level[idx] * decode;
-    }
-    uint8_t code;
-    if (state == 2) {
-      code = sh_code[zero_idx];
-    } else if (g.symmetric) {
-      code = static_cast<uint8_t>(sh_code[idx] | (neg ? 8 : 0));
-      if (neg) dq = -dq;
-    } else {
-      code = sh_code[idx];
-    }
-    y[i] = dq;
-    codes[i] = code;
-  }
+  const bool want_codes = io.codes != nullptr;
+  if (s.fast.kind == kGridUniform) round_chunk<kGridUniform>(s, sh_level, sh_code, cs, sr, want_codes, x, u, y, codes);
+  else if (s.fast.kind == kGridE2M1) round_chunk<kGridE2M1>(s, sh_level, sh_code, cs, sr, want_codes, x, u, y, codes);
+  else round_chunk<kGridGeneric>(s, sh_level, sh_code, cs, sr, want_codes, x, u, y, codes);
 
-  if (io.dequant) store16<kOutBf16>(io.dequant, oi0, y, nvalid, nvalid == 16 && (L % 8) == 0);
+  if (io.dequant) store16<kOutBf16>(io.dequant, oi0, y, nvalid, nvalid == 16 && (L % 8) == 0, cs.state != 2);
   if (io.codes) {
     const int64_t cb = r * ((L + 1) / 2) + j0 / 2;
     if (nvalid == 16 && (L % 16) == 0) {

@@ -1,6 +1,9 @@
 // The kernels' rounding: decision thresholds instead of a level search. Host-compiled too, so the
 // CPU tests check it exhaustively against the reference's distance-based search.
 #pragma once
+#include <cmath>
+
+#include "kernels/float_bits.h"
 #include "kernels/grid.h"
 #include "kernels/hd.h"
 
@@ -9,7 +12,7 @@ namespace ufp4 {
 // RTNE: the number of thresholds below a (a tie counts when up_at_mid says so). NaN gives 0.
 UFP4_HD int round_nearest(const GridParams& g, float a) {
   int idx = 0;
-#pragma unroll
+UFP4_UNROLL
   for (int k = 0; k < 15; ++k)
     if (k < g.n - 1) idx += (a > g.mid[k]) || (a == g.mid[k] && ((g.up_at_mid >> k) & 1u));
   return idx;
@@ -19,7 +22,7 @@ UFP4_HD int round_nearest(const GridParams& g, float a) {
 // u uniform in [0, 1). `level` may point to a faster copy of g.level (shared memory).
 UFP4_HD int round_stochastic(const GridParams& g, const float* level, float a, float u) {
   int cnt = 0;
-#pragma unroll
+UFP4_UNROLL
   for (int k = 0; k < 16; ++k)
     if (k < g.n) cnt += a >= g.level[k];
   const int lo = cnt - 1;
@@ -27,6 +30,102 @@ UFP4_HD int round_stochastic(const GridParams& g, const float* level, float a, f
   if (lo < 0) return 0;               // below the grid, or NaN
   const float p = (a - level[lo]) / (level[lo + 1] - level[lo]);
   return u < p ? lo + 1 : lo;
+}
+
+// ---- Arithmetic fast paths ---------------------------------------------------------------------
+// For grids whose levels are dyadic and evenly structured the threshold search becomes a few float
+// operations. classify_grid() picks the path on the host; each path returns exactly what
+// round_nearest / round_stochastic return for finite a >= 0 (tested near every threshold).
+enum GridClass { kGridGeneric = 0, kGridUniform = 1, kGridE2M1 = 2 };
+
+struct FastGrid {
+  int kind;        // GridClass
+  float step;      // uniform: level i = i * step (a power of two)
+  float inv_step;  // 1 / step, exact
+  float top;       // the largest level (saturation)
+};
+
+// Sign-magnitude grids only; codes must equal level indices and every midpoint must be a tie to the even code.
+inline FastGrid classify_grid(const GridParams& g) {
+  FastGrid f{kGridGeneric, 1.0f, 1.0f, g.level[g.n - 1]};
+  if (!g.symmetric || g.n < 2) return f;
+  for (int i = 0; i < g.n; ++i)
+    if (g.code[i] != i) return f;
+  for (int i = 0; i + 1 < g.n; ++i)
+    if (static_cast<double>(g.mid[i]) != 0.5 * (static_cast<double>(g.level[i]) + g.level[i + 1]) ||
+        (((g.up_at_mid >> i) & 1u) != static_cast<uint32_t>(i & 1)))
+      return f;
+  const float step = g.level[1];
+  int e = 0;
+  const double mant = std::frexp(static_cast<double>(step), &e);
+  bool uniform = mant == 0.5 && e > -100 && e < 100;
+  for (int i = 0; i < g.n && uniform; ++i) uniform = g.level[i] == static_cast<float>(i) * step;
+  if (uniform) return FastGrid{kGridUniform, step, 1.0f / step, f.top};
+  const float e2m1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  bool is_e2m1 = g.n >= 2 && g.n <= 8;
+  for (int i = 0; i < g.n && is_e2m1; ++i) is_e2m1 = g.level[i] == e2m1[i];
+  if (is_e2m1) f.kind = kGridE2M1;
+  return f;
+}
+
+// RTNE on a uniform grid: a * inv_step is exact, rint rounds ties to the even index (= even code).
+UFP4_HD float nearest_uniform(const FastGrid& f, float a) {
+  return fminf(rint_even(a * f.inv_step), f.top * f.inv_step);  // the level's index, as a float
+}
+
+// RTNE to E2M1 magnitudes (ties to even code = even mantissa bit), saturated at f.top.
+UFP4_HD float nearest_e2m1(const FastGrid& f, float a) {
+  float l;
+  if (a < 1.0f) {
+    l = rint_even(a * 2.0f) * 0.5f;
+  } else {
+    uint32_t u = f32_bits(a);
+    u += 0x1fffffu + ((u >> 22) & 1u);  // round the mantissa to one bit, ties to even
+    l = bits_f32(u & 0xffc00000u);
+  }
+  return fminf(l, f.top);
+}
+
+// Index (= code) of an E2M1 magnitude level.
+UFP4_HD int e2m1_index(float level) {
+  if (level < 1.0f) return static_cast<int>(level * 2.0f);
+  const uint32_t u = f32_bits(level);
+  return 2 + 2 * (static_cast<int>(u >> 23) - 127) + static_cast<int>((u >> 22) & 1u);
+}
+
+// SR on a uniform grid; returns the index as a float. (a - level[lo]) / step == t - floor(t) exactly.
+UFP4_HD float stochastic_uniform(const FastGrid& f, float a, float u) {
+  const float t = a * f.inv_step, lo = floorf(t), last = f.top * f.inv_step;
+  if (lo >= last) return last;
+  return u < t - lo ? lo + 1.0f : lo;
+}
+
+// SR between E2M1 neighbours; the gap is a power of two, so the probability is exact. Returns the level.
+UFP4_HD float stochastic_e2m1(const FastGrid& f, float a, float u) {
+  float lo, w, inv_w;
+  if (a < 1.0f) {
+    lo = floorf(a * 2.0f) * 0.5f;
+    w = 0.5f;
+    inv_w = 2.0f;
+  } else {
+    const uint32_t b = f32_bits(a), e = b & 0x7f800000u;
+    lo = bits_f32(b & 0xffc00000u);
+    w = bits_f32(e - 0x00800000u);       // 2^(e-1)
+    inv_w = bits_f32(0x7f800000u - e);   // 2^(1-e)
+  }
+  if (lo >= f.top) return f.top;
+  return u < (a - lo) * inv_w ? lo + w : lo;
+}
+
+// x / sc correctly rounded from r = RN(1/sc): Markstein's correction, q + (x - q sc) r with an exact
+// FMA remainder, valid while nothing is subnormal; sc must lie in [2^-100, 2^100] (the caller checks),
+// tiny operands take the division.
+UFP4_HD float div_by_scale(float x, float sc, float r) {
+  float q = x * r;
+  const float rem = fmaf(-q, sc, x);
+  q = fmaf(rem, r, q);
+  if (!(fabsf(x) >= 0x1p-100f && fabsf(q) >= 0x1p-100f)) q = x == 0.0f ? x : x / sc;
+  return q;
 }
 
 }  // namespace ufp4

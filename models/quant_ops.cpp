@@ -81,14 +81,17 @@ QuantizedTensor quantize(const torch::Tensor& x_in, const QuantSpec& spec, const
   auto f32 = x.options().dtype(torch::kFloat32);
   QuantizedTensor q;
   q.dequant = torch::empty({R, L}, x.options().dtype(opt.out_dtype));
-  q.tensor_amax = torch::zeros({1}, f32);
+  // The tensor amax costs a pass over the input: only nvfp4 scaling needs it (and callers that ask for codes see it).
+  const bool want_tensor_amax = spec.scale == ScaleKind::kNvfp4 || opt.want_codes;
+  if (want_tensor_amax) q.tensor_amax = torch::empty({1}, f32);
   if (opt.want_codes) {
     q.codes = torch::empty({R, (L + 1) / 2}, x.options().dtype(torch::kUInt8));
     q.scales = torch::empty({R, nblk}, f32);
     q.amax = torch::empty({R, nblk}, f32);
     q.scale_bits = torch::empty({R, nblk}, x.options().dtype(torch::kUInt8));
   }
-  torch::Tensor ws = torch::empty({quantize_workspace_floats(ks, rows, cols)}, f32);
+  const int64_t ws_floats = quantize_workspace_floats(ks, rows, cols);
+  torch::Tensor ws = ws_floats ? torch::empty({ws_floats}, f32) : torch::Tensor();
 
   QuantizeIO io;
   io.in = x.data_ptr();
@@ -104,8 +107,8 @@ QuantizedTensor quantize(const torch::Tensor& x_in, const QuantSpec& spec, const
     io.amax = q.amax.data_ptr<float>();
     io.scale_bits = q.scale_bits.data_ptr<uint8_t>();
   }
-  io.tensor_amax = q.tensor_amax.data_ptr<float>();
-  io.workspace = ws.data_ptr<float>();
+  if (want_tensor_amax) io.tensor_amax = q.tensor_amax.data_ptr<float>();
+  if (ws_floats) io.workspace = ws.data_ptr<float>();
   run(ks, io, x);
   return q;
 }

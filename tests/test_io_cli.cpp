@@ -96,9 +96,10 @@ TEST_CASE("bad usage exits 2 with one line naming what is wrong", "[cli]") {
   CHECK(lines(m.out) == 1);
   CHECK(m.out.find("/nonexistent/x.npy") != std::string::npos);
 
-  Result p = run_cli("bench");
+  Result p = run_cli("bench sideways");
   CHECK(p.code == 2);
-  CHECK(p.out.find("not yet implemented") != std::string::npos);
+  CHECK(lines(p.out) == 1);
+  CHECK(p.out.find("allowed: kernels, step, all") != std::string::npos);
 
   Result n = run_cli("run /nonexistent/m.toml");
   CHECK(n.code == 2);

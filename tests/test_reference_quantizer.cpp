@@ -2,10 +2,13 @@
 // values, layouts, packing.
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
+#include <random>
 
 #include "harness/error.h"
 #include "kernels/float_bits.h"
+#include "kernels/philox.h"
 #include "kernels/rounding.h"
 #include "models/quant_ops.h"
 #include "tests/catch.h"
@@ -217,4 +220,85 @@ TEST_CASE("bad shapes and specs are rejected with the field and the allowed valu
   CHECK_THROWS_AS(quantize(torch::zeros({4, 40}), s), Error);  // 16 does not divide 40
   CHECK_THROWS_AS(quantize(torch::zeros({4, 32}, torch::kFloat64), QuantSpec{}), Error);
   CHECK_THROWS_AS(quantize(torch::zeros({32}), QuantSpec{}), Error);
+}
+
+TEST_CASE("The kernels' arithmetic rounding paths equal the threshold search, RTNE and SR", "[quantizer]") {
+  std::mt19937_64 rng(11);
+  int fast_grids = 0;
+  for (const Grid& g : all_grids()) {
+    const GridParams& p = g.params();
+    const FastGrid f = classify_grid(p);
+    INFO(g.name() << " class " << f.kind);
+    if (g.name() == "e2m1" || g.name() == "e2m1_max4" || g.name() == "e2m1_max3") CHECK(f.kind == kGridE2M1);
+    if (g.name() == "e1m2" || g.name() == "int4" || g.name() == "e2m1_max2") CHECK(f.kind == kGridUniform);
+    if (g.name() == "int4_tc" || g.name() == "custom") CHECK(f.kind == kGridGeneric);
+    if (f.kind == kGridGeneric) continue;
+    ++fast_grids;
+    // Every float within 2,000 ulps of each level and midpoint, plus random magnitudes up to 1.5x the top.
+    std::vector<float> as = {0.0f, bits_f32(1), 1e-30f, 2.0f * p.level[p.n - 1], 1e30f};
+    auto around = [&](float c) {
+      for (int d = -2000; d <= 2000; ++d) {
+        int64_t b = static_cast<int64_t>(f32_bits(c)) + d;
+        if (b >= 0) as.push_back(bits_f32(static_cast<uint32_t>(b)));
+      }
+    };
+    for (int i = 0; i < p.n; ++i) around(p.level[i]);
+    for (int i = 0; i + 1 < p.n; ++i) around(p.mid[i]);
+    std::uniform_real_distribution<float> ua(0.0f, 1.5f * p.level[p.n - 1]);
+    for (int i = 0; i < 200000; ++i) as.push_back(ua(rng));
+    int64_t bad = 0;
+    for (float a : as) {
+      const int idx = round_nearest(p, a);
+      const float fast = f.kind == kGridUniform ? nearest_uniform(f, a) * f.step : nearest_e2m1(f, a);
+      const int fast_idx = f.kind == kGridUniform ? static_cast<int>(nearest_uniform(f, a)) : e2m1_index(fast);
+      // SR: random draws, and draws on either side of the exact probability.
+      const int lo = std::max(0, std::min(p.n - 1, static_cast<int>(std::upper_bound(p.level, p.level + p.n, a) - p.level) - 1));
+      double prob = lo + 1 < p.n ? (a - p.level[lo]) / (p.level[lo + 1] - p.level[lo]) : 0.0;
+      std::vector<float> us = {0.0f, bits_to_unit(0xffffffffu), static_cast<float>(std::floor(prob * 16777216.0) / 16777216.0),
+                               static_cast<float>(std::floor(prob * 16777216.0 + 1) / 16777216.0)};
+      for (int k = 0; k < 3; ++k) us.push_back(bits_to_unit(static_cast<uint32_t>(rng())));
+      bool ok = fast == p.level[idx] && fast_idx == idx;
+      for (float u : us) {
+        if (u >= 1.0f) continue;
+        const float ref = p.level[round_stochastic(p, p.level, a, u)];
+        const float got = f.kind == kGridUniform ? stochastic_uniform(f, a, u) * f.step : stochastic_e2m1(f, a, u);
+        ok = ok && got == ref;
+      }
+      if (!ok && ++bad <= 5) FAIL_CHECK("a=" << a << " (bits " << f32_bits(a) << "): level " << p.level[idx] << " fast " << fast);
+    }
+    CHECK(bad == 0);
+  }
+  CHECK(fast_grids == 6);
+}
+
+TEST_CASE("Division by a block scale through its reciprocal is the IEEE quotient", "[quantizer]") {
+  // Random scales over [2^-100, 2^100], inputs up to 8x the scale (the kernels' range: |x| <= amax = scale * gmax)
+  // and arbitrary ones, and inputs built so the quotient sits next to a rounding midpoint.
+  std::mt19937_64 rng(5);
+  std::uniform_int_distribution<uint32_t> mant(0, (1u << 23) - 1);
+  std::uniform_int_distribution<int> exps(-100, 99), near(-40, 3), sh(-3, 3);
+  auto make = [&](int e) { return std::ldexp(1.0f + static_cast<float>(mant(rng)) / 8388608.0f, e); };
+  int64_t bad = 0, n = 0;
+  for (int i = 0; i < 2000000; ++i) {
+    const float sc = make(exps(rng));
+    const float r = 1.0f / sc;
+    float x;
+    switch (i % 3) {
+      case 0: x = make(near(rng)) * sc; break;  // |x / sc| in [2^-40, 16)
+      case 1: x = make(exps(rng)); break;
+      default: {  // x = RN(q * sc) nudged by a few ulps: quotients next to midpoints of q's neighbours
+        const float q = make(near(rng));
+        x = bits_f32(static_cast<uint32_t>(static_cast<int64_t>(f32_bits(q * sc)) + sh(rng)));
+      }
+    }
+    if (rng() & 1) x = -x;
+    if (!std::isfinite(x)) continue;
+    ++n;
+    const float want = x / sc, got = div_by_scale(x, sc, r);
+    if (f32_bits(want) != f32_bits(got) && ++bad <= 5) FAIL_CHECK(x << " / " << sc << ": " << got << " vs " << want);
+  }
+  CHECK(bad == 0);
+  CHECK(n > 1900000);
+  CHECK(f32_bits(div_by_scale(-0.0f, 3.0f, 1.0f / 3.0f)) == f32_bits(-0.0f));
+  CHECK(div_by_scale(1e-40f, 0.5f, 2.0f) == 1e-40f / 0.5f);  // subnormal input: the division path
 }

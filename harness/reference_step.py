@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""The BF16 dense transformer of models/transformer.cpp written in plain PyTorch (eager), for timing
+only: `ufp4 bench step` runs it in the same call as its own steps and compares step times.
+
+Same architecture and dtype flow as ours: FP32 master weights, BF16 activations (autocast; the
+embedding output cast to BF16), RMSNorm in FP32, rotate-half RoPE, grouped-query attention through
+scaled_dot_product_attention (causal), SwiGLU with one fused gate/up projection, untied LM head,
+cross entropy in FP32; AdamW (weight decay on matrices), gradient clipping at 1.0, loss read every
+step. Writes its timings as TOML to --out.
+"""
+import argparse
+import math
+import platform
+import statistics
+import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x):
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight).to(x.dtype)
+
+
+def rotate(x, cos, sin):
+    a, b = x.chunk(2, -1)
+    c, s = cos.to(x.dtype), sin.to(x.dtype)
+    return torch.cat([a * c - b * s, b * c + a * s], -1)
+
+
+class Block(nn.Module):
+    def __init__(self, a):
+        super().__init__()
+        self.h, self.kv, self.hd = a.heads, a.kv_heads, a.d_model // a.heads
+        self.norm1, self.norm2 = RMSNorm(a.d_model, a.norm_eps), RMSNorm(a.d_model, a.norm_eps)
+        self.qkv = nn.Linear(a.d_model, (a.heads + 2 * a.kv_heads) * self.hd, bias=False)
+        self.proj = nn.Linear(a.heads * self.hd, a.d_model, bias=False)
+        self.fc1 = nn.Linear(a.d_model, 2 * a.ffn, bias=False)
+        self.fc2 = nn.Linear(a.ffn, a.d_model, bias=False)
+
+    def forward(self, x, cos, sin):
+        B, S, _ = x.shape
+        q, k, v = self.qkv(self.norm1(x)).split([self.h * self.hd, self.kv * self.hd, self.kv * self.hd], -1)
+        q = rotate(q.view(B, S, self.h, self.hd).transpose(1, 2), cos, sin)
+        k = rotate(k.view(B, S, self.kv, self.hd).transpose(1, 2), cos, sin)
+        v = v.view(B, S, self.kv, self.hd).transpose(1, 2)
+        if self.kv != self.h:
+            k = k.repeat_interleave(self.h // self.kv, 1)
+            v = v.repeat_interleave(self.h // self.kv, 1)
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(o.transpose(1, 2).reshape(B, S, self.h * self.hd))
+        g, u = self.fc1(self.norm2(x)).chunk(2, -1)
+        return x + self.fc2(F.silu(g) * u)
+
+
+class Transformer(nn.Module):
+    def __init__(self, a):
+        super().__init__()
+        self.embedding = nn.Embedding(a.vocab, a.d_model)
+        nn.init.normal_(self.embedding.weight, 0.0, 0.02)
+        self.blocks = nn.ModuleList([Block(a) for _ in range(a.layers)])
+        self.final_norm = RMSNorm(a.d_model, a.norm_eps)
+        self.lm_head = None if a.tied else nn.Linear(a.d_model, a.vocab, bias=False)
+        half = (a.d_model // a.heads) // 2
+        inv = a.rope_theta ** (-torch.arange(0, half, dtype=torch.float64) / half)
+        ang = torch.outer(torch.arange(0, a.seq, dtype=torch.float64), inv)
+        self.register_buffer("cos", ang.cos().float())
+        self.register_buffer("sin", ang.sin().float())
+
+    def forward(self, tokens, targets):
+        h = self.embedding(tokens).to(torch.bfloat16)
+        S = tokens.shape[1]
+        for b in self.blocks:
+            h = b(h, self.cos[:S], self.sin[:S])
+        h = self.final_norm(h)
+        logits = self.lm_head(h) if self.lm_head is not None else F.linear(h, self.embedding.weight)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    for k in ("d-model", "layers", "heads", "kv-heads", "ffn", "vocab", "seq", "batch"):
+        p.add_argument("--" + k, type=int, required=True)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--optimizer", choices=["fused", "foreach"], default="fused")
+    p.add_argument("--norm-eps", type=float, default=1e-6)
+    p.add_argument("--rope-theta", type=float, default=10000.0)
+    p.add_argument("--tied", action="store_true")
+    p.add_argument("--out", required=True)
+    a = p.parse_args()
+    if not torch.cuda.is_available():
+        print("reference_step: no CUDA device", file=sys.stderr)
+        return 2
+    dev = torch.device("cuda")
+    torch.manual_seed(1)
+    model = Transformer(a).to(dev)
+    decay = [q for q in model.parameters() if q.dim() >= 2]
+    no_decay = [q for q in model.parameters() if q.dim() < 2]
+    kw = {"fused": True} if a.optimizer == "fused" else {"foreach": True}
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=3e-3, betas=(0.9, 0.95), eps=1e-8, **kw)
+    tokens = torch.randint(0, a.vocab, (a.batch, a.seq + 1), device=dev)
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    times, loss = [], float("nan")
+    for step in range(a.warmup + a.steps):
+        t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        t0.record()
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            l = model(tokens[:, :-1], tokens[:, 1:])
+        l.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        loss = l.item()
+        t1.record()
+        t1.synchronize()
+        if step >= a.warmup:
+            times.append(t0.elapsed_time(t1))
+        print(f"reference_step: step {step + 1}/{a.warmup + a.steps} {times[-1] if times else 0:.2f} ms loss {loss:.4f}",
+              file=sys.stderr, flush=True)
+    sd = statistics.stdev(times) if len(times) > 1 else 0.0
+    with open(a.out, "w") as f:
+        f.write(f"step_ms_median = {statistics.median(times)!r}\nstep_ms_mean = {statistics.mean(times)!r}\n")
+        f.write(f"step_ms_sd = {sd!r}\npeak_memory_gb = {torch.cuda.max_memory_allocated() / 1e9!r}\n")
+        f.write(f"loss = {loss if math.isfinite(loss) else 0.0!r}\n")
+        f.write(f'torch = "{torch.__version__}"\npython = "{platform.python_version()}"\n')
+        f.write(f'device = "{torch.cuda.get_device_name(0)}"\noptimizer = "{a.optimizer}"\n')
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,231 @@
+// Benchmark report (Figure 11 and the training-step targets) from `ufp4 bench` output.
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <sstream>
+
+#include "harness/array_io.h"
+#include "harness/error.h"
+#include "harness/fs.h"
+#include "harness/plot.h"
+#include "harness/report.h"
+
+namespace ufp4 {
+
+namespace {
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string t;
+  while (std::getline(ss, t, sep)) out.push_back(t);
+  return out;
+}
+
+struct KRow {
+  std::string kind, grid, rounding, layout, shape;
+  int64_t rows = 0, cols = 0;
+  double us = NAN, sd = NAN, bytes = 0;
+};
+
+std::vector<KRow> load_kernels(const std::string& path) {
+  const auto names = split(read_h5_string_attrs(path, "kernels/time_us")["names"], '\n');
+  const ArrayF32 t = read_h5_f32(path, "kernels/time_us"), sd = read_h5_f32(path, "kernels/time_us_sd"),
+                 b = read_h5_f32(path, "kernels/bytes");
+  std::vector<KRow> v;
+  for (size_t i = 0; i < names.size() && i < t.data.size(); ++i) {
+    const auto f = split(names[i], '/');
+    KRow r;
+    if (f.size() == 2 && f[0] == "copy") r.kind = "copy";
+    else if (f.size() == 6 && f[0] == "quantize") { r.kind = f[1]; r.grid = f[2]; r.rounding = f[3]; r.layout = f[4]; }
+    else continue;
+    r.shape = f.back();
+    const auto d = split(r.shape, 'x');
+    if (d.size() != 2) continue;
+    r.rows = std::stoll(d[0]);
+    r.cols = std::stoll(d[1]);
+    r.us = t.data[i];
+    r.sd = sd.data[i];
+    r.bytes = b.data[i];
+    v.push_back(r);
+  }
+  if (v.empty()) throw Error(path + ": no kernel benchmarks in kernels/time_us");
+  return v;
+}
+
+struct SRow {
+  std::string model, impl, recipe, note;
+  double ms = NAN, sd = NAN, tps = NAN, mfu = NAN, mem = NAN;
+  int64_t batch = 0, seq = 0, steps = 0;
+};
+
+std::vector<SRow> load_steps(const std::string& path) {
+  const auto rows = split(read_h5_string_attrs(path, "step/step_ms")["rows"], '\n');
+  const ArrayF32 ms = read_h5_f32(path, "step/step_ms"), sd = read_h5_f32(path, "step/step_ms_sd"),
+                 tps = read_h5_f32(path, "step/tokens_per_s"), mfu = read_h5_f32(path, "step/mfu"),
+                 mem = read_h5_f32(path, "step/peak_memory_gb"), batch = read_h5_f32(path, "step/batch"),
+                 seq = read_h5_f32(path, "step/seq_len"), steps = read_h5_f32(path, "step/steps");
+  std::vector<SRow> v;
+  for (size_t i = 0; i < rows.size() && i < ms.data.size(); ++i) {
+    const auto f = split(rows[i], '|');
+    if (f.size() < 3) continue;
+    SRow r;
+    r.model = f[0]; r.impl = f[1]; r.recipe = f[2]; r.note = f.size() > 3 ? f[3] : "";
+    r.ms = ms.data[i]; r.sd = sd.data[i]; r.tps = tps.data[i]; r.mfu = mfu.data[i]; r.mem = mem.data[i];
+    r.batch = static_cast<int64_t>(batch.data[i]); r.seq = static_cast<int64_t>(seq.data[i]); r.steps = static_cast<int64_t>(steps.data[i]);
+    v.push_back(r);
+  }
+  return v;
+}
+
+std::string verdict(bool ok) { return ok ? "**met**" : "**not met**"; }
+
+std::string provenance_line(const std::string& path) {
+  auto a = read_h5_string_attrs(path);
+  return rel(path) + ": " + a["device"] + ", commit " + a["git_commit"] + ", torch " + a["torch"] + ", CUDA " + a["cuda"] + ", " +
+         a["utc"];
+}
+
+}  // namespace
+
+std::string report_bench(const std::string& root, const std::string& dir, const std::string& figures) {
+  const std::string kpath = dir + "/kernels.h5", spath = dir + "/step.h5";
+  if (!file_exists(kpath) && !file_exists(spath))
+    throw Error("report bench: no kernels.h5 or step.h5 in " + dir + " (run `ufp4 bench all --out-dir " + rel(dir) + "` on a GPU)");
+  const toml::table paper = load_paper(root + "/reports/paper/figure11.toml");
+  const double big = paper["large_bytes"].value_or(64.0 * 1024 * 1024);
+  std::ostringstream md;
+  md << "# Kernel and training-step benchmarks (paper Figure 11)\n\n"
+     << "Every ratio compares timings measured in the same command on the same GPU. Kernel times are the median over "
+     << "repetitions of CUDA-event times of the launches alone, with L2 flushed before each repeat; BF16 input, BF16 "
+     << "dequantized output (what the training path feeds its GEMMs), FP32 1x16 scales. `standalone`: quantization "
+     << "without RHT; `fused`: RHT-16 inside the quantizer; `unfused`: an RHT kernel writes a BF16 temporary that the "
+     << "quantizer reads. Bandwidth counts bytes read + written; the copy is a device-to-device copy of the same bytes.\n\n";
+  std::vector<std::string> sources;
+  std::ostringstream targets;
+  targets << "## Targets\n\n| target | bar | measured | verdict |\n|---|---|---|---|\n";
+
+  if (file_exists(kpath)) {
+    const auto rows = load_kernels(kpath);
+    sources.push_back(provenance_line(kpath));
+    std::map<std::string, double> copy_us;
+    std::map<std::string, const KRow*> by;
+    for (const auto& r : rows) {
+      if (r.kind == "copy") copy_us[r.shape] = r.us;
+      else by[r.kind + "/" + r.grid + "/" + r.rounding + "/" + r.layout + "/" + r.shape] = &r;
+    }
+    std::vector<std::string> shapes;
+    for (const auto& r : rows)
+      if (r.kind == "copy") shapes.push_back(r.shape);
+    // Worst cases over the large shapes.
+    double worst_bw = 1e9, worst_fs = 0, worst_uf = 1e9, worst_sr = 1e9;
+    std::string at_bw, at_fs, at_uf, at_sr;
+    std::ostringstream table;
+    table << "## Figure 11: per shape\n\n| shape | grid | rounding | layout | standalone µs | fused µs | unfused µs | fused TB/s | "
+             "fused / copy BW | fused / standalone | unfused / fused |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
+    Figure fig;
+    fig.kind = Figure::Kind::kBars;
+    fig.title = "Fused RHT-16 + quantize + dequantize, bandwidth as a fraction of the copy (E2M1, RTNE)";
+    fig.ylabel = "fraction of copy bandwidth";
+    Series frow{"rowwise", {}, {}, "histograms"}, fcol{"columnwise", {}, {}, "histograms"};
+    for (const auto& sh : shapes) {
+      const double cu = copy_us[sh];
+      for (const char* grid : {"e2m1", "e1m2"})
+        for (const char* rounding : {"rtne", "sr"})
+          for (const char* layout : {"row", "col"}) {
+            const std::string key = std::string(grid) + "/" + rounding + "/" + layout + "/" + sh;
+            auto s = by.find("standalone/" + key), f = by.find("fused/" + key), u = by.find("unfused/" + key);
+            if (s == by.end() || f == by.end() || u == by.end()) continue;
+            const KRow &S = *s->second, &F = *f->second, &U = *u->second;
+            const double bw = F.bytes / (F.us * 1e-6), frac = cu / F.us, fs = F.us / S.us, uf = U.us / F.us;
+            table << "| " << sh << " | " << grid << " | " << rounding << " | " << layout << " | " << fmt("%.1f", S.us) << " | "
+                  << fmt("%.1f", F.us) << " | " << fmt("%.1f", U.us) << " | " << fmt("%.2f", bw * 1e-12) << " | "
+                  << fmt("%.0f%%", 100 * frac) << " | " << fmt("%.3f", fs) << " | " << fmt("%.2f", uf) << " |\n";
+            if (std::string(grid) == "e2m1" && std::string(rounding) == "rtne") {
+              if (std::string(layout) == "row") { fig.categories.push_back(sh); frow.y.push_back(frac); }
+              else fcol.y.push_back(frac);
+            }
+            const std::string where = sh + " " + grid + " " + rounding + " " + layout;
+            if (F.bytes / 2 < big) continue;  // the bars apply to inputs of >= 64 MiB (BF16 in + out: input bytes = bytes / 2)
+            if (std::string(rounding) == "rtne" && frac < worst_bw) { worst_bw = frac; at_bw = where; }
+            if (fs > worst_fs) { worst_fs = fs; at_fs = where; }
+            if (uf < worst_uf) { worst_uf = uf; at_uf = where; }
+            if (std::string(rounding) == "sr") {
+              auto rt = by.find("fused/" + std::string(grid) + "/rtne/" + layout + "/" + sh);
+              if (rt != by.end()) {
+                const double ratio = rt->second->us / F.us;  // throughput SR / RTNE
+                if (ratio < worst_sr) { worst_sr = ratio; at_sr = sh + " " + grid + " " + layout; }
+              }
+            }
+          }
+    }
+    fig.series = {frow, fcol};
+    const double p_fs = paper["fused_over_standalone_sm90"].value_or(NAN), p_uf = paper["unfused_over_fused_sm90"].value_or(NAN);
+    if (worst_bw < 1e9) {
+      targets << "| fused RHT-16 + quantize + dequantize, RTNE, rowwise and columnwise, >= 64 MiB | >= 80% of copy bandwidth | worst "
+              << fmt("%.0f%%", 100 * worst_bw) << " (" << at_bw << ") | " << verdict(worst_bw >= 0.80) << " |\n";
+      targets << "| fused / standalone latency, >= 64 MiB | <= 1.03 (paper SM90: " << fmt("%.2f", p_fs) << ") | worst "
+              << fmt("%.3f", worst_fs) << " (" << at_fs << ") | " << verdict(worst_fs <= 1.03) << " |\n";
+      targets << "| unfused / fused latency, >= 64 MiB | >= 1.6 (paper SM90: " << fmt("%.2f", p_uf) << ") | worst "
+              << fmt("%.2f", worst_uf) << " (" << at_uf << ") | " << verdict(worst_uf >= 1.6) << " |\n";
+      targets << "| SR throughput / RTNE throughput (fused), >= 64 MiB | >= 90% | worst " << fmt("%.0f%%", 100 * worst_sr) << " ("
+              << at_sr << ") | " << verdict(worst_sr >= 0.90) << " |\n";
+    }
+    std::ostringstream copies;
+    copies << "\nDevice-to-device copy (the bandwidth ceiling, same bytes):";
+    for (const auto& sh : shapes) {
+      const auto it = std::find_if(rows.begin(), rows.end(), [&](const KRow& r) { return r.kind == "copy" && r.shape == sh; });
+      copies << " " << sh << " " << fmt("%.2f", it->bytes / (it->us * 1e-6) * 1e-12) << " TB/s;";
+    }
+    md << "@@TARGETS@@" << table.str() << copies.str() << "\n\n" << figure_markdown(figures, "figure11_bandwidth", fig);
+    md << "Paper (Figure 11, shapes not listed): fused / standalone " << fmt("%.2f", p_fs) << " on SM90, "
+       << fmt("%.2f", paper["fused_over_standalone_sm100"].value_or(NAN)) << " on SM100; unfused / fused " << fmt("%.2f", p_uf)
+       << " on SM90, " << fmt("%.2f", paper["unfused_over_fused_sm100"].value_or(NAN)) << " on SM100.\n\n";
+  }
+
+  if (file_exists(spath)) {
+    const auto rows = load_steps(spath);
+    sources.push_back(provenance_line(spath));
+    md << "## Training step\n\nForward + backward + gradient clipping + AdamW on FP32 master weights, BF16 activations, "
+       << "fixed random tokens; median of the timed steps after warm-up (CUDA events). MFU: model FLOPs per token (ours, "
+       << "attention included) x tokens/s over the 989.5 TFLOP/s dense BF16 peak. The PyTorch rows run "
+       << "`harness/reference_step.py`: the same BF16 model in plain eager PyTorch (autocast), fused or foreach AdamW.\n\n"
+       << "| model | implementation | recipe | batch x seq | step ms (sd) | tokens/s | MFU | peak GB | vs own bf16 |\n"
+       << "|---|---|---|---|---|---|---|---|---|\n";
+    std::map<std::string, double> bf16_ms, ref_ms;
+    for (const auto& r : rows) {
+      if (r.impl == "ufp4" && r.recipe == "bf16") bf16_ms[r.model] = r.ms;
+      if (r.impl.rfind("pytorch-eager", 0) == 0) ref_ms[r.model] = ref_ms.count(r.model) ? std::min(ref_ms[r.model], r.ms) : r.ms;
+    }
+    for (const auto& r : rows) {
+      const double base = bf16_ms.count(r.model) ? bf16_ms[r.model] : NAN;
+      md << "| " << r.model << " | " << r.impl << " | " << r.recipe << " | " << r.batch << " x " << r.seq << " | " << fmt("%.2f", r.ms)
+         << " (" << fmt("%.2f", r.sd) << ") | " << fmt("%.0f", r.tps) << " | " << fmt("%.1f%%", 100 * r.mfu) << " | "
+         << fmt("%.1f", r.mem) << " | " << fmt("%.3f", r.ms / base) << " |\n";
+    }
+    for (const auto& r : rows)
+      if (!r.note.empty()) { md << "\nReference: " << r.note << ".\n"; break; }
+    md << "\n";
+    for (const auto& kv : bf16_ms) {
+      for (const auto& r : rows)
+        if (r.model == kv.first && r.impl == "ufp4" && r.recipe == "ufp4") {
+          const double ratio = r.ms / kv.second;
+          targets << "| ufp4 step / bf16 step, " << kv.first << " | <= 1.20 | " << fmt("%.3f", ratio) << " | "
+                  << (kv.first.rfind("dense", 0) == 0 ? verdict(ratio <= 1.20) : "(MoE: reported)") << " |\n";
+        }
+      if (ref_ms.count(kv.first)) {
+        const double ratio = kv.second / ref_ms[kv.first];
+        targets << "| bf16 step / PyTorch eager step (faster optimizer variant), " << kv.first << " | <= 1.0 | " << fmt("%.3f", ratio)
+                << " | " << verdict(ratio <= 1.0) << " |\n";
+      }
+    }
+  }
+  std::string out = md.str();
+  const auto at = out.find("@@TARGETS@@");
+  const std::string t = targets.str() + "\n";
+  if (at != std::string::npos) out.replace(at, 11, t);
+  else out += t;
+  return out + footer("build/ufp4 report bench --results " + rel(dir), sources);
+}
+
+}  // namespace ufp4

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# One GPU command for issue 8: build, the bit-exact [cuda] tests, then the kernel suite and the
+# training-step benchmark (nothing else on the GPU while they run), and the report. Outputs land
+# in $BENCH (default results/bench), logs in $LOGS.
+#   UFP4_GIT_COMMIT=<commit> tools/gpu-bench.sh [extra `ufp4 bench step` options]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+LOGS=${LOGS:-logs}
+BENCH=${BENCH:-results/bench}
+mkdir -p "$LOGS" "$BENCH"
+t0=$(date +%s)
+make gpu > "$LOGS/build.log" 2>&1 || { tail -n 40 "$LOGS/build.log"; exit 1; }
+echo "build: $(( $(date +%s) - t0 )) s"
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv > "$LOGS/gpu-state.log" 2>&1
+build/ufp4_tests "[cuda]" > "$LOGS/cuda-tests.log" 2>&1
+echo "cuda tests exit $? after $(( $(date +%s) - t0 )) s: $(tail -n 2 "$LOGS/cuda-tests.log" | tr '\n' ' ')"
+build/ufp4 bench kernels --out-dir "$BENCH" > "$LOGS/bench-kernels.log" 2>&1
+echo "bench kernels exit $? after $(( $(date +%s) - t0 )) s"
+build/ufp4 bench step --out-dir "$BENCH" "$@" > "$LOGS/bench-step.log" 2>&1
+echo "bench step exit $? after $(( $(date +%s) - t0 )) s"
+grep "bench step:" "$LOGS/bench-step.log" | tail -n 12
+build/ufp4 report bench --results "$BENCH" --out "$LOGS/bench.md" > /dev/null 2> "$LOGS/report.log"
+sed -n '/## Targets/,/^$/p' "$LOGS/bench.md"
+echo "total $(( $(date +%s) - t0 )) s"
