@@ -104,45 +104,175 @@ struct ChunkScale {
   int zero_idx = 0;
 };
 
-// Rounds one 16-element chunk to dequantized values y and codes (when wanted). kClass picks the
-// arithmetic path of rounding.h or the threshold search; all give the reference's levels.
+// Rounds one element to its dequantized value and code. kClass picks the arithmetic path of
+// rounding.h or the threshold search; all give the reference's levels.
 template <int kClass>
-__device__ __forceinline__ void round_chunk(const KernelSpec& s, const float* sh_level, const uint8_t* sh_code, const ChunkScale& cs,
-                                            bool sr, bool want_codes, const float* x, const float* u, float* y, uint8_t* codes) {
+__device__ __forceinline__ float round_element(const KernelSpec& s, const float* sh_level, const uint8_t* sh_code, const ChunkScale& cs,
+                                              bool sr, bool want_codes, float x, float u, uint32_t& code_out) {
   const GridParams& g = s.grid;
-#pragma unroll
-  for (int i = 0; i < 16; ++i) {
-    const bool neg = (f32_bits(x[i]) >> 31) != 0;
-    int idx = cs.zero_idx;
-    float dq;
-    if (cs.state == 2) {
-      dq = canonical_nan();
-    } else if (cs.state == 1) {
-      dq = 0.0f;
+  const bool neg = (f32_bits(x) >> 31) != 0;
+  int idx = cs.zero_idx;
+  float dq;
+  if (cs.state == 2) {
+    dq = canonical_nan();
+  } else if (cs.state == 1) {
+    dq = 0.0f;
+  } else {
+    const float v = cs.multiply ? x * cs.factor : (cs.fast_div ? div_by_scale(x, cs.factor, cs.rcp) : x / cs.factor);
+    const float a = g.symmetric ? fabsf(v) : v;
+    float level;
+    if (kClass == kGridUniform) {
+      const float t = sr ? stochastic_uniform(s.fast, a, u) : nearest_uniform(s.fast, a);
+      level = t * s.fast.step;
+      idx = static_cast<int>(t);
+    } else if (kClass == kGridE2M1) {
+      level = sr ? stochastic_e2m1(s.fast, a, u) : nearest_e2m1(s.fast, a);
+      if (want_codes) idx = e2m1_index(level);
     } else {
-      const float v = cs.multiply ? x[i] * cs.factor : (cs.fast_div ? div_by_scale(x[i], cs.factor, cs.rcp) : x[i] / cs.factor);
-      const float a = g.symmetric ? fabsf(v) : v;
-      float level;
-      if (kClass == kGridUniform) {
-        const float t = sr ? stochastic_uniform(s.fast, a, u[i]) : nearest_uniform(s.fast, a);
-        level = t * s.fast.step;
-        idx = static_cast<int>(t);
-      } else if (kClass == kGridE2M1) {
-        level = sr ? stochastic_e2m1(s.fast, a, u[i]) : nearest_e2m1(s.fast, a);
-        if (want_codes) idx = e2m1_index(level);
-      } else {
-        idx = sr ? round_stochastic(g, sh_level, a, u[i]) : round_nearest(g, a);
-        level = sh_level[idx];
-      }
-      dq = level * cs.decode;
+      idx = sr ? round_stochastic(g, sh_level, a, u) : round_nearest(g, a);
+      level = sh_level[idx];
     }
-    if (g.symmetric && neg && cs.state != 2) dq = -dq;
-    y[i] = dq;
-    if (want_codes) {
-      const uint8_t c = kClass == kGridGeneric || cs.state != 0 ? sh_code[idx] : static_cast<uint8_t>(idx);
-      codes[i] = g.symmetric && cs.state != 2 ? static_cast<uint8_t>(c | (neg ? 8 : 0)) : c;
+    dq = level * cs.decode;
+  }
+  if (g.symmetric && neg && cs.state != 2) dq = -dq;
+  if (want_codes) {
+    const uint32_t c = kClass == kGridGeneric || cs.state != 0 ? sh_code[idx] : static_cast<uint32_t>(idx);
+    code_out = g.symmetric && cs.state != 2 ? (c | (neg ? 8u : 0u)) : c;
+  }
+  return dq;
+}
+
+// Rounds a chunk four elements at a time (one Philox call each) and stores as it goes: packed
+// outputs instead of per-element arrays keep the register count low.
+template <int kClass, bool kOutBf16>
+__device__ __forceinline__ void round_and_store(const KernelSpec& s, const QuantizeIO& io, const float* sh_level, const uint8_t* sh_code,
+                                                const ChunkScale& cs, const float* x, int64_t r, int64_t L, int64_t j0, int nvalid) {
+  const bool sr = s.rounding == 1, want_codes = io.codes != nullptr;
+  const int64_t oi0 = r * L + j0;
+  const bool vec = nvalid == 16 && (L % 8) == 0;
+  const bool hw = cs.state != 2;  // no NaN among the values: the hardware BF16 conversion is exact
+  uint32_t ow[8];
+  uint32_t code_lo = 0, code_hi = 0;
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    float u[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (sr) {
+      if ((L & 3) == 0) {  // four elements per Philox call
+        const uint64_t grp = static_cast<uint64_t>(oi0 >> 2) + q;
+        const U32x4 rnd = philox4x32_10(static_cast<uint32_t>(grp), static_cast<uint32_t>(grp >> 32), static_cast<uint32_t>(s.offset),
+                                        static_cast<uint32_t>(s.offset >> 32), static_cast<uint32_t>(s.seed),
+                                        static_cast<uint32_t>(s.seed >> 32));
+#pragma unroll
+        for (int e = 0; e < 4; ++e) u[e] = bits_to_unit(rnd.v[e]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) u[e] = bits_to_unit(philox_bits(s.seed, s.offset, static_cast<uint64_t>(oi0 + 4 * q + e)));
+      }
+    }
+    float y[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = 4 * q + e;
+      uint32_t c = 0;
+      y[e] = round_element<kClass>(s, sh_level, sh_code, cs, sr, want_codes, x[i], u[e], c);
+      if (i < 8) code_lo |= c << (4 * i);
+      else code_hi |= c << (4 * (i - 8));
+    }
+    if (kOutBf16) {
+      ow[2 * q] = pack_bf16x2(y[0], y[1], hw);
+      ow[2 * q + 1] = pack_bf16x2(y[2], y[3], hw);
+    } else if (io.dequant) {
+      float* o = static_cast<float*>(io.dequant) + oi0 + 4 * q;
+      if (vec) *reinterpret_cast<float4*>(o) = make_float4(y[0], y[1], y[2], y[3]);
+      else
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (4 * q + e < nvalid) o[e] = y[e];
     }
   }
+  if (kOutBf16 && io.dequant) {
+    uint16_t* o = static_cast<uint16_t*>(io.dequant) + oi0;
+    if (vec) {
+      uint4* v = reinterpret_cast<uint4*>(o);
+      v[0] = make_uint4(ow[0], ow[1], ow[2], ow[3]);
+      v[1] = make_uint4(ow[4], ow[5], ow[6], ow[7]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 16; ++i)
+        if (i < nvalid) o[i] = static_cast<uint16_t>(ow[i / 2] >> (16 * (i & 1)));
+    }
+  }
+  if (want_codes) {
+    const int64_t cb = r * ((L + 1) / 2) + j0 / 2;
+    if (nvalid == 16 && (L % 16) == 0) {
+      *reinterpret_cast<uint2*>(io.codes + cb) = make_uint2(code_lo, code_hi);
+    } else {
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        if (2 * k >= nvalid) break;
+        uint32_t byte = ((k < 4 ? code_lo >> (8 * k) : code_hi >> (8 * (k - 4)))) & 0xffu;
+        if (2 * k + 1 >= nvalid) byte &= 0x0fu;
+        io.codes[cb + k] = static_cast<uint8_t>(byte);
+      }
+    }
+  }
+}
+
+// Everything after the block amax m of one chunk x (RHT applied) of output row r at column j0:
+// block scale, scale outputs (by the chunk that starts the block), rounding, stores.
+template <bool kOutBf16>
+__device__ __forceinline__ void finish_chunk(const KernelSpec& s, const QuantizeIO& io, const float* sh_level, const uint8_t* sh_code,
+                                             const float* x, float m, int64_t r, int64_t L, int64_t j0, int nvalid) {
+  const GridParams& g = s.grid;
+  // Block scale (see kernels/quantize.h).
+  ChunkScale cs;
+  const float gmax = g.gmax;
+  float bm = m;
+  if (s.scale_kind == 1) {
+    const float ta = *io.tensor_amax;
+    if (!is_finite(ta)) bm = canonical_nan();
+  }
+  uint8_t bits = 0;
+  if (!is_finite(bm)) {
+    cs.state = 2; cs.decode = canonical_nan(); bits = s.scale_kind == 2 ? 0xff : 0x7f;
+  } else if (s.scale_kind == 0) {
+    float sc = bm / gmax;
+    if (sc == 0.0f) cs.state = 1;
+    cs.factor = sc; cs.decode = sc;
+  } else if (s.scale_kind == 1) {
+    const float ta = *io.tensor_amax;
+    float s_enc = fminf(448.0f * gmax / ta, FLT_MAX);
+    if (ta == 0.0f || s_enc == 0.0f) s_enc = 1.0f;
+    float e4m3 = round_to_e4m3(fminf(bm * (s_enc * (1.0f / gmax)), FLT_MAX));
+    float s_dec = 1.0f / s_enc;
+    cs.multiply = true;
+    cs.factor = fminf(1.0f / (e4m3 * s_dec), FLT_MAX);
+    cs.decode = e4m3 * s_dec;
+    bits = e4m3_code(e4m3);
+  } else if (s.scale_kind == 3) {
+    cs.factor = 1.0f; cs.decode = 1.0f;
+  } else {
+    int e = bm == 0.0f ? -127 : floor_log2(bm) - floor_log2(gmax);
+    e = e < -127 ? -127 : (e > 127 ? 127 : e);
+    cs.factor = exp2_int(e); cs.decode = cs.factor; bits = e8m0_code(e);
+  }
+  if (cs.state == 0 && !cs.multiply && cs.factor >= 0x1p-100f && cs.factor <= 0x1p100f) {
+    cs.fast_div = true;
+    cs.rcp = 1.0f / cs.factor;
+  }
+
+  const int64_t nblk = (L + s.block - 1) / s.block;
+  if (j0 % s.block == 0) {
+    const int64_t bi = r * nblk + j0 / s.block;
+    if (io.scales) io.scales[bi] = cs.state == 1 ? 0.0f : cs.decode;
+    if (io.amax) io.amax[bi] = m;
+    if (io.scale_bits) io.scale_bits[bi] = bits;
+  }
+
+  cs.zero_idx = g.symmetric ? 0 : round_nearest(g, 0.0f);
+  if (s.fast.kind == kGridUniform) round_and_store<kGridUniform, kOutBf16>(s, io, sh_level, sh_code, cs, x, r, L, j0, nvalid);
+  else if (s.fast.kind == kGridE2M1) round_and_store<kGridE2M1, kOutBf16>(s, io, sh_level, sh_code, cs, x, r, L, j0, nvalid);
+  else round_and_store<kGridGeneric, kOutBf16>(s, io, sh_level, sh_code, cs, x, r, L, j0, nvalid);
 }
 
 template <bool kInBf16, bool kOutBf16, bool kCol, bool kGroup, int kMode>
@@ -247,98 +377,133 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(const KernelSpec s, 
   __syncthreads();  // sh_level ready
   if (nvalid == 0) return;
 
-  // Block scale (see kernels/quantize.h).
-  ChunkScale cs;
-  const float gmax = g.gmax;
-  float bm = m;
-  if (s.scale_kind == 1) {
-    const float ta = *io.tensor_amax;
-    if (!is_finite(ta)) bm = canonical_nan();
-  }
-  uint8_t bits = 0;
-  if (!is_finite(bm)) {
-    cs.state = 2; cs.decode = canonical_nan(); bits = s.scale_kind == 2 ? 0xff : 0x7f;
-  } else if (s.scale_kind == 0) {
-    float sc = bm / gmax;
-    if (sc == 0.0f) cs.state = 1;
-    cs.factor = sc; cs.decode = sc;
-  } else if (s.scale_kind == 1) {
-    const float ta = *io.tensor_amax;
-    float s_enc = fminf(448.0f * gmax / ta, FLT_MAX);
-    if (ta == 0.0f || s_enc == 0.0f) s_enc = 1.0f;
-    float e4m3 = round_to_e4m3(fminf(bm * (s_enc * (1.0f / gmax)), FLT_MAX));
-    float s_dec = 1.0f / s_enc;
-    cs.multiply = true;
-    cs.factor = fminf(1.0f / (e4m3 * s_dec), FLT_MAX);
-    cs.decode = e4m3 * s_dec;
-    bits = e4m3_code(e4m3);
-  } else if (s.scale_kind == 3) {
-    cs.factor = 1.0f; cs.decode = 1.0f;
+  finish_chunk<kOutBf16>(s, io, sh_level, sh_code, x, m, r, L, j0, nvalid);
+}
+
+// ---- The training path's common case near memory bandwidth ----------------------------------
+// 1x16 blocks, RHT off or 16, whole chunks. A thread owns four chunks (two for FP32 input) and
+// issues all their loads before it computes, so enough bytes are in flight to hide memory latency
+// (with one chunk a thread the kernel above is latency-bound near 1 TB/s). Rowwise: consecutive
+// chunks of one row. Columnwise: 16 input rows x 4 adjacent input columns (2 for FP32), 8-byte
+// loads coalesced across the warp; each column is one output chunk.
+constexpr int kFastThreads = 256;
+template <bool kInBf16>
+struct FastTile {
+  static constexpr int kRowChunks = kInBf16 ? 4 : 2;
+  static constexpr int kColCols = kInBf16 ? 4 : 2;
+};
+
+// RHT-16 of one chunk: signs of positions 0..15, butterflies, 1/4 (as the kernel above for n = 16).
+__device__ __forceinline__ void rht16(const KernelSpec& s, float* x) {
+  const uint32_t signs = s.rht_signs[0];
+#pragma unroll
+  for (int i = 0; i < 16; ++i)
+    if ((signs >> i) & 1u) x[i] = -x[i];
+#pragma unroll
+  for (int h = 1; h < 16; h <<= 1)
+#pragma unroll
+    for (int i = 0; i < 16; ++i)
+      if ((i & h) == 0) {
+        float a = x[i], b = x[i + h];
+        x[i] = a + b;
+        x[i + h] = a - b;
+      }
+#pragma unroll
+  for (int i = 0; i < 16; ++i) x[i] *= s.rht_scale;
+}
+
+__device__ __forceinline__ float chunk_amax(const float* x) {
+  uint32_t mbits = 0;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) mbits = max(mbits, f32_bits(x[i]) & 0x7fffffffu);
+  return mbits > 0x7f800000u ? canonical_nan() : bits_f32(mbits);
+}
+
+template <bool kInBf16, bool kOutBf16, bool kCol>
+__global__ void __launch_bounds__(kFastThreads, 2) quantize16_kernel(const KernelSpec s, const QuantizeIO io) {
+  __shared__ float sh_level[16];
+  __shared__ uint8_t sh_code[16];
+  if (threadIdx.x < 16) { sh_level[threadIdx.x] = s.grid.level[threadIdx.x]; sh_code[threadIdx.x] = s.grid.code[threadIdx.x]; }
+  __syncthreads();
+  const int64_t R = kCol ? io.cols : io.rows, L = kCol ? io.rows : io.cols;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kFastThreads + threadIdx.x;
+  float x[16];
+  if (!kCol) {
+    constexpr int K = FastTile<kInBf16>::kRowChunks, W = kInBf16 ? 2 : 4;  // 16-byte words a chunk
+    const int64_t chunks = L / 16, groups = (chunks + K - 1) / K;
+    const int64_t r = t / groups, c0 = (t % groups) * K;
+    if (r >= R) return;
+    const uint4* src = reinterpret_cast<const uint4*>(static_cast<const char*>(io.in) + (r * L + c0 * 16) * (kInBf16 ? 2 : 4));
+    uint4 raw[K][W];
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      if (c0 + k < chunks)
+#pragma unroll
+        for (int w = 0; w < W; ++w) raw[k][w] = src[k * W + w];
+    // Not unrolled (one inlined copy of the rounding code): the chunk's words are selected from registers.
+#pragma unroll 1
+    for (int k = 0; k < K; ++k) {
+      if (c0 + k >= chunks) break;
+#pragma unroll
+      for (int w = 0; w < W; ++w) {
+        uint4 q = raw[0][w];
+#pragma unroll
+        for (int kk = 1; kk < K; ++kk)
+          if (k == kk) q = raw[kk][w];
+        const uint32_t v[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if (kInBf16) {
+            x[8 * w + 2 * e] = bits_f32(v[e] << 16);
+            x[8 * w + 2 * e + 1] = bits_f32(v[e] & 0xffff0000u);
+          } else {
+            x[4 * w + e] = bits_f32(v[e]);
+          }
+        }
+      }
+      if (s.rht) rht16(s, x);
+      finish_chunk<kOutBf16>(s, io, sh_level, sh_code, x, chunk_amax(x), r, L, (c0 + k) * 16, 16);
+    }
   } else {
-    int e = bm == 0.0f ? -127 : floor_log2(bm) - floor_log2(gmax);
-    e = e < -127 ? -127 : (e > 127 ? 127 : e);
-    cs.factor = exp2_int(e); cs.decode = cs.factor; bits = e8m0_code(e);
-  }
-  if (cs.state == 0 && !cs.multiply && cs.factor >= 0x1p-100f && cs.factor <= 0x1p100f) {
-    cs.fast_div = true;
-    cs.rcp = 1.0f / cs.factor;
-  }
-
-  const int64_t nblk = (L + s.block - 1) / s.block;
-  if (j0 % s.block == 0) {
-    const int64_t bi = r * nblk + j0 / s.block;
-    if (io.scales) io.scales[bi] = cs.state == 1 ? 0.0f : cs.decode;
-    if (io.amax) io.amax[bi] = m;
-    if (io.scale_bits) io.scale_bits[bi] = bits;
-  }
-
-  cs.zero_idx = g.symmetric ? 0 : round_nearest(g, 0.0f);
-  const int64_t oi0 = r * L + j0;
-  const bool sr = s.rounding == 1;
-  float u[16];
-  if (sr) {
-    if ((L & 3) == 0) {  // four elements per Philox call
+    constexpr int C = FastTile<kInBf16>::kColCols;  // input columns a thread: 8 bytes of each row
+    const int64_t col_groups = R / C;
+    const int64_t g = t % col_groups, b = t / col_groups;  // b: block of 16 input rows = output chunk
+    if (b >= L / 16) return;
+    uint2 raw[16];
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        uint64_t grp = static_cast<uint64_t>(oi0 >> 2) + q;
-        U32x4 rnd = philox4x32_10(static_cast<uint32_t>(grp), static_cast<uint32_t>(grp >> 32), static_cast<uint32_t>(s.offset),
-                                  static_cast<uint32_t>(s.offset >> 32), static_cast<uint32_t>(s.seed), static_cast<uint32_t>(s.seed >> 32));
+    for (int i = 0; i < 16; ++i)
+      raw[i] = *reinterpret_cast<const uint2*>(static_cast<const char*>(io.in) + ((b * 16 + i) * io.cols + g * C) * (kInBf16 ? 2 : 4));
+#pragma unroll 1
+    for (int j = 0; j < C; ++j) {
 #pragma unroll
-        for (int k = 0; k < 4; ++k) u[4 * q + k] = bits_to_unit(rnd.v[k]);
+      for (int i = 0; i < 16; ++i) {
+        const uint32_t w = (kInBf16 ? j / 2 : j) == 0 ? raw[i].x : raw[i].y;
+        x[i] = kInBf16 ? bits_f32((j & 1) ? (w & 0xffff0000u) : (w << 16)) : bits_f32(w);
       }
-    } else {
-#pragma unroll
-      for (int i = 0; i < 16; ++i) u[i] = bits_to_unit(philox_bits(s.seed, s.offset, static_cast<uint64_t>(oi0 + i)));
+      if (s.rht) rht16(s, x);
+      finish_chunk<kOutBf16>(s, io, sh_level, sh_code, x, chunk_amax(x), g * C + j, L, b * 16, 16);
     }
   }
+}
 
-  float y[16];
-  uint8_t codes[16];
-  const bool want_codes = io.codes != nullptr;
-  if (s.fast.kind == kGridUniform) round_chunk<kGridUniform>(s, sh_level, sh_code, cs, sr, want_codes, x, u, y, codes);
-  else if (s.fast.kind == kGridE2M1) round_chunk<kGridE2M1>(s, sh_level, sh_code, cs, sr, want_codes, x, u, y, codes);
-  else round_chunk<kGridGeneric>(s, sh_level, sh_code, cs, sr, want_codes, x, u, y, codes);
+// Whether quantize16_kernel covers this call.
+bool fast_path(const KernelSpec& s, const QuantizeIO& io) {
+  const int64_t L = io.columnwise ? io.rows : io.cols;
+  const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
+  return s.block == 16 && !s.block_2d && (s.rht == 0 || s.rht == 16) && L % 16 == 0 && (!io.columnwise || io.cols % 4 == 0) &&
+         aligned(io.in) && aligned(io.dequant) && aligned(io.codes);
+}
 
-  if (io.dequant) store16<kOutBf16>(io.dequant, oi0, y, nvalid, nvalid == 16 && (L % 8) == 0, cs.state != 2);
-  if (io.codes) {
-    const int64_t cb = r * ((L + 1) / 2) + j0 / 2;
-    if (nvalid == 16 && (L % 16) == 0) {
-      uint32_t lo = 0, hi = 0;
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        lo |= static_cast<uint32_t>(codes[2 * k] | (codes[2 * k + 1] << 4)) << (8 * k);
-        hi |= static_cast<uint32_t>(codes[8 + 2 * k] | (codes[8 + 2 * k + 1] << 4)) << (8 * k);
-      }
-      *reinterpret_cast<uint2*>(io.codes + cb) = make_uint2(lo, hi);
-    } else {
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        if (2 * k >= nvalid) break;
-        uint8_t hiq = 2 * k + 1 < nvalid ? codes[2 * k + 1] : 0;
-        io.codes[cb + k] = static_cast<uint8_t>(codes[2 * k] | (hiq << 4));
-      }
-    }
-  }
+template <bool kInBf16, bool kOutBf16, bool kCol>
+void launch_fast(const KernelSpec& s, const QuantizeIO& io, cudaStream_t stream) {
+  const int64_t R = kCol ? io.cols : io.rows, L = kCol ? io.rows : io.cols;
+  const int64_t threads = kCol ? (R / FastTile<kInBf16>::kColCols) * (L / 16)
+                               : R * ((L / 16 + FastTile<kInBf16>::kRowChunks - 1) / FastTile<kInBf16>::kRowChunks);
+  const int64_t blocks = (threads + kFastThreads - 1) / kFastThreads;
+  if (blocks > 0x7fffffff) throw Error("quantize: tensor too large for one launch");
+  if (blocks == 0) return;
+  quantize16_kernel<kInBf16, kOutBf16, kCol><<<static_cast<unsigned>(blocks), kFastThreads, 0, stream>>>(s, io);
+  check_cuda(cudaGetLastError(), "quantize kernel launch");
 }
 
 // Amax of each 16x16 tile of the input, in input coordinates.
@@ -401,6 +566,14 @@ void cuda_quantize(const KernelSpec& s, const QuantizeIO& io, cudaStream_t strea
   if (io.tensor_amax) {
     check_cuda(cudaMemsetAsync(io.tensor_amax, 0, sizeof(float), stream), "memset");
     dispatch<kTensorAmax>(s, io, false, nullptr, stream);
+  }
+  if (fast_path(s, io)) {
+    const bool ib = io.in_dtype == DType::kBF16, ob = io.out_dtype == DType::kBF16;
+#define UFP4_FAST(I, O) (io.columnwise ? launch_fast<I, O, true>(s, io, stream) : launch_fast<I, O, false>(s, io, stream))
+    if (ib) { if (ob) UFP4_FAST(true, true); else UFP4_FAST(true, false); }
+    else { if (ob) UFP4_FAST(false, true); else UFP4_FAST(false, false); }
+#undef UFP4_FAST
+    return;
   }
   dispatch<kQuantize>(s, io, io.out_dtype == DType::kBF16, nullptr, stream);
 }

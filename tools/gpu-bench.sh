@@ -19,6 +19,16 @@ echo "bench kernels exit $? after $(( $(date +%s) - t0 )) s"
 build/ufp4 bench step --out-dir "$BENCH" "$@" > "$LOGS/bench-step.log" 2>&1
 echo "bench step exit $? after $(( $(date +%s) - t0 )) s"
 grep "bench step:" "$LOGS/bench-step.log" | tail -n 12
+# Profile evidence: Nsight Compute on the fused kernels of one large shape (PROFILE=0 skips it).
+if [ "${PROFILE:-1}" = 1 ] && command -v ncu >/dev/null; then
+  for f in quantize/fused/e2m1/rtne/row/16384x5632 quantize/fused/e2m1/rtne/col/16384x5632 quantize/fused/e2m1/sr/row/16384x5632; do
+    ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+        -k regex:quantize -c 1 build/ufp4 bench kernels --out-dir "$LOGS/ncu-tmp" --filter "^$f\$" --iterations 1 --repetitions 1 \
+        > "$LOGS/ncu-$(echo "$f" | tr / _).log" 2>&1
+  done
+  rm -rf "$LOGS/ncu-tmp"
+  echo "ncu done after $(( $(date +%s) - t0 )) s"
+fi
 build/ufp4 report bench --results "$BENCH" --out "$LOGS/bench.md" > /dev/null 2> "$LOGS/report.log"
 sed -n '/## Targets/,/^$/p' "$LOGS/bench.md"
 echo "total $(( $(date +%s) - t0 )) s"
