@@ -117,6 +117,13 @@ UFP4_HD float stochastic_e2m1(const FastGrid& f, float a, float u) {
   return u < (a - lo) * inv_w ? lo + w : lo;
 }
 
+// IEEE division, out of line on the GPU: rare paths must not bloat the unrolled element code.
+#if defined(__CUDACC__)
+__host__ __device__ __noinline__ inline float rare_div(float x, float y) { return x / y; }
+#else
+inline float rare_div(float x, float y) { return x / y; }
+#endif
+
 // x / sc correctly rounded from r = RN(1/sc): Markstein's correction, q + (x - q sc) r with an exact
 // FMA remainder, valid while nothing is subnormal; sc must lie in [2^-100, 2^100] (the caller checks),
 // tiny operands take the division.
@@ -124,7 +131,7 @@ UFP4_HD float div_by_scale(float x, float sc, float r) {
   float q = x * r;
   const float rem = fmaf(-q, sc, x);
   q = fmaf(rem, r, q);
-  if (!(fabsf(x) >= 0x1p-100f && fabsf(q) >= 0x1p-100f)) q = x == 0.0f ? x : x / sc;
+  if (!(fabsf(x) >= 0x1p-100f && fabsf(q) >= 0x1p-100f)) q = x == 0.0f ? x : rare_div(x, sc);
   return q;
 }
 
