@@ -220,6 +220,35 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
       }
     }
   }
+  // Profile evidence: Nsight Compute logs beside the results (tools/gpu-bench.sh writes them).
+  std::vector<std::string> logs;
+  if (is_dir(dir + "/ncu")) walk_files(dir + "/ncu", ".log", logs);
+  std::sort(logs.begin(), logs.end());
+  if (!logs.empty()) {
+    md << "## Where the kernel time goes (Nsight Compute)\n\n| kernel | duration µs | DRAM throughput | SM throughput | registers | "
+          "achieved occupancy | warp cycles per issue | instructions per element |\n|---|---|---|---|---|---|---|---|\n";
+    for (const auto& f : logs) {
+      const std::string text = read_text_file(f);
+      auto metric = [&](const std::string& name) {
+        const auto at = text.find(name);
+        if (at == std::string::npos) return NAN;
+        std::string line = text.substr(at, text.find('\n', at) - at);
+        std::string num = line.substr(line.find_last_of(' ') + 1);
+        num.erase(std::remove(num.begin(), num.end(), ','), num.end());
+        try { return std::stod(num); } catch (...) { return NAN; }
+      };
+      std::string name = f.substr(f.rfind('/') + 1);
+      name = name.substr(4, name.size() - 8);  // ncu-<name>.log
+      const auto d = split(name.substr(name.rfind('_') + 1), 'x');
+      const double elems = d.size() == 2 ? std::stod(d[0]) * std::stod(d[1]) : NAN;
+      md << "| " << name << " | " << fmt("%.1f", metric("Duration")) << " | " << fmt("%.1f%%", metric("DRAM Throughput")) << " | "
+         << fmt("%.1f%%", metric("Compute (SM) Throughput")) << " | " << fmt("%.0f", metric("Registers Per Thread")) << " | "
+         << fmt("%.1f%%", metric("Achieved Occupancy")) << " | " << fmt("%.2f", metric("Warp Cycles Per Issued Instruction")) << " | "
+         << fmt("%.0f", metric("  Executed Instructions ") * 32 / elems) << " |\n";
+      sources.push_back(rel(f));
+    }
+    md << "\n";
+  }
   std::string out = md.str();
   const auto at = out.find("@@TARGETS@@");
   const std::string t = targets.str() + "\n";
