@@ -231,11 +231,11 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
       const std::string text = read_text_file(f);
       auto metric = [&](const std::string& name) {
         const auto at = text.find(name);
-        if (at == std::string::npos) return NAN;
+        if (at == std::string::npos) return static_cast<double>(NAN);
         std::string line = text.substr(at, text.find('\n', at) - at);
         std::string num = line.substr(line.find_last_of(' ') + 1);
         num.erase(std::remove(num.begin(), num.end(), ','), num.end());
-        try { return std::stod(num); } catch (...) { return NAN; }
+        try { return std::stod(num); } catch (...) { return static_cast<double>(NAN); }
       };
       std::string name = f.substr(f.rfind('/') + 1);
       name = name.substr(4, name.size() - 8);  // ncu-<name>.log
