@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <tuple>
 
 #include "harness/array_io.h"
 #include "harness/bench.h"
@@ -15,6 +16,7 @@
 #include "harness/fs.h"
 #include "harness/log.h"
 #include "harness/provenance.h"
+#include "harness/report.h"
 #include "harness/trainer.h"
 #include "models/model_config.h"
 #include "models/quant_ops.h"
@@ -28,31 +30,18 @@ namespace ufp4 {
 
 namespace {
 
-constexpr double kPeakBf16 = 989.5e12;  // dense BF16 tensor-core peak of H100/H200 SXM (vendor datasheet), for MFU
-
+// Median, mean and sample sd of per-step times.
 struct Stats {
   double median = 0, mean = 0, sd = 0;
 };
 Stats stats(std::vector<double> v) {
   Stats s;
   if (v.empty()) return s;
-  for (double x : v) s.mean += x / static_cast<double>(v.size());
-  for (double x : v) s.sd += (x - s.mean) * (x - s.mean);
-  s.sd = v.size() > 1 ? std::sqrt(s.sd / static_cast<double>(v.size() - 1)) : 0.0;
+  std::tie(s.mean, s.sd) = mean_sd(v);
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   s.median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
   return s;
-}
-
-double peak_memory_gb(const torch::Device& d) {
-#ifdef UFP4_WITH_CUDA
-  if (d.is_cuda()) {
-    auto st = c10::cuda::CUDACachingAllocator::getDeviceStats(d.index() < 0 ? 0 : d.index());
-    return static_cast<double>(st.allocated_bytes[0].peak) / 1e9;
-  }
-#endif
-  return 0.0;
 }
 
 void reset_peak(const torch::Device& d) {
@@ -112,7 +101,7 @@ StepBenchRow bench_ours(const std::string& model, const std::string& recipe, con
   r.step_ms_mean = st.mean;
   r.step_ms_sd = st.sd;
   r.tokens_per_s = static_cast<double>(o.batch * o.seq_len) / (st.median * 1e-3);
-  r.mfu = device.is_cuda() ? r.tokens_per_s * train_flops_per_token(mc) / kPeakBf16 : 0.0;
+  r.mfu = device.is_cuda() ? r.tokens_per_s * train_flops_per_token(mc) / peak_flops(device) : 0.0;
   r.peak_memory_gb = peak_memory_gb(device);
   r.loss = loss;
   return r;
@@ -153,7 +142,7 @@ std::vector<StepBenchRow> bench_reference(const std::string& model, const StepBe
     r.step_ms_mean = t["step_ms_mean"].value_or(0.0);
     r.step_ms_sd = t["step_ms_sd"].value_or(0.0);
     r.tokens_per_s = static_cast<double>(o.batch * o.seq_len) / (r.step_ms * 1e-3);
-    r.mfu = r.tokens_per_s * train_flops_per_token(mc) / kPeakBf16;
+    r.mfu = r.tokens_per_s * train_flops_per_token(mc) / peak_flops(torch::Device(torch::kCUDA));
     r.peak_memory_gb = t["peak_memory_gb"].value_or(0.0);
     r.loss = t["loss"].value_or(0.0);
     r.note = "torch " + t["torch"].value_or(std::string("?")) + ", python " + t["python"].value_or(std::string("?")) + ", " +
@@ -199,7 +188,7 @@ void write_step_bench(const std::string& path, const std::vector<StepBenchRow>& 
   w.attr("schema_version", static_cast<int64_t>(1));
   w.attr("what", std::string("training-step benchmark: forward + backward + clipping + AdamW, CUDA events per step after warm-up"));
   w.attr("warmup_steps", static_cast<int64_t>(o.warmup));
-  w.attr("mfu_peak_flops", kPeakBf16);
+  w.attr("mfu_peak_flops", peak_flops(torch::Device(torch::kCUDA)));
   std::string names;
   std::vector<float> ms, mean, sd, tps, mfu, mem, loss;
   std::vector<int64_t> batch, seq, steps;

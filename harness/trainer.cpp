@@ -90,11 +90,6 @@ int64_t load_checkpoint(const std::string& dir, Transformer& model, torch::optim
   return step;
 }
 
-double peak_flops(const torch::Device& d) {
-  // Dense BF16 tensor-core peak used for MFU: 989.5 TFLOP/s for H100/H200 SXM (vendor datasheet).
-  return d.is_cuda() ? 989.5e12 : 0.0;
-}
-
 void write_results(const std::string& path, const RunManifest& m, const ModelConfig& mc, const Recipe& recipe, const DataInfo& data,
                    const Curves& c, bool diverged, int64_t diverged_step, const std::string& utc_start, double tokens_per_s, double mfu,
                    const std::string& device_name, double peak_mem_gb) {
@@ -161,6 +156,21 @@ void write_results(const std::string& path, const RunManifest& m, const ModelCon
 }
 
 }  // namespace
+
+double peak_flops(const torch::Device& d) {
+  // Dense BF16 tensor-core peak used for MFU: 989.5 TFLOP/s for H100/H200 SXM (vendor datasheet).
+  return d.is_cuda() ? 989.5e12 : 0.0;
+}
+
+double peak_memory_gb(const torch::Device& d) {
+#ifdef UFP4_WITH_CUDA
+  if (d.is_cuda()) {
+    auto st = c10::cuda::CUDACachingAllocator::getDeviceStats(d.index() < 0 ? 0 : d.index());
+    return static_cast<double>(st.allocated_bytes[0].peak) / 1e9;
+  }
+#endif
+  return 0.0;
+}
 
 std::unique_ptr<torch::optim::AdamW> make_optimizer(Transformer& model, const RunManifest& m) {
   std::vector<torch::Tensor> decay, no_decay;
@@ -395,14 +405,8 @@ RunResult run_training(const RunManifest& m, const RunOptions& opt) {
       return {RunStatus::kStopped, "", step + 1};
     }
   }
-  double peak_mem = 0;
-#ifdef UFP4_WITH_CUDA
-  if (device.is_cuda()) {
-    auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index() < 0 ? 0 : device.index());
-    peak_mem = static_cast<double>(stats.allocated_bytes[0].peak) / 1e9;
-  }
-#endif
-  write_results(out, m, mc, recipe, data, curves, diverged, diverged_step, utc_start, tokens_per_s, mfu, device_name, peak_mem);
+  write_results(out, m, mc, recipe, data, curves, diverged, diverged_step, utc_start, tokens_per_s, mfu, device_name,
+                peak_memory_gb(device));
   std::system(("rm -rf '" + ckpt + "'").c_str());
   log_info("run " + m.name + ": " + (diverged ? "diverged" : "done") + " -> " + out);
   return {diverged ? RunStatus::kDiverged : RunStatus::kCompleted, out, step};

@@ -30,6 +30,10 @@ struct RunResult {
 
 RunResult run_training(const RunManifest& m, const RunOptions& opt);
 
+// Dense BF16 peak FLOP/s used for MFU (0 on CPU); peak memory the caching allocator handed out, GB (0 on CPU).
+double peak_flops(const torch::Device& d);
+double peak_memory_gb(const torch::Device& d);
+
 // AdamW over the model: weight decay on matrices (dim >= 2) only.
 std::unique_ptr<torch::optim::AdamW> make_optimizer(Transformer& model, const RunManifest& m);
 

@@ -66,13 +66,13 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi, bool hw) {
 }
 
 template <bool kBf16>
-__device__ __forceinline__ void store16(void* p, int64_t i, const float* y, int nvalid, bool vec, bool hw = false) {
+__device__ __forceinline__ void store16(void* p, int64_t i, const float* y, int nvalid, bool vec) {
   if (kBf16) {
     uint16_t* o = static_cast<uint16_t*>(p) + i;
     if (vec) {
       uint32_t w[8];
 #pragma unroll
-      for (int k = 0; k < 8; ++k) w[k] = pack_bf16x2(y[2 * k], y[2 * k + 1], hw);
+      for (int k = 0; k < 8; ++k) w[k] = pack_bf16x2(y[2 * k], y[2 * k + 1], false);  // may hold NaN
       uint4* v = reinterpret_cast<uint4*>(o);
       v[0] = make_uint4(w[0], w[1], w[2], w[3]);
       v[1] = make_uint4(w[4], w[5], w[6], w[7]);
@@ -93,6 +93,28 @@ __device__ __forceinline__ void store16(void* p, int64_t i, const float* y, int 
         if (k < nvalid) o[k] = y[k];
     }
   }
+}
+
+// The 16-point Walsh-Hadamard butterflies of one chunk (unnormalized), in the reference's order.
+__device__ __forceinline__ void butterfly16(float* x) {
+#pragma unroll
+  for (int h = 1; h < 16; h <<= 1)
+#pragma unroll
+    for (int i = 0; i < 16; ++i)
+      if ((i & h) == 0) {
+        float a = x[i], b = x[i + h];
+        x[i] = a + b;
+        x[i + h] = a - b;
+      }
+}
+
+// max |x| over a chunk. |x| bit patterns order like the values and NaN patterns lie above +inf,
+// so an integer max is nan_max (any NaN gives the canonical NaN).
+__device__ __forceinline__ float chunk_amax(const float* x) {
+  uint32_t mbits = 0;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) mbits = max(mbits, f32_bits(x[i]) & 0x7fffffffu);
+  return mbits > 0x7f800000u ? canonical_nan() : bits_f32(mbits);
 }
 
 // One block's scaling, as the chunk's elements need it.
@@ -328,15 +350,7 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(const KernelSpec s, 
       int p = static_cast<int>((j0 + i) & (s.rht - 1));
       if ((s.rht_signs[p >> 5] >> (p & 31)) & 1u) x[i] = -x[i];
     }
-#pragma unroll
-    for (int h = 1; h < 16; h <<= 1)
-#pragma unroll
-      for (int i = 0; i < 16; ++i)
-        if ((i & h) == 0) {
-          float a = x[i], b = x[i + h];
-          x[i] = a + b;
-          x[i + h] = a - b;
-        }
+    butterfly16(x);
     if (kGroup) {
       for (int h = 1; h * 16 < s.rht; h <<= 1) {  // h counts chunks
         __syncthreads();
@@ -361,11 +375,7 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(const KernelSpec s, 
     return;
   }
 
-  // |x| bit patterns order like the values, and NaN patterns lie above +inf: an integer max is nan_max.
-  uint32_t mbits = 0;
-#pragma unroll
-  for (int i = 0; i < 16; ++i) mbits = max(mbits, f32_bits(x[i]) & 0x7fffffffu);
-  float m = mbits > 0x7f800000u ? canonical_nan() : bits_f32(mbits);
+  float m = chunk_amax(x);
 
   if (kMode == kTensorAmax) {
 #pragma unroll
@@ -410,24 +420,9 @@ __device__ __forceinline__ void rht16(const KernelSpec& s, float* x) {
 #pragma unroll
   for (int i = 0; i < 16; ++i)
     if ((signs >> i) & 1u) x[i] = -x[i];
-#pragma unroll
-  for (int h = 1; h < 16; h <<= 1)
-#pragma unroll
-    for (int i = 0; i < 16; ++i)
-      if ((i & h) == 0) {
-        float a = x[i], b = x[i + h];
-        x[i] = a + b;
-        x[i + h] = a - b;
-      }
+  butterfly16(x);
 #pragma unroll
   for (int i = 0; i < 16; ++i) x[i] *= s.rht_scale;
-}
-
-__device__ __forceinline__ float chunk_amax(const float* x) {
-  uint32_t mbits = 0;
-#pragma unroll
-  for (int i = 0; i < 16; ++i) mbits = max(mbits, f32_bits(x[i]) & 0x7fffffffu);
-  return mbits > 0x7f800000u ? canonical_nan() : bits_f32(mbits);
 }
 
 template <bool kInBf16, bool kOutBf16, bool kCol>
