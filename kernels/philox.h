@@ -8,19 +8,36 @@ namespace ufp4 {
 
 struct U32x4 { uint32_t v[4]; };
 
-UFP4_HD uint32_t mulhi32(uint32_t a, uint32_t b) {
-  return static_cast<uint32_t>((static_cast<uint64_t>(a) * b) >> 32);
+constexpr uint32_t kPhiloxM0 = 0xD2511F53u, kPhiloxM1 = 0xCD9E8D57u, kPhiloxW0 = 0x9E3779B9u, kPhiloxW1 = 0xBB67AE85u;
+
+// One round. Each product is formed once as 64 bits (one wide multiply on the GPU, not a high and a
+// low multiply).
+UFP4_HD void philox_round(uint32_t& c0, uint32_t& c1, uint32_t& c2, uint32_t& c3, uint32_t k0, uint32_t k1) {
+  const uint64_t p0 = static_cast<uint64_t>(kPhiloxM0) * c0, p1 = static_cast<uint64_t>(kPhiloxM1) * c2;
+  const uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1 ^ k0, n2 = static_cast<uint32_t>(p0 >> 32) ^ c3 ^ k1;
+  c0 = n0; c1 = static_cast<uint32_t>(p1); c2 = n2; c3 = static_cast<uint32_t>(p0);
 }
 
 UFP4_HD U32x4 philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3, uint32_t k0, uint32_t k1) {
-  const uint32_t M0 = 0xD2511F53u, M1 = 0xCD9E8D57u, W0 = 0x9E3779B9u, W1 = 0xBB67AE85u;
+UFP4_UNROLL
   for (int round = 0; round < 10; ++round) {
-    uint32_t hi0 = mulhi32(M0, c0), lo0 = M0 * c0;
-    uint32_t hi1 = mulhi32(M1, c2), lo1 = M1 * c2;
-    uint32_t n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
-    c0 = n0; c1 = lo1; c2 = n2; c3 = lo0;
-    k0 += W0; k1 += W1;
+    philox_round(c0, c1, c2, c3, k0, k1);
+    k0 += kPhiloxW0; k1 += kPhiloxW1;
   }
+  return U32x4{{c0, c1, c2, c3}};
+}
+
+// The same with the ten round keys precomputed (kernels keep them in constant memory).
+struct PhiloxKeys { uint32_t k0[10], k1[10]; };
+inline PhiloxKeys philox_keys(uint64_t key) {
+  PhiloxKeys k;
+  uint32_t a = static_cast<uint32_t>(key), b = static_cast<uint32_t>(key >> 32);
+  for (int r = 0; r < 10; ++r, a += kPhiloxW0, b += kPhiloxW1) { k.k0[r] = a; k.k1[r] = b; }
+  return k;
+}
+UFP4_HD U32x4 philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3, const PhiloxKeys& k) {
+UFP4_UNROLL
+  for (int round = 0; round < 10; ++round) philox_round(c0, c1, c2, c3, k.k0[round], k.k1[round]);
   return U32x4{{c0, c1, c2, c3}};
 }
 

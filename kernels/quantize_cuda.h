@@ -15,6 +15,10 @@ bool cuda_available();
 // quantize_workspace_floats() floats when block_2d is set.
 void cuda_quantize(const KernelSpec& s, const QuantizeIO& io, cudaStream_t stream);
 
+// The hot kernel alone (kernels/quantize_hot.h), for calls where hot_path_applies(); cuda_quantize
+// dispatches to it.
+void cuda_quantize_hot(const KernelSpec& s, const QuantizeIO& io, cudaStream_t stream);
+
 // Standalone RHT of each length-n segment of each row: in [rows, cols] -> out [rows, cols]
 // (rowwise) or out [cols, rows] (columnwise: segments run along dim 0, written transposed).
 void cuda_rht(const KernelSpec& s, const void* in, DType in_dtype, void* out, DType out_dtype,

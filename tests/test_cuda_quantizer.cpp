@@ -155,3 +155,37 @@ TEST_CASE("CUDA standalone RHT == CPU, bitwise; the unfused path matches too", "
     CHECK(test::first_bit_mismatch(a, b) == -1);
   }
 }
+
+TEST_CASE("CUDA == CPU on the hot kernel: BF16 dequantized values of the training path, declined blocks included", "[cuda]") {
+  UFP4_NEED_GPU();
+  int n = 0;
+  for (const char* g : {"e2m1", "e2m1_max4", "e2m1_max2", "e1m2", "int4"})
+    for (auto rd : {Rounding::kRtne, Rounding::kSr})
+      for (int rht : {0, 16})
+        for (bool col : {false, true})
+          for (const char* regime : {"normal", "outliers", "mixed", "subnormal", "near_overflow"}) {
+            const std::string name = g;
+            QuantSpec s;
+            s.grid = name == "e2m1_max4" ? Grid::from_name("e2m1", 4) : name == "e2m1_max2" ? Grid::from_name("e2m1", 2) : Grid::from_name(name);
+            s.rounding = rd;
+            s.rht = rht;
+            s.rht_seed = 23;
+            s.seed = 0x0123456789abcdefULL + n;
+            s.offset = 3;
+            QuantizeOptions o;
+            o.columnwise = col;
+            o.out_dtype = torch::kBFloat16;
+            o.want_codes = false;
+            // Odd chunk counts, a column count that is not a multiple of the block size, and a large operand.
+            for (auto sh : std::vector<std::pair<int64_t, int64_t>>{{16, 48}, {208, 336}, {2048, 1536}}) {
+              torch::Tensor x = test::make_input(regime, sh.first, sh.second, 300 + n).to(torch::kBFloat16);
+              torch::Tensor a = quantize(x, s, o).dequant, b = quantize(x.to(torch::kCUDA), s, o).dequant.cpu();
+              INFO(name << " " << to_string(rd) << " rht=" << rht << (col ? " col " : " row ") << regime << " " << sh.first << "x" << sh.second);
+              const int64_t i = test::first_bit_mismatch(a, b);
+              CHECK(i == -1);
+              if (i >= 0) FAIL_CHECK(test::describe_mismatch(a, b, i));
+              ++n;
+            }
+          }
+  CHECK(n == 5 * 2 * 2 * 2 * 5 * 3);
+}

@@ -9,6 +9,7 @@
 #include "harness/error.h"
 #include "kernels/float_bits.h"
 #include "kernels/philox.h"
+#include "kernels/quantize_hot.h"
 #include "kernels/rounding.h"
 #include "models/quant_ops.h"
 #include "tests/catch.h"
@@ -301,4 +302,150 @@ TEST_CASE("Division by a block scale through its reciprocal is the IEEE quotient
   CHECK(n > 1900000);
   CHECK(f32_bits(div_by_scale(-0.0f, 3.0f, 1.0f / 3.0f)) == f32_bits(-0.0f));
   CHECK(div_by_scale(1e-40f, 0.5f, 2.0f) == 1e-40f / 0.5f);  // subnormal input: the division path
+}
+
+namespace {
+
+// BF16 test blocks for the hot path: ordinary data, exact ties, and every kind of block it must decline.
+torch::Tensor hot_input(const std::string& regime, const Grid& g, int64_t rows, uint64_t seed) {
+  if (regime == "ties") {  // one element on gmax * 2^e, the rest on levels and midpoints times 2^e
+    std::mt19937_64 rng(seed);
+    std::vector<float> v;
+    const GridParams& p = g.params();
+    for (int i = 0; i < p.n; ++i) v.push_back(p.level[i]);
+    for (int i = 0; i + 1 < p.n; ++i) v.push_back(p.mid[i]);
+    torch::Tensor x = torch::empty({rows, 64});
+    for (int64_t r = 0; r < rows; ++r) {
+      const float s = std::ldexp(1.0f, static_cast<int>(rng() % 40) - 30);  // within the accepted scales
+      for (int64_t j = 0; j < 64; ++j) {
+        const float m = j % 16 == static_cast<int64_t>(r % 16) ? p.gmax : v[rng() % v.size()];
+        x[r][j] = (rng() & 1 ? -m : m) * s;
+      }
+    }
+    return x.to(torch::kBFloat16);
+  }
+  if (regime == "tiny") return (test::make_input("normal", rows, 64, seed) * 1e-36f).to(torch::kBFloat16);  // BF16 subnormals
+  if (regime == "huge") return (test::make_input("normal", rows, 64, seed) * 3e37f).to(torch::kBFloat16);
+  if (regime == "wide") return (test::make_input("mixed", rows, 64, seed)).to(torch::kBFloat16);  // zeros, inf, NaN, 2^+-12 rows
+  return test::make_input(regime, rows, 64, seed).to(torch::kBFloat16);
+}
+
+}  // namespace
+
+TEST_CASE("The hot kernel's chunk arithmetic equals the reference bit for bit, or declines the chunk", "[quantizer]") {
+  const std::vector<Grid> grids = {Grid::from_name("e2m1"), Grid::from_name("e2m1", 4), Grid::from_name("e2m1", 3),
+                                   Grid::from_name("e2m1", 2), Grid::from_name("e1m2"), Grid::from_name("int4")};
+  const int64_t rows = 1024;
+  int64_t checked = 0;
+  for (const Grid& g : grids)
+    for (auto rd : {Rounding::kRtne, Rounding::kSr})
+      for (int rht : {0, 16})
+        for (const char* regime : {"normal", "outliers", "dyadic", "ties", "tiny", "huge", "wide", "near_overflow"}) {
+          QuantSpec s;
+          s.grid = g;
+          s.rounding = rd;
+          s.rht = rht;
+          s.rht_seed = 99;
+          s.seed = 0xfeedfacecafebeefULL;
+          s.offset = 7;
+          const KernelSpec ks = make_kernel_spec(s);
+          const HotParams h = make_hot_params(ks);
+          torch::Tensor x = hot_input(regime, g, rows, checked + 1);
+          QuantizeOptions o;
+          o.out_dtype = torch::kBFloat16;
+          o.want_codes = false;
+          torch::Tensor want = quantize(x, s, o).dequant;
+          const auto* in = reinterpret_cast<const uint32_t*>(x.data_ptr());
+          const auto* ref = reinterpret_cast<const uint32_t*>(want.data_ptr());
+          int64_t bad = 0, declined = 0;
+          for (int64_t c = 0; c < rows * 64 / 16; ++c) {
+            uint32_t out[8];
+            bool ok;
+            const int kind = (ks.fast.kind == kGridE2M1 ? 4 : 0) + (rd == Rounding::kSr ? 2 : 0) + (rht ? 1 : 0);
+            switch (kind) {
+              case 0: ok = hot_chunk<kGridUniform, false, false>(h, in + 8 * c, 16 * c, out); break;
+              case 1: ok = hot_chunk<kGridUniform, false, true>(h, in + 8 * c, 16 * c, out); break;
+              case 2: ok = hot_chunk<kGridUniform, true, false>(h, in + 8 * c, 16 * c, out); break;
+              case 3: ok = hot_chunk<kGridUniform, true, true>(h, in + 8 * c, 16 * c, out); break;
+              case 4: ok = hot_chunk<kGridE2M1, false, false>(h, in + 8 * c, 16 * c, out); break;
+              case 5: ok = hot_chunk<kGridE2M1, false, true>(h, in + 8 * c, 16 * c, out); break;
+              case 6: ok = hot_chunk<kGridE2M1, true, false>(h, in + 8 * c, 16 * c, out); break;
+              default: ok = hot_chunk<kGridE2M1, true, true>(h, in + 8 * c, 16 * c, out); break;
+            }
+            if (!ok) { ++declined; continue; }
+            ++checked;
+            for (int k = 0; k < 8; ++k)
+              if (out[k] != ref[8 * c + k] && ++bad <= 3)
+                FAIL_CHECK(g.name() << " " << to_string(rd) << " rht=" << rht << " " << regime << " chunk " << c << " word " << k << ": "
+                                    << std::hex << out[k] << " vs " << ref[8 * c + k]);
+          }
+          CHECK(bad == 0);
+          const std::string r = regime;
+          INFO(g.name() << " " << to_string(rd) << " rht=" << rht << " " << regime << ": " << declined << " declined");
+          if (r == "normal" || r == "outliers" || r == "dyadic" || r == "ties") CHECK(declined == 0);
+          if (r == "tiny" || r == "huge") CHECK(declined > 0);  // the range checks do fire
+        }
+  CHECK(checked > 450000);
+
+  // hot_div over the accepted scales: the IEEE quotient whenever |q| >= 2^-43, and a quotient of the
+  // same sign and zeroness below (all that rounding looks at there), for BF16-derived |x| >= 2^-135.
+  std::mt19937_64 rng(3);
+  std::uniform_int_distribution<uint32_t> mant(0, (1u << 23) - 1);
+  std::uniform_int_distribution<int> de(-60, 11), qe(-43, 3), tiny_e(-135, -44), sh(-3, 3);
+  auto make = [&](int e) { return std::ldexp(1.0f + static_cast<float>(mant(rng)) / 8388608.0f, e); };
+  int64_t bad = 0;
+  for (int i = 0; i < 1000000; ++i) {
+    const float d = make(de(rng)), rd = 1.0f / d;
+    const float q = make(qe(rng));
+    float x = bits_f32(static_cast<uint32_t>(static_cast<int64_t>(f32_bits(q * d)) + sh(rng)));
+    if (rng() & 1) x = -x;
+    if (f32_bits(hot_div(x, d, rd)) != f32_bits(x / d) && std::fabs(x / d) >= 0x1p-43f && ++bad <= 3) FAIL_CHECK(x << " / " << d);
+    const float xt = std::ldexp(1.0f, tiny_e(rng)) * (rng() & 1 ? -1.0f : 1.0f), got = hot_div(xt, d, rd), want = xt / d;
+    if ((got == 0.0f) != (want == 0.0f) || std::signbit(got) != std::signbit(xt) || (std::fabs(want) < 0x1p-43f) != (std::fabs(got) < 0x1p-43f))
+      if (++bad <= 3) FAIL_CHECK("tiny " << xt << " / " << d << ": " << got << " vs " << want);
+  }
+  CHECK(bad == 0);
+}
+
+TEST_CASE("The hot kernel covers the training path's quantizations and nothing it cannot do", "[quantizer]") {
+  QuantSpec s;
+  s.grid = Grid::from_name("e1m2");
+  s.rht = 16;
+  s.rounding = Rounding::kSr;
+  QuantizeIO io;
+  std::vector<uint16_t> buf(64 * 32 + 8);
+  io.in = buf.data();
+  io.dequant = buf.data();
+  io.in_dtype = io.out_dtype = DType::kBF16;
+  io.rows = 64;
+  io.cols = 32;
+  const bool aligned = (reinterpret_cast<uintptr_t>(buf.data()) & 15u) == 0;
+  REQUIRE(aligned);
+  for (const char* g : {"e1m2", "e2m1", "int4"})
+    for (int rht : {0, 16})
+      for (bool col : {false, true}) {
+        s.grid = Grid::from_name(g);
+        s.rht = rht;
+        io.columnwise = col;
+        CHECK(hot_path_applies(make_kernel_spec(s), io));
+      }
+  s.rht = 16;
+  io.columnwise = false;
+  auto declines = [&](auto&& change) {
+    QuantSpec s2 = s;
+    QuantizeIO io2 = io;
+    change(s2, io2);
+    return !hot_path_applies(make_kernel_spec(s2), io2);
+  };
+  CHECK(declines([](QuantSpec& q, QuantizeIO&) { q.grid = Grid::from_name("int4_tc"); }));
+  CHECK(declines([](QuantSpec& q, QuantizeIO&) { q.scale = ScaleKind::kNvfp4; }));
+  CHECK(declines([](QuantSpec& q, QuantizeIO&) { q.rht = 32; }));
+  CHECK(declines([](QuantSpec& q, QuantizeIO&) { q.block = 32; }));
+  CHECK(declines([](QuantSpec&, QuantizeIO& i) { i.in_dtype = DType::kF32; }));
+  CHECK(declines([](QuantSpec&, QuantizeIO& i) { i.out_dtype = DType::kF32; }));
+  CHECK(declines([&](QuantSpec&, QuantizeIO& i) { i.codes = reinterpret_cast<uint8_t*>(buf.data()); }));
+  CHECK(declines([](QuantSpec&, QuantizeIO& i) { i.cols = 24; }));
+  CHECK(declines([](QuantSpec&, QuantizeIO& i) { i.columnwise = true; i.rows = 40; }));
+  CHECK(declines([](QuantSpec&, QuantizeIO& i) { i.columnwise = true; i.cols = 36; }));
+  CHECK(declines([&](QuantSpec&, QuantizeIO& i) { i.in = buf.data() + 1; }));
 }

@@ -1,0 +1,313 @@
+// Device helpers shared by the quantizer kernels: loads and stores, the RHT-16 butterflies, block
+// scaling and per-element rounding in the reference's exact arithmetic (kernels/quantize.h).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cfloat>
+#include <string>
+
+#include "harness/error.h"
+#include "kernels/float_bits.h"
+#include "kernels/philox.h"
+#include "kernels/quantize.h"
+#include "kernels/rounding.h"
+
+namespace ufp4 {
+
+inline void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw RuntimeError(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
+}
+
+template <bool kBf16>
+__device__ __forceinline__ float load1(const void* p, int64_t i) {
+  if (kBf16) return bf16_bits_to_f32(static_cast<const uint16_t*>(p)[i]);
+  return static_cast<const float*>(p)[i];
+}
+
+template <bool kBf16>
+__device__ __forceinline__ void load16(const void* p, int64_t i, float* x) {
+  if (kBf16) {
+    const uint4* v = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p) + i);
+    uint4 a = v[0], b = v[1];
+    uint32_t w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      x[2 * k] = bits_f32(w[k] << 16);
+      x[2 * k + 1] = bits_f32(w[k] & 0xffff0000u);
+    }
+  } else {
+    const float4* v = reinterpret_cast<const float4*>(static_cast<const float*>(p) + i);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      float4 q = v[k];
+      x[4 * k] = q.x; x[4 * k + 1] = q.y; x[4 * k + 2] = q.z; x[4 * k + 3] = q.w;
+    }
+  }
+}
+
+// BF16 pair, round to nearest even. `hw`: the hardware conversion, identical for non-NaN values (NaN
+// payloads differ: callers pass hw only when no value can be NaN).
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi, bool hw) {
+  if (hw) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+  return static_cast<uint32_t>(f32_to_bf16_bits(lo)) | (static_cast<uint32_t>(f32_to_bf16_bits(hi)) << 16);
+}
+
+template <bool kBf16>
+__device__ __forceinline__ void store16(void* p, int64_t i, const float* y, int nvalid, bool vec) {
+  if (kBf16) {
+    uint16_t* o = static_cast<uint16_t*>(p) + i;
+    if (vec) {
+      uint32_t w[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) w[k] = pack_bf16x2(y[2 * k], y[2 * k + 1], false);  // may hold NaN
+      uint4* v = reinterpret_cast<uint4*>(o);
+      v[0] = make_uint4(w[0], w[1], w[2], w[3]);
+      v[1] = make_uint4(w[4], w[5], w[6], w[7]);
+    } else {
+#pragma unroll
+      for (int k = 0; k < 16; ++k)
+        if (k < nvalid) o[k] = f32_to_bf16_bits(y[k]);
+    }
+  } else {
+    float* o = static_cast<float*>(p) + i;
+    if (vec) {
+      float4* v = reinterpret_cast<float4*>(o);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) v[k] = make_float4(y[4 * k], y[4 * k + 1], y[4 * k + 2], y[4 * k + 3]);
+    } else {
+#pragma unroll
+      for (int k = 0; k < 16; ++k)
+        if (k < nvalid) o[k] = y[k];
+    }
+  }
+}
+
+// The 16-point Walsh-Hadamard butterflies of one chunk (unnormalized), in the reference's order.
+__device__ __forceinline__ void butterfly16(float* x) {
+#pragma unroll
+  for (int h = 1; h < 16; h <<= 1)
+#pragma unroll
+    for (int i = 0; i < 16; ++i)
+      if ((i & h) == 0) {
+        float a = x[i], b = x[i + h];
+        x[i] = a + b;
+        x[i + h] = a - b;
+      }
+}
+
+// max |x| over a chunk. |x| bit patterns order like the values and NaN patterns lie above +inf,
+// so an integer max is nan_max (any NaN gives the canonical NaN).
+__device__ __forceinline__ float chunk_amax(const float* x) {
+  uint32_t mbits = 0;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) mbits = max(mbits, f32_bits(x[i]) & 0x7fffffffu);
+  return mbits > 0x7f800000u ? canonical_nan() : bits_f32(mbits);
+}
+
+// One block's scaling, as the chunk's elements need it.
+struct ChunkScale {
+  int state = 0;         // 0 normal, 1 zero block, 2 NaN block
+  bool multiply = false; // nvfp4: v = x * factor; else v = x / factor
+  bool fast_div = false; // x / factor through rcp (div_by_scale)
+  float factor = 1.0f, rcp = 1.0f, decode = 0.0f;
+  int zero_idx = 0;
+};
+
+// Rounds one element to its dequantized value and code. kClass picks the arithmetic path of
+// rounding.h or the threshold search; all give the reference's levels.
+template <int kClass>
+__device__ __forceinline__ float round_element(const KernelSpec& s, const float* sh_level, const uint8_t* sh_code, const ChunkScale& cs,
+                                              bool sr, bool want_codes, float x, float u, uint32_t& code_out) {
+  const GridParams& g = s.grid;
+  const bool neg = (f32_bits(x) >> 31) != 0;
+  int idx = cs.zero_idx;
+  float dq;
+  if (cs.state == 2) {
+    dq = canonical_nan();
+  } else if (cs.state == 1) {
+    dq = 0.0f;
+  } else {
+    float v;
+    if (cs.multiply) {
+      v = x * cs.factor;
+    } else if (cs.fast_div) {
+      v = div_by_scale(x, cs.factor, cs.rcp);
+    } else {
+      v = rare_div(x, cs.factor);
+    }
+    const float a = g.symmetric ? fabsf(v) : v;
+    float level;
+    if (kClass == kGridUniform) {
+      const float t = sr ? stochastic_uniform(s.fast, a, u) : nearest_uniform(s.fast, a);
+      level = t * s.fast.step;
+      idx = static_cast<int>(t);
+    } else if (kClass == kGridE2M1) {
+      level = sr ? stochastic_e2m1(s.fast, a, u) : nearest_e2m1(s.fast, a);
+      if (want_codes) idx = e2m1_index(level);
+    } else {
+      idx = sr ? round_stochastic(g, sh_level, a, u) : round_nearest(g, a);
+      level = sh_level[idx];
+    }
+    dq = level * cs.decode;
+  }
+  if (g.symmetric && neg && cs.state != 2) dq = -dq;
+  if (want_codes) {
+    const uint32_t c = kClass == kGridGeneric || cs.state != 0 ? sh_code[idx] : static_cast<uint32_t>(idx);
+    code_out = g.symmetric && cs.state != 2 ? (c | (neg ? 8u : 0u)) : c;
+  }
+  return dq;
+}
+
+// Rounds a chunk four elements at a time (one Philox call each) and stores as it goes. The loop
+// over the four groups is not unrolled: one copy of the rounding code per grid class keeps the
+// kernel small enough for the instruction cache (fully unrolled it ran at a quarter of the speed).
+template <int kClass, bool kOutBf16>
+__device__ __forceinline__ void round_and_store(const KernelSpec& s, const QuantizeIO& io, const float* sh_level, const uint8_t* sh_code,
+                                                const ChunkScale& cs, const float* x, int64_t r, int64_t L, int64_t j0, int nvalid) {
+  const bool sr = s.rounding == 1, want_codes = io.codes != nullptr;
+  const int64_t oi0 = r * L + j0;
+  const bool vec = nvalid == 16 && (L % 8) == 0;
+  const bool hw = cs.state != 2;  // no NaN among the values: the hardware BF16 conversion is exact
+  uint32_t code_lo = 0, code_hi = 0;
+#pragma unroll 1
+  for (int q = 0; q < 4; ++q) {
+    // The group's inputs, selected from registers (a run-time index into x would go to local memory).
+    float xq[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) xq[e] = q == 0 ? x[e] : q == 1 ? x[4 + e] : q == 2 ? x[8 + e] : x[12 + e];
+    float u[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (sr) {
+      if ((L & 3) == 0) {  // four elements per Philox call
+        const uint64_t grp = static_cast<uint64_t>(oi0 >> 2) + q;
+        const U32x4 rnd = philox4x32_10(static_cast<uint32_t>(grp), static_cast<uint32_t>(grp >> 32), static_cast<uint32_t>(s.offset),
+                                        static_cast<uint32_t>(s.offset >> 32), static_cast<uint32_t>(s.seed),
+                                        static_cast<uint32_t>(s.seed >> 32));
+#pragma unroll
+        for (int e = 0; e < 4; ++e) u[e] = bits_to_unit(rnd.v[e]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) u[e] = bits_to_unit(philox_bits(s.seed, s.offset, static_cast<uint64_t>(oi0 + 4 * q + e)));
+      }
+    }
+    float y[4];
+    uint32_t codes4 = 0;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      uint32_t c = 0;
+      y[e] = round_element<kClass>(s, sh_level, sh_code, cs, sr, want_codes, xq[e], u[e], c);
+      codes4 |= c << (4 * e);
+    }
+    if (q < 2) code_lo |= codes4 << (16 * q);
+    else code_hi |= codes4 << (16 * (q - 2));
+    if (io.dequant) {
+      if (kOutBf16) {
+        uint16_t* o = static_cast<uint16_t*>(io.dequant) + oi0 + 4 * q;
+        const uint32_t w0 = pack_bf16x2(y[0], y[1], hw), w1 = pack_bf16x2(y[2], y[3], hw);
+        if (vec) {
+          *reinterpret_cast<uint2*>(o) = make_uint2(w0, w1);
+        } else {
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (4 * q + e < nvalid) o[e] = static_cast<uint16_t>((e < 2 ? w0 : w1) >> (16 * (e & 1)));
+        }
+      } else {
+        float* o = static_cast<float*>(io.dequant) + oi0 + 4 * q;
+        if (vec) {
+          *reinterpret_cast<float4*>(o) = make_float4(y[0], y[1], y[2], y[3]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (4 * q + e < nvalid) o[e] = y[e];
+        }
+      }
+    }
+  }
+  if (want_codes) {
+    const int64_t cb = r * ((L + 1) / 2) + j0 / 2;
+    if (nvalid == 16 && (L % 16) == 0) {
+      *reinterpret_cast<uint2*>(io.codes + cb) = make_uint2(code_lo, code_hi);
+    } else {
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        if (2 * k >= nvalid) break;
+        uint32_t byte = ((k < 4 ? code_lo >> (8 * k) : code_hi >> (8 * (k - 4)))) & 0xffu;
+        if (2 * k + 1 >= nvalid) byte &= 0x0fu;
+        io.codes[cb + k] = static_cast<uint8_t>(byte);
+      }
+    }
+  }
+}
+
+// Everything after the block amax m of one chunk x (RHT applied) of output row r at column j0:
+// block scale, scale outputs (by the chunk that starts the block), rounding, stores.
+template <bool kOutBf16>
+__device__ __forceinline__ void finish_chunk(const KernelSpec& s, const QuantizeIO& io, const float* sh_level, const uint8_t* sh_code,
+                                             const float* x, float m, int64_t r, int64_t L, int64_t j0, int nvalid) {
+  const GridParams& g = s.grid;
+  // Block scale (see kernels/quantize.h).
+  ChunkScale cs;
+  const float gmax = g.gmax;
+  float bm = m;
+  if (s.scale_kind == 1) {
+    const float ta = *io.tensor_amax;
+    if (!is_finite(ta)) bm = canonical_nan();
+  }
+  uint8_t bits = 0;
+  if (!is_finite(bm)) {
+    cs.state = 2; cs.decode = canonical_nan(); bits = s.scale_kind == 2 ? 0xff : 0x7f;
+  } else if (s.scale_kind == 0) {
+    float sc = bm / gmax;
+    if (sc == 0.0f) cs.state = 1;
+    cs.factor = sc; cs.decode = sc;
+  } else if (s.scale_kind == 1) {
+    const float ta = *io.tensor_amax;
+    float s_enc = fminf(448.0f * gmax / ta, FLT_MAX);
+    if (ta == 0.0f || s_enc == 0.0f) s_enc = 1.0f;
+    float e4m3 = round_to_e4m3(fminf(bm * (s_enc * (1.0f / gmax)), FLT_MAX));
+    float s_dec = 1.0f / s_enc;
+    cs.multiply = true;
+    cs.factor = fminf(1.0f / (e4m3 * s_dec), FLT_MAX);
+    cs.decode = e4m3 * s_dec;
+    bits = e4m3_code(e4m3);
+  } else if (s.scale_kind == 3) {
+    cs.factor = 1.0f; cs.decode = 1.0f;
+  } else {
+    int e = bm == 0.0f ? -127 : floor_log2(bm) - floor_log2(gmax);
+    e = e < -127 ? -127 : (e > 127 ? 127 : e);
+    cs.factor = exp2_int(e); cs.decode = cs.factor; bits = e8m0_code(e);
+  }
+  if (cs.state == 0 && !cs.multiply && cs.factor >= 0x1p-100f && cs.factor <= 0x1p100f) {
+    cs.fast_div = true;
+    cs.rcp = 1.0f / cs.factor;
+  }
+
+  const int64_t nblk = (L + s.block - 1) / s.block;
+  if (j0 % s.block == 0) {
+    const int64_t bi = r * nblk + j0 / s.block;
+    if (io.scales) io.scales[bi] = cs.state == 1 ? 0.0f : cs.decode;
+    if (io.amax) io.amax[bi] = m;
+    if (io.scale_bits) io.scale_bits[bi] = bits;
+  }
+
+  cs.zero_idx = g.symmetric ? 0 : round_nearest(g, 0.0f);
+  if (s.fast.kind == kGridUniform) round_and_store<kGridUniform, kOutBf16>(s, io, sh_level, sh_code, cs, x, r, L, j0, nvalid);
+  else if (s.fast.kind == kGridE2M1) round_and_store<kGridE2M1, kOutBf16>(s, io, sh_level, sh_code, cs, x, r, L, j0, nvalid);
+  else round_and_store<kGridGeneric, kOutBf16>(s, io, sh_level, sh_code, cs, x, r, L, j0, nvalid);
+}
+
+// RHT-16 of one chunk: signs of positions 0..15, butterflies, 1/4 (as the kernel above for n = 16).
+__device__ __forceinline__ void rht16(const KernelSpec& s, float* x) {
+  const uint32_t signs = s.rht_signs[0];
+#pragma unroll
+  for (int i = 0; i < 16; ++i)
+    if ((signs >> i) & 1u) x[i] = -x[i];
+  butterfly16(x);
+#pragma unroll
+  for (int i = 0; i < 16; ++i) x[i] *= s.rht_scale;
+}
+
+}  // namespace ufp4

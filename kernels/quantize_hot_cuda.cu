@@ -1,0 +1,139 @@
+// The hot quantizer kernel (arithmetic in kernels/quantize_hot.h). A thread owns two 16-element
+// chunks and issues their loads before it computes. Rowwise: two consecutive chunks of the flattened
+// tensor (16 divides a row, so no chunk straddles two rows). Columnwise: one row block of 16 input rows
+// x 2 adjacent input columns out of a shared-memory tile; each column is one output chunk.
+#include "kernels/quantize_cuda.h"
+#include "kernels/quantize_device.cuh"
+#include "kernels/quantize_hot.h"
+
+namespace ufp4 {
+
+namespace {
+
+constexpr int kHotThreads = 128;
+// Thread blocks an SM must hold (caps registers), as measured on H200: 8 (64 registers) except
+// columnwise RTNE, 12 (40 registers: more warps hide the tile barrier). Rowwise ran slower with more
+// warps (their strided loads compete for L1) and so did SR (spills).
+template <bool kCol, bool kSR>
+constexpr int kHotMinBlocks = kCol && !kSR ? 12 : 8;
+constexpr int kColTile = 64;  // columnwise: input rows and columns a thread block covers
+
+// Chunks the hot arithmetic declines take the general path, reloading their input: out of line,
+// so the rare case costs the hot loop no registers.
+__device__ __noinline__ void general_chunk(const KernelSpec& s, const QuantizeIO& io, const float* sh_level, const uint8_t* sh_code,
+                                           int64_t out_index) {
+  const int64_t L = io.columnwise ? io.rows : io.cols, r = out_index / L, j0 = out_index % L;
+  const uint16_t* in = static_cast<const uint16_t*>(io.in);
+  float x[16];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) x[i] = bf16_bits_to_f32(io.columnwise ? in[(j0 + i) * io.cols + r] : in[r * L + j0 + i]);
+  if (s.rht) rht16(s, x);
+  finish_chunk<true>(s, io, sh_level, sh_code, x, chunk_amax(x), r, L, j0, 16);
+}
+
+template <bool kCol, int kClass, bool kSR, bool kRht>
+__global__ void __launch_bounds__(kHotThreads, kHotMinBlocks<kCol, kSR>) quantize_hot_kernel(const __grid_constant__ KernelSpec s, const __grid_constant__ QuantizeIO io,
+                                                                   const __grid_constant__ HotParams h) {
+  __shared__ float sh_level[16];
+  __shared__ uint8_t sh_code[16];
+  if (threadIdx.x < 16) { sh_level[threadIdx.x] = s.grid.level[threadIdx.x]; sh_code[threadIdx.x] = s.grid.code[threadIdx.x]; }
+  __syncthreads();
+  uint32_t w[2][8];
+  int64_t oi[2];  // first output element of each chunk
+  int n = 2;
+  if constexpr (!kCol) {
+    const int64_t chunks = io.rows * io.cols / 16, c = 2 * (static_cast<int64_t>(blockIdx.x) * kHotThreads + threadIdx.x);
+    if (c >= chunks) return;
+    if (c + 1 == chunks) n = 1;
+    const uint4* src = reinterpret_cast<const uint4*>(io.in) + 2 * c;
+#pragma unroll
+    for (int k = 0; k < 2; ++k)
+      if (k < n)
+#pragma unroll
+        for (int v = 0; v < 2; ++v) {
+          const uint4 q = src[2 * k + v];
+          w[k][4 * v] = q.x; w[k][4 * v + 1] = q.y; w[k][4 * v + 2] = q.z; w[k][4 * v + 3] = q.w;
+        }
+    oi[0] = c * 16;
+    oi[1] = oi[0] + 16;
+  } else {
+    // A 64 x 64 tile through shared memory: coalesced 16-byte loads of whole 128-byte rows, then each
+    // thread takes one row block (b) of one column pair (cp). The 16-byte units of a row are swizzled
+    // by the row block so the column reads of a warp hit 32 distinct banks.
+    __shared__ uint4 tile[kColTile][kColTile / 8];
+    const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kColTile, c0 = static_cast<int64_t>(blockIdx.x) * kColTile;
+    const int64_t units = io.cols / 8;
+    const uint4* src = reinterpret_cast<const uint4*>(io.in);
+#pragma unroll
+    for (int p = 0; p < kColTile * kColTile / 8 / kHotThreads; ++p) {
+      const int idx = p * kHotThreads + threadIdx.x, row = idx / 8, u = idx % 8;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (r0 + row < io.rows && c0 + 8 * u < io.cols) v = src[(r0 + row) * units + c0 / 8 + u];
+      tile[row][u ^ ((row / 16) << 1)] = v;
+    }
+    __syncthreads();
+    const int b = threadIdx.x % 4, cp = threadIdx.x / 4, pos = (cp / 4) ^ (b << 1);
+    if (r0 + 16 * b >= io.rows || c0 + 2 * cp >= io.cols) return;
+    uint32_t raw[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) raw[i] = reinterpret_cast<const uint32_t*>(&tile[16 * b + i][pos])[cp % 4];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      w[0][k] = __byte_perm(raw[2 * k], raw[2 * k + 1], 0x5410);  // column 2cp: low halves
+      w[1][k] = __byte_perm(raw[2 * k], raw[2 * k + 1], 0x7632);  // column 2cp + 1: high halves
+    }
+    oi[0] = (c0 + 2 * cp) * io.rows + r0 + 16 * b;
+    oi[1] = oi[0] + io.rows;
+  }
+  bool done[2] = {true, true};
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    if (k >= n) break;
+    uint32_t o[8];
+    done[k] = hot_chunk<kClass, kSR, kRht>(h, w[k], static_cast<uint64_t>(oi[k]), o);
+    if (done[k]) {
+      uint4* dst = reinterpret_cast<uint4*>(static_cast<uint16_t*>(io.dequant) + oi[k]);
+      dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
+      dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
+    }
+  }
+  // After both chunks, so little is live across the call.
+#pragma unroll
+  for (int k = 0; k < 2; ++k)
+    if (!done[k]) general_chunk(s, io, sh_level, sh_code, oi[k]);
+}
+
+template <bool kCol, int kClass, bool kSR, bool kRht>
+void launch_hot(const KernelSpec& s, const QuantizeIO& io, cudaStream_t stream) {
+  dim3 grid;
+  if (kCol) {
+    const int64_t row_tiles = (io.rows + kColTile - 1) / kColTile;
+    if (row_tiles > 65535) throw Error("quantize: " + std::to_string(io.rows) + " rows are too many for one columnwise launch");
+    grid = dim3(static_cast<unsigned>((io.cols + kColTile - 1) / kColTile), static_cast<unsigned>(row_tiles));
+  } else {
+    const int64_t pairs = (io.rows * io.cols / 16 + 1) / 2, blocks = (pairs + kHotThreads - 1) / kHotThreads;
+    if (blocks > 0x7fffffff) throw Error("quantize: tensor too large for one launch");
+    grid = dim3(static_cast<unsigned>(blocks));
+  }
+  quantize_hot_kernel<kCol, kClass, kSR, kRht><<<grid, kHotThreads, 0, stream>>>(s, io, make_hot_params(s));
+  check_cuda(cudaGetLastError(), "hot quantize kernel launch");
+}
+
+template <bool kCol, int kClass>
+void launch_hot_rounding(const KernelSpec& s, const QuantizeIO& io, cudaStream_t stream) {
+  if (s.rounding == 1) { if (s.rht) launch_hot<kCol, kClass, true, true>(s, io, stream); else launch_hot<kCol, kClass, true, false>(s, io, stream); }
+  else { if (s.rht) launch_hot<kCol, kClass, false, true>(s, io, stream); else launch_hot<kCol, kClass, false, false>(s, io, stream); }
+}
+
+}  // namespace
+
+void cuda_quantize_hot(const KernelSpec& s, const QuantizeIO& io, cudaStream_t stream) {
+  if (!hot_path_applies(s, io)) throw Error("quantize: the hot kernel does not cover this call");
+  if (io.columnwise) {
+    if (s.fast.kind == kGridE2M1) launch_hot_rounding<true, kGridE2M1>(s, io, stream); else launch_hot_rounding<true, kGridUniform>(s, io, stream);
+  } else {
+    if (s.fast.kind == kGridE2M1) launch_hot_rounding<false, kGridE2M1>(s, io, stream); else launch_hot_rounding<false, kGridUniform>(s, io, stream);
+  }
+}
+
+}  // namespace ufp4
