@@ -142,15 +142,8 @@ UFP4_UNROLL
 UFP4_UNROLL
     for (int i = 0; i < 16; ++i) {
       const float a = fabsf(hot_div(x[i], d, rd));
-      float level;
-      if (kClass == kGridUniform) {
-        level = (a + 0x1p23f) - 0x1p23f;  // RNE to an integer (a < 2^22)
-      } else {
-        const uint32_t u = f32_bits(a);
-        const float big = bits_f32((u + 0x1fffffu + ((u >> 22) & 1u)) & 0xffc00000u);
-        const float small = (a + 0x1p22f) - 0x1p22f;  // multiples of 1/2, ties to even
-        level = a < 1.0f ? small : big;
-      }
+      // RNE to an integer (a < 2^22), or to E2M1's spacing (rounding.h)
+      const float level = kClass == kGridUniform ? (a + 0x1p23f) - 0x1p23f : round_e2m1_spacing(a);
       y[i] = bits_f32(f32_bits(level * d) | (f32_bits(x[i]) & 0x80000000u));
     }
   } else {

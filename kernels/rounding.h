@@ -73,18 +73,16 @@ UFP4_HD float nearest_uniform(const FastGrid& f, float a) {
   return fminf(rint_even(a * f.inv_step), f.top * f.inv_step);  // the level's index, as a float
 }
 
-// RTNE to E2M1 magnitudes (ties to even code = even mantissa bit), saturated at f.top.
-UFP4_HD float nearest_e2m1(const FastGrid& f, float a) {
-  float l;
-  if (a < 1.0f) {
-    l = rint_even(a * 2.0f) * 0.5f;
-  } else {
-    uint32_t u = f32_bits(a);
-    u += 0x1fffffu + ((u >> 22) & 1u);  // round the mantissa to one bit, ties to even
-    l = bits_f32(u & 0xffc00000u);
-  }
-  return fminf(l, f.top);
+// RNE of 0 <= a < 2^100 to E2M1's spacing 2^(E-1), E = max(floor(log2 a), 0), without saturation:
+// adding c = 2^(E+22) leaves exactly that spacing, ties go to the even multiple (= the even code), and
+// subtracting c again is exact.
+UFP4_HD float round_e2m1_spacing(float a) {
+  const float c = fmaxf(bits_f32(f32_bits(a) & 0x7f800000u), 1.0f);
+  return fmaf(c, -0x1p22f, fmaf(c, 0x1p22f, a));
 }
+
+// RTNE to E2M1 magnitudes (ties to even code), saturated at f.top (<= 6, so a >= 16 may be clamped first).
+UFP4_HD float nearest_e2m1(const FastGrid& f, float a) { return fminf(round_e2m1_spacing(fminf(a, 16.0f)), f.top); }
 
 // Index (= code) of an E2M1 magnitude level.
 UFP4_HD int e2m1_index(float level) {
