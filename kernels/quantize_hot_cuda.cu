@@ -31,6 +31,10 @@ __device__ __noinline__ void general_chunk(const KernelSpec& s, const QuantizeIO
   finish_chunk<true>(s, io, sh_level, sh_code, x, chunk_amax(x), r, L, j0, 16);
 }
 
+// Slot of 16-byte unit j (lane j / 4's part j % 4) in a warp's staging area, swizzled so that both the
+// lane-contiguous and the lane-owned access patterns touch eight distinct bank groups a quarter warp.
+__device__ __forceinline__ int stage_slot(int j) { return (j & ~3) | ((j ^ (j >> 3)) & 3); }
+
 template <bool kCol, int kClass, bool kSR, bool kRht>
 __global__ void __launch_bounds__(kHotThreads, kHotMinBlocks<kCol, kSR>) quantize_hot_kernel(const __grid_constant__ KernelSpec s, const __grid_constant__ QuantizeIO io,
                                                                    const __grid_constant__ HotParams h) {
@@ -41,19 +45,41 @@ __global__ void __launch_bounds__(kHotThreads, kHotMinBlocks<kCol, kSR>) quantiz
   uint32_t w[2][8];
   int64_t oi[2];  // first output element of each chunk
   int n = 2;
+  // Rowwise staging (whole warps in range): lanes move 512 contiguous bytes an instruction through this
+  // warp's 2 KB of shared memory in both directions, instead of 16 bytes at a 64-byte stride.
+  bool staged = false;
+  uint4* stage = nullptr;
   if constexpr (!kCol) {
-    const int64_t chunks = io.rows * io.cols / 16, c = 2 * (static_cast<int64_t>(blockIdx.x) * kHotThreads + threadIdx.x);
-    if (c >= chunks) return;
-    if (c + 1 == chunks) n = 1;
-    const uint4* src = reinterpret_cast<const uint4*>(io.in) + 2 * c;
+    __shared__ uint4 stage_all[kHotThreads * 4];
+    const int lane = threadIdx.x & 31;
+    const int64_t chunks = io.rows * io.cols / 16, warp_c0 = 2 * (static_cast<int64_t>(blockIdx.x) * kHotThreads + (threadIdx.x & ~31)),
+                  c = warp_c0 + 2 * lane;
+    staged = warp_c0 + 64 <= chunks;
+    if (staged) {
+      stage = stage_all + (threadIdx.x & ~31) * 4;
+      const uint4* src = reinterpret_cast<const uint4*>(io.in) + 2 * warp_c0;
 #pragma unroll
-    for (int k = 0; k < 2; ++k)
-      if (k < n)
+      for (int p = 0; p < 4; ++p) stage[stage_slot(32 * p + lane)] = src[32 * p + lane];
+      __syncwarp();
 #pragma unroll
-        for (int v = 0; v < 2; ++v) {
-          const uint4 q = src[2 * k + v];
-          w[k][4 * v] = q.x; w[k][4 * v + 1] = q.y; w[k][4 * v + 2] = q.z; w[k][4 * v + 3] = q.w;
-        }
+      for (int k = 0; k < 4; ++k) {
+        const uint4 q = stage[stage_slot(4 * lane + k)];
+        w[k / 2][4 * (k % 2)] = q.x; w[k / 2][4 * (k % 2) + 1] = q.y; w[k / 2][4 * (k % 2) + 2] = q.z; w[k / 2][4 * (k % 2) + 3] = q.w;
+      }
+      __syncwarp();  // the slots are reused for the outputs
+    } else {
+      if (c >= chunks) return;
+      if (c + 1 == chunks) n = 1;
+      const uint4* src = reinterpret_cast<const uint4*>(io.in) + 2 * c;
+#pragma unroll
+      for (int k = 0; k < 2; ++k)
+        if (k < n)
+#pragma unroll
+          for (int v = 0; v < 2; ++v) {
+            const uint4 q = src[2 * k + v];
+            w[k][4 * v] = q.x; w[k][4 * v + 1] = q.y; w[k][4 * v + 2] = q.z; w[k][4 * v + 3] = q.w;
+          }
+    }
     oi[0] = c * 16;
     oi[1] = oi[0] + 16;
   } else {
@@ -91,10 +117,30 @@ __global__ void __launch_bounds__(kHotThreads, kHotMinBlocks<kCol, kSR>) quantiz
     if (k >= n) break;
     uint32_t o[8];
     done[k] = hot_chunk<kClass, kSR, kRht>(h, w[k], static_cast<uint64_t>(oi[k]), o);
-    if (done[k]) {
+    if (!done[k]) continue;
+    if (staged) {
+      const int lane = threadIdx.x & 31;
+      stage[stage_slot(4 * lane + 2 * k)] = make_uint4(o[0], o[1], o[2], o[3]);
+      stage[stage_slot(4 * lane + 2 * k + 1)] = make_uint4(o[4], o[5], o[6], o[7]);
+    } else {
       uint4* dst = reinterpret_cast<uint4*>(static_cast<uint16_t*>(io.dequant) + oi[k]);
       dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
       dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
+    }
+  }
+  if (staged) {
+    const int lane = threadIdx.x & 31;
+    uint4* dst = reinterpret_cast<uint4*>(io.dequant) + 2 * (oi[0] / 16 - 2 * lane);  // the warp's first unit
+    if (__all_sync(0xffffffffu, done[0] && done[1])) {
+      __syncwarp();
+#pragma unroll
+      for (int p = 0; p < 4; ++p) dst[32 * p + lane] = stage[stage_slot(32 * p + lane)];
+    } else {  // a declined chunk in the warp: each lane stores its own finished chunks
+#pragma unroll
+      for (int k = 0; k < 2; ++k)
+        if (done[k])
+#pragma unroll
+          for (int v = 0; v < 2; ++v) dst[4 * lane + 2 * k + v] = stage[stage_slot(4 * lane + 2 * k + v)];
     }
   }
   // After both chunks, so little is live across the call.
