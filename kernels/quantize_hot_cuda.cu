@@ -45,16 +45,18 @@ __global__ void __launch_bounds__(kHotThreads, kHotMinBlocks<kCol, kSR>) quantiz
   uint32_t w[2][8];
   int64_t oi[2];  // first output element of each chunk
   int n = 2;
-  // Rowwise staging (whole warps in range): lanes move 512 contiguous bytes an instruction through this
-  // warp's 2 KB of shared memory in both directions, instead of 16 bytes at a 64-byte stride.
+  // Rowwise RTNE staging (whole warps in range): lanes move 512 contiguous bytes an instruction through
+  // this warp's 2 KB of shared memory in both directions, instead of 16 bytes at a 64-byte stride. SR is
+  // instruction-bound, and the staging's extra instructions measured slower there.
+  constexpr bool kStage = !kCol && !kSR;
   bool staged = false;
   uint4* stage = nullptr;
   if constexpr (!kCol) {
-    __shared__ uint4 stage_all[kHotThreads * 4];
+    __shared__ uint4 stage_all[kStage ? kHotThreads * 4 : 1];
     const int lane = threadIdx.x & 31;
     const int64_t chunks = io.rows * io.cols / 16, warp_c0 = 2 * (static_cast<int64_t>(blockIdx.x) * kHotThreads + (threadIdx.x & ~31)),
                   c = warp_c0 + 2 * lane;
-    staged = warp_c0 + 64 <= chunks;
+    staged = kStage && warp_c0 + 64 <= chunks;
     if (staged) {
       stage = stage_all + (threadIdx.x & ~31) * 4;
       const uint4* src = reinterpret_cast<const uint4*>(io.in) + 2 * warp_c0;
