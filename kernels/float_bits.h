@@ -1,11 +1,15 @@
 // Bit-exact conversions used identically by the CPU reference and the CUDA kernels:
 // FP32 <-> BF16 (round to nearest even), FP32 -> E4M3 (OCP "fn", satfinite, RNE),
-// E8M0 powers of two, and floor(log2|x|). No intrinsics, so host and device agree bit for bit.
+// E8M0 powers of two, and floor(log2|x|). No intrinsics (host and device agree bit for bit), except the
+// hardware BF16 pair conversion of pack_bf16x2_finite, which agrees for every non-NaN value.
 #pragma once
 #include <cstdint>
 #include <cstring>
 #include <cmath>
 #include "kernels/hd.h"
+#if defined(__CUDACC__)
+#include <cuda_bf16.h>
+#endif
 
 namespace ufp4 {
 
@@ -32,6 +36,16 @@ UFP4_HD uint16_t f32_to_bf16_bits(float f) {
   if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>(((u >> 16) & 0x8000u) | 0x7fc0u);
   u += 0x7fffu + ((u >> 16) & 1u);
   return static_cast<uint16_t>(u >> 16);
+}
+// Two values to a BF16 pair (lo in the low half), RNE. For non-NaN values only: the device uses the
+// hardware conversion, which agrees with f32_to_bf16_bits except in NaN payloads.
+UFP4_HD uint32_t pack_bf16x2_finite(float lo, float hi) {
+#if defined(__CUDA_ARCH__)
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+#else
+  return static_cast<uint32_t>(f32_to_bf16_bits(lo)) | (static_cast<uint32_t>(f32_to_bf16_bits(hi)) << 16);
+#endif
 }
 UFP4_HD float bf16_bits_to_f32(uint16_t h) { return bits_f32(static_cast<uint32_t>(h) << 16); }
 UFP4_HD float round_to_bf16(float f) { return bf16_bits_to_f32(f32_to_bf16_bits(f)); }

@@ -193,9 +193,8 @@ __global__ void __launch_bounds__(kFastThreads, 2) quantize16_kernel(const Kerne
 // Whether quantize16_kernel covers this call.
 bool fast_path(const KernelSpec& s, const QuantizeIO& io) {
   const int64_t L = io.columnwise ? io.rows : io.cols;
-  const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
   return s.block == 16 && !s.block_2d && (s.rht == 0 || s.rht == 16) && L % 16 == 0 && (!io.columnwise || io.cols % 4 == 0) &&
-         aligned(io.in) && aligned(io.dequant) && aligned(io.codes);
+         aligned16(io.in) && aligned16(io.dequant) && aligned16(io.codes);
 }
 
 template <bool kInBf16, bool kOutBf16, bool kCol>

@@ -49,10 +49,7 @@ __device__ __forceinline__ void load16(const void* p, int64_t i, float* x) {
 // BF16 pair, round to nearest even. `hw`: the hardware conversion, identical for non-NaN values (NaN
 // payloads differ: callers pass hw only when no value can be NaN).
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi, bool hw) {
-  if (hw) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-  }
+  if (hw) return pack_bf16x2_finite(lo, hi);
   return static_cast<uint32_t>(f32_to_bf16_bits(lo)) | (static_cast<uint32_t>(f32_to_bf16_bits(hi)) << 16);
 }
 

@@ -20,9 +20,6 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
-#if defined(__CUDACC__)
-#include <cuda_bf16.h>
-#endif
 
 #include "kernels/float_bits.h"
 #include "kernels/philox.h"
@@ -41,15 +38,17 @@ struct HotParams {
   uint64_t offset;
 };
 
+// 16-byte aligned (or null): what the vectorized kernels need.
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
 // Whether the hot kernel covers this call (the GPU dispatch and the tests ask the same question).
 inline bool hot_path_applies(const KernelSpec& s, const QuantizeIO& io) {
-  const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
   const int64_t L = io.columnwise ? io.rows : io.cols;
   const bool grid_ok = (s.fast.kind == kGridE2M1 || s.fast.kind == kGridUniform) && s.grid.gmax == s.fast.top;
   return grid_ok && s.block == 16 && !s.block_2d && s.scale_kind == 0 && (s.rht == 0 || (s.rht == 16 && s.rht_scale == 0.25f)) &&
          io.in_dtype == DType::kBF16 && io.out_dtype == DType::kBF16 && io.dequant && !io.codes && !io.scales && !io.amax &&
-         !io.scale_bits && !io.tensor_amax && L % 16 == 0 && (!io.columnwise || io.cols % 8 == 0) && aligned(io.in) &&
-         aligned(io.dequant);
+         !io.scale_bits && !io.tensor_amax && L % 16 == 0 && (!io.columnwise || io.cols % 8 == 0) && aligned16(io.in) &&
+         aligned16(io.dequant);
 }
 
 inline HotParams make_hot_params(const KernelSpec& s) {
@@ -82,15 +81,6 @@ UFP4_HD uint32_t ceil_u32(float a) {
   return __float2uint_ru(a);
 #else
   return static_cast<uint32_t>(std::ceil(a));
-#endif
-}
-
-UFP4_HD uint32_t pack_bf16x2_finite(float lo, float hi) {
-#if defined(__CUDA_ARCH__)
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
-#else
-  return static_cast<uint32_t>(f32_to_bf16_bits(lo)) | (static_cast<uint32_t>(f32_to_bf16_bits(hi)) << 16);
 #endif
 }
 

@@ -42,6 +42,7 @@ __global__ void __launch_bounds__(kHotThreads, kHotMinBlocks<kCol, kSR>) quantiz
   __shared__ uint8_t sh_code[16];
   if (threadIdx.x < 16) { sh_level[threadIdx.x] = s.grid.level[threadIdx.x]; sh_code[threadIdx.x] = s.grid.code[threadIdx.x]; }
   __syncthreads();
+  const int lane = threadIdx.x & 31;
   uint32_t w[2][8];
   int64_t oi[2];  // first output element of each chunk
   int n = 2;
@@ -53,7 +54,6 @@ __global__ void __launch_bounds__(kHotThreads, kHotMinBlocks<kCol, kSR>) quantiz
   uint4* stage = nullptr;
   if constexpr (!kCol) {
     __shared__ uint4 stage_all[kStage ? kHotThreads * 4 : 1];
-    const int lane = threadIdx.x & 31;
     const int64_t chunks = io.rows * io.cols / 16, warp_c0 = 2 * (static_cast<int64_t>(blockIdx.x) * kHotThreads + (threadIdx.x & ~31)),
                   c = warp_c0 + 2 * lane;
     staged = kStage && warp_c0 + 64 <= chunks;
@@ -121,7 +121,6 @@ __global__ void __launch_bounds__(kHotThreads, kHotMinBlocks<kCol, kSR>) quantiz
     done[k] = hot_chunk<kClass, kSR, kRht>(h, w[k], static_cast<uint64_t>(oi[k]), o);
     if (!done[k]) continue;
     if (staged) {
-      const int lane = threadIdx.x & 31;
       stage[stage_slot(4 * lane + 2 * k)] = make_uint4(o[0], o[1], o[2], o[3]);
       stage[stage_slot(4 * lane + 2 * k + 1)] = make_uint4(o[4], o[5], o[6], o[7]);
     } else {
@@ -131,7 +130,6 @@ __global__ void __launch_bounds__(kHotThreads, kHotMinBlocks<kCol, kSR>) quantiz
     }
   }
   if (staged) {
-    const int lane = threadIdx.x & 31;
     uint4* dst = reinterpret_cast<uint4*>(io.dequant) + 2 * (oi[0] / 16 - 2 * lane);  // the warp's first unit
     if (__all_sync(0xffffffffu, done[0] && done[1])) {
       __syncwarp();

@@ -407,7 +407,7 @@ TEST_CASE("The hot kernel's chunk arithmetic equals the reference bit for bit, o
   CHECK(bad == 0);
 }
 
-TEST_CASE("The hot kernel covers the training path's quantizations and nothing it cannot do", "[quantizer]") {
+TEST_CASE("The hot kernel covers the training path's activation quantizations and nothing it cannot do", "[quantizer]") {
   QuantSpec s;
   s.grid = Grid::from_name("e1m2");
   s.rht = 16;
