@@ -51,7 +51,16 @@ UFP4_HD uint32_t philox_bits(uint64_t seed, uint64_t offset, uint64_t index) {
   return r.v[index & 3];
 }
 
-// Uniform in [0, 1) with 24 random bits: exactly representable, identical on host and device.
-UFP4_HD float bits_to_unit(uint32_t bits) { return static_cast<float>(bits >> 8) * (1.0f / 16777216.0f); }
+// Stochastic rounding's draws: 8 bits an element (the resolution of the FP4 hardware SR instruction,
+// cvt.rs), 16 elements a Philox call. Element `index` takes byte index % 16 of the call at counter
+// (index / 16, offset) keyed by seed: byte b is bits 8 (b % 4) .. 8 (b % 4) + 7 of word b / 4.
+UFP4_HD uint32_t sr_byte(const U32x4& r, int b) { return (r.v[(b >> 2) & 3] >> (8 * (b & 3))) & 0xffu; }
+UFP4_HD U32x4 sr_bytes16(uint64_t seed, uint64_t offset, uint64_t group) {
+  return philox4x32_10(static_cast<uint32_t>(group), static_cast<uint32_t>(group >> 32), static_cast<uint32_t>(offset),
+                       static_cast<uint32_t>(offset >> 32), static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+}
+UFP4_HD uint32_t sr_draw(uint64_t seed, uint64_t offset, uint64_t index) {
+  return sr_byte(sr_bytes16(seed, offset, index >> 4), static_cast<int>(index & 15));
+}
 
 }  // namespace ufp4

@@ -17,8 +17,11 @@
 //          s = 2^e (E8M0), v = x / s.
 //   unit : s = 1, v = x (no block scaling; for checking the element format itself).
 //   RTNE: nearest level, ties to the even code; values beyond the end levels saturate.
-//   SR  : between neighbours a <= v < b, up with probability (v - a) / (b - a), using 24 bits of
-//         Philox(seed, offset) at the element's index in the output layout.
+//   SR  : between neighbours a <= v < b, p = (v - a) / (b - a) in FP32: up iff rint(256 p) + k >= 256
+//         (P(up) = rint(256 p) / 256, ties to even: |bias| <= (b - a) / 512, zero on average over p),
+//         k the element's 8-bit draw: byte i % 16 of Philox(seed, offset) at counter i / 16, i the
+//         element's index in the output layout (8 bits an element, as the FP4 hardware SR
+//         instruction cvt.rs takes; one Philox call serves 16 elements).
 //   dequantized = level * scale (sign applied for sign-magnitude grids), then the output dtype.
 #pragma once
 #include <cstdint>

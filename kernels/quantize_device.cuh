@@ -118,7 +118,7 @@ struct ChunkScale {
 // rounding.h or the threshold search; all give the reference's levels.
 template <int kClass>
 __device__ __forceinline__ float round_element(const KernelSpec& s, const float* sh_level, const uint8_t* sh_code, const ChunkScale& cs,
-                                              bool sr, bool want_codes, float x, float u, uint32_t& code_out) {
+                                              bool sr, bool want_codes, float x, uint32_t k, uint32_t& code_out) {
   const GridParams& g = s.grid;
   const bool neg = (f32_bits(x) >> 31) != 0;
   int idx = cs.zero_idx;
@@ -139,14 +139,14 @@ __device__ __forceinline__ float round_element(const KernelSpec& s, const float*
     const float a = g.symmetric ? fabsf(v) : v;
     float level;
     if (kClass == kGridUniform) {
-      const float t = sr ? stochastic_uniform(s.fast, a, u) : nearest_uniform(s.fast, a);
+      const float t = sr ? stochastic_uniform(s.fast, a, k) : nearest_uniform(s.fast, a);
       level = t * s.fast.step;
       idx = static_cast<int>(t);
     } else if (kClass == kGridE2M1) {
-      level = sr ? stochastic_e2m1(s.fast, a, u) : nearest_e2m1(s.fast, a);
+      level = sr ? stochastic_e2m1(s.fast, a, k) : nearest_e2m1(s.fast, a);
       if (want_codes) idx = e2m1_index(level);
     } else {
-      idx = sr ? round_stochastic(g, sh_level, a, u) : round_nearest(g, a);
+      idx = sr ? round_stochastic(g, sh_level, a, k) : round_nearest(g, a);
       level = sh_level[idx];
     }
     dq = level * cs.decode;
@@ -159,9 +159,9 @@ __device__ __forceinline__ float round_element(const KernelSpec& s, const float*
   return dq;
 }
 
-// Rounds a chunk four elements at a time (one Philox call each) and stores as it goes. The loop
-// over the four groups is not unrolled: one copy of the rounding code per grid class keeps the
-// kernel small enough for the instruction cache (fully unrolled it ran at a quarter of the speed).
+// Rounds a chunk four elements at a time and stores as it goes. The loop over the four groups is
+// not unrolled: one copy of the rounding code per grid class keeps the kernel small enough for the
+// instruction cache (fully unrolled it ran at a quarter of the speed).
 template <int kClass, bool kOutBf16>
 __device__ __forceinline__ void round_and_store(const KernelSpec& s, const QuantizeIO& io, const float* sh_level, const uint8_t* sh_code,
                                                 const ChunkScale& cs, const float* x, int64_t r, int64_t L, int64_t j0, int nvalid) {
@@ -169,6 +169,9 @@ __device__ __forceinline__ void round_and_store(const KernelSpec& s, const Quant
   const int64_t oi0 = r * L + j0;
   const bool vec = nvalid == 16 && (L % 8) == 0;
   const bool hw = cs.state != 2;  // no NaN among the values: the hardware BF16 conversion is exact
+  // SR: a chunk starting at a multiple of 16 takes its draws from one Philox call (philox.h).
+  const bool one_call = sr && (oi0 & 15) == 0;
+  const U32x4 rnd = one_call ? sr_bytes16(s.seed, s.offset, static_cast<uint64_t>(oi0) >> 4) : U32x4{{0, 0, 0, 0}};
   uint32_t code_lo = 0, code_hi = 0;
 #pragma unroll 1
   for (int q = 0; q < 4; ++q) {
@@ -176,26 +179,21 @@ __device__ __forceinline__ void round_and_store(const KernelSpec& s, const Quant
     float xq[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) xq[e] = q == 0 ? x[e] : q == 1 ? x[4 + e] : q == 2 ? x[8 + e] : x[12 + e];
-    float u[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (sr) {
-      if ((L & 3) == 0) {  // four elements per Philox call
-        const uint64_t grp = static_cast<uint64_t>(oi0 >> 2) + q;
-        const U32x4 rnd = philox4x32_10(static_cast<uint32_t>(grp), static_cast<uint32_t>(grp >> 32), static_cast<uint32_t>(s.offset),
-                                        static_cast<uint32_t>(s.offset >> 32), static_cast<uint32_t>(s.seed),
-                                        static_cast<uint32_t>(s.seed >> 32));
+    uint32_t k[4] = {0, 0, 0, 0};
+    if (one_call) {
+      const uint32_t wq = q == 0 ? rnd.v[0] : q == 1 ? rnd.v[1] : q == 2 ? rnd.v[2] : rnd.v[3];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) u[e] = bits_to_unit(rnd.v[e]);
-      } else {
+      for (int e = 0; e < 4; ++e) k[e] = (wq >> (8 * e)) & 0xffu;
+    } else if (sr) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) u[e] = bits_to_unit(philox_bits(s.seed, s.offset, static_cast<uint64_t>(oi0 + 4 * q + e)));
-      }
+      for (int e = 0; e < 4; ++e) k[e] = sr_draw(s.seed, s.offset, static_cast<uint64_t>(oi0 + 4 * q + e));
     }
     float y[4];
     uint32_t codes4 = 0;
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       uint32_t c = 0;
-      y[e] = round_element<kClass>(s, sh_level, sh_code, cs, sr, want_codes, xq[e], u[e], c);
+      y[e] = round_element<kClass>(s, sh_level, sh_code, cs, sr, want_codes, xq[e], k[e], c);
       codes4 |= c << (4 * e);
     }
     if (q < 2) code_lo |= codes4 << (16 * q);

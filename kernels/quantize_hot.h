@@ -6,17 +6,21 @@
 //
 // Shortcuts, each exact in the accepted range (d = block scale, times the step for uniform grids,
 // in [2^-60, 2^12]; nonzero BF16-derived |x| >= 2^-135):
-// - RHT signs and the 1/4 are folded into the first butterfly stage (x * +-1/4 is exact, and
-//   RN(a/4 + b/4) = RN(a + b)/4 away from overflow, which a finite amax rules out).
+// - RHT: the signs flip sign bits as the BF16 inputs are unpacked, and the 1/4 moves into the block
+//   scale: the butterflies compute 4 H x (scaling by 4 commutes with every rounding away from
+//   overflow, which a finite amax rules out), so amax and s come out 4 times larger, x / s is the
+//   same quotient, and the dequantized values use s / 4.
 // - amax propagates NaN (max.NaN), so one finiteness test covers every element.
 // - x / d is Markstein's q + (x - q d) r with r = RN(1/d): exact when |q| >= 2^-43 (the FMA remainder
-//   is representable); below that every rounding decision depends only on q > 0, which holds for
-//   both the exact and the corrected quotient of a nonzero x.
+//   is representable); below that the exact and the corrected quotient both lie below the first
+//   decision point of either rounding (both round to level 0).
 // - Uniform grids divide by d = s * step directly (a power-of-two rescaling of the reference's x / s).
-// - SR compares the 24-bit draw k with the fraction in fixed point: up iff k < ceil(frac * 2^24), so
-//   idx = (ceil(t * 2^24) + 2^24 - 1 - k) >> 24; for E2M1 above 1 the fraction is the low 22
-//   mantissa bits and the carry of (bits + (2^22 - 1 - k/4)) into bit 22 rounds up.
-// - No saturation under RTNE: with max scaling |x / s| <= gmax (1 + 2^-23), which rounds to gmax.
+// - SR (rounding.h's sr_up: up iff rint(256 p) + k >= 256) in the float's low bits: adding c, a
+//   power of two whose ulp is 1/256 of the gap, rounds |v| to rint(256 v / gap) of those ulps (ties
+//   even, as rint); adding the 8-bit draw k and clearing the low 8 bits carries into the level exactly
+//   when sr_up says up. Uniform grids: c = 2^23 on 256 v / step. E2M1: c = 2^(E+14), E = max(floor(log2 |v|), 0).
+//   The top level needs no clamp: |v| <= gmax (1 + 2^-23) rounds to 256 top / gap ulps.
+// - No saturation under RTNE either: with max scaling |x / s| <= gmax (1 + 2^-23), which rounds to gmax.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -33,7 +37,7 @@ struct HotParams {
   float gmax, rgmax;   // block scale s = RN(amax / gmax), via rgmax = RN(1 / gmax)
   float step;          // uniform: level spacing (a power of two); E2M1: 1
   float top;           // the largest level: E2M1 magnitude, uniform index
-  float rht_sign[16];  // RHT-16: +-1/4 per position
+  uint32_t rht_flip[16];  // RHT-16: the sign bit to flip per position
   PhiloxKeys keys;     // SR: the generator's round keys (from the seed)
   uint64_t offset;
 };
@@ -58,7 +62,7 @@ inline HotParams make_hot_params(const KernelSpec& s) {
   const bool uniform = s.fast.kind == kGridUniform;
   h.step = uniform ? s.fast.step : 1.0f;
   h.top = uniform ? s.fast.top * s.fast.inv_step : s.fast.top;
-  for (int i = 0; i < 16; ++i) h.rht_sign[i] = ((s.rht_signs[0] >> i) & 1u) ? -0.25f : 0.25f;
+  for (int i = 0; i < 16; ++i) h.rht_flip[i] = ((s.rht_signs[0] >> i) & 1u) ? 0x80000000u : 0u;
   h.keys = philox_keys(s.seed);
   h.offset = s.offset;
   return h;
@@ -75,15 +79,6 @@ UFP4_HD float max_abs_nan(float a, float b) {
 #endif
 }
 
-// ceil(a) as an unsigned integer, for 0 <= a < 2^32.
-UFP4_HD uint32_t ceil_u32(float a) {
-#if defined(__CUDA_ARCH__)
-  return __float2uint_ru(a);
-#else
-  return static_cast<uint32_t>(std::ceil(a));
-#endif
-}
-
 // x / d for the hot path (see the header comment for when it equals IEEE division).
 UFP4_HD float hot_div(float x, float d, float rd) {
   const float q = x * rd;
@@ -97,18 +92,12 @@ UFP4_HD bool hot_chunk(const HotParams& h, const uint32_t* in, uint64_t out_inde
   float x[16];
 UFP4_UNROLL
   for (int k = 0; k < 8; ++k) {
-    x[2 * k] = bits_f32(in[k] << 16);
-    x[2 * k + 1] = bits_f32(in[k] & 0xffff0000u);
+    x[2 * k] = bits_f32((in[k] << 16) ^ (kRht ? h.rht_flip[2 * k] : 0u));
+    x[2 * k + 1] = bits_f32((in[k] & 0xffff0000u) ^ (kRht ? h.rht_flip[2 * k + 1] : 0u));
   }
-  if (kRht) {
+  if (kRht) {  // 4 H x (the reference's order of additions)
 UFP4_UNROLL
-    for (int i = 0; i < 16; i += 2) {
-      const float a = x[i] * h.rht_sign[i], b = x[i + 1];
-      x[i] = fmaf(b, h.rht_sign[i + 1], a);
-      x[i + 1] = fmaf(b, -h.rht_sign[i + 1], a);
-    }
-UFP4_UNROLL
-    for (int s = 2; s < 16; s <<= 1)
+    for (int s = 1; s < 16; s <<= 1)
 UFP4_UNROLL
       for (int i = 0; i < 16; ++i)
         if ((i & s) == 0) {
@@ -121,11 +110,12 @@ UFP4_UNROLL
 UFP4_UNROLL
   for (int i = 1; i < 16; ++i) m = max_abs_nan(m, x[i]);
 
-  // Block scale s = RN(m / gmax) (Markstein, exact for the accepted m); d = s * step.
+  // Block scale s = RN(m / gmax) (Markstein, exact for the accepted m); d = s * step (RHT: 4 times both).
   const float sc = hot_div(m, h.gmax, h.rgmax);
   const float d = sc * h.step;
-  if (!(d >= 0x1p-60f && d <= 0x1p12f)) return false;  // also rejects NaN and infinite amax
+  if (!(d >= (kRht ? 0x1p-58f : 0x1p-60f) && d <= (kRht ? 0x1p14f : 0x1p12f))) return false;  // also rejects NaN and infinite amax
   const float rd = 1.0f / d;
+  const float dq = kRht ? d * 0.25f : d;  // the dequantization scale (times the step)
 
   float y[16];
   if (!kSR) {
@@ -134,39 +124,30 @@ UFP4_UNROLL
       const float a = fabsf(hot_div(x[i], d, rd));
       // RNE to an integer (a < 2^22), or to E2M1's spacing (rounding.h)
       const float level = kClass == kGridUniform ? (a + 0x1p23f) - 0x1p23f : round_e2m1_spacing(a);
-      y[i] = bits_f32(f32_bits(level * d) | (f32_bits(x[i]) & 0x80000000u));
+      y[i] = bits_f32(f32_bits(level * dq) | (f32_bits(x[i]) & 0x80000000u));
     }
   } else {
-    // The chunk's four Philox groups differ only in the low counter word (out_index is a multiple of
-    // 16, so adding q < 4 never carries): the first round's shared half is computed once.
-    const uint64_t group0 = out_index >> 2;
-    const uint32_t g_lo = static_cast<uint32_t>(group0), g_hi = static_cast<uint32_t>(group0 >> 32);
+    // One Philox call for the chunk (out_index is a multiple of 16): element i takes byte i.
+    const uint64_t group = out_index >> 4;
+    const U32x4 rnd = philox4x32_10(static_cast<uint32_t>(group), static_cast<uint32_t>(group >> 32), static_cast<uint32_t>(h.offset),
+                                    static_cast<uint32_t>(h.offset >> 32), h.keys);
 UFP4_UNROLL
-    for (int q = 0; q < 4; ++q) {
-      const U32x4 rnd = philox4x32_10(g_lo + q, g_hi, static_cast<uint32_t>(h.offset), static_cast<uint32_t>(h.offset >> 32), h.keys);
-      uint32_t inv[4];  // ~draw: 2^24 - 1 - k in the top 24 bits (the NOT folds into the last round's XORs)
-UFP4_UNROLL
-      for (int e = 0; e < 4; ++e) inv[e] = ~rnd.v[e];
-UFP4_UNROLL
-      for (int e = 0; e < 4; ++e) {
-        const int i = 4 * q + e;
-        const uint32_t noise24 = inv[e] >> 8;  // 2^24 - 1 - k, k the 24-bit draw
-        float level;
-        if (kClass == kGridUniform) {
-          // t * 2^24 directly: divide by d * 2^-24 (exact rescaling).
-          const float t24 = fabsf(hot_div(x[i], d * 0x1p-24f, rd * 0x1p24f));
-          uint32_t idx = (ceil_u32(t24) + noise24) >> 24;
-          if (idx > static_cast<uint32_t>(h.top)) idx = static_cast<uint32_t>(h.top);
-          level = static_cast<float>(idx);
-        } else {
-          const float a = fabsf(hot_div(x[i], d, rd));
-          const uint32_t half_steps = (ceil_u32(a * 0x1p25f) + noise24) >> 24;  // a < 1: levels 0, 1/2, 1
-          const float small = static_cast<float>(half_steps) * 0.5f;
-          const float big = bits_f32((f32_bits(a) + (noise24 >> 2)) & 0xffc00000u);
-          level = fminf(a < 1.0f ? small : big, h.top);
-        }
-        y[i] = bits_f32(f32_bits(level * d) | (f32_bits(x[i]) & 0x80000000u));
+    for (int i = 0; i < 16; ++i) {
+      const uint32_t k = sr_byte(rnd, i);
+      float level_d;
+      if (kClass == kGridUniform) {
+        // 256 |x| / d (an exact rescaling of the quotient); 2^23 + 256 idx after the carry; then
+        // (2^23 + 256 idx) dq / 256 - 2^15 dq = idx dq in one rounding.
+        const float v = fabsf(hot_div(x[i], d * 0x1p-8f, rd * 0x1p8f));
+        const float m = bits_f32((f32_bits(v + 0x1p23f) + k) & 0xffffff00u);
+        level_d = fmaf(m, dq * 0x1p-8f, dq * -0x1p15f);
+      } else {
+        const float a = fabsf(hot_div(x[i], d, rd));
+        const float c = fmaxf(bits_f32(f32_bits(a) & 0x7f800000u), 1.0f);
+        const float m = bits_f32((f32_bits(fmaf(c, 0x1p14f, a)) + k) & 0xffffff00u);
+        level_d = fmaf(c, -0x1p14f, m) * dq;
       }
+      y[i] = bits_f32(f32_bits(level_d) | (f32_bits(x[i]) & 0x80000000u));
     }
   }
 UFP4_UNROLL

@@ -1,7 +1,6 @@
-// The hot quantizer kernel (arithmetic in kernels/quantize_hot.h). A thread owns two 16-element
-// chunks and issues their loads before it computes. Rowwise: two consecutive chunks of the flattened
-// tensor (16 divides a row, so no chunk straddles two rows). Columnwise: one row block of 16 input rows
-// x 2 adjacent input columns out of a shared-memory tile; each column is one output chunk.
+// The hot quantizer kernel (arithmetic in kernels/quantize_hot.h). A thread rounds two 16-element
+// chunks at a time. Rowwise: two consecutive chunks of the flattened tensor. Columnwise: one row block
+// of 16 input rows x 2 adjacent input columns out of a shared-memory tile; each column is one output chunk.
 #include "kernels/quantize_cuda.h"
 #include "kernels/quantize_device.cuh"
 #include "kernels/quantize_hot.h"
@@ -11,12 +10,27 @@ namespace ufp4 {
 namespace {
 
 constexpr int kHotThreads = 128;
-// Thread blocks an SM must hold (caps registers), as measured on H200: 8 (64 registers) except
-// columnwise RTNE, 12 (40 registers: more warps hide the tile barrier). Rowwise ran slower with more
-// warps (their strided loads compete for L1) and so did SR (spills).
-template <bool kCol, bool kSR>
-constexpr int kHotMinBlocks = kCol && !kSR ? 12 : 8;
-constexpr int kColTile = 64;  // columnwise: input rows and columns a thread block covers
+constexpr int kColTile = 64;          // columnwise: input rows and columns of one shared-memory tile
+constexpr int kColTiles = 2;  // columnwise SR: row tiles a thread block walks
+
+// Per variant, as measured on H200 (exploratory runs): whether rowwise blocks stage their loads and
+// stores through shared memory, and how many thread blocks an SM must hold (caps registers: 6 = 80,
+// 8 = 64, 10 = 48, 12 = 40). Staging pays where the kernel waits on memory (RTNE, and SR on uniform
+// grids, with more warps); E2M1 SR ran fastest unstaged at 8. Columnwise RTNE hides its tile barrier
+// with 12 blocks; columnwise SR ran fastest without spills (6).
+template <bool kCol, int kClass, bool kSR>
+constexpr bool kHotStage = !kCol && (!kSR || kClass == kGridUniform);
+template <bool kCol, int kClass, bool kSR>
+constexpr int kHotMinBlocks = kCol ? (kSR ? 6 : 12) : (kSR && kClass == kGridUniform ? 10 : 8);
+
+// 16-byte asynchronous global-to-shared copy (zero-filled when !valid), and its group fences.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory"); }
 
 // Chunks the hot arithmetic declines take the general path, reloading their input: out of line,
 // so the rare case costs the hot loop no registers.
@@ -35,24 +49,133 @@ __device__ __noinline__ void general_chunk(const KernelSpec& s, const QuantizeIO
 // lane-contiguous and the lane-owned access patterns touch eight distinct bank groups a quarter warp.
 __device__ __forceinline__ int stage_slot(int j) { return (j & ~3) | ((j ^ (j >> 3)) & 3); }
 
-template <bool kCol, int kClass, bool kSR, bool kRht>
-__global__ void __launch_bounds__(kHotThreads, kHotMinBlocks<kCol, kSR>) quantize_hot_kernel(const __grid_constant__ KernelSpec s, const __grid_constant__ QuantizeIO io,
-                                                                   const __grid_constant__ HotParams h) {
-  __shared__ float sh_level[16];
-  __shared__ uint8_t sh_code[16];
-  if (threadIdx.x < 16) { sh_level[threadIdx.x] = s.grid.level[threadIdx.x]; sh_code[threadIdx.x] = s.grid.code[threadIdx.x]; }
+// Columnwise: 64 x 64 tiles through shared memory. Coalesced 16-byte copies of whole 128-byte rows;
+// then each thread takes one row block (b) of one column pair (cp). The 16-byte units of a row are
+// swizzled by the row block so a warp's column reads hit 32 distinct banks.
+using ColTile = uint4[kColTile][kColTile / 8];
+__device__ __forceinline__ int col_slot(int row, int unit) { return unit ^ ((row / 16) << 1); }
+
+// Thread (b, cp) rounds its two column chunks out of a tile and stores the finished ones; returns a
+// bit per declined chunk (chunk k: output element oi0 + k rows).
+template <int kClass, bool kSR, bool kRht>
+__device__ __forceinline__ uint32_t round_col_pair(const HotParams& h, const QuantizeIO& io, const ColTile& tile, int b, int cp,
+                                                   int64_t oi0) {
+  uint32_t raw[16], w[2][8];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) raw[i] = reinterpret_cast<const uint32_t*>(&tile[16 * b + i][col_slot(16 * b, cp / 4)])[cp % 4];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    w[0][k] = __byte_perm(raw[2 * k], raw[2 * k + 1], 0x5410);  // column 2cp: low halves
+    w[1][k] = __byte_perm(raw[2 * k], raw[2 * k + 1], 0x7632);  // column 2cp + 1: high halves
+  }
+  uint32_t declined = 0;
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    uint32_t o[8];
+    const int64_t oi = oi0 + k * io.rows;
+    if (!hot_chunk<kClass, kSR, kRht>(h, w[k], static_cast<uint64_t>(oi), o)) {
+      declined |= 1u << k;
+      continue;
+    }
+    uint4* dst = reinterpret_cast<uint4*>(static_cast<uint16_t*>(io.dequant) + oi);
+    dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
+    dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
+  }
+  return declined;
+}
+
+// RTNE: one tile a thread block, loaded through registers (the memory-bound path: many small blocks).
+template <int kClass, bool kRht>
+__device__ __forceinline__ void hot_col_tile(const KernelSpec& s, const QuantizeIO& io, const HotParams& h, const float* sh_level,
+                                             const uint8_t* sh_code) {
+  __shared__ ColTile tile;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kColTile, c0 = static_cast<int64_t>(blockIdx.x) * kColTile;
+  const int64_t units = io.cols / 8;
+  const uint4* src = reinterpret_cast<const uint4*>(io.in);
+#pragma unroll
+  for (int p = 0; p < kColTile * kColTile / 8 / kHotThreads; ++p) {
+    const int idx = p * kHotThreads + threadIdx.x, row = idx / 8, u = idx % 8;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (r0 + row < io.rows && c0 + 8 * u < io.cols) v = src[(r0 + row) * units + c0 / 8 + u];
+    tile[row][col_slot(row, u)] = v;
+  }
   __syncthreads();
+  const int b = threadIdx.x % 4, cp = threadIdx.x / 4;
+  if (r0 + 16 * b >= io.rows || c0 + 2 * cp >= io.cols) return;
+  const int64_t oi0 = (c0 + 2 * cp) * io.rows + r0 + 16 * b;
+  const uint32_t declined = round_col_pair<kClass, false, kRht>(h, io, tile, b, cp, oi0);
+#pragma unroll
+  for (int k = 0; k < 2; ++k)
+    if ((declined >> k) & 1u) general_chunk(s, io, sh_level, sh_code, oi0 + k * io.rows);
+}
+
+// SR: kColTiles consecutive row tiles a thread block, the next tile's asynchronous copy in flight while
+// one is rounded (the longer SR arithmetic otherwise leaves a block with nothing in flight). No buffer is
+// refilled before the barrier that follows its last reader (up to three buffers).
+template <int kClass, bool kRht>
+__device__ __forceinline__ void hot_col_tiles_sr(const KernelSpec& s, const QuantizeIO& io, const HotParams& h, const float* sh_level,
+                                                 const uint8_t* sh_code) {
+  constexpr int kTiles = kColTiles, kBufs = kTiles < 3 ? kTiles : 3;
+  __shared__ ColTile tile[kBufs];
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kColTile, ty0 = static_cast<int64_t>(blockIdx.y) * kTiles;
+  const int64_t row_tiles = (io.rows + kColTile - 1) / kColTile;
+  const int nt = static_cast<int>(row_tiles - ty0 < kTiles ? row_tiles - ty0 : kTiles);
+  // Copies: thread i moves 16-byte unit i % 8 of tile rows i / 8 + 16 p, p < 4.
+  static_assert(kColTile * kColTile / 8 == 4 * kHotThreads, "four 16-byte units a thread a tile");
+  const int64_t units = io.cols / 8;
+  const int crow = threadIdx.x / 8, cu = threadIdx.x % 8;
+  const int rows_left = static_cast<int>(io.rows - ty0 * kColTile - crow);  // < 2^24 (65535 launch rows of tile groups)
+  const bool col_ok = c0 + 8 * cu < io.cols;
+  const uint4* src = reinterpret_cast<const uint4*>(io.in);
+  const uint4* ld = src + (ty0 * kColTile + crow) * units + c0 / 8 + cu;
+  auto issue = [&](int t) {
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      const bool ok = col_ok && t * kColTile + 16 * p < rows_left;
+      cp_async16(&tile[t % kBufs][16 * p + crow][col_slot(16 * p, cu)], ok ? ld + (t * kColTile + 16 * p) * units : src, ok);
+    }
+    cp_async_commit();
+  };
+  const int b = threadIdx.x % 4, cp = threadIdx.x / 4;
+  const bool pair_ok = c0 + 2 * cp < io.cols;
+  const int rows_b = static_cast<int>(io.rows - ty0 * kColTile - 16 * b);
+  const int64_t out0 = (c0 + 2 * cp) * io.rows + ty0 * kColTile + 16 * b;  // chunk k of tile t: out0 + k rows + 64 t
+  uint32_t declined = 0;  // bit 2t + k: chunk k of tile t, rounded by the general code after the loop
+  issue(0);
+#pragma unroll 1
+  for (int t = 0; t < kTiles; ++t) {
+    if (t >= nt) break;
+    if (t + 1 < nt) {
+      issue(t + 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    if (pair_ok && t * kColTile < rows_b) declined |= round_col_pair<kClass, true, kRht>(h, io, tile[t % kBufs], b, cp, out0 + t * kColTile) << (2 * t);
+  }
+  // After the loop, so nothing of it is live across the out-of-line call.
+  for (; declined; declined &= declined - 1) {
+    const int bit = __ffs(declined) - 1;
+    general_chunk(s, io, sh_level, sh_code, out0 + (bit % 2) * io.rows + (bit / 2) * kColTile);
+  }
+}
+
+// Rowwise: a thread owns two consecutive chunks of the flattened tensor (16 divides a row, so no chunk
+// straddles two rows) and issues their loads before it computes.
+template <int kClass, bool kSR, bool kRht>
+__device__ __forceinline__ void hot_row_pair(const KernelSpec& s, const QuantizeIO& io, const HotParams& h, const float* sh_level,
+                                             const uint8_t* sh_code) {
   const int lane = threadIdx.x & 31;
   uint32_t w[2][8];
   int64_t oi[2];  // first output element of each chunk
   int n = 2;
-  // Rowwise RTNE staging (whole warps in range): lanes move 512 contiguous bytes an instruction through
-  // this warp's 2 KB of shared memory in both directions, instead of 16 bytes at a 64-byte stride. SR is
-  // instruction-bound, and the staging's extra instructions measured slower there.
-  constexpr bool kStage = !kCol && !kSR;
+  // Rowwise staging (whole warps in range): lanes move 512 contiguous bytes an instruction through
+  // this warp's 2 KB of shared memory in both directions, instead of 16 bytes at a 64-byte stride.
+  constexpr bool kStage = kHotStage<false, kClass, kSR>;
   bool staged = false;
   uint4* stage = nullptr;
-  if constexpr (!kCol) {
+  {
     __shared__ uint4 stage_all[kStage ? kHotThreads * 4 : 1];
     const int64_t chunks = io.rows * io.cols / 16, warp_c0 = 2 * (static_cast<int64_t>(blockIdx.x) * kHotThreads + (threadIdx.x & ~31)),
                   c = warp_c0 + 2 * lane;
@@ -84,34 +207,6 @@ __global__ void __launch_bounds__(kHotThreads, kHotMinBlocks<kCol, kSR>) quantiz
     }
     oi[0] = c * 16;
     oi[1] = oi[0] + 16;
-  } else {
-    // A 64 x 64 tile through shared memory: coalesced 16-byte loads of whole 128-byte rows, then each
-    // thread takes one row block (b) of one column pair (cp). The 16-byte units of a row are swizzled
-    // by the row block so the column reads of a warp hit 32 distinct banks.
-    __shared__ uint4 tile[kColTile][kColTile / 8];
-    const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kColTile, c0 = static_cast<int64_t>(blockIdx.x) * kColTile;
-    const int64_t units = io.cols / 8;
-    const uint4* src = reinterpret_cast<const uint4*>(io.in);
-#pragma unroll
-    for (int p = 0; p < kColTile * kColTile / 8 / kHotThreads; ++p) {
-      const int idx = p * kHotThreads + threadIdx.x, row = idx / 8, u = idx % 8;
-      uint4 v = make_uint4(0, 0, 0, 0);
-      if (r0 + row < io.rows && c0 + 8 * u < io.cols) v = src[(r0 + row) * units + c0 / 8 + u];
-      tile[row][u ^ ((row / 16) << 1)] = v;
-    }
-    __syncthreads();
-    const int b = threadIdx.x % 4, cp = threadIdx.x / 4, pos = (cp / 4) ^ (b << 1);
-    if (r0 + 16 * b >= io.rows || c0 + 2 * cp >= io.cols) return;
-    uint32_t raw[16];
-#pragma unroll
-    for (int i = 0; i < 16; ++i) raw[i] = reinterpret_cast<const uint32_t*>(&tile[16 * b + i][pos])[cp % 4];
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      w[0][k] = __byte_perm(raw[2 * k], raw[2 * k + 1], 0x5410);  // column 2cp: low halves
-      w[1][k] = __byte_perm(raw[2 * k], raw[2 * k + 1], 0x7632);  // column 2cp + 1: high halves
-    }
-    oi[0] = (c0 + 2 * cp) * io.rows + r0 + 16 * b;
-    oi[1] = oi[0] + io.rows;
   }
   bool done[2] = {true, true};
 #pragma unroll
@@ -150,12 +245,24 @@ __global__ void __launch_bounds__(kHotThreads, kHotMinBlocks<kCol, kSR>) quantiz
 }
 
 template <bool kCol, int kClass, bool kSR, bool kRht>
+__global__ void __launch_bounds__(kHotThreads, kHotMinBlocks<kCol, kClass, kSR>) quantize_hot_kernel(const __grid_constant__ KernelSpec s, const __grid_constant__ QuantizeIO io,
+                                                                   const __grid_constant__ HotParams h) {
+  __shared__ float sh_level[16];
+  __shared__ uint8_t sh_code[16];
+  if (threadIdx.x < 16) { sh_level[threadIdx.x] = s.grid.level[threadIdx.x]; sh_code[threadIdx.x] = s.grid.code[threadIdx.x]; }
+  __syncthreads();
+  if constexpr (kCol && kSR) hot_col_tiles_sr<kClass, kRht>(s, io, h, sh_level, sh_code);
+  else if constexpr (kCol) hot_col_tile<kClass, kRht>(s, io, h, sh_level, sh_code);
+  else hot_row_pair<kClass, kSR, kRht>(s, io, h, sh_level, sh_code);
+}
+
+template <bool kCol, int kClass, bool kSR, bool kRht>
 void launch_hot(const KernelSpec& s, const QuantizeIO& io, cudaStream_t stream) {
   dim3 grid;
   if (kCol) {
-    const int64_t row_tiles = (io.rows + kColTile - 1) / kColTile;
-    if (row_tiles > 65535) throw Error("quantize: " + std::to_string(io.rows) + " rows are too many for one columnwise launch");
-    grid = dim3(static_cast<unsigned>((io.cols + kColTile - 1) / kColTile), static_cast<unsigned>(row_tiles));
+    const int64_t row_tiles = (io.rows + kColTile - 1) / kColTile, tiles = kSR ? kColTiles : 1, row_groups = (row_tiles + tiles - 1) / tiles;
+    if (row_groups > 65535) throw Error("quantize: " + std::to_string(io.rows) + " rows are too many for one columnwise launch");
+    grid = dim3(static_cast<unsigned>((io.cols + kColTile - 1) / kColTile), static_cast<unsigned>(row_groups));
   } else {
     const int64_t pairs = (io.rows * io.cols / 16 + 1) / 2, blocks = (pairs + kHotThreads - 1) / kHotThreads;
     if (blocks > 0x7fffffff) throw Error("quantize: tensor too large for one launch");

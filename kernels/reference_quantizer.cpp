@@ -8,6 +8,7 @@
 #include "kernels/float_bits.h"
 #include "kernels/philox.h"
 #include "kernels/quantize.h"
+#include "kernels/rounding.h"
 
 namespace ufp4 {
 
@@ -35,14 +36,14 @@ int nearest_level(const GridParams& g, float a) {
   return best;
 }
 
-int stochastic_level(const GridParams& g, float a, float u) {
+int stochastic_level(const GridParams& g, float a, uint32_t k) {
   if (is_nan(a)) return 0;
   if (a >= g.level[g.n - 1]) return g.n - 1;
   if (a < g.level[0]) return 0;
   int lo = 0;
   while (lo + 1 < g.n && g.level[lo + 1] <= a) ++lo;
   float p = (a - g.level[lo]) / (g.level[lo + 1] - g.level[lo]);
-  return u < p ? lo + 1 : lo;
+  return sr_up(p, k) ? lo + 1 : lo;
 }
 
 enum class BlockState { kNormal, kZero, kNan };
@@ -184,7 +185,7 @@ void reference_quantize(const KernelSpec& s, const QuantizeIO& io) {
           float v = bs.multiply ? x * bs.factor : x / bs.factor;
           float a = g.symmetric ? std::fabs(v) : v;
           idx = s.rounding == 0 ? nearest_level(g, a)
-                                : stochastic_level(g, a, bits_to_unit(philox_bits(s.seed, s.offset, static_cast<uint64_t>(oi))));
+                                : stochastic_level(g, a, sr_draw(s.seed, s.offset, static_cast<uint64_t>(oi)));
           dq = g.level[idx] * bs.decode;
         }
         uint8_t code;

@@ -18,18 +18,23 @@ UFP4_UNROLL
   return idx;
 }
 
-// SR between neighbours level[lo] <= a < level[lo+1]: up with probability (a - lo) / (hi - lo),
-// u uniform in [0, 1). `level` may point to a faster copy of g.level (shared memory).
-UFP4_HD int round_stochastic(const GridParams& g, const float* level, float a, float u) {
+// SR's decision for the fraction p in [0, 1) of the way from the lower to the upper neighbour and
+// the element's 8-bit draw k: up iff rint(256 p) + k >= 256, so P(up) = rint(256 p) / 256 (ties to
+// even) and the bias is at most 1/512 of the gap either way, zero on average over p.
+UFP4_HD bool sr_up(float p, uint32_t k) { return rint_even(p * 256.0f) + static_cast<float>(k) >= 256.0f; }
+
+// SR between neighbours level[lo] <= a < level[lo+1] with draw k (sr_up). `level` may point to a
+// faster copy of g.level (shared memory).
+UFP4_HD int round_stochastic(const GridParams& g, const float* level, float a, uint32_t k) {
   int cnt = 0;
 UFP4_UNROLL
-  for (int k = 0; k < 16; ++k)
-    if (k < g.n) cnt += a >= g.level[k];
+  for (int i = 0; i < 16; ++i)
+    if (i < g.n) cnt += a >= g.level[i];
   const int lo = cnt - 1;
   if (lo >= g.n - 1) return g.n - 1;  // saturate
   if (lo < 0) return 0;               // below the grid, or NaN
   const float p = (a - level[lo]) / (level[lo + 1] - level[lo]);
-  return u < p ? lo + 1 : lo;
+  return sr_up(p, k) ? lo + 1 : lo;
 }
 
 // ---- Arithmetic fast paths ---------------------------------------------------------------------
@@ -92,14 +97,14 @@ UFP4_HD int e2m1_index(float level) {
 }
 
 // SR on a uniform grid; returns the index as a float. (a - level[lo]) / step == t - floor(t) exactly.
-UFP4_HD float stochastic_uniform(const FastGrid& f, float a, float u) {
+UFP4_HD float stochastic_uniform(const FastGrid& f, float a, uint32_t k) {
   const float t = a * f.inv_step, lo = floorf(t), last = f.top * f.inv_step;
   if (lo >= last) return last;
-  return u < t - lo ? lo + 1.0f : lo;
+  return sr_up(t - lo, k) ? lo + 1.0f : lo;
 }
 
 // SR between E2M1 neighbours; the gap is a power of two, so the probability is exact. Returns the level.
-UFP4_HD float stochastic_e2m1(const FastGrid& f, float a, float u) {
+UFP4_HD float stochastic_e2m1(const FastGrid& f, float a, uint32_t k) {
   float lo, w, inv_w;
   if (a < 1.0f) {
     lo = floorf(a * 2.0f) * 0.5f;
@@ -112,7 +117,7 @@ UFP4_HD float stochastic_e2m1(const FastGrid& f, float a, float u) {
     inv_w = bits_f32(0x7f800000u - e);   // 2^(1-e)
   }
   if (lo >= f.top) return f.top;
-  return u < (a - lo) * inv_w ? lo + w : lo;
+  return sr_up((a - lo) * inv_w, k) ? lo + w : lo;
 }
 
 // IEEE division, out of line on the GPU: rare paths must not bloat the unrolled element code.

@@ -73,6 +73,17 @@ TEST_CASE("Philox4x32-10 matches the Random123 known-answer vectors", "[formats]
   // Precomputed round keys (the kernels' form) give the same stream.
   const U32x4 d = philox4x32_10(0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u, philox_keys(0x299f31d0a4093822ULL));
   for (int i = 0; i < 4; ++i) CHECK(d.v[i] == c.v[i]);
-  CHECK(bits_to_unit(0xffffffffu) < 1.0f);
-  CHECK(bits_to_unit(0) == 0.0f);
+}
+
+TEST_CASE("SR draws: element i takes byte i % 16 of the Philox call at counter i / 16", "[formats]") {
+  const uint64_t seed = 0x299f31d0a4093822ULL, offset = 0x0370734413198a2eULL;
+  for (uint64_t group : {uint64_t{0}, uint64_t{1}, uint64_t{0x05a308d3243f6a88ULL}}) {
+    const U32x4 r = philox4x32_10(static_cast<uint32_t>(group), static_cast<uint32_t>(group >> 32), static_cast<uint32_t>(offset),
+                                  static_cast<uint32_t>(offset >> 32), static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+    for (int b = 0; b < 16; ++b) {
+      const uint32_t want = (r.v[b / 4] >> (8 * (b % 4))) & 0xffu;
+      CHECK(sr_draw(seed, offset, group * 16 + static_cast<uint64_t>(b)) == want);
+      CHECK(sr_byte(sr_bytes16(seed, offset, group), b) == want);
+    }
+  }
 }

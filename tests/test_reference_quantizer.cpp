@@ -252,17 +252,18 @@ TEST_CASE("The kernels' arithmetic rounding paths equal the threshold search, RT
       const int idx = round_nearest(p, a);
       const float fast = f.kind == kGridUniform ? nearest_uniform(f, a) * f.step : nearest_e2m1(f, a);
       const int fast_idx = f.kind == kGridUniform ? static_cast<int>(nearest_uniform(f, a)) : e2m1_index(fast);
-      // SR: random draws, and draws on either side of the exact probability.
+      // SR: random draws, the extreme draws and the two on either side of the decision (256 - rint(256 p)).
       const int lo = std::max(0, std::min(p.n - 1, static_cast<int>(std::upper_bound(p.level, p.level + p.n, a) - p.level) - 1));
-      double prob = lo + 1 < p.n ? (a - p.level[lo]) / (p.level[lo + 1] - p.level[lo]) : 0.0;
-      std::vector<float> us = {0.0f, bits_to_unit(0xffffffffu), static_cast<float>(std::floor(prob * 16777216.0) / 16777216.0),
-                               static_cast<float>(std::floor(prob * 16777216.0 + 1) / 16777216.0)};
-      for (int k = 0; k < 3; ++k) us.push_back(bits_to_unit(static_cast<uint32_t>(rng())));
+      const double prob = lo + 1 < p.n ? (a - p.level[lo]) / (p.level[lo + 1] - p.level[lo]) : 0.0;
+      const int kt = 256 - static_cast<int>(std::nearbyint(256.0 * prob));
+      std::vector<uint32_t> ks = {0u, 255u};
+      for (int k : {kt - 1, kt})
+        if (k >= 0 && k < 256) ks.push_back(static_cast<uint32_t>(k));
+      for (int k = 0; k < 3; ++k) ks.push_back(static_cast<uint32_t>(rng() & 0xffu));
       bool ok = fast == p.level[idx] && fast_idx == idx;
-      for (float u : us) {
-        if (u >= 1.0f) continue;
-        const float ref = p.level[round_stochastic(p, p.level, a, u)];
-        const float got = f.kind == kGridUniform ? stochastic_uniform(f, a, u) * f.step : stochastic_e2m1(f, a, u);
+      for (uint32_t k : ks) {
+        const float ref = p.level[round_stochastic(p, p.level, a, k)];
+        const float got = f.kind == kGridUniform ? stochastic_uniform(f, a, k) * f.step : stochastic_e2m1(f, a, k);
         ok = ok && got == ref;
       }
       if (!ok && ++bad <= 5) FAIL_CHECK("a=" << a << " (bits " << f32_bits(a) << "): level " << p.level[idx] << " fast " << fast);
