@@ -6,10 +6,8 @@
 //
 // Shortcuts, each exact in the accepted range (d = block scale, times the step for uniform grids,
 // in [2^-60, 2^12]; nonzero BF16-derived |x| >= 2^-135):
-// - RHT: the signs flip sign bits as the BF16 inputs are unpacked, and the 1/4 moves into the block
-//   scale: the butterflies compute 4 H x (scaling by 4 commutes with every rounding away from
-//   overflow, which a finite amax rules out), so amax and s come out 4 times larger, x / s is the
-//   same quotient, and the dequantized values use s / 4.
+// - RHT signs and the 1/4 are folded into the first butterfly stage (x * +-1/4 is exact, and
+//   RN(a/4 + b/4) = RN(a + b)/4 away from overflow, which a finite amax rules out).
 // - amax propagates NaN (max.NaN), so one finiteness test covers every element.
 // - x / d is Markstein's q + (x - q d) r with r = RN(1/d): exact when |q| >= 2^-43 (the FMA remainder
 //   is representable); below that the exact and the corrected quotient both lie below the first
@@ -37,7 +35,7 @@ struct HotParams {
   float gmax, rgmax;   // block scale s = RN(amax / gmax), via rgmax = RN(1 / gmax)
   float step;          // uniform: level spacing (a power of two); E2M1: 1
   float top;           // the largest level: E2M1 magnitude, uniform index
-  uint32_t rht_flip[16];  // RHT-16: the sign bit to flip per position
+  float rht_sign[16];  // RHT-16: +-1/4 per position
   PhiloxKeys keys;     // SR: the generator's round keys (from the seed)
   uint64_t offset;
 };
@@ -62,7 +60,7 @@ inline HotParams make_hot_params(const KernelSpec& s) {
   const bool uniform = s.fast.kind == kGridUniform;
   h.step = uniform ? s.fast.step : 1.0f;
   h.top = uniform ? s.fast.top * s.fast.inv_step : s.fast.top;
-  for (int i = 0; i < 16; ++i) h.rht_flip[i] = ((s.rht_signs[0] >> i) & 1u) ? 0x80000000u : 0u;
+  for (int i = 0; i < 16; ++i) h.rht_sign[i] = ((s.rht_signs[0] >> i) & 1u) ? -0.25f : 0.25f;
   h.keys = philox_keys(s.seed);
   h.offset = s.offset;
   return h;
@@ -92,12 +90,18 @@ UFP4_HD bool hot_chunk(const HotParams& h, const uint32_t* in, uint64_t out_inde
   float x[16];
 UFP4_UNROLL
   for (int k = 0; k < 8; ++k) {
-    x[2 * k] = bits_f32((in[k] << 16) ^ (kRht ? h.rht_flip[2 * k] : 0u));
-    x[2 * k + 1] = bits_f32((in[k] & 0xffff0000u) ^ (kRht ? h.rht_flip[2 * k + 1] : 0u));
+    x[2 * k] = bits_f32(in[k] << 16);
+    x[2 * k + 1] = bits_f32(in[k] & 0xffff0000u);
   }
-  if (kRht) {  // 4 H x (the reference's order of additions)
+  if (kRht) {
 UFP4_UNROLL
-    for (int s = 1; s < 16; s <<= 1)
+    for (int i = 0; i < 16; i += 2) {
+      const float a = x[i] * h.rht_sign[i], b = x[i + 1];
+      x[i] = fmaf(b, h.rht_sign[i + 1], a);
+      x[i + 1] = fmaf(b, -h.rht_sign[i + 1], a);
+    }
+UFP4_UNROLL
+    for (int s = 2; s < 16; s <<= 1)
 UFP4_UNROLL
       for (int i = 0; i < 16; ++i)
         if ((i & s) == 0) {
@@ -110,12 +114,11 @@ UFP4_UNROLL
 UFP4_UNROLL
   for (int i = 1; i < 16; ++i) m = max_abs_nan(m, x[i]);
 
-  // Block scale s = RN(m / gmax) (Markstein, exact for the accepted m); d = s * step (RHT: 4 times both).
+  // Block scale s = RN(m / gmax) (Markstein, exact for the accepted m); d = s * step.
   const float sc = hot_div(m, h.gmax, h.rgmax);
   const float d = sc * h.step;
-  if (!(d >= (kRht ? 0x1p-58f : 0x1p-60f) && d <= (kRht ? 0x1p14f : 0x1p12f))) return false;  // also rejects NaN and infinite amax
+  if (!(d >= 0x1p-60f && d <= 0x1p12f)) return false;  // also rejects NaN and infinite amax
   const float rd = 1.0f / d;
-  const float dq = kRht ? d * 0.25f : d;  // the dequantization scale (times the step)
 
   float y[16];
   if (!kSR) {
@@ -124,7 +127,7 @@ UFP4_UNROLL
       const float a = fabsf(hot_div(x[i], d, rd));
       // RNE to an integer (a < 2^22), or to E2M1's spacing (rounding.h)
       const float level = kClass == kGridUniform ? (a + 0x1p23f) - 0x1p23f : round_e2m1_spacing(a);
-      y[i] = bits_f32(f32_bits(level * dq) | (f32_bits(x[i]) & 0x80000000u));
+      y[i] = bits_f32(f32_bits(level * d) | (f32_bits(x[i]) & 0x80000000u));
     }
   } else {
     // One Philox call for the chunk (out_index is a multiple of 16): element i takes byte i.
@@ -137,15 +140,15 @@ UFP4_UNROLL
       float level_d;
       if (kClass == kGridUniform) {
         // 256 |x| / d (an exact rescaling of the quotient); 2^23 + 256 idx after the carry; then
-        // (2^23 + 256 idx) dq / 256 - 2^15 dq = idx dq in one rounding.
+        // (2^23 + 256 idx) d / 256 - 2^15 d = idx d in one rounding.
         const float v = fabsf(hot_div(x[i], d * 0x1p-8f, rd * 0x1p8f));
         const float m = bits_f32((f32_bits(v + 0x1p23f) + k) & 0xffffff00u);
-        level_d = fmaf(m, dq * 0x1p-8f, dq * -0x1p15f);
+        level_d = fmaf(m, d * 0x1p-8f, d * -0x1p15f);
       } else {
         const float a = fabsf(hot_div(x[i], d, rd));
         const float c = fmaxf(bits_f32(f32_bits(a) & 0x7f800000u), 1.0f);
         const float m = bits_f32((f32_bits(fmaf(c, 0x1p14f, a)) + k) & 0xffffff00u);
-        level_d = fmaf(c, -0x1p14f, m) * dq;
+        level_d = fmaf(c, -0x1p14f, m) * d;
       }
       y[i] = bits_f32(f32_bits(level_d) | (f32_bits(x[i]) & 0x80000000u));
     }
