@@ -54,7 +54,13 @@ UFP4_HD uint32_t philox_bits(uint64_t seed, uint64_t offset, uint64_t index) {
 // Stochastic rounding's draws: 8 bits an element (the resolution of the FP4 hardware SR instruction,
 // cvt.rs), 16 elements a Philox call. Element `index` takes byte index % 16 of the call at counter
 // (index / 16, offset) keyed by seed: byte b is bits 8 (b % 4) .. 8 (b % 4) + 7 of word b / 4.
-UFP4_HD uint32_t sr_byte(const U32x4& r, int b) { return (r.v[(b >> 2) & 3] >> (8 * (b & 3))) & 0xffu; }
+UFP4_HD uint32_t sr_byte(const U32x4& r, int b) {
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(r.v[(b >> 2) & 3], 0u, 0x4440u + static_cast<unsigned>(b & 3));  // one PRMT
+#else
+  return (r.v[(b >> 2) & 3] >> (8 * (b & 3))) & 0xffu;
+#endif
+}
 UFP4_HD U32x4 sr_bytes16(uint64_t seed, uint64_t offset, uint64_t group) {
   return philox4x32_10(static_cast<uint32_t>(group), static_cast<uint32_t>(group >> 32), static_cast<uint32_t>(offset),
                        static_cast<uint32_t>(offset >> 32), static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));

@@ -83,16 +83,11 @@ UFP4_HD float hot_div(float x, float d, float rd) {
   return fmaf(fmaf(-q, d, x), rd, q);
 }
 
-// One 16-element chunk. in/out: element 2k in the low half of word k, 2k + 1 in the high half.
-// out_index: the chunk's first element in the output layout (the SR stream position).
+// One 16-element chunk from its BF16 values widened to FP32 (x is overwritten). out: element 2k in
+// the low half of word k, 2k + 1 in the high half. out_index: the chunk's first element in the output
+// layout (the SR stream position).
 template <int kClass, bool kSR, bool kRht>
-UFP4_HD bool hot_chunk(const HotParams& h, const uint32_t* in, uint64_t out_index, uint32_t* out) {
-  float x[16];
-UFP4_UNROLL
-  for (int k = 0; k < 8; ++k) {
-    x[2 * k] = bits_f32(in[k] << 16);
-    x[2 * k + 1] = bits_f32(in[k] & 0xffff0000u);
-  }
+UFP4_HD bool hot_chunk_values(const HotParams& h, float (&x)[16], uint64_t out_index, uint32_t* out) {
   if (kRht) {
 UFP4_UNROLL
     for (int i = 0; i < 16; i += 2) {
@@ -156,6 +151,18 @@ UFP4_UNROLL
 UFP4_UNROLL
   for (int k = 0; k < 8; ++k) out[k] = pack_bf16x2_finite(y[2 * k], y[2 * k + 1]);
   return true;
+}
+
+// The same from packed BF16 input: element 2k in the low half of word k, 2k + 1 in the high half.
+template <int kClass, bool kSR, bool kRht>
+UFP4_HD bool hot_chunk(const HotParams& h, const uint32_t* in, uint64_t out_index, uint32_t* out) {
+  float x[16];
+UFP4_UNROLL
+  for (int k = 0; k < 8; ++k) {
+    x[2 * k] = bits_f32(in[k] << 16);
+    x[2 * k + 1] = bits_f32(in[k] & 0xffff0000u);
+  }
+  return hot_chunk_values<kClass, kSR, kRht>(h, x, out_index, out);
 }
 
 }  // namespace ufp4

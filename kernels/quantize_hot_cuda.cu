@@ -1,6 +1,7 @@
-// The hot quantizer kernel (arithmetic in kernels/quantize_hot.h). A thread rounds two 16-element
-// chunks at a time. Rowwise: two consecutive chunks of the flattened tensor. Columnwise: one row block
-// of 16 input rows x 2 adjacent input columns out of a shared-memory tile; each column is one output chunk.
+// The hot quantizer kernel (arithmetic in kernels/quantize_hot.h). A thread owns two 16-element
+// chunks and issues their loads before it computes. Rowwise: two consecutive chunks of the flattened
+// tensor (16 divides a row, so no chunk straddles two rows). Columnwise: one row block of 16 input rows
+// x 2 adjacent input columns out of a shared-memory tile; each column is one output chunk.
 #include "kernels/quantize_cuda.h"
 #include "kernels/quantize_device.cuh"
 #include "kernels/quantize_hot.h"
@@ -55,25 +56,33 @@ __device__ __forceinline__ int stage_slot(int j) { return (j & ~3) | ((j ^ (j >>
 using ColTile = uint4[kColTile][kColTile / 8];
 __device__ __forceinline__ int col_slot(int row, int unit) { return unit ^ ((row / 16) << 1); }
 
+// Thread (b, cp)'s raw words of a tile: row 16 b + i, columns 2 cp (low half) and 2 cp + 1 (high half).
+__device__ __forceinline__ void col_pair_words(const ColTile& tile, int b, int cp, uint32_t (&raw)[16]) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i) raw[i] = reinterpret_cast<const uint32_t*>(&tile[16 * b + i][col_slot(16 * b, cp / 4)])[cp % 4];
+}
+
+// Column k (0: low halves, 1: high halves) of those words, widened to FP32: one chunk's values.
+__device__ __forceinline__ void col_chunk_values(const uint32_t (&raw)[16], int k, float (&x)[16]) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i) x[i] = bits_f32(k == 0 ? raw[i] << 16 : raw[i] & 0xffff0000u);
+}
+
 // Thread (b, cp) rounds its two column chunks out of a tile and stores the finished ones; returns a
 // bit per declined chunk (chunk k: output element oi0 + k rows).
 template <int kClass, bool kSR, bool kRht>
 __device__ __forceinline__ uint32_t round_col_pair(const HotParams& h, const QuantizeIO& io, const ColTile& tile, int b, int cp,
                                                    int64_t oi0) {
-  uint32_t raw[16], w[2][8];
-#pragma unroll
-  for (int i = 0; i < 16; ++i) raw[i] = reinterpret_cast<const uint32_t*>(&tile[16 * b + i][col_slot(16 * b, cp / 4)])[cp % 4];
-#pragma unroll
-  for (int k = 0; k < 8; ++k) {
-    w[0][k] = __byte_perm(raw[2 * k], raw[2 * k + 1], 0x5410);  // column 2cp: low halves
-    w[1][k] = __byte_perm(raw[2 * k], raw[2 * k + 1], 0x7632);  // column 2cp + 1: high halves
-  }
+  uint32_t raw[16];
+  col_pair_words(tile, b, cp, raw);
   uint32_t declined = 0;
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
     uint32_t o[8];
+    float x[16];
+    col_chunk_values(raw, k, x);
     const int64_t oi = oi0 + k * io.rows;
-    if (!hot_chunk<kClass, kSR, kRht>(h, w[k], static_cast<uint64_t>(oi), o)) {
+    if (!hot_chunk_values<kClass, kSR, kRht>(h, x, static_cast<uint64_t>(oi), o)) {
       declined |= 1u << k;
       continue;
     }
@@ -82,31 +91,6 @@ __device__ __forceinline__ uint32_t round_col_pair(const HotParams& h, const Qua
     dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
   }
   return declined;
-}
-
-// RTNE: one tile a thread block, loaded through registers (the memory-bound path: many small blocks).
-template <int kClass, bool kRht>
-__device__ __forceinline__ void hot_col_tile(const KernelSpec& s, const QuantizeIO& io, const HotParams& h, const float* sh_level,
-                                             const uint8_t* sh_code) {
-  __shared__ ColTile tile;
-  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kColTile, c0 = static_cast<int64_t>(blockIdx.x) * kColTile;
-  const int64_t units = io.cols / 8;
-  const uint4* src = reinterpret_cast<const uint4*>(io.in);
-#pragma unroll
-  for (int p = 0; p < kColTile * kColTile / 8 / kHotThreads; ++p) {
-    const int idx = p * kHotThreads + threadIdx.x, row = idx / 8, u = idx % 8;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (r0 + row < io.rows && c0 + 8 * u < io.cols) v = src[(r0 + row) * units + c0 / 8 + u];
-    tile[row][col_slot(row, u)] = v;
-  }
-  __syncthreads();
-  const int b = threadIdx.x % 4, cp = threadIdx.x / 4;
-  if (r0 + 16 * b >= io.rows || c0 + 2 * cp >= io.cols) return;
-  const int64_t oi0 = (c0 + 2 * cp) * io.rows + r0 + 16 * b;
-  const uint32_t declined = round_col_pair<kClass, false, kRht>(h, io, tile, b, cp, oi0);
-#pragma unroll
-  for (int k = 0; k < 2; ++k)
-    if ((declined >> k) & 1u) general_chunk(s, io, sh_level, sh_code, oi0 + k * io.rows);
 }
 
 // SR: kColTiles consecutive row tiles a thread block, the next tile's asynchronous copy in flight while
@@ -161,21 +145,27 @@ __device__ __forceinline__ void hot_col_tiles_sr(const KernelSpec& s, const Quan
   }
 }
 
-// Rowwise: a thread owns two consecutive chunks of the flattened tensor (16 divides a row, so no chunk
-// straddles two rows) and issues their loads before it computes.
-template <int kClass, bool kSR, bool kRht>
-__device__ __forceinline__ void hot_row_pair(const KernelSpec& s, const QuantizeIO& io, const HotParams& h, const float* sh_level,
-                                             const uint8_t* sh_code) {
+template <bool kCol, int kClass, bool kSR, bool kRht>
+__global__ void __launch_bounds__(kHotThreads, kHotMinBlocks<kCol, kClass, kSR>) quantize_hot_kernel(const __grid_constant__ KernelSpec s, const __grid_constant__ QuantizeIO io,
+                                                                   const __grid_constant__ HotParams h) {
+  __shared__ float sh_level[16];
+  __shared__ uint8_t sh_code[16];
+  if (threadIdx.x < 16) { sh_level[threadIdx.x] = s.grid.level[threadIdx.x]; sh_code[threadIdx.x] = s.grid.code[threadIdx.x]; }
+  __syncthreads();
+  if constexpr (kCol && kSR) {
+    hot_col_tiles_sr<kClass, kRht>(s, io, h, sh_level, sh_code);
+    return;
+  }
   const int lane = threadIdx.x & 31;
   uint32_t w[2][8];
   int64_t oi[2];  // first output element of each chunk
   int n = 2;
-  // Rowwise staging (whole warps in range): lanes move 512 contiguous bytes an instruction through
-  // this warp's 2 KB of shared memory in both directions, instead of 16 bytes at a 64-byte stride.
-  constexpr bool kStage = kHotStage<false, kClass, kSR>;
+  // Rowwise staging (whole warps in range): lanes move 512 contiguous bytes an instruction through this
+  // warp's 2 KB of shared memory in both directions, instead of 16 bytes at a 64-byte stride.
+  constexpr bool kStage = kHotStage<kCol, kClass, kSR>;
   bool staged = false;
   uint4* stage = nullptr;
-  {
+  if constexpr (!kCol) {
     __shared__ uint4 stage_all[kStage ? kHotThreads * 4 : 1];
     const int64_t chunks = io.rows * io.cols / 16, warp_c0 = 2 * (static_cast<int64_t>(blockIdx.x) * kHotThreads + (threadIdx.x & ~31)),
                   c = warp_c0 + 2 * lane;
@@ -207,6 +197,31 @@ __device__ __forceinline__ void hot_row_pair(const KernelSpec& s, const Quantize
     }
     oi[0] = c * 16;
     oi[1] = oi[0] + 16;
+  } else {
+    // RTNE: one tile a thread block, loaded through registers (the memory-bound path: many small blocks).
+    __shared__ ColTile tile;
+    const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kColTile, c0 = static_cast<int64_t>(blockIdx.x) * kColTile;
+    const int64_t units = io.cols / 8;
+    const uint4* src = reinterpret_cast<const uint4*>(io.in);
+#pragma unroll
+    for (int p = 0; p < kColTile * kColTile / 8 / kHotThreads; ++p) {
+      const int idx = p * kHotThreads + threadIdx.x, row = idx / 8, u = idx % 8;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (r0 + row < io.rows && c0 + 8 * u < io.cols) v = src[(r0 + row) * units + c0 / 8 + u];
+      tile[row][col_slot(row, u)] = v;
+    }
+    __syncthreads();
+    const int b = threadIdx.x % 4, cp = threadIdx.x / 4;
+    if (r0 + 16 * b >= io.rows || c0 + 2 * cp >= io.cols) return;
+    uint32_t raw[16];
+    col_pair_words(tile, b, cp, raw);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      w[0][k] = __byte_perm(raw[2 * k], raw[2 * k + 1], 0x5410);  // column 2cp: low halves
+      w[1][k] = __byte_perm(raw[2 * k], raw[2 * k + 1], 0x7632);  // column 2cp + 1: high halves
+    }
+    oi[0] = (c0 + 2 * cp) * io.rows + r0 + 16 * b;
+    oi[1] = oi[0] + io.rows;
   }
   bool done[2] = {true, true};
 #pragma unroll
@@ -242,18 +257,6 @@ __device__ __forceinline__ void hot_row_pair(const KernelSpec& s, const Quantize
 #pragma unroll
   for (int k = 0; k < 2; ++k)
     if (!done[k]) general_chunk(s, io, sh_level, sh_code, oi[k]);
-}
-
-template <bool kCol, int kClass, bool kSR, bool kRht>
-__global__ void __launch_bounds__(kHotThreads, kHotMinBlocks<kCol, kClass, kSR>) quantize_hot_kernel(const __grid_constant__ KernelSpec s, const __grid_constant__ QuantizeIO io,
-                                                                   const __grid_constant__ HotParams h) {
-  __shared__ float sh_level[16];
-  __shared__ uint8_t sh_code[16];
-  if (threadIdx.x < 16) { sh_level[threadIdx.x] = s.grid.level[threadIdx.x]; sh_code[threadIdx.x] = s.grid.code[threadIdx.x]; }
-  __syncthreads();
-  if constexpr (kCol && kSR) hot_col_tiles_sr<kClass, kRht>(s, io, h, sh_level, sh_code);
-  else if constexpr (kCol) hot_col_tile<kClass, kRht>(s, io, h, sh_level, sh_code);
-  else hot_row_pair<kClass, kSR, kRht>(s, io, h, sh_level, sh_code);
 }
 
 template <bool kCol, int kClass, bool kSR, bool kRht>
