@@ -275,6 +275,11 @@ TEST_CASE("ufp4 bench step on CPU writes step.h5 with provenance and report benc
   const std::string md = read_text_file(dir + "/bench.md");
   CHECK(md.find("| ufp4 step / bf16 step, dense-20m | <= 1.20 |") != std::string::npos);
   CHECK(md.find("| dense-20m | ufp4 | ufp4 | 1 x 32 |") != std::string::npos);
+  // A bar not met gets its facts and what would close it; a met one does not.
+  const size_t at = md.find("| ufp4 step / bf16 step, dense-20m | <= 1.20 | ");
+  const bool unmet = md.substr(at, md.find('\n', at) - at).find("not met") != std::string::npos;
+  CHECK((md.find("### ufp4 step / bf16 step, dense-20m") != std::string::npos) == unmet);
+  if (unmet) CHECK(md.find("What would close it", md.find("### ufp4 step / bf16 step, dense-20m")) != std::string::npos);
   // The kernel suite needs a CUDA build and a GPU: a one-line error otherwise.
   if (!torch::cuda::is_available()) {
     Result k = run_cli("bench kernels --out-dir " + dir);
