@@ -208,9 +208,9 @@ std::string unmet_section(bool bw, bool fs, bool uf, bool sr, const std::map<std
     if (libtorch_ops_ms.count(m))
       md << " Without the fused RMSNorm and loss kernels ours takes " << fmt("%.2f", libtorch_ops_ms.at(m)) << " ms.";
     md << " Both launch the same cuBLAS GEMMs, flash attention and fused AdamW; the rest of a step is memory-bound "
-       << "elementwise work that LibTorch composes from many passes over the activations (an RMSNorm is about ten FP32 "
-       << "passes forward and twice that backward; the loss materializes FP32 copies of the logits over the whole "
-       << "vocabulary). What would close it: single-pass kernels for those chains — RMSNorm and the loss first, then "
+       << "elementwise work that LibTorch composes from many passes over the activations (an RMSNorm is a chain of eight "
+       << "operations forward, each a pass over FP32 or BF16 activations, and their gradients backward; the loss "
+       << "materializes FP32 copies of the logits over the whole vocabulary). What would close it: single-pass kernels for those chains — RMSNorm and the loss first, then "
        << "SwiGLU's gate and RoPE.\n\n";
   }
   return md.str();
