@@ -53,7 +53,10 @@ void reset_peak(const torch::Device& d) {
 #endif
 }
 
-StepBenchRow bench_ours(const std::string& model, const std::string& recipe, const StepBenchOptions& o, const torch::Device& device) {
+// fused_ops false: RMSNorm and the loss as LibTorch compositions (the row that shows what the fused
+// kernels buy, measured in the same run).
+StepBenchRow bench_ours(const std::string& model, const std::string& recipe, const StepBenchOptions& o, const torch::Device& device,
+                        bool fused_ops = true) {
   RunManifest m;  // the trainer's defaults (AdamW, clipping 1.0)
   ModelConfig mc = model_config(model);
   mc.seq_len = o.seq_len;
@@ -65,6 +68,7 @@ StepBenchRow bench_ours(const std::string& model, const std::string& recipe, con
   Transformer net(mc, ctx);
   net->to(device);
   net->set_compute_dtype(device.is_cuda() ? torch::kBFloat16 : torch::kFloat32);
+  net->set_fused_ops(fused_ops);
   auto opt = make_optimizer(net, m);
   // Fixed random tokens: the step's cost does not depend on the text.
   torch::Tensor tokens = torch::randint(0, mc.vocab, {o.batch, o.seq_len + 1}, torch::TensorOptions().dtype(torch::kInt64)).to(device);
@@ -90,7 +94,7 @@ StepBenchRow bench_ours(const std::string& model, const std::string& recipe, con
     if (timed) ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   StepBenchRow r;
-  r.impl = "ufp4";
+  r.impl = fused_ops ? "ufp4" : "ufp4-libtorch-ops";
   r.model = model;
   r.recipe = ctx->recipe.name;
   r.batch = o.batch;
@@ -169,6 +173,7 @@ std::vector<StepBenchRow> run_step_benchmarks(const StepBenchOptions& o) {
     std::vector<std::string> recipes = o.recipes;
     if (i == 0) recipes.insert(recipes.end(), o.extra_recipes.begin(), o.extra_recipes.end());
     for (const auto& rc : recipes) report(bench_ours(o.models[i], rc, o, device));
+    if (i == 0 && device.is_cuda()) report(bench_ours(o.models[i], "bf16", o, device, false));
   }
   if (o.reference == "eager") {
     std::string dense;

@@ -331,7 +331,9 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
     md << "## Training step\n\nForward + backward + gradient clipping + AdamW on FP32 master weights, BF16 activations, "
        << "fixed random tokens; median of the timed steps after warm-up (CUDA events). MFU: model FLOPs per token (ours, "
        << "attention included) x tokens/s over the 989.5 TFLOP/s dense BF16 peak. The PyTorch rows run "
-       << "`harness/reference_step.py`: the same BF16 model in plain eager PyTorch (autocast), fused or foreach AdamW.\n\n"
+       << "`harness/reference_step.py`: the same BF16 model in plain eager PyTorch (autocast), fused or foreach AdamW. "
+       << "`ufp4-libtorch-ops`: our step with RMSNorm and the loss as LibTorch compositions instead of the fused kernels "
+       << "(`models/fused_ops.h`), what the fusion buys.\n\n"
        << "| model | implementation | recipe | batch x seq | step ms (sd) | tokens/s | MFU | peak GB | vs own bf16 |\n"
        << "|---|---|---|---|---|---|---|---|---|\n";
     for (const auto& r : rows) {

@@ -18,11 +18,13 @@ constexpr int kColTiles = 2;  // columnwise SR: row tiles a thread block walks
 // stores through shared memory, and how many thread blocks an SM must hold (caps registers: 6 = 80,
 // 8 = 64, 10 = 48, 12 = 40). Staging pays where the kernel waits on memory (RTNE, and SR on uniform
 // grids, with more warps); E2M1 SR ran fastest unstaged at 8. Columnwise RTNE hides its tile barrier
-// with 12 blocks; columnwise SR ran fastest without spills (6).
+// with 12 blocks; columnwise SR is issue-bound at 6 warps a scheduler (ncu at aadf9673f97f: 7.3 cycles
+// a warp between issues) and since it unpacks from the staged words fits 64 registers with no more
+// spilling than at 80 (ptxas -v), so it takes 8.
 template <bool kCol, int kClass, bool kSR>
 constexpr bool kHotStage = !kCol && (!kSR || kClass == kGridUniform);
 template <bool kCol, int kClass, bool kSR>
-constexpr int kHotMinBlocks = kCol ? (kSR ? 6 : 12) : (kSR && kClass == kGridUniform ? 10 : 8);
+constexpr int kHotMinBlocks = kCol ? (kSR ? 8 : 12) : (kSR && kClass == kGridUniform ? 10 : 8);
 
 // 16-byte asynchronous global-to-shared copy (zero-filled when !valid), and its group fences.
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {

@@ -12,24 +12,11 @@ namespace ufp4 {
 
 namespace {
 
-DType dtype_of(const torch::Tensor& t, const char* what) {
-  if (t.scalar_type() == torch::kFloat32) return DType::kF32;
-  if (t.scalar_type() == torch::kBFloat16) return DType::kBF16;
-  throw Error(std::string(what) + ": dtype " + std::string(c10::toString(t.scalar_type())) +
-              " is not supported (allowed: float32, bfloat16)");
-}
-
 void check_input(const torch::Tensor& x) {
   if (!x.defined()) throw Error("quantize: undefined tensor");
   if (x.dim() != 2) throw Error("quantize: expected a 2-D tensor, got " + std::to_string(x.dim()) + "-D");
   dtype_of(x, "quantize input");
-  if (x.is_cuda()) {
-#ifndef UFP4_WITH_CUDA
-    throw Error("quantize: CUDA tensor given but this build has no CUDA kernels");
-#endif
-  } else if (!x.device().is_cpu()) {
-    throw Error("quantize: tensors must be on CPU or CUDA");
-  }
+  check_kernel_device(x, "quantize");
 }
 
 void run(const KernelSpec& ks, QuantizeIO& io, const torch::Tensor& like) {
@@ -43,6 +30,23 @@ void run(const KernelSpec& ks, QuantizeIO& io, const torch::Tensor& like) {
 }
 
 }  // namespace
+
+DType dtype_of(const torch::Tensor& t, const char* what) {
+  if (t.scalar_type() == torch::kFloat32) return DType::kF32;
+  if (t.scalar_type() == torch::kBFloat16) return DType::kBF16;
+  throw Error(std::string(what) + ": dtype " + std::string(c10::toString(t.scalar_type())) +
+              " is not supported (allowed: float32, bfloat16)");
+}
+
+void check_kernel_device(const torch::Tensor& t, const char* what) {
+  if (t.is_cuda()) {
+#ifndef UFP4_WITH_CUDA
+    throw Error(std::string(what) + ": CUDA tensor given but this build has no CUDA kernels");
+#endif
+  } else if (!t.device().is_cpu()) {
+    throw Error(std::string(what) + ": tensors must be on CPU or CUDA");
+  }
+}
 
 // "auto" (CUDA when this build and the machine have it), "cpu" or "cuda".
 torch::Device pick_device(const std::string& d) {

@@ -24,6 +24,11 @@ struct QuantizeOptions {
   bool want_codes = true;                          // false: dequantized values only (training path)
 };
 
+// The kernels' dtype of a float32 or bfloat16 tensor; throws naming `what` and the allowed dtypes.
+DType dtype_of(const torch::Tensor& t, const char* what);
+// Throws unless t is on CPU or on CUDA with this build's kernels.
+void check_kernel_device(const torch::Tensor& t, const char* what);
+
 // "auto" (CUDA when this build and the machine have it), "cpu" or "cuda"; throws naming the allowed values.
 torch::Device pick_device(const std::string& d);
 

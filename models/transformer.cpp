@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "harness/error.h"
+#include "models/fused_ops.h"
 
 namespace ufp4 {
 
@@ -33,6 +34,7 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps_) : eps(eps_) { weight = register_parameter("weight", torch::ones({dim})); }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  if (fused && x.is_cuda() && fused_rms_norm_applies(x)) return fused_rms_norm(x, weight, eps);
   torch::Tensor xf = x.to(torch::kFloat32);
   return (xf * torch::rsqrt(xf.pow(2).mean(-1, true) + eps) * weight).to(x.scalar_type());
 }
@@ -155,10 +157,19 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) {
   return torch::nn::functional::linear(h, embedding->weight.to(h.scalar_type()));
 }
 
+void TransformerImpl::set_fused_ops(bool on) {
+  fused_ops_ = on;
+  for (auto& n : norm1) n->fused = on;
+  for (auto& n : norm2) n->fused = on;
+  final_norm->fused = on;
+}
+
 TransformerOutput TransformerImpl::loss(const torch::Tensor& tokens, const torch::Tensor& targets) {
   torch::Tensor logits = forward(tokens);
   TransformerOutput o;
-  o.lm_loss = torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat32), targets.reshape({-1}));
+  torch::Tensor flat = logits.reshape({-1, logits.size(-1)});
+  if (fused_ops_ && flat.is_cuda() && fused_cross_entropy_applies(flat)) o.lm_loss = fused_cross_entropy(flat, targets.reshape({-1}));
+  else o.lm_loss = torch::nn::functional::cross_entropy(flat.to(torch::kFloat32), targets.reshape({-1}));
   o.aux_loss = torch::zeros({}, o.lm_loss.options());
   int n = 0;
   for (auto& m : moe)

@@ -16,6 +16,7 @@ class RMSNormImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);  // computed in FP32, returned in x's dtype
   torch::Tensor weight;
   double eps;
+  bool fused = true;  // the fused kernel on CUDA (models/fused_ops.h); LibTorch's composition otherwise
 };
 TORCH_MODULE(RMSNorm);
 
@@ -67,6 +68,10 @@ class TransformerImpl : public torch::nn::Module {
   TransformerOutput loss(const torch::Tensor& tokens, const torch::Tensor& targets);
   // Activations run in this dtype (BF16 on GPU, FP32 on CPU); parameters stay FP32 (master weights).
   void set_compute_dtype(torch::ScalarType t) { compute_dtype_ = t; }
+  // On CUDA, RMSNorm and the loss run as fused kernels (models/fused_ops.h) unless turned off here;
+  // CPU always takes LibTorch's composition (the CI reference curves).
+  void set_fused_ops(bool on);
+  bool fused_ops() const { return fused_ops_; }
 
   ModelConfig config;
   std::shared_ptr<QuantContext> ctx;
@@ -81,6 +86,7 @@ class TransformerImpl : public torch::nn::Module {
  private:
   torch::Tensor cos_, sin_;
   torch::ScalarType compute_dtype_ = torch::kFloat32;
+  bool fused_ops_ = true;
 };
 TORCH_MODULE(Transformer);
 

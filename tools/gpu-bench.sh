@@ -11,6 +11,8 @@ mkdir -p "$LOGS" "$BENCH"
 t0=$(date +%s)
 make gpu > "$LOGS/build.log" 2>&1 || { tail -n 40 "$LOGS/build.log"; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
+# The hot kernel's machine code, for reading instruction counts against Nsight Compute's.
+command -v cuobjdump >/dev/null && cuobjdump -sass build/CMakeFiles/ufp4_cuda.dir/kernels/quantize_hot_cuda.cu.o > "$LOGS/sass-quantize-hot.txt" 2>&1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv > "$LOGS/gpu-state.log" 2>&1
 build/ufp4_tests "[cuda]" > "$LOGS/cuda-tests.log" 2>&1
 echo "cuda tests exit $? after $(( $(date +%s) - t0 )) s: $(tail -n 2 "$LOGS/cuda-tests.log" | tr '\n' ' ')"
@@ -27,9 +29,14 @@ if [ "${PROFILE:-1}" = 1 ] && command -v ncu >/dev/null; then
         -k regex:quantize -c 1 build/ufp4 bench kernels --out-dir "$LOGS/ncu-tmp" --filter "^$f/" --iterations 1 --repetitions 1 \
         > "$LOGS/ncu-$(echo "$f" | tr / _).log" 2>&1
   done
+  # Per-instruction execution counts of the columnwise SR kernel (SASS with SourceCounters).
+  f=quantize/fused/e2m1/sr/col/16384x5632
+  ncu --clock-control none --section SourceCounters -k regex:quantize -c 1 -o "$LOGS/ncu-sr-col" -f \
+      build/ufp4 bench kernels --out-dir "$LOGS/ncu-tmp" --filter "^$f/" --iterations 1 --repetitions 1 > /dev/null 2>&1 &&
+    ncu -i "$LOGS/ncu-sr-col.ncu-rep" --page source --csv --print-source sass > "$LOGS/ncu-sr-col-sass.csv" 2>&1
   rm -rf "$LOGS/ncu-tmp"
   echo "ncu done after $(( $(date +%s) - t0 )) s"
 fi
 build/ufp4 report bench --results "$BENCH" --out "$LOGS/bench.md" > /dev/null 2> "$LOGS/report.log"
-sed -n '/## Targets/,/^$/p' "$LOGS/bench.md"
+awk '/^## Targets/ {on = 1; print; next} /^## / {on = 0} on' "$LOGS/bench.md"
 echo "total $(( $(date +%s) - t0 )) s"

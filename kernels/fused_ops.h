@@ -1,0 +1,147 @@
+// Fused training ops of the model (RMSNorm forward/backward, cross entropy with its gradient), one
+// pass over memory each where LibTorch's composition makes many. Raw pointers, no LibTorch types;
+// the CPU reference follows the CUDA kernels' reduction order, so the two agree bit for bit.
+//
+// Reduction order (the contract both sides follow; a + b == b + a bitwise, so a tree is well defined):
+// - A row of n elements is split over P partners (RMSNorm: the 32 lanes of a warp; cross entropy: the
+//   256 threads of a block): element i goes to partner (i / 8) % P, which folds its elements in
+//   increasing i. Partners combine by the butterfly tree v[p] += v[p ^ h], h = 1, 2, ..., P/2 (within
+//   a warp first, as shuffles go, then across warps).
+// - exp and log are our own (fma-only range reduction and polynomials, ~1 ulp), not the platform's,
+//   whose results differ between glibc and CUDA.
+// - RMSNorm's weight gradient: rows in groups of kRmsGroupRows; a group's sum runs over its rows in
+//   order; the group sums of a column are folded by 32 strands (strand s takes groups s, s + 32, ...)
+//   and the strands by the butterfly tree.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/float_bits.h"
+#include "kernels/quant_spec.h"  // DType
+
+typedef struct CUstream_st* cudaStream_t;
+
+namespace ufp4 {
+
+constexpr int kRmsLanes = 32;        // partners of an RMSNorm row
+constexpr int kCeThreads = 256;      // partners of a cross-entropy row
+constexpr int kRmsGroupRows = 16;    // rows a weight-gradient group sums (a warp's share)
+constexpr int kStrands = 32;         // strands folding the group sums
+
+// Products and sums that must not be contracted into an FMA (the two sides would round differently).
+UFP4_HD float mul_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+UFP4_HD float add_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+
+// e^x: x = n ln2 + r (Cody-Waite, |r| <= ln2 / 2), degree-7 Taylor of e^r, times 2^n. 0 below
+// -104 (under the smallest subnormal), inf above 88.8, NaN for NaN.
+UFP4_HD float exp_f32(float x) {
+  if (!(x > -104.0f)) return x != x ? x : 0.0f;
+  if (x > 88.8f) return INFINITY;
+  const float n = rintf(mul_rn(x, 1.44269502f));
+  float r = fmaf(-n, 0.693145751953125f, x);  // ln2's high part: n * it is exact for |n| < 2^11
+  r = fmaf(-n, 1.42860677e-6f, r);
+  float p = 1.0f / 5040.0f;
+  p = fmaf(p, r, 1.0f / 720.0f);
+  p = fmaf(p, r, 1.0f / 120.0f);
+  p = fmaf(p, r, 1.0f / 24.0f);
+  p = fmaf(p, r, 1.0f / 6.0f);
+  p = fmaf(p, r, 0.5f);
+  p = fmaf(p, r, 1.0f);
+  p = fmaf(p, r, 1.0f);
+  const int ni = static_cast<int>(n);
+  // p in [0.70, 1.42]: p 2^n is normal for n in [-125, 127], and adding n to the exponent field is exact.
+  if (ni >= -125 && ni <= 127) return bits_f32(f32_bits(p) + (static_cast<uint32_t>(ni) << 23));
+  return ldexpf(p, ni);  // correctly rounded where the result is subnormal (or overflows)
+}
+
+// ln x for finite x >= 1 (a softmax denominator): x = 2^e m, m in [sqrt(1/2), sqrt(2)),
+// ln m = 2 atanh(u), u = (m - 1) / (m + 1), |u| < 0.172, odd series to u^9.
+UFP4_HD float log_f32(float x) {
+  if (!(x >= 1.0f) || x == INFINITY) return x == INFINITY ? x : NAN;
+  int e = static_cast<int>((f32_bits(x) >> 23) & 0xff) - 127;
+  float m = bits_f32((f32_bits(x) & 0x007fffffu) | 0x3f800000u);
+  if (m > 1.41421356f) { m = mul_rn(m, 0.5f); ++e; }
+  const float u = (m - 1.0f) / (m + 1.0f), u2 = mul_rn(u, u);
+  float p = 1.0f / 9.0f;
+  p = fmaf(p, u2, 1.0f / 7.0f);
+  p = fmaf(p, u2, 1.0f / 5.0f);
+  p = fmaf(p, u2, 1.0f / 3.0f);
+  p = fmaf(p, u2, 1.0f);
+  const float lm = mul_rn(2.0f * u, p);
+  const float fe = static_cast<float>(e);
+  return fmaf(fe, 0.693145751953125f, fmaf(fe, 1.42860677e-6f, lm));
+}
+
+// Outputs carry one NaN (the platforms' arithmetic makes NaNs of different sign and payload).
+UFP4_HD float canon_nan(float v) { return v != v ? NAN : v; }
+
+// NaN-propagating max (the row max of a softmax); commutative bit for bit (max(-0, +0) = +0).
+UFP4_HD float max_nan(float a, float b) {
+  if (a != a || b != b) return NAN;
+  if (a == b) return bits_f32(f32_bits(a) & f32_bits(b));
+  return a > b ? a : b;
+}
+
+// --- RMSNorm over the last dimension: y = x r w, r = 1 / sqrt(sum(x^2) / d + eps) ---------------
+// x, y, dy, dx: [rows, d] in `dtype` (kF32 or kBF16); w: [d] FP32; r: [rows] FP32. The backward
+// writes dx and the weight gradient dw [d] FP32, using `partials` (rms_norm_partials() floats).
+struct RmsNormIO {
+  DType dtype = DType::kBF16;
+  int64_t rows = 0, d = 0;
+  float eps = 1e-6f;
+  const void* x = nullptr;
+  const float* w = nullptr;
+  void* y = nullptr;       // forward
+  float* r = nullptr;      // forward writes, backward reads
+  const void* dy = nullptr;
+  void* dx = nullptr;
+  float* dw = nullptr;
+  float* partials = nullptr;
+};
+inline int64_t rms_norm_partials(int64_t rows, int64_t d) { return (rows + kRmsGroupRows - 1) / kRmsGroupRows * d; }
+
+// --- Cross entropy over the last dimension, from logits [rows, V] in `dtype` ----------------------
+// Forward: loss[t] = lse[t] - x[t, target[t]] (0 where target == ignore_index), lse = m + ln sum
+// exp(x - m), m = the row max; NaN for a target outside [0, V). Backward: dx = (exp(x - lse) - [j == target]) * (*scale), 0 on ignored
+// rows; scale is read from device (CUDA) or host (CPU) memory: the upstream gradient over the count
+// of counted rows, never copied to the host.
+struct CrossEntropyIO {
+  DType dtype = DType::kBF16;
+  int64_t rows = 0, vocab = 0, ignore_index = -100;
+  const void* logits = nullptr;
+  const int64_t* targets = nullptr;
+  float* loss = nullptr;  // forward
+  float* lse = nullptr;   // forward writes, backward reads
+  const float* scale = nullptr;
+  void* dlogits = nullptr;  // backward (may alias logits)
+};
+
+// CPU reference (the order above); any d and vocab.
+void reference_rms_norm_forward(const RmsNormIO& io);
+void reference_rms_norm_backward(const RmsNormIO& io);
+void reference_cross_entropy_forward(const CrossEntropyIO& io);
+void reference_cross_entropy_backward(const CrossEntropyIO& io);
+
+// CUDA (kernels/fused_ops_cuda.cu): d and vocab multiples of 8, 16-byte aligned rows; the
+// caller's stream. What the CUDA kernels accept:
+inline bool fused_cuda_applies(int64_t last_dim, const void* p) {
+  return last_dim % 8 == 0 && last_dim > 0 && (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+}
+void cuda_rms_norm_forward(const RmsNormIO& io, cudaStream_t stream);
+void cuda_rms_norm_backward(const RmsNormIO& io, cudaStream_t stream);
+void cuda_cross_entropy_forward(const CrossEntropyIO& io, cudaStream_t stream);
+void cuda_cross_entropy_backward(const CrossEntropyIO& io, cudaStream_t stream);
+
+}  // namespace ufp4

@@ -1,0 +1,297 @@
+// CUDA kernels of the fused ops (contract and reduction order: kernels/fused_ops.h). Rows move in
+// 16-byte vectors of 8 BF16 (or two of 4 FP32) values; a partner's vectors are i = p, p + P, ...
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "harness/error.h"
+#include "kernels/fused_ops.h"
+
+namespace ufp4 {
+
+namespace {
+
+constexpr unsigned kFull = 0xffffffffu;
+constexpr int kRowsPerBlock = 8;  // RMSNorm: warps (rows or groups) a 256-thread block
+
+template <bool kBf16>
+__device__ __forceinline__ void load8(const void* base, int64_t elem, float (&v)[8]) {
+  if (kBf16) {
+    const uint4 q = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(base) + elem);
+    const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) { v[2 * k] = bits_f32(w[k] << 16); v[2 * k + 1] = bits_f32(w[k] & 0xffff0000u); }
+  } else {
+    const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(base) + elem);
+    const float4 a = p[0], b = p[1];
+    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+  }
+}
+
+template <bool kBf16>
+__device__ __forceinline__ void store8(void* base, int64_t elem, const float (&v_in)[8]) {
+  float v[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) v[e] = canon_nan(v_in[e]);
+  if (kBf16) {
+    // RNE as f32_to_bf16_bits.
+    uint4 q;
+    q.x = static_cast<uint32_t>(f32_to_bf16_bits(v[0])) | (static_cast<uint32_t>(f32_to_bf16_bits(v[1])) << 16);
+    q.y = static_cast<uint32_t>(f32_to_bf16_bits(v[2])) | (static_cast<uint32_t>(f32_to_bf16_bits(v[3])) << 16);
+    q.z = static_cast<uint32_t>(f32_to_bf16_bits(v[4])) | (static_cast<uint32_t>(f32_to_bf16_bits(v[5])) << 16);
+    q.w = static_cast<uint32_t>(f32_to_bf16_bits(v[6])) | (static_cast<uint32_t>(f32_to_bf16_bits(v[7])) << 16);
+    *reinterpret_cast<uint4*>(static_cast<uint16_t*>(base) + elem) = q;
+  } else {
+    float4* p = reinterpret_cast<float4*>(static_cast<float*>(base) + elem);
+    p[0] = make_float4(v[0], v[1], v[2], v[3]);
+    p[1] = make_float4(v[4], v[5], v[6], v[7]);
+  }
+}
+
+// The butterfly over a warp, h = 1, ..., 16.
+__device__ __forceinline__ float warp_tree_sum(float v) {
+#pragma unroll
+  for (int h = 1; h < 32; h *= 2) v = add_rn(v, __shfl_xor_sync(kFull, v, h));
+  return v;
+}
+
+template <bool kBf16>
+__global__ void __launch_bounds__(256) rms_norm_forward_kernel(const RmsNormIO io) {
+  const int lane = threadIdx.x % 32;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
+  if (t >= io.rows) return;
+  const int64_t o = t * io.d, nv = io.d / 8;
+  float acc = 0.0f;
+  for (int64_t v = lane; v < nv; v += 32) {
+    float x[8];
+    load8<kBf16>(io.x, o + 8 * v, x);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc = fmaf(x[e], x[e], acc);
+  }
+  const float ss = warp_tree_sum(acc);
+  const float r = 1.0f / sqrtf(ss / static_cast<float>(io.d) + io.eps);
+  if (lane == 0) io.r[t] = canon_nan(r);
+  for (int64_t v = lane; v < nv; v += 32) {
+    float x[8], w[8];
+    load8<kBf16>(io.x, o + 8 * v, x);
+    load8<false>(io.w, 8 * v, w);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) x[e] = mul_rn(mul_rn(x[e], r), w[e]);
+    store8<kBf16>(io.y, o + 8 * v, x);
+  }
+}
+
+// A warp per group of kRmsGroupRows rows: dx row by row, the group's weight-gradient sums in registers
+// (kNv vectors a lane: d <= 256 kNv).
+template <bool kBf16, int kNv>
+__global__ void __launch_bounds__(256) rms_norm_backward_kernel(const RmsNormIO io) {
+  const int lane = threadIdx.x % 32;
+  const int64_t g = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
+  const int64_t nv = io.d / 8, t0 = g * kRmsGroupRows;
+  if (t0 >= io.rows) return;
+  const int64_t t1 = t0 + kRmsGroupRows < io.rows ? t0 + kRmsGroupRows : io.rows;
+  const float fd = static_cast<float>(io.d);
+  float acc[kNv][8];
+#pragma unroll
+  for (int j = 0; j < kNv; ++j)
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[j][e] = 0.0f;
+  for (int64_t t = t0; t < t1; ++t) {
+    const int64_t o = t * io.d;
+    const float r = io.r[t];
+    float dot = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kNv; ++j) {
+      const int64_t v = lane + 32 * j;
+      if (v >= nv) break;
+      float x[8], dy[8], w[8];
+      load8<kBf16>(io.x, o + 8 * v, x);
+      load8<kBf16>(io.dy, o + 8 * v, dy);
+      load8<false>(io.w, 8 * v, w);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) dot = fmaf(mul_rn(dy[e], w[e]), x[e], dot);
+    }
+    dot = warp_tree_sum(dot);
+    const float k = mul_rn(dot, mul_rn(mul_rn(r, r), r)) / fd;
+#pragma unroll
+    for (int j = 0; j < kNv; ++j) {
+      const int64_t v = lane + 32 * j;
+      if (v >= nv) break;
+      float x[8], dy[8], w[8], dx[8];
+      load8<kBf16>(io.x, o + 8 * v, x);  // the warp's own row, from L1
+      load8<kBf16>(io.dy, o + 8 * v, dy);
+      load8<false>(io.w, 8 * v, w);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        dx[e] = fmaf(-k, x[e], mul_rn(mul_rn(dy[e], w[e]), r));
+        acc[j][e] = fmaf(dy[e], mul_rn(x[e], r), acc[j][e]);
+      }
+      store8<kBf16>(io.dx, o + 8 * v, dx);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kNv; ++j) {
+    const int64_t v = lane + 32 * j;
+    if (v >= nv) break;
+    float4* p = reinterpret_cast<float4*>(io.partials + g * io.d + 8 * v);
+    p[0] = make_float4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
+    p[1] = make_float4(acc[j][4], acc[j][5], acc[j][6], acc[j][7]);
+  }
+}
+
+// dw[j] from the group sums: 32 columns x 32 strands a block, then a warp's tree per column.
+__global__ void __launch_bounds__(1024) rms_norm_weight_grad_kernel(const float* partials, int64_t groups, int64_t d, float* dw) {
+  __shared__ float strand[kStrands][33];
+  const int c = threadIdx.x % 32, s = threadIdx.x / 32;
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * 32 + c;
+  float a = 0.0f;
+  if (col < d)
+    for (int64_t g = s; g < groups; g += kStrands) a = add_rn(a, partials[g * d + col]);
+  strand[s][c] = a;
+  __syncthreads();
+  // Warp s now takes column s of the block, its lanes the strands.
+  const int64_t out = static_cast<int64_t>(blockIdx.x) * 32 + s;
+  const float v = warp_tree_sum(strand[c][s]);
+  if (c == 0 && out < d) dw[out] = canon_nan(v);
+}
+
+template <bool kBf16>
+__global__ void __launch_bounds__(kCeThreads) cross_entropy_forward_kernel(const CrossEntropyIO io) {
+  __shared__ float part[kCeThreads / 32];
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int64_t t = blockIdx.x, o = t * io.vocab, nv = io.vocab / 8;
+  float m = -INFINITY;
+  for (int64_t v = tid; v < nv; v += kCeThreads) {
+    float x[8];
+    load8<kBf16>(io.logits, o + 8 * v, x);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) m = max_nan(m, x[e]);
+  }
+#pragma unroll
+  for (int h = 1; h < 32; h *= 2) m = max_nan(m, __shfl_xor_sync(kFull, m, h));
+  if (lane == 0) part[warp] = m;
+  __syncthreads();
+  m = part[0];
+#pragma unroll
+  for (int w = 1; w < kCeThreads / 32; ++w) m = max_nan(m, part[w]);
+  __syncthreads();  // part is reused
+  float s = 0.0f;
+  for (int64_t v = tid; v < nv; v += kCeThreads) {
+    float x[8];
+    load8<kBf16>(io.logits, o + 8 * v, x);  // second read: L1/L2
+#pragma unroll
+    for (int e = 0; e < 8; ++e) s = add_rn(s, exp_f32(x[e] - m));
+  }
+  s = warp_tree_sum(s);
+  if (lane == 0) part[warp] = s;
+  __syncthreads();
+  if (tid != 0) return;
+  // Across warps: the butterfly's steps h = 32, 64, 128 on the warp sums.
+  float w[kCeThreads / 32];
+#pragma unroll
+  for (int i = 0; i < kCeThreads / 32; ++i) w[i] = part[i];
+#pragma unroll
+  for (int h = 1; h < kCeThreads / 32; h *= 2) {
+    float n[kCeThreads / 32];
+#pragma unroll
+    for (int i = 0; i < kCeThreads / 32; ++i) n[i] = add_rn(w[i], w[i ^ h]);
+#pragma unroll
+    for (int i = 0; i < kCeThreads / 32; ++i) w[i] = n[i];
+  }
+  const float lse = m != m || w[0] != w[0] ? NAN : add_rn(m, log_f32(w[0]));
+  io.lse[t] = lse;
+  const int64_t y = io.targets[t];
+  float loss = 0.0f;
+  if (y != io.ignore_index) {
+    if (y >= 0 && y < io.vocab)
+      loss = canon_nan(lse - (kBf16 ? bf16_bits_to_f32(static_cast<const uint16_t*>(io.logits)[o + y]) : static_cast<const float*>(io.logits)[o + y]));
+    else
+      loss = NAN;
+  }
+  io.loss[t] = loss;
+}
+
+template <bool kBf16>
+__global__ void __launch_bounds__(kCeThreads) cross_entropy_backward_kernel(const CrossEntropyIO io) {
+  const int64_t t = blockIdx.x, o = t * io.vocab, nv = io.vocab / 8, y = io.targets[t];
+  const bool counted = y != io.ignore_index;
+  const float lse = io.lse[t], scale = *io.scale;
+  for (int64_t v = threadIdx.x; v < nv; v += kCeThreads) {
+    float x[8];
+    load8<kBf16>(io.logits, o + 8 * v, x);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const float p = exp_f32(x[e] - lse);
+      x[e] = counted ? mul_rn(8 * v + e == y ? p - 1.0f : p, scale) : 0.0f;
+    }
+    store8<kBf16>(io.dlogits, o + 8 * v, x);
+  }
+}
+
+void check_launch(const char* what) {
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) throw Error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+void check_shape(int64_t last, const char* what) {
+  if (last <= 0 || last % 8 != 0) throw Error(std::string(what) + ": the last dimension (" + std::to_string(last) + ") must be a positive multiple of 8");
+}
+
+template <bool kBf16>
+void launch_rms_backward(const RmsNormIO& io, unsigned blocks, cudaStream_t stream) {
+  switch ((io.d / 8 + 31) / 32) {
+    case 1: rms_norm_backward_kernel<kBf16, 1><<<blocks, 256, 0, stream>>>(io); break;
+    case 2: rms_norm_backward_kernel<kBf16, 2><<<blocks, 256, 0, stream>>>(io); break;
+    case 3: rms_norm_backward_kernel<kBf16, 3><<<blocks, 256, 0, stream>>>(io); break;
+    case 4: rms_norm_backward_kernel<kBf16, 4><<<blocks, 256, 0, stream>>>(io); break;
+    case 5: case 6: rms_norm_backward_kernel<kBf16, 6><<<blocks, 256, 0, stream>>>(io); break;
+    case 7: case 8: rms_norm_backward_kernel<kBf16, 8><<<blocks, 256, 0, stream>>>(io); break;
+    default: throw Error("rms_norm: d = " + std::to_string(io.d) + " exceeds the CUDA kernel's 2048");
+  }
+}
+
+}  // namespace
+
+void cuda_rms_norm_forward(const RmsNormIO& io, cudaStream_t stream) {
+  check_shape(io.d, "rms_norm");
+  if (io.rows == 0) return;
+  const unsigned blocks = static_cast<unsigned>((io.rows + kRowsPerBlock - 1) / kRowsPerBlock);
+  if (io.dtype == DType::kBF16) rms_norm_forward_kernel<true><<<blocks, 256, 0, stream>>>(io);
+  else rms_norm_forward_kernel<false><<<blocks, 256, 0, stream>>>(io);
+  check_launch("rms_norm forward kernel launch");
+}
+
+void cuda_rms_norm_backward(const RmsNormIO& io, cudaStream_t stream) {
+  check_shape(io.d, "rms_norm");
+  if (io.rows == 0) {
+    cudaMemsetAsync(io.dw, 0, static_cast<size_t>(io.d) * sizeof(float), stream);
+    return;
+  }
+  const int64_t groups = (io.rows + kRmsGroupRows - 1) / kRmsGroupRows;
+  const unsigned blocks = static_cast<unsigned>((groups + kRowsPerBlock - 1) / kRowsPerBlock);
+  if (io.dtype == DType::kBF16) launch_rms_backward<true>(io, blocks, stream);
+  else launch_rms_backward<false>(io, blocks, stream);
+  check_launch("rms_norm backward kernel launch");
+  rms_norm_weight_grad_kernel<<<static_cast<unsigned>((io.d + 31) / 32), 1024, 0, stream>>>(io.partials, groups, io.d, io.dw);
+  check_launch("rms_norm weight-gradient kernel launch");
+}
+
+void cuda_cross_entropy_forward(const CrossEntropyIO& io, cudaStream_t stream) {
+  check_shape(io.vocab, "cross_entropy");
+  if (io.rows == 0) return;
+  if (io.rows > 0x7fffffff) throw Error("cross_entropy: too many rows for one launch");
+  if (io.dtype == DType::kBF16) cross_entropy_forward_kernel<true><<<static_cast<unsigned>(io.rows), kCeThreads, 0, stream>>>(io);
+  else cross_entropy_forward_kernel<false><<<static_cast<unsigned>(io.rows), kCeThreads, 0, stream>>>(io);
+  check_launch("cross_entropy forward kernel launch");
+}
+
+void cuda_cross_entropy_backward(const CrossEntropyIO& io, cudaStream_t stream) {
+  check_shape(io.vocab, "cross_entropy");
+  if (io.rows == 0) return;
+  if (io.rows > 0x7fffffff) throw Error("cross_entropy: too many rows for one launch");
+  if (io.dtype == DType::kBF16) cross_entropy_backward_kernel<true><<<static_cast<unsigned>(io.rows), kCeThreads, 0, stream>>>(io);
+  else cross_entropy_backward_kernel<false><<<static_cast<unsigned>(io.rows), kCeThreads, 0, stream>>>(io);
+  check_launch("cross_entropy backward kernel launch");
+}
+
+}  // namespace ufp4

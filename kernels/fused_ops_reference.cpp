@@ -1,0 +1,112 @@
+// CPU reference of the fused ops, in the CUDA kernels' order (kernels/fused_ops.h).
+#include <algorithm>
+#include <vector>
+
+#include "kernels/fused_ops.h"
+
+namespace ufp4 {
+
+namespace {
+
+float load(const void* p, DType t, int64_t i) {
+  return t == DType::kBF16 ? bf16_bits_to_f32(static_cast<const uint16_t*>(p)[i]) : static_cast<const float*>(p)[i];
+}
+void store(void* p, DType t, int64_t i, float v) {
+  v = canon_nan(v);
+  if (t == DType::kBF16) static_cast<uint16_t*>(p)[i] = f32_to_bf16_bits(v);
+  else static_cast<float*>(p)[i] = v;
+}
+
+// The butterfly tree over partners' partial sums (every partner ends with the same value).
+float tree_sum(std::vector<float> v) {
+  for (size_t h = 1; h < v.size(); h *= 2) {
+    std::vector<float> next(v.size());
+    for (size_t p = 0; p < v.size(); ++p) next[p] = v[p] + v[p ^ h];
+    v.swap(next);
+  }
+  return v[0];
+}
+
+// Folds f(i) over a row of n elements split over `partners` (element i to partner (i / 8) % partners).
+template <class F>
+float row_sum(int64_t n, int partners, F f) {
+  std::vector<float> acc(static_cast<size_t>(partners), 0.0f);
+  for (int64_t i = 0; i < n; ++i) {
+    float& a = acc[static_cast<size_t>((i / 8) % partners)];
+    a = f(i, a);
+  }
+  return tree_sum(std::move(acc));
+}
+
+}  // namespace
+
+void reference_rms_norm_forward(const RmsNormIO& io) {
+  const float fd = static_cast<float>(io.d);
+  for (int64_t t = 0; t < io.rows; ++t) {
+    const int64_t o = t * io.d;
+    const float ss = row_sum(io.d, kRmsLanes, [&](int64_t i, float a) {
+      const float x = load(io.x, io.dtype, o + i);
+      return fmaf(x, x, a);
+    });
+    const float r = 1.0f / std::sqrt(ss / fd + io.eps);
+    io.r[t] = canon_nan(r);
+    for (int64_t i = 0; i < io.d; ++i) store(io.y, io.dtype, o + i, mul_rn(mul_rn(load(io.x, io.dtype, o + i), r), io.w[i]));
+  }
+}
+
+void reference_rms_norm_backward(const RmsNormIO& io) {
+  const float fd = static_cast<float>(io.d);
+  const int64_t groups = (io.rows + kRmsGroupRows - 1) / kRmsGroupRows;
+  for (int64_t t = 0; t < io.rows; ++t) {
+    const int64_t o = t * io.d;
+    const float r = io.r[t];
+    const float dot = row_sum(io.d, kRmsLanes, [&](int64_t i, float a) {
+      return fmaf(mul_rn(load(io.dy, io.dtype, o + i), io.w[i]), load(io.x, io.dtype, o + i), a);
+    });
+    const float k = mul_rn(dot, mul_rn(mul_rn(r, r), r)) / fd;
+    for (int64_t i = 0; i < io.d; ++i) {
+      const float g = mul_rn(load(io.dy, io.dtype, o + i), io.w[i]);
+      store(io.dx, io.dtype, o + i, fmaf(-k, load(io.x, io.dtype, o + i), mul_rn(g, r)));
+    }
+  }
+  // Weight gradient: group sums over rows in order, then strands and the tree.
+  for (int64_t j = 0; j < io.d; ++j) {
+    std::vector<float> strand(kStrands, 0.0f);
+    for (int64_t g = 0; g < groups; ++g) {
+      float s = 0.0f;
+      const int64_t t1 = std::min(io.rows, (g + 1) * kRmsGroupRows);
+      for (int64_t t = g * kRmsGroupRows; t < t1; ++t)
+        s = fmaf(load(io.dy, io.dtype, t * io.d + j), mul_rn(load(io.x, io.dtype, t * io.d + j), io.r[t]), s);
+      strand[static_cast<size_t>(g % kStrands)] += s;
+    }
+    io.dw[j] = canon_nan(tree_sum(std::move(strand)));
+  }
+}
+
+void reference_cross_entropy_forward(const CrossEntropyIO& io) {
+  for (int64_t t = 0; t < io.rows; ++t) {
+    const int64_t o = t * io.vocab;
+    float m = -INFINITY;
+    for (int64_t i = 0; i < io.vocab; ++i) m = max_nan(m, load(io.logits, io.dtype, o + i));
+    const float s = row_sum(io.vocab, kCeThreads, [&](int64_t i, float a) { return a + exp_f32(load(io.logits, io.dtype, o + i) - m); });
+    const float lse = m != m || s != s ? NAN : m + log_f32(s);
+    io.lse[t] = lse;
+    const int64_t y = io.targets[t];
+    if (y == io.ignore_index) io.loss[t] = 0.0f;
+    else io.loss[t] = y >= 0 && y < io.vocab ? canon_nan(lse - load(io.logits, io.dtype, o + y)) : NAN;
+  }
+}
+
+void reference_cross_entropy_backward(const CrossEntropyIO& io) {
+  const float scale = *io.scale;
+  for (int64_t t = 0; t < io.rows; ++t) {
+    const int64_t o = t * io.vocab, y = io.targets[t];
+    const bool counted = y != io.ignore_index;
+    for (int64_t i = 0; i < io.vocab; ++i) {
+      const float p = exp_f32(load(io.logits, io.dtype, o + i) - io.lse[t]);
+      store(io.dlogits, io.dtype, o + i, counted ? mul_rn(i == y ? p - 1.0f : p, scale) : 0.0f);
+    }
+  }
+}
+
+}  // namespace ufp4

@@ -1,0 +1,261 @@
+// Fused RMSNorm and cross entropy: the maths against LibTorch's composition (CPU, tolerance: a
+// different summation order), exp/log against double precision, and the CUDA kernels against the CPU
+// reference bit for bit (the reduction order is part of the contract, kernels/fused_ops.h).
+#include <torch/torch.h>
+
+#include <cmath>
+#include <limits>
+
+#include "harness/error.h"
+#include "kernels/fused_ops.h"
+#include "models/fused_ops.h"
+#include "models/transformer.h"
+#include "tests/catch.h"
+
+using namespace ufp4;
+
+namespace {
+
+torch::Tensor rms_norm_composed(const torch::Tensor& x, const torch::Tensor& w, double eps) {
+  torch::Tensor xf = x.to(torch::kFloat32);
+  return (xf * torch::rsqrt(xf.pow(2).mean(-1, true) + eps) * w).to(x.scalar_type());
+}
+
+// Max |a - b| / (atol + rtol |b|) over elements: <= 1 passes.
+double worst(const torch::Tensor& a, const torch::Tensor& b, double atol, double rtol) {
+  torch::Tensor a64 = a.to(torch::kFloat64), b64 = b.to(torch::kFloat64);
+  return ((a64 - b64).abs() / (atol + rtol * b64.abs())).max().item<double>();
+}
+
+// Distance in units in the last place of FP32 between a float and the exact value.
+double ulps(float got, double exact) {
+  const float e = static_cast<float>(exact);
+  const float ulp = std::nextafter(std::fabs(e), std::numeric_limits<float>::infinity()) - std::fabs(e);
+  return std::fabs(static_cast<double>(got) - exact) / ulp;
+}
+
+}  // namespace
+
+TEST_CASE("exp_f32 and log_f32: within 2 ulp of double precision, exact where it must be", "[fused]") {
+  double worst_exp = 0, worst_log = 0;
+  for (int i = 0; i <= 200000; ++i) {
+    const float x = -87.0f + 175.0f * static_cast<float>(i) / 200000.0f;  // normal results
+    worst_exp = std::max(worst_exp, ulps(exp_f32(x), std::exp(static_cast<double>(x))));
+    const float y = std::ldexp(1.0f + static_cast<float>(i % 1000) / 1000.0f, i % 60);
+    worst_log = std::max(worst_log, ulps(log_f32(y), std::log(static_cast<double>(y))) * (std::log(y) < 1e-30 ? 0 : 1));
+  }
+  INFO("exp worst " << worst_exp << " ulp, log worst " << worst_log << " ulp");
+  CHECK(worst_exp <= 2.0);
+  CHECK(worst_log <= 2.0);
+  CHECK(exp_f32(0.0f) == 1.0f);
+  CHECK(exp_f32(-INFINITY) == 0.0f);
+  CHECK(exp_f32(-200.0f) == 0.0f);
+  CHECK(std::isinf(exp_f32(89.0f)));
+  CHECK(std::isnan(exp_f32(NAN)));
+  CHECK(exp_f32(-100.0f) > 0.0f);  // subnormal, not flushed
+  CHECK(std::fabs(exp_f32(-100.0f) - std::exp(-100.0)) <= std::ldexp(1.0, -149));  // within one subnormal step
+  CHECK(log_f32(1.0f) == 0.0f);
+  CHECK(std::isinf(log_f32(INFINITY)));
+  CHECK(std::isnan(log_f32(0.5f)));
+  CHECK(max_nan(-0.0f, 0.0f) == 0.0f);
+  CHECK(!std::signbit(max_nan(-0.0f, 0.0f)));
+  CHECK(!std::signbit(max_nan(0.0f, -0.0f)));
+  CHECK(std::isnan(max_nan(1.0f, NAN)));
+}
+
+TEST_CASE("fused RMSNorm == LibTorch's composition, forward and backward (FP32 and BF16)", "[fused]") {
+  for (auto dtype : {torch::kFloat32, torch::kBFloat16})
+    for (int64_t d : {8, 64, 200, 20}) {
+      torch::manual_seed(3);
+      torch::Tensor x0 = (torch::randn({3, 13, d}) * 2.5).to(dtype);
+      torch::Tensor w0 = torch::rand({d}) + 0.5;
+      torch::Tensor g = torch::randn({3, 13, d}).to(dtype);
+      torch::Tensor xa = x0.clone().requires_grad_(true), wa = w0.clone().requires_grad_(true);
+      torch::Tensor xb = x0.clone().requires_grad_(true), wb = w0.clone().requires_grad_(true);
+      torch::Tensor ya = fused_rms_norm(xa, wa, 1e-6), yb = rms_norm_composed(xb, wb, 1e-6);
+      (ya.to(torch::kFloat32) * g.to(torch::kFloat32)).sum().backward();
+      (yb.to(torch::kFloat32) * g.to(torch::kFloat32)).sum().backward();
+      INFO("dtype " << dtype << " d " << d);
+      REQUIRE(ya.scalar_type() == dtype);
+      REQUIRE(xa.grad().scalar_type() == dtype);
+      REQUIRE(wa.grad().scalar_type() == torch::kFloat32);
+      // FP32: summation order only (d terms, ~1e-6); BF16 outputs: one BF16 rounding apart at most.
+      const bool bf = dtype == torch::kBFloat16;
+      CHECK(worst(ya, yb, 1e-6, bf ? 8e-3 : 1e-5) <= 1);
+      // dx cancels (r g - x k): compare against the scale of its terms; dw sums 39 rows.
+      const double dx_scale = xb.grad().to(torch::kFloat64).abs().max().item<double>();
+      CHECK(worst(xa.grad(), xb.grad(), (bf ? 1e-2 : 1e-5) * dx_scale, bf ? 8e-3 : 1e-4) <= 1);
+      const double dw_scale = wb.grad().abs().max().item<double>();
+      CHECK(worst(wa.grad(), wb.grad(), (bf ? 1e-2 : 1e-5) * dw_scale, 1e-4) <= 1);
+    }
+}
+
+TEST_CASE("fused cross entropy == LibTorch's, loss and gradient, with ignored rows and a scaled upstream gradient", "[fused]") {
+  for (auto dtype : {torch::kFloat32, torch::kBFloat16})
+    for (int64_t V : {256, 40, 1000}) {
+      torch::manual_seed(5);
+      torch::Tensor z0 = (torch::randn({37, V}) * 4).to(dtype);
+      torch::Tensor t = torch::randint(0, V, {37}, torch::kInt64);
+      t.index_put_({torch::indexing::Slice(0, 37, 6)}, -100);  // every sixth row ignored
+      torch::Tensor za = z0.clone().requires_grad_(true), zb = z0.clone().requires_grad_(true);
+      torch::Tensor la = fused_cross_entropy(za, t), lb = torch::nn::functional::cross_entropy(zb.to(torch::kFloat32), t);
+      (la * 3.0).backward();
+      (lb * 3.0).backward();
+      INFO("dtype " << dtype << " V " << V);
+      REQUIRE(la.scalar_type() == torch::kFloat32);
+      REQUIRE(za.grad().scalar_type() == dtype);
+      CHECK(worst(la, lb, 0, 2e-6) <= 1);
+      const bool bf = dtype == torch::kBFloat16;
+      CHECK(worst(za.grad(), zb.grad(), 1e-7, bf ? 8e-3 : 1e-5) <= 1);
+      // Ignored rows get no gradient.
+      CHECK(za.grad().index({torch::indexing::Slice(0, 37, 6)}).abs().sum().item<double>() == 0.0);
+    }
+  // Every row ignored: NaN loss (as LibTorch's mean over nothing), zero gradient.
+  torch::Tensor z = torch::randn({4, 16}).requires_grad_(true);
+  torch::Tensor l = fused_cross_entropy(z, torch::full({4}, -100, torch::kInt64));
+  CHECK(std::isnan(l.item<float>()));
+  l.backward();
+  CHECK(z.grad().abs().sum().item<double>() == 0.0);
+  // A target outside the vocabulary: NaN, not a read out of bounds.
+  CHECK(std::isnan(fused_cross_entropy(torch::randn({2, 16}), torch::tensor({3, 16}, torch::kInt64)).item<float>()));
+  CHECK_THROWS_AS(fused_cross_entropy(torch::randn({2, 16}).to(torch::kFloat64), torch::tensor({1, 2}, torch::kInt64)), Error);
+  CHECK_THROWS_AS(fused_cross_entropy(torch::randn({2, 16}), torch::tensor({1, 2, 3}, torch::kInt64)), Error);
+}
+
+TEST_CASE("the CPU model never takes the fused ops (CI curves stay LibTorch's)", "[fused]") {
+  auto ctx = std::make_shared<QuantContext>();
+  ctx->recipe = Recipe::load("bf16");
+  torch::manual_seed(0);
+  Transformer a(model_config("tiny"), ctx);
+  torch::Tensor tokens = torch::randint(0, 256, {2, 33}, torch::kInt64);
+  const float on = a->loss(tokens.slice(1, 0, 32), tokens.slice(1, 1, 33)).loss.item<float>();
+  a->set_fused_ops(false);
+  const float off = a->loss(tokens.slice(1, 0, 32), tokens.slice(1, 1, 33)).loss.item<float>();
+  CHECK(on == off);
+}
+
+#ifdef UFP4_WITH_CUDA
+namespace {
+
+DType dt(const torch::Tensor& t) { return t.scalar_type() == torch::kBFloat16 ? DType::kBF16 : DType::kF32; }
+
+// "" when the outputs agree bit for bit, else the first that differs and where.
+std::string first_difference(const std::vector<std::string>& names, const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  for (size_t i = 0; i < names.size(); ++i) {
+    const int64_t at = test::first_bit_mismatch(a[i], b[i]);
+    if (at >= 0) return names[i] + ": " + test::describe_mismatch(a[i], b[i], at);
+  }
+  return "";
+}
+
+// The CUDA kernels and the CPU reference on the same inputs; "" when every output agrees bitwise.
+std::string rms_norm_mismatch(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& dy) {
+  const int64_t rows = x.size(0), d = x.size(1);
+  auto run = [&](const torch::Device& dev) {
+    torch::Tensor xs = x.to(dev), ws = w.to(dev), dys = dy.to(dev);
+    torch::Tensor y = torch::empty_like(xs), r = torch::empty({rows}, ws.options()), dx = torch::empty_like(xs), dw = torch::empty({d}, ws.options());
+    torch::Tensor partials = torch::empty({rms_norm_partials(rows, d)}, ws.options());
+    RmsNormIO io;
+    io.dtype = dt(x);
+    io.rows = rows;
+    io.d = d;
+    io.x = xs.data_ptr();
+    io.w = ws.data_ptr<float>();
+    io.y = y.data_ptr();
+    io.r = r.data_ptr<float>();
+    io.dy = dys.data_ptr();
+    io.dx = dx.data_ptr();
+    io.dw = dw.data_ptr<float>();
+    io.partials = partials.data_ptr<float>();
+    if (dev.is_cuda()) { cuda_rms_norm_forward(io, nullptr); cuda_rms_norm_backward(io, nullptr); torch::cuda::synchronize(); }
+    else { reference_rms_norm_forward(io); reference_rms_norm_backward(io); }
+    return std::vector<torch::Tensor>{y.cpu(), r.cpu(), dx.cpu(), dw.cpu()};
+  };
+  return first_difference({"y", "r", "dx", "dw"}, run(torch::kCPU), run(torch::kCUDA));
+}
+
+std::string cross_entropy_mismatch(const torch::Tensor& z, const torch::Tensor& t) {
+  const int64_t rows = z.size(0), V = z.size(1);
+  auto run = [&](const torch::Device& dev) {
+    torch::Tensor zs = z.to(dev), ts = t.to(dev);
+    const auto f32 = zs.options().dtype(torch::kFloat32);
+    torch::Tensor loss = torch::empty({rows}, f32), lse = torch::empty({rows}, f32), scale = torch::full({1}, 0.37f, f32),
+                  dz = torch::empty_like(zs);
+    CrossEntropyIO io;
+    io.dtype = dt(z);
+    io.rows = rows;
+    io.vocab = V;
+    io.logits = zs.data_ptr();
+    io.targets = ts.data_ptr<int64_t>();
+    io.loss = loss.data_ptr<float>();
+    io.lse = lse.data_ptr<float>();
+    io.scale = scale.data_ptr<float>();
+    io.dlogits = dz.data_ptr();
+    if (dev.is_cuda()) { cuda_cross_entropy_forward(io, nullptr); cuda_cross_entropy_backward(io, nullptr); torch::cuda::synchronize(); }
+    else { reference_cross_entropy_forward(io); reference_cross_entropy_backward(io); }
+    return std::vector<torch::Tensor>{loss.cpu(), lse.cpu(), dz.cpu()};
+  };
+  return first_difference({"loss", "lse", "dlogits"}, run(torch::kCPU), run(torch::kCUDA));
+}
+
+}  // namespace
+
+TEST_CASE("CUDA RMSNorm == CPU reference, bitwise: y, r, dx, dw", "[cuda]") {
+  UFP4_NEED_GPU();
+  // d covers every register variant (1, 2, 3, 4, 6 and 8 vectors a lane); rows cover partial groups.
+  for (auto dtype : {torch::kBFloat16, torch::kFloat32})
+    for (auto shape : std::vector<std::pair<int64_t, int64_t>>{{1000, 768}, {33, 384}, {5, 2048}, {17, 8}, {70, 1032}, {129, 1536}, {2, 512}}) {
+      torch::manual_seed(shape.first + shape.second);
+      torch::Tensor x = (torch::randn({shape.first, shape.second}) * 3).to(dtype);
+      torch::Tensor w = torch::rand({shape.second}) + 0.5;
+      torch::Tensor dy = torch::randn({shape.first, shape.second}).to(dtype);
+      INFO("dtype " << dtype << " rows " << shape.first << " d " << shape.second);
+      CHECK(rms_norm_mismatch(x, w, dy) == "");
+    }
+}
+
+TEST_CASE("CUDA cross entropy == CPU reference, bitwise: loss, lse, gradient (ignored, out-of-range, -inf and NaN rows)", "[cuda]") {
+  UFP4_NEED_GPU();
+  for (auto dtype : {torch::kBFloat16, torch::kFloat32})
+    for (auto shape : std::vector<std::pair<int64_t, int64_t>>{{7, 32768}, {100, 256}, {3, 50000}, {9, 8}}) {
+      const int64_t rows = shape.first, V = shape.second;
+      torch::manual_seed(rows + V);
+      torch::Tensor z = torch::randn({rows, V}) * 5;
+      z.index_put_({0, torch::indexing::Slice(0, V, 3)}, -INFINITY);  // masked entries
+      if (rows > 2) z.index_put_({2, V / 2}, NAN);
+      torch::Tensor t = torch::randint(0, V, {rows}, torch::kInt64);
+      t.index_put_({1}, -100);
+      if (rows > 3) t.index_put_({3}, V);  // out of range: NaN loss
+      INFO("dtype " << dtype << " rows " << rows << " V " << V);
+      CHECK(cross_entropy_mismatch(z.to(dtype), t) == "");
+    }
+}
+
+TEST_CASE("tiny model on CUDA: fused ops change loss and gradients only by rounding", "[cuda]") {
+  UFP4_NEED_GPU();
+  auto ctx = std::make_shared<QuantContext>();
+  ctx->recipe = Recipe::load("bf16");
+  torch::manual_seed(0);
+  Transformer m(model_config("tiny"), ctx);
+  m->to(torch::kCUDA);
+  m->set_compute_dtype(torch::kBFloat16);
+  torch::Tensor tokens = torch::randint(0, 256, {4, 65}, torch::kInt64).to(torch::kCUDA);
+  auto grads = [&](bool fused) {
+    m->set_fused_ops(fused);
+    m->zero_grad();
+    TransformerOutput o = m->loss(tokens.slice(1, 0, 64), tokens.slice(1, 1, 65));
+    o.loss.backward();
+    std::vector<torch::Tensor> g;
+    for (const auto& p : m->parameters()) g.push_back(p.grad().detach().clone().cpu());
+    return std::make_pair(o.loss.item<double>(), g);
+  };
+  const auto a = grads(true), b = grads(false);
+  // BF16 activations: the two paths round differently at 2^-9 relative, and the differences travel.
+  CHECK(std::fabs(a.first - b.first) <= 2e-3 * std::fabs(b.first));
+  for (size_t i = 0; i < a.second.size(); ++i) {
+    const double err = (a.second[i] - b.second[i]).norm().item<double>(), ref = b.second[i].norm().item<double>();
+    INFO("parameter " << i);
+    CHECK(err <= 3e-2 * ref + 1e-8);
+  }
+}
+#endif
