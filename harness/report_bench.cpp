@@ -210,8 +210,10 @@ std::string unmet_section(bool bw, bool fs, bool uf, bool sr, const std::map<std
     md << " Both launch the same cuBLAS GEMMs, flash attention and fused AdamW; the rest of a step is memory-bound "
        << "elementwise work that LibTorch composes from many passes over the activations (an RMSNorm is a chain of eight "
        << "operations forward, each a pass over FP32 or BF16 activations, and their gradients backward; the loss "
-       << "materializes FP32 copies of the logits over the whole vocabulary). What would close it: single-pass kernels for those chains — RMSNorm and the loss first, then "
-       << "SwiGLU's gate and RoPE.\n\n";
+       << "materializes FP32 copies of the logits over the whole vocabulary). What would close it: single-pass kernels for "
+       << "those chains — "
+       << (libtorch_ops_ms.count(m) ? "beyond RMSNorm and the loss, SwiGLU's gate, RoPE and the residual adds.\n\n"
+                                    : "RMSNorm and the loss first, then SwiGLU's gate and RoPE.\n\n");
   }
   return md.str();
 }
