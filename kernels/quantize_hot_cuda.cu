@@ -10,9 +10,18 @@ namespace ufp4 {
 
 namespace {
 
+// Compile-time knobs for tuning the columnwise SR kernel on another GPU (tools/tune-hot.sh sets them
+// through the CMake variable UFP4_HOT_TUNE); the defaults are what H200 measured best.
+#ifndef UFP4_HOT_COL_SR_BLOCKS
+#define UFP4_HOT_COL_SR_BLOCKS 8
+#endif
+#ifndef UFP4_HOT_COL_SR_TILES
+#define UFP4_HOT_COL_SR_TILES 2
+#endif
+
 constexpr int kHotThreads = 128;
 constexpr int kColTile = 64;          // columnwise: input rows and columns of one shared-memory tile
-constexpr int kColTiles = 2;  // columnwise SR: row tiles a thread block walks
+constexpr int kColTiles = UFP4_HOT_COL_SR_TILES;  // columnwise SR: row tiles a thread block walks
 
 // Per variant, as measured on H200 (exploratory runs): whether rowwise blocks stage their loads and
 // stores through shared memory, and how many thread blocks an SM must hold (caps registers: 6 = 80,
@@ -24,7 +33,7 @@ constexpr int kColTiles = 2;  // columnwise SR: row tiles a thread block walks
 template <bool kCol, int kClass, bool kSR>
 constexpr bool kHotStage = !kCol && (!kSR || kClass == kGridUniform);
 template <bool kCol, int kClass, bool kSR>
-constexpr int kHotMinBlocks = kCol ? (kSR ? 8 : 12) : (kSR && kClass == kGridUniform ? 10 : 8);
+constexpr int kHotMinBlocks = kCol ? (kSR ? UFP4_HOT_COL_SR_BLOCKS : 12) : (kSR && kClass == kGridUniform ? 10 : 8);
 
 // 16-byte asynchronous global-to-shared copy (zero-filled when !valid), and its group fences.
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
