@@ -53,7 +53,7 @@ void reset_peak(const torch::Device& d) {
 #endif
 }
 
-// fused_ops false: RMSNorm and the loss as LibTorch compositions (the row that shows what the fused
+// fused_ops false: RMSNorm, SwiGLU and the loss as LibTorch compositions (the row that shows what the fused
 // kernels buy, measured in the same run).
 StepBenchRow bench_ours(const std::string& model, const std::string& recipe, const StepBenchOptions& o, const torch::Device& device,
                         bool fused_ops = true) {

@@ -206,13 +206,13 @@ std::string unmet_section(bool bw, bool fs, bool uf, bool sr, const std::map<std
     md << "### bf16 step / PyTorch eager step, " << m << "\n\nOurs " << fmt("%.2f", bf16_ms.at(m)) << " ms, eager "
        << fmt("%.2f", ref_ms.at(m)) << " ms.";
     if (libtorch_ops_ms.count(m))
-      md << " Without the fused RMSNorm and loss kernels ours takes " << fmt("%.2f", libtorch_ops_ms.at(m)) << " ms.";
+      md << " Without the fused RMSNorm, SwiGLU and loss kernels ours takes " << fmt("%.2f", libtorch_ops_ms.at(m)) << " ms.";
     md << " Both launch the same cuBLAS GEMMs, flash attention and fused AdamW; the rest of a step is memory-bound "
        << "elementwise work that LibTorch composes from many passes over the activations (an RMSNorm is a chain of eight "
        << "operations forward, each a pass over FP32 or BF16 activations, and their gradients backward; the loss "
        << "materializes FP32 copies of the logits over the whole vocabulary). What would close it: single-pass kernels for "
        << "those chains — "
-       << (libtorch_ops_ms.count(m) ? "beyond RMSNorm and the loss, SwiGLU's gate, RoPE and the residual adds.\n\n"
+       << (libtorch_ops_ms.count(m) ? "beyond RMSNorm, SwiGLU and the loss, RoPE and the residual adds.\n\n"
                                     : "RMSNorm and the loss first, then SwiGLU's gate and RoPE.\n\n");
   }
   return md.str();
@@ -334,7 +334,7 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
        << "fixed random tokens; median of the timed steps after warm-up (CUDA events). MFU: model FLOPs per token (ours, "
        << "attention included) x tokens/s over the 989.5 TFLOP/s dense BF16 peak. The PyTorch rows run "
        << "`harness/reference_step.py`: the same BF16 model in plain eager PyTorch (autocast), fused or foreach AdamW. "
-       << "`ufp4-libtorch-ops`: our step with RMSNorm and the loss as LibTorch compositions instead of the fused kernels "
+       << "`ufp4-libtorch-ops`: our step with RMSNorm, SwiGLU and the loss as LibTorch compositions instead of the fused kernels "
        << "(`models/fused_ops.h`), what the fusion buys.\n\n"
        << "| model | implementation | recipe | batch x seq | step ms (sd) | tokens/s | MFU | peak GB | vs own bf16 |\n"
        << "|---|---|---|---|---|---|---|---|---|\n";

@@ -1,4 +1,4 @@
-// Fused training ops of the model (RMSNorm forward/backward, cross entropy with its gradient), one
+// Fused training ops of the model (RMSNorm, cross entropy with its gradient, SwiGLU), one
 // pass over memory each where LibTorch's composition makes many. Raw pointers, no LibTorch types;
 // the CPU reference follows the CUDA kernels' reduction order, so the two agree bit for bit.
 //
@@ -128,13 +128,36 @@ struct CrossEntropyIO {
   void* dlogits = nullptr;  // backward (may alias logits)
 };
 
+// --- SwiGLU: out = silu(g) u, g and u the two halves of gu [rows, 2h] (gate first) ------------------
+// silu(g) = g s, s = 1 / (1 + exp(-g)); backward: dg = dout u s (1 + g (1 - s)), du = dout silu(g).
+// Elementwise, so CPU and CUDA agree bit for bit by the operations alone.
+struct SwiGluIO {
+  DType dtype = DType::kBF16;
+  int64_t rows = 0, hidden = 0;
+  const void* gu = nullptr;
+  void* out = nullptr;        // forward: [rows, h]
+  const void* dout = nullptr; // backward: [rows, h]
+  void* dgu = nullptr;        // backward: [rows, 2h]
+};
+
+UFP4_HD float sigmoid_f32(float g) { return 1.0f / add_rn(1.0f, exp_f32(-g)); }
+UFP4_HD float swiglu_forward(float g, float u) { return mul_rn(mul_rn(g, sigmoid_f32(g)), u); }
+// (dg, du) for one element.
+UFP4_HD void swiglu_backward(float g, float u, float d, float& dg, float& du) {
+  const float s = sigmoid_f32(g);
+  dg = mul_rn(mul_rn(d, u), mul_rn(s, add_rn(1.0f, mul_rn(g, 1.0f - s))));
+  du = mul_rn(d, mul_rn(g, s));
+}
+
 // CPU reference (the order above); any d and vocab.
 void reference_rms_norm_forward(const RmsNormIO& io);
 void reference_rms_norm_backward(const RmsNormIO& io);
 void reference_cross_entropy_forward(const CrossEntropyIO& io);
 void reference_cross_entropy_backward(const CrossEntropyIO& io);
+void reference_swiglu_forward(const SwiGluIO& io);
+void reference_swiglu_backward(const SwiGluIO& io);
 
-// CUDA (kernels/fused_ops_cuda.cu): d and vocab multiples of 8, 16-byte aligned rows; the
+// CUDA (kernels/fused_ops_cuda.cu): d, vocab and h multiples of 8, 16-byte aligned rows; the
 // caller's stream. What the CUDA kernels accept:
 inline bool fused_cuda_applies(int64_t last_dim, const void* p) {
   return last_dim % 8 == 0 && last_dim > 0 && (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
@@ -143,5 +166,7 @@ void cuda_rms_norm_forward(const RmsNormIO& io, cudaStream_t stream);
 void cuda_rms_norm_backward(const RmsNormIO& io, cudaStream_t stream);
 void cuda_cross_entropy_forward(const CrossEntropyIO& io, cudaStream_t stream);
 void cuda_cross_entropy_backward(const CrossEntropyIO& io, cudaStream_t stream);
+void cuda_swiglu_forward(const SwiGluIO& io, cudaStream_t stream);
+void cuda_swiglu_backward(const SwiGluIO& io, cudaStream_t stream);
 
 }  // namespace ufp4

@@ -228,6 +228,47 @@ __global__ void __launch_bounds__(kCeThreads) cross_entropy_backward_kernel(cons
   }
 }
 
+// SwiGLU: a thread per 8 consecutive outputs of a row (h % 8 == 0), grid-stride.
+template <bool kBf16>
+__global__ void __launch_bounds__(256) swiglu_forward_kernel(const SwiGluIO io) {
+  const int64_t per_row = io.hidden / 8, n = io.rows * per_row;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / per_row, j = (i % per_row) * 8;
+    float g[8], u[8];
+    load8<kBf16>(io.gu, t * 2 * io.hidden + j, g);
+    load8<kBf16>(io.gu, t * 2 * io.hidden + io.hidden + j, u);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) g[e] = swiglu_forward(g[e], u[e]);
+    store8<kBf16>(io.out, t * io.hidden + j, g);
+  }
+}
+
+template <bool kBf16>
+__global__ void __launch_bounds__(256) swiglu_backward_kernel(const SwiGluIO io) {
+  const int64_t per_row = io.hidden / 8, n = io.rows * per_row;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / per_row, j = (i % per_row) * 8;
+    float g[8], u[8], d[8];
+    load8<kBf16>(io.gu, t * 2 * io.hidden + j, g);
+    load8<kBf16>(io.gu, t * 2 * io.hidden + io.hidden + j, u);
+    load8<kBf16>(io.dout, t * io.hidden + j, d);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      float dg, du;
+      swiglu_backward(g[e], u[e], d[e], dg, du);
+      g[e] = dg;
+      u[e] = du;
+    }
+    store8<kBf16>(io.dgu, t * 2 * io.hidden + j, g);
+    store8<kBf16>(io.dgu, t * 2 * io.hidden + io.hidden + j, u);
+  }
+}
+
+unsigned elementwise_blocks(int64_t vectors) {
+  const int64_t b = (vectors + 255) / 256;
+  return static_cast<unsigned>(b < 132 * 32 ? (b > 0 ? b : 1) : 132 * 32);  // grid-stride beyond ~32 blocks an SM
+}
+
 void check_launch(const char* what) {
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) throw Error(std::string(what) + ": " + cudaGetErrorString(e));
@@ -292,6 +333,24 @@ void cuda_cross_entropy_backward(const CrossEntropyIO& io, cudaStream_t stream) 
   if (io.dtype == DType::kBF16) cross_entropy_backward_kernel<true><<<static_cast<unsigned>(io.rows), kCeThreads, 0, stream>>>(io);
   else cross_entropy_backward_kernel<false><<<static_cast<unsigned>(io.rows), kCeThreads, 0, stream>>>(io);
   check_launch("cross_entropy backward kernel launch");
+}
+
+void cuda_swiglu_forward(const SwiGluIO& io, cudaStream_t stream) {
+  check_shape(io.hidden, "swiglu");
+  if (io.rows == 0) return;
+  const unsigned blocks = elementwise_blocks(io.rows * io.hidden / 8);
+  if (io.dtype == DType::kBF16) swiglu_forward_kernel<true><<<blocks, 256, 0, stream>>>(io);
+  else swiglu_forward_kernel<false><<<blocks, 256, 0, stream>>>(io);
+  check_launch("swiglu forward kernel launch");
+}
+
+void cuda_swiglu_backward(const SwiGluIO& io, cudaStream_t stream) {
+  check_shape(io.hidden, "swiglu");
+  if (io.rows == 0) return;
+  const unsigned blocks = elementwise_blocks(io.rows * io.hidden / 8);
+  if (io.dtype == DType::kBF16) swiglu_backward_kernel<true><<<blocks, 256, 0, stream>>>(io);
+  else swiglu_backward_kernel<false><<<blocks, 256, 0, stream>>>(io);
+  check_launch("swiglu backward kernel launch");
 }
 
 }  // namespace ufp4

@@ -109,4 +109,22 @@ void reference_cross_entropy_backward(const CrossEntropyIO& io) {
   }
 }
 
+void reference_swiglu_forward(const SwiGluIO& io) {
+  const int64_t h = io.hidden;
+  for (int64_t t = 0; t < io.rows; ++t)
+    for (int64_t j = 0; j < h; ++j)
+      store(io.out, io.dtype, t * h + j, swiglu_forward(load(io.gu, io.dtype, t * 2 * h + j), load(io.gu, io.dtype, t * 2 * h + h + j)));
+}
+
+void reference_swiglu_backward(const SwiGluIO& io) {
+  const int64_t h = io.hidden;
+  for (int64_t t = 0; t < io.rows; ++t)
+    for (int64_t j = 0; j < h; ++j) {
+      float dg, du;
+      swiglu_backward(load(io.gu, io.dtype, t * 2 * h + j), load(io.gu, io.dtype, t * 2 * h + h + j), load(io.dout, io.dtype, t * h + j), dg, du);
+      store(io.dgu, io.dtype, t * 2 * h + j, dg);
+      store(io.dgu, io.dtype, t * 2 * h + h + j, du);
+    }
+}
+
 }  // namespace ufp4

@@ -13,8 +13,21 @@ namespace {
 
 #ifdef UFP4_WITH_CUDA
 bool cuda_takes(const torch::Tensor& t) { return t.is_contiguous() && fused_cuda_applies(t.size(-1), t.data_ptr()); }
-cudaStream_t stream_of(const torch::Tensor& t) { return at::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
+#define UFP4_CUDA_OP(f) f
+#else
+#define UFP4_CUDA_OP(f) nullptr  // never called: check_kernel_device rejects CUDA tensors in such builds
 #endif
+
+// The CUDA kernel on `on`'s device and current stream, or the CPU reference.
+template <class IO>
+struct Launcher { using type = void (*)(const IO&, cudaStream_t); };  // a non-deduced context: nullptr fits
+template <class IO>
+void run_op(const torch::Tensor& on, const IO& io, typename Launcher<IO>::type cuda, void (*reference)(const IO&)) {
+  if (!on.is_cuda()) return reference(io);
+#ifdef UFP4_WITH_CUDA
+  cuda(io, at::cuda::getCurrentCUDAStream(on.device().index()).stream());
+#endif
+}
 
 struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight, double eps) {
@@ -34,13 +47,7 @@ struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
     io.w = w.data_ptr<float>();
     io.y = y.data_ptr();
     io.r = r.data_ptr<float>();
-    if (x.is_cuda()) {
-#ifdef UFP4_WITH_CUDA
-      cuda_rms_norm_forward(io, stream_of(x));
-#endif
-    } else {
-      reference_rms_norm_forward(io);
-    }
+    run_op(x, io, UFP4_CUDA_OP(cuda_rms_norm_forward), reference_rms_norm_forward);
     ctx->save_for_backward({x2, w, r});
     ctx->saved_data["eps"] = eps;
     ctx->saved_data["weight_dtype"] = static_cast<int64_t>(weight.scalar_type());
@@ -64,15 +71,12 @@ struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
     io.dy = dy.data_ptr();
     io.dx = dx.data_ptr();
     io.dw = dw.data_ptr<float>();
+    torch::Tensor partials;  // the CUDA kernel's per-group weight-gradient sums
     if (x2.is_cuda()) {
-#ifdef UFP4_WITH_CUDA
-      torch::Tensor partials = torch::empty({rms_norm_partials(io.rows, d)}, w.options());
+      partials = torch::empty({rms_norm_partials(io.rows, d)}, w.options());
       io.partials = partials.data_ptr<float>();
-      cuda_rms_norm_backward(io, stream_of(x2));
-#endif
-    } else {
-      reference_rms_norm_backward(io);
     }
+    run_op(x2, io, UFP4_CUDA_OP(cuda_rms_norm_backward), reference_rms_norm_backward);
     const auto wt = static_cast<torch::ScalarType>(ctx->saved_data["weight_dtype"].toInt());
     return {dx.view(grads[0].sizes()), dw.to(wt), torch::Tensor()};
   }
@@ -99,13 +103,7 @@ struct CrossEntropyFunction : public torch::autograd::Function<CrossEntropyFunct
     io.targets = targets.data_ptr<int64_t>();
     io.loss = loss.data_ptr<float>();
     io.lse = lse.data_ptr<float>();
-    if (logits.is_cuda()) {
-#ifdef UFP4_WITH_CUDA
-      cuda_cross_entropy_forward(io, stream_of(logits));
-#endif
-    } else {
-      reference_cross_entropy_forward(io);
-    }
+    run_op(logits, io, UFP4_CUDA_OP(cuda_cross_entropy_forward), reference_cross_entropy_forward);
     torch::Tensor count = targets.ne(ignore_index).sum().to(torch::kFloat32);  // stays on the device: no sync
     ctx->save_for_backward({logits, targets, lse, count});
     ctx->saved_data["ignore_index"] = ignore_index;
@@ -127,18 +125,68 @@ struct CrossEntropyFunction : public torch::autograd::Function<CrossEntropyFunct
     io.lse = lse.data_ptr<float>();
     io.scale = scale.data_ptr<float>();
     io.dlogits = dlogits.data_ptr();
-    if (logits.is_cuda()) {
-#ifdef UFP4_WITH_CUDA
-      cuda_cross_entropy_backward(io, stream_of(logits));
-#endif
-    } else {
-      reference_cross_entropy_backward(io);
-    }
+    run_op(logits, io, UFP4_CUDA_OP(cuda_cross_entropy_backward), reference_cross_entropy_backward);
     return {dlogits, torch::Tensor(), torch::Tensor()};
   }
 };
 
+struct SwiGluFunction : public torch::autograd::Function<SwiGluFunction> {
+  static SwiGluIO io_for(const torch::Tensor& gu2) {
+    SwiGluIO io;
+    io.dtype = dtype_of(gu2, "swiglu input");
+    io.rows = gu2.size(0);
+    io.hidden = gu2.size(1) / 2;
+    io.gu = gu2.data_ptr();
+    return io;
+  }
+
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& gu) {
+    const int64_t two_h = gu.size(-1);
+    if (two_h % 2) throw Error("swiglu: the last dimension (" + std::to_string(two_h) + ") must be even (gate and up halves)");
+    torch::Tensor gu2 = gu.contiguous().view({-1, two_h});
+    if (gu2.is_cuda() && !fused_swiglu_applies(gu2))
+      throw Error("swiglu: the CUDA kernel takes halves that are a multiple of 8 wide, got " + std::to_string(two_h / 2));
+    torch::Tensor out = torch::empty({gu2.size(0), two_h / 2}, gu2.options());
+    SwiGluIO io = io_for(gu2);
+    io.out = out.data_ptr();
+    run_op(gu2, io, UFP4_CUDA_OP(cuda_swiglu_forward), reference_swiglu_forward);
+    ctx->save_for_backward({gu2});
+    std::vector<int64_t> shape(gu.sizes().begin(), gu.sizes().end());
+    shape.back() = two_h / 2;
+    return out.view(shape);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grads) {
+    const torch::Tensor gu2 = ctx->get_saved_variables()[0];
+    torch::Tensor dout = grads[0].to(gu2.scalar_type()).contiguous().view({gu2.size(0), gu2.size(1) / 2});
+    torch::Tensor dgu = torch::empty_like(gu2);
+    SwiGluIO io = io_for(gu2);
+    io.dout = dout.data_ptr();
+    io.dgu = dgu.data_ptr();
+    run_op(gu2, io, UFP4_CUDA_OP(cuda_swiglu_backward), reference_swiglu_backward);
+    std::vector<int64_t> shape(grads[0].sizes().begin(), grads[0].sizes().end());
+    shape.back() = gu2.size(1);
+    return {dgu.view(shape)};
+  }
+};
+
 }  // namespace
+
+bool fused_swiglu_applies(const torch::Tensor& gu) {
+  const bool dtype_ok = gu.scalar_type() == torch::kFloat32 || gu.scalar_type() == torch::kBFloat16;
+  if (!dtype_ok || gu.dim() < 1 || gu.numel() == 0 || gu.size(-1) % 2) return false;
+  if (gu.device().is_cpu()) return true;
+#ifdef UFP4_WITH_CUDA
+  return gu.is_cuda() && (gu.size(-1) / 2) % 8 == 0 && cuda_takes(gu);
+#else
+  return false;
+#endif
+}
+
+torch::Tensor fused_swiglu(const torch::Tensor& gu) {
+  check_kernel_device(gu, "swiglu");
+  return SwiGluFunction::apply(gu);
+}
 
 bool fused_rms_norm_applies(const torch::Tensor& x) {
   const bool dtype_ok = x.scalar_type() == torch::kFloat32 || x.scalar_type() == torch::kBFloat16;

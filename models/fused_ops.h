@@ -1,5 +1,5 @@
 // Autograd ops over the fused kernels of kernels/fused_ops.h (CUDA, on the current stream) or their
-// CPU reference: RMSNorm and mean cross entropy, each one pass over memory a direction where
+// CPU reference: RMSNorm, mean cross entropy and SwiGLU, each one pass over memory a direction where
 // LibTorch's composition of the same maths makes many (about a fifth of a BF16 step of dense-113m).
 #pragma once
 #include <torch/torch.h>
@@ -13,9 +13,13 @@ torch::Tensor fused_rms_norm(const torch::Tensor& x, const torch::Tensor& weight
 // whose target is not ignore_index; an FP32 scalar. The gradient goes out in the logits' dtype.
 torch::Tensor fused_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets, int64_t ignore_index = -100);
 
+// SwiGLU of gu [..., 2h] (gate half first): silu(gate) * up in FP32, returned in gu's dtype [..., h].
+torch::Tensor fused_swiglu(const torch::Tensor& gu);
+
 // Whether the fused ops take these tensors on their device (the model falls back to LibTorch's
 // composition otherwise): CUDA needs a last dimension that is a multiple of 8 (RMSNorm: at most 2048).
 bool fused_rms_norm_applies(const torch::Tensor& x);
 bool fused_cross_entropy_applies(const torch::Tensor& logits);
+bool fused_swiglu_applies(const torch::Tensor& gu);  // CUDA: h a multiple of 8
 
 }  // namespace ufp4

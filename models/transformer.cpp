@@ -46,7 +46,9 @@ MlpImpl::MlpImpl(int64_t d, int64_t hidden, const std::string& prefix, const std
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  auto gu = fc1(x).chunk(2, -1);
+  torch::Tensor h = fc1(x);
+  if (fused && h.is_cuda() && fused_swiglu_applies(h)) return fc2(fused_swiglu(h));
+  auto gu = h.chunk(2, -1);
   return fc2(torch::silu(gu[0]) * gu[1]);
 }
 
@@ -162,6 +164,13 @@ void TransformerImpl::set_fused_ops(bool on) {
   for (auto& n : norm1) n->fused = on;
   for (auto& n : norm2) n->fused = on;
   final_norm->fused = on;
+  for (auto& m : mlp)
+    if (m) m->fused = on;
+  for (auto& m : moe) {
+    if (!m) continue;
+    for (auto& e : m->experts) e->fused = on;
+    if (m->shared) m->shared->fused = on;
+  }
 }
 
 TransformerOutput TransformerImpl::loss(const torch::Tensor& tokens, const torch::Tensor& targets) {

@@ -27,6 +27,7 @@ class MlpImpl : public torch::nn::Module {
           int n_blocks);
   torch::Tensor forward(const torch::Tensor& x);
   QuantLinear fc1{nullptr}, fc2{nullptr};
+  bool fused = true;  // the fused SwiGLU kernel on CUDA (models/fused_ops.h)
 };
 TORCH_MODULE(Mlp);
 
@@ -68,7 +69,7 @@ class TransformerImpl : public torch::nn::Module {
   TransformerOutput loss(const torch::Tensor& tokens, const torch::Tensor& targets);
   // Activations run in this dtype (BF16 on GPU, FP32 on CPU); parameters stay FP32 (master weights).
   void set_compute_dtype(torch::ScalarType t) { compute_dtype_ = t; }
-  // On CUDA, RMSNorm and the loss run as fused kernels (models/fused_ops.h) unless turned off here;
+  // On CUDA, RMSNorm, SwiGLU and the loss run as fused kernels (models/fused_ops.h) unless turned off here;
   // CPU always takes LibTorch's composition (the CI reference curves).
   void set_fused_ops(bool on);
   bool fused_ops() const { return fused_ops_; }

@@ -122,6 +122,29 @@ TEST_CASE("fused cross entropy == LibTorch's, loss and gradient, with ignored ro
   CHECK_THROWS_AS(fused_cross_entropy(torch::randn({2, 16}), torch::tensor({1, 2, 3}, torch::kInt64)), Error);
 }
 
+TEST_CASE("fused SwiGLU == LibTorch's silu(g) * u, forward and backward (FP32 and BF16)", "[fused]") {
+  for (auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    torch::manual_seed(7);
+    torch::Tensor gu0 = (torch::randn({2, 9, 2 * 24}) * 4).to(dtype);
+    torch::Tensor d = torch::randn({2, 9, 24}).to(dtype);
+    torch::Tensor a = gu0.clone().requires_grad_(true), b = gu0.to(torch::kFloat32).clone().requires_grad_(true);
+    torch::Tensor ya = fused_swiglu(a);
+    auto h = b.chunk(2, -1);
+    torch::Tensor yb = torch::silu(h[0]) * h[1];  // in FP32: the fused op rounds once, at the end
+    (ya.to(torch::kFloat32) * d.to(torch::kFloat32)).sum().backward();
+    (yb * d.to(torch::kFloat32)).sum().backward();
+    INFO("dtype " << dtype);
+    REQUIRE(ya.sizes() == torch::IntArrayRef({2, 9, 24}));
+    REQUIRE(ya.scalar_type() == dtype);
+    REQUIRE(a.grad().scalar_type() == dtype);
+    const bool bf = dtype == torch::kBFloat16;
+    // FP32: our exp against the platform's (~1 ulp) through a few roundings; BF16: one final rounding.
+    CHECK(worst(ya, yb.to(dtype), 1e-6, bf ? 8e-3 : 1e-5) <= 1);
+    CHECK(worst(a.grad(), b.grad().to(dtype), 1e-6, bf ? 8e-3 : 1e-5) <= 1);
+  }
+  CHECK_THROWS_AS(fused_swiglu(torch::randn({3, 7})), Error);  // odd: no gate and up halves
+}
+
 TEST_CASE("the CPU model never takes the fused ops (CI curves stay LibTorch's)", "[fused]") {
   auto ctx = std::make_shared<QuantContext>();
   ctx->recipe = Recipe::load("bf16");
@@ -228,6 +251,37 @@ TEST_CASE("CUDA cross entropy == CPU reference, bitwise: loss, lse, gradient (ig
       if (rows > 3) t.index_put_({3}, V);  // out of range: NaN loss
       INFO("dtype " << dtype << " rows " << rows << " V " << V);
       CHECK(cross_entropy_mismatch(z.to(dtype), t) == "");
+    }
+}
+
+TEST_CASE("CUDA SwiGLU == CPU reference, bitwise: output and both gradient halves", "[cuda]") {
+  UFP4_NEED_GPU();
+  for (auto dtype : {torch::kBFloat16, torch::kFloat32})
+    for (auto shape : std::vector<std::pair<int64_t, int64_t>>{{1000, 2048}, {3, 8}, {77, 704}}) {
+      const int64_t rows = shape.first, h = shape.second;
+      torch::manual_seed(rows + h);
+      torch::Tensor gu = torch::randn({rows, 2 * h}) * 6;
+      gu.index_put_({0, 0}, -200.0f);  // exp overflows: sigmoid 0
+      gu.index_put_({0, 1}, NAN);
+      gu.index_put_({0, 2}, -INFINITY);
+      gu = gu.to(dtype);
+      torch::Tensor d = torch::randn({rows, h}).to(dtype);
+      auto run = [&](const torch::Device& dev) {
+        torch::Tensor g2 = gu.to(dev), d2 = d.to(dev), out = torch::empty({rows, h}, g2.options()), dgu = torch::empty_like(g2);
+        SwiGluIO io;
+        io.dtype = dt(gu);
+        io.rows = rows;
+        io.hidden = h;
+        io.gu = g2.data_ptr();
+        io.out = out.data_ptr();
+        io.dout = d2.data_ptr();
+        io.dgu = dgu.data_ptr();
+        if (dev.is_cuda()) { cuda_swiglu_forward(io, nullptr); cuda_swiglu_backward(io, nullptr); torch::cuda::synchronize(); }
+        else { reference_swiglu_forward(io); reference_swiglu_backward(io); }
+        return std::vector<torch::Tensor>{out.cpu(), dgu.cpu()};
+      };
+      INFO("dtype " << dtype << " rows " << rows << " h " << h);
+      CHECK(first_difference({"out", "dgu"}, run(torch::kCPU), run(torch::kCUDA)) == "");
     }
 }
 
