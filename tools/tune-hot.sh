@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 shift || true
 settings=("$@")
-[ ${#settings[@]} -eq 0 ] && settings=("6 2" "8 2" "8 4" "10 2")
+[ ${#settings[@]} -eq 0 ] && settings=("6 2" "8 1" "8 2" "8 4" "10 2")
 for s in "${settings[@]}"; do
   read -r blocks tiles <<< "$s"
   cmake "$build" -DUFP4_HOT_TUNE="UFP4_HOT_COL_SR_BLOCKS=$blocks;UFP4_HOT_COL_SR_TILES=$tiles" > /dev/null &&
