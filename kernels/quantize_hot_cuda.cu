@@ -13,10 +13,13 @@ namespace {
 // Compile-time knobs for tuning the columnwise SR kernel on another GPU (tools/tune-hot.sh sets them
 // through the CMake variable UFP4_HOT_TUNE); the defaults are what H200 measured best.
 #ifndef UFP4_HOT_COL_SR_BLOCKS
-#define UFP4_HOT_COL_SR_BLOCKS 8
+#define UFP4_HOT_COL_SR_BLOCKS 6
 #endif
 #ifndef UFP4_HOT_COL_SR_TILES
 #define UFP4_HOT_COL_SR_TILES 2
+#endif
+#ifndef UFP4_HOT_COL_SR_EARLY_DRAWS
+#define UFP4_HOT_COL_SR_EARLY_DRAWS 1
 #endif
 
 constexpr int kHotThreads = 128;
@@ -27,17 +30,15 @@ constexpr int kColTiles = UFP4_HOT_COL_SR_TILES;  // columnwise SR: row tiles a 
 // stores through shared memory, and how many thread blocks an SM must hold (caps registers: 6 = 80,
 // 8 = 64, 10 = 48, 12 = 40). Staging pays where the kernel waits on memory (RTNE, and SR on uniform
 // grids, with more warps); E2M1 SR ran fastest unstaged at 8. Columnwise RTNE hides its tile barrier
-// with 12 blocks; columnwise SR is issue-bound at 6 warps a scheduler (ncu at aadf9673f97f: 7.3 cycles
-// a warp between issues) and since it unpacks from the staged words fits 64 registers with no more
-// spilling than at 80 (ptxas -v), so it takes 8.
+// with 12 blocks; columnwise SR ran as fast or faster at 6 (80 registers) than at 8 (64, where ptxas
+// spills more) in every sweep of tools/tune-hot.sh so far.
 template <bool kCol, int kClass, bool kSR>
 constexpr bool kHotStage = !kCol && (!kSR || kClass == kGridUniform);
 template <bool kCol, int kClass, bool kSR>
 constexpr int kHotMinBlocks = kCol ? (kSR ? UFP4_HOT_COL_SR_BLOCKS : 12) : (kSR && kClass == kGridUniform ? 10 : 8);
 
 // 16-byte asynchronous global-to-shared copy (zero-filled when !valid), and its group fences.
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+__device__ __forceinline__ void cp_async16_shared(unsigned dst, const void* gmem, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
@@ -86,6 +87,13 @@ __device__ __forceinline__ uint32_t round_col_pair(const HotParams& h, const Qua
                                                    int64_t oi0) {
   uint32_t raw[16];
   col_pair_words(tile, b, cp, raw);
+  // SR: both chunks' draws first, so two independent Philox chains overlap chunk 0's transform and
+  // amax (8 more registers live).
+  constexpr bool kEarly = kSR && UFP4_HOT_COL_SR_EARLY_DRAWS;
+  U32x4 rnd[2] = {};
+  if (kEarly)
+#pragma unroll
+    for (int k = 0; k < 2; ++k) rnd[k] = hot_draws(h, static_cast<uint64_t>(oi0 + k * io.rows));
   uint32_t declined = 0;
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
@@ -93,7 +101,8 @@ __device__ __forceinline__ uint32_t round_col_pair(const HotParams& h, const Qua
     float x[16];
     col_chunk_values(raw, k, x);
     const int64_t oi = oi0 + k * io.rows;
-    if (!hot_chunk_values<kClass, kSR, kRht>(h, x, static_cast<uint64_t>(oi), o)) {
+    if (kSR && !kEarly) rnd[k] = hot_draws(h, static_cast<uint64_t>(oi));
+    if (!hot_chunk_values<kClass, kSR, kRht>(h, x, rnd[k], o)) {
       declined |= 1u << k;
       continue;
     }
@@ -122,13 +131,21 @@ __device__ __forceinline__ void hot_col_tiles_sr(const KernelSpec& s, const Quan
   const int rows_left = static_cast<int>(io.rows - ty0 * kColTile - crow);  // < 2^24 (65535 launch rows of tile groups)
   const bool col_ok = c0 + 8 * cu < io.cols;
   const uint4* src = reinterpret_cast<const uint4*>(io.in);
-  const uint4* ld = src + (ty0 * kColTile + crow) * units + c0 / 8 + cu;
+  // Addresses advance by running pointers and compile-time shared offsets: recomputing them from
+  // (t, p) cost 64-bit multiplies, about 2.5 instructions an element.
+  const uint4* ld = src + (ty0 * kColTile + crow) * units + c0 / 8 + cu;  // the next tile's row crow
+  const int64_t rows16 = 16 * units;
+  const unsigned sh0 = static_cast<unsigned>(__cvta_generic_to_shared(&tile[0][crow][0]));
   auto issue = [&](int t) {
+    const unsigned sh = sh0 + static_cast<unsigned>(t % kBufs) * sizeof(ColTile);
+    const int left = rows_left - t * kColTile;
+    const uint4* g = ld;
 #pragma unroll
-    for (int p = 0; p < 4; ++p) {
-      const bool ok = col_ok && t * kColTile + 16 * p < rows_left;
-      cp_async16(&tile[t % kBufs][16 * p + crow][col_slot(16 * p, cu)], ok ? ld + (t * kColTile + 16 * p) * units : src, ok);
+    for (int p = 0; p < 4; ++p, g += rows16) {
+      const bool ok = col_ok && 16 * p < left;
+      cp_async16_shared(sh + (16 * p * (kColTile / 8) + col_slot(16 * p, cu)) * 16, ok ? g : src, ok);
     }
+    ld += 4 * rows16;
     cp_async_commit();
   };
   const int b = threadIdx.x % 4, cp = threadIdx.x / 4;
@@ -162,11 +179,11 @@ __global__ void __launch_bounds__(kHotThreads, kHotMinBlocks<kCol, kClass, kSR>)
   __shared__ float sh_level[16];
   __shared__ uint8_t sh_code[16];
   if (threadIdx.x < 16) { sh_level[threadIdx.x] = s.grid.level[threadIdx.x]; sh_code[threadIdx.x] = s.grid.code[threadIdx.x]; }
-  __syncthreads();
-  if constexpr (kCol && kSR) {
+  if constexpr (kCol && kSR) {  // its tile barriers come before any general_chunk call
     hot_col_tiles_sr<kClass, kRht>(s, io, h, sh_level, sh_code);
     return;
   }
+  __syncthreads();
   const int lane = threadIdx.x & 31;
   uint32_t w[2][8];
   int64_t oi[2];  // first output element of each chunk

@@ -1,20 +1,27 @@
 #!/usr/bin/env bash
 # Sweep the columnwise SR kernel's knobs on a GPU node after tools/gpu-build.sh: for each setting,
-# rebuild the hot kernel alone and time the fused columnwise kernels (RTNE and SR, E2M1 and E1M2)
-# in one run, printing SR / RTNE throughput per shape. The build is left at the defaults.
-#   tools/tune-hot.sh [build-dir] ["BLOCKS TILES" ...]    e.g. tools/tune-hot.sh build "6 2" "8 2" "8 4"
+# rebuild the hot kernel alone (CHECK=1: and hold it to the CPU reference), and time the fused kernels
+# (RTNE and SR, E2M1 and E1M2, rowwise and columnwise) in one run, printing SR / RTNE throughput per
+# shape. The build is left at the defaults.
+#   tools/tune-hot.sh [build-dir] ["BLOCKS TILES EARLY_DRAWS" ...]    e.g. tools/tune-hot.sh build "6 2 1" "8 2 0"
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 shift || true
 settings=("$@")
-[ ${#settings[@]} -eq 0 ] && settings=("6 2" "8 1" "8 2" "8 4" "10 2")
+[ ${#settings[@]} -eq 0 ] && settings=("6 2 1" "6 2 0" "8 2 1" "8 4 1")
 for s in "${settings[@]}"; do
-  read -r blocks tiles <<< "$s"
-  cmake "$build" -DUFP4_HOT_TUNE="UFP4_HOT_COL_SR_BLOCKS=$blocks;UFP4_HOT_COL_SR_TILES=$tiles" > /dev/null &&
+  read -r blocks tiles early <<< "$s"
+  cmake "$build" -DUFP4_HOT_TUNE="UFP4_HOT_COL_SR_BLOCKS=$blocks;UFP4_HOT_COL_SR_TILES=$tiles;UFP4_HOT_COL_SR_EARLY_DRAWS=${early:-1}" > /dev/null &&
     cmake --build "$build" --target ufp4 -j "$(nproc)" > /dev/null || { echo "tune-hot: build failed for $s" >&2; continue; }
+  # Each setting is a different kernel: CHECK=1 holds each to the CPU reference (slow: it relinks and
+  # runs the test binary); otherwise run the [cuda] tests on the setting you choose.
+  if [ "${CHECK:-0}" = 1 ]; then
+    cmake --build "$build" --target ufp4_tests -j "$(nproc)" > /dev/null &&
+      "$build/ufp4_tests" "CUDA == CPU on the hot kernel*" > /dev/null 2>&1 || { echo "tune-hot: the hot kernel's [cuda] test failed for $s"; continue; }
+  fi
   out=$(mktemp -d)
-  "$build/ufp4" bench kernels --out-dir "$out" --filter '^quantize/fused/e[12]m[12]/(rtne|sr)/col/(16384x2048|16384x5632|8192x8192)/' \
+  "$build/ufp4" bench kernels --out-dir "$out" --filter '^quantize/fused/e[12]m[12]/(rtne|sr)/(row|col)/(16384x2048|16384x5632|8192x8192)/' \
     > "$out/log" 2>&1 || { echo "tune-hot: bench failed for $s"; tail -n 3 "$out/log"; continue; }
   python3 - "$out/kernels.json" "$s" <<'PY'
 import json, sys
@@ -22,11 +29,12 @@ t = {}
 for b in json.load(open(sys.argv[1]))["benchmarks"]:
     if b.get("aggregate_name") == "median":
         f = b["run_name"].split("/")
-        t[(f[2], f[3], f[5])] = b["real_time"]
-print("blocks, tiles = %s:" % sys.argv[2].replace(" ", ", "),
-      "  ".join("%s %s SR/RTNE %.3f (%.1f us)" % (g, s, t[(g, "rtne", s)] / t[(g, "sr", s)], t[(g, "sr", s)])
-                for (g, r, s) in sorted(t) if r == "sr" and (g, "rtne", s) in t))
+        t[(f[2], f[3], f[4], f[5])] = b["real_time"]
+print("blocks, tiles, early draws = %s:" % sys.argv[2].replace(" ", ", "))
+for lay in ("row", "col"):
+    print("  %s:" % lay, "  ".join("%s %s SR/RTNE %.3f (%.1f us)" % (g, s, t[(g, "rtne", l, s)] / t[(g, "sr", l, s)], t[(g, "sr", l, s)])
+                                   for (g, r, l, s) in sorted(t) if r == "sr" and l == lay and (g, "rtne", l, s) in t))
 PY
   rm -rf "$out"
 done
-cmake "$build" -DUFP4_HOT_TUNE="" > /dev/null && cmake --build "$build" --target ufp4 -j "$(nproc)" > /dev/null
+cmake "$build" -DUFP4_HOT_TUNE="" > /dev/null && cmake --build "$build" -j "$(nproc)" > /dev/null
