@@ -123,7 +123,8 @@ std::string provenance_line(const std::string& path) {
 std::string unmet_section(bool bw, bool fs, bool uf, bool sr, const std::map<std::string, std::pair<double, std::string>>& sr_worst,
                           const std::map<std::string, NcuStats>& ncu, const std::vector<std::string>& unmet_step,
                           const std::map<std::string, std::map<std::string, double>>& recipe_ms, const std::map<std::string, double>& bf16_ms,
-                          const std::map<std::string, double>& ref_ms, const std::map<std::string, double>& libtorch_ops_ms) {
+                          const std::map<std::string, double>& ref_ms, const std::map<std::string, double>& libtorch_ops_ms,
+                          const std::string& tune_log) {
   std::vector<std::string> ref_unmet;
   for (const auto& kv : bf16_ms)
     if (ref_ms.count(kv.first) && kv.second > ref_ms.at(kv.first)) ref_unmet.push_back(kv.first);
@@ -174,8 +175,13 @@ std::string unmet_section(bool bw, bool fs, bool uf, bool sr, const std::map<std
         md << "A shorter tail: its blocks walk two row tiles each, so the last wave idles longer than RTNE's; blocks that "
            << "walk tiles until the work runs out would even it. ";
       if (f_issue < 0.995)
-        md << "A higher issue rate: more resident warps (" << fmt("%.0f", sc->regs) << " registers a thread now). ";
+        md << "A higher issue rate: more resident warps (" << fmt("%.0f", sc->regs) << " registers a thread now) without "
+           << "spilling, or more independent work per warp. ";
       md << "\n\n";
+      if (!tune_log.empty())
+        md << "The columnwise SR kernel's knobs swept on the same build (`tools/tune-hot.sh`: blocks an SM, which caps "
+           << "registers at 80 for 6 and 64 for 8; row tiles a block; both chunks' draws first), SR / RTNE per shape:\n\n```\n"
+           << tune_log << (tune_log.back() == '\n' ? "" : "\n") << "```\n\n";
     } else {
       md << " Nsight Compute logs of the four fused E2M1 kernels of one shape (tools/gpu-bench.sh) show where the time goes.\n\n";
     }
@@ -387,7 +393,11 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
     }
     md << "\n";
   }
-  md << unmet_section(unmet_bw, unmet_fs, unmet_uf, unmet_sr, sr_worst, ncu, unmet_step, recipe_ms, bf16_ms, ref_ms, libtorch_ops_ms);
+  const std::string tune_path = dir + "/logs/tune-hot.log";
+  const std::string tune_log = file_exists(tune_path) ? read_text_file(tune_path) : "";
+  if (!tune_log.empty()) sources.push_back(rel(tune_path));
+  md << unmet_section(unmet_bw, unmet_fs, unmet_uf, unmet_sr, sr_worst, ncu, unmet_step, recipe_ms, bf16_ms, ref_ms, libtorch_ops_ms,
+                      tune_log);
   std::string out = md.str();
   const auto at = out.find("@@TARGETS@@");
   const std::string t = targets.str() + "\n";

@@ -29,11 +29,6 @@ if [ "${PROFILE:-1}" = 1 ] && command -v ncu >/dev/null; then
         -k regex:quantize -c 1 build/ufp4 bench kernels --out-dir "$LOGS/ncu-tmp" --filter "^$f/" --iterations 1 --repetitions 1 \
         > "$LOGS/ncu-$(echo "$f" | tr / _).log" 2>&1
   done
-  # Per-instruction execution counts of the columnwise SR kernel (SASS with SourceCounters).
-  f=quantize/fused/e2m1/sr/col/16384x5632
-  ncu --clock-control none --section SourceCounters -k regex:quantize -c 1 -o "$LOGS/ncu-sr-col" -f \
-      build/ufp4 bench kernels --out-dir "$LOGS/ncu-tmp" --filter "^$f/" --iterations 1 --repetitions 1 > /dev/null 2>&1 &&
-    ncu -i "$LOGS/ncu-sr-col.ncu-rep" --page source --csv --print-source sass > "$LOGS/ncu-sr-col-sass.csv" 2>&1
   rm -rf "$LOGS/ncu-tmp"
   echo "ncu done after $(( $(date +%s) - t0 )) s"
 fi
