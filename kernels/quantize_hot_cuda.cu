@@ -21,6 +21,9 @@ namespace {
 #ifndef UFP4_HOT_COL_SR_EARLY_DRAWS
 #define UFP4_HOT_COL_SR_EARLY_DRAWS 1
 #endif
+#ifndef UFP4_HOT_COL_SR_RELOAD
+#define UFP4_HOT_COL_SR_RELOAD 0
+#endif
 
 constexpr int kHotThreads = 128;
 constexpr int kColTile = 64;          // columnwise: input rows and columns of one shared-memory tile
@@ -30,8 +33,8 @@ constexpr int kColTiles = UFP4_HOT_COL_SR_TILES;  // columnwise SR: row tiles a 
 // stores through shared memory, and how many thread blocks an SM must hold (caps registers: 6 = 80,
 // 8 = 64, 10 = 48, 12 = 40). Staging pays where the kernel waits on memory (RTNE, and SR on uniform
 // grids, with more warps); E2M1 SR ran fastest unstaged at 8. Columnwise RTNE hides its tile barrier
-// with 12 blocks; columnwise SR ran as fast or faster at 6 (80 registers) than at 8 (64, where ptxas
-// spills more) in every sweep of tools/tune-hot.sh so far.
+// with 12 blocks; columnwise SR ran as fast or faster at 6 (80 registers) than at 8 or 10, with or
+// without RELOAD, in every sweep of tools/tune-hot.sh so far (results/bench/logs/tune-hot.log).
 template <bool kCol, int kClass, bool kSR>
 constexpr bool kHotStage = !kCol && (!kSR || kClass == kGridUniform);
 template <bool kCol, int kClass, bool kSR>
@@ -73,6 +76,11 @@ __device__ __forceinline__ void col_pair_words(const ColTile& tile, int b, int c
 #pragma unroll
   for (int i = 0; i < 16; ++i) raw[i] = reinterpret_cast<const uint32_t*>(&tile[16 * b + i][col_slot(16 * b, cp / 4)])[cp % 4];
 }
+// The same read again (volatile: the compiler must not keep the first read's registers instead).
+__device__ __forceinline__ void col_pair_words_again(const ColTile& tile, int b, int cp, uint32_t (&raw)[16]) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i) raw[i] = reinterpret_cast<const volatile uint32_t*>(&tile[16 * b + i][col_slot(16 * b, cp / 4)])[cp % 4];
+}
 
 // Column k (0: low halves, 1: high halves) of those words, widened to FP32: one chunk's values.
 __device__ __forceinline__ void col_chunk_values(const uint32_t (&raw)[16], int k, float (&x)[16]) {
@@ -99,6 +107,9 @@ __device__ __forceinline__ uint32_t round_col_pair(const HotParams& h, const Qua
   for (int k = 0; k < 2; ++k) {
     uint32_t o[8];
     float x[16];
+    // SR with RELOAD: the second chunk reads its words from the tile again (16 more shared loads a
+    // pair) instead of keeping 16 registers live through the first chunk.
+    if (kSR && UFP4_HOT_COL_SR_RELOAD && k == 1) col_pair_words_again(tile, b, cp, raw);
     col_chunk_values(raw, k, x);
     const int64_t oi = oi0 + k * io.rows;
     if (kSR && !kEarly) rnd[k] = hot_draws(h, static_cast<uint64_t>(oi));
