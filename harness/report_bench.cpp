@@ -179,8 +179,8 @@ std::string unmet_section(bool bw, bool fs, bool uf, bool sr, const std::map<std
            << "spilling, or more independent work per warp. ";
       md << "\n\n";
       if (!tune_log.empty())
-        md << "The columnwise SR kernel's knobs swept on the same build (`tools/tune-hot.sh`: blocks an SM, which caps "
-           << "registers at 80 for 6 and 64 for 8; row tiles a block; both chunks' draws first), SR / RTNE per shape:\n\n```\n"
+        md << "The columnwise SR kernel's compile-time knobs swept with `tools/tune-hot.sh` (blocks an SM, which caps "
+           << "registers: 80 at 6, 64 at 8, 48 at 10; the other fields as each sweep's header says), SR / RTNE per shape:\n\n```\n"
            << tune_log << (tune_log.back() == '\n' ? "" : "\n") << "```\n\n";
     } else {
       md << " Nsight Compute logs of the four fused E2M1 kernels of one shape (tools/gpu-bench.sh) show where the time goes.\n\n";
