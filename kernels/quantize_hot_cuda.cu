@@ -2,6 +2,8 @@
 // chunks and issues their loads before it computes. Rowwise: two consecutive chunks of the flattened
 // tensor (16 divides a row, so no chunk straddles two rows). Columnwise: one row block of 16 input rows
 // x 2 adjacent input columns out of a shared-memory tile; each column is one output chunk.
+#include <type_traits>
+
 #include "kernels/quantize_cuda.h"
 #include "kernels/quantize_device.cuh"
 #include "kernels/quantize_hot.h"
@@ -72,14 +74,12 @@ using ColTile = uint4[kColTile][kColTile / 8];
 __device__ __forceinline__ int col_slot(int row, int unit) { return unit ^ ((row / 16) << 1); }
 
 // Thread (b, cp)'s raw words of a tile: row 16 b + i, columns 2 cp (low half) and 2 cp + 1 (high half).
+// kAgain: a second read of the same words (volatile, so the compiler cannot keep the first read's registers).
+template <bool kAgain = false>
 __device__ __forceinline__ void col_pair_words(const ColTile& tile, int b, int cp, uint32_t (&raw)[16]) {
+  using Word = std::conditional_t<kAgain, const volatile uint32_t, const uint32_t>;
 #pragma unroll
-  for (int i = 0; i < 16; ++i) raw[i] = reinterpret_cast<const uint32_t*>(&tile[16 * b + i][col_slot(16 * b, cp / 4)])[cp % 4];
-}
-// The same read again (volatile: the compiler must not keep the first read's registers instead).
-__device__ __forceinline__ void col_pair_words_again(const ColTile& tile, int b, int cp, uint32_t (&raw)[16]) {
-#pragma unroll
-  for (int i = 0; i < 16; ++i) raw[i] = reinterpret_cast<const volatile uint32_t*>(&tile[16 * b + i][col_slot(16 * b, cp / 4)])[cp % 4];
+  for (int i = 0; i < 16; ++i) raw[i] = reinterpret_cast<Word*>(&tile[16 * b + i][col_slot(16 * b, cp / 4)])[cp % 4];
 }
 
 // Column k (0: low halves, 1: high halves) of those words, widened to FP32: one chunk's values.
@@ -109,7 +109,7 @@ __device__ __forceinline__ uint32_t round_col_pair(const HotParams& h, const Qua
     float x[16];
     // SR with RELOAD: the second chunk reads its words from the tile again (16 more shared loads a
     // pair) instead of keeping 16 registers live through the first chunk.
-    if (kSR && UFP4_HOT_COL_SR_RELOAD && k == 1) col_pair_words_again(tile, b, cp, raw);
+    if (kSR && UFP4_HOT_COL_SR_RELOAD && k == 1) col_pair_words<true>(tile, b, cp, raw);
     col_chunk_values(raw, k, x);
     const int64_t oi = oi0 + k * io.rows;
     if (kSR && !kEarly) rnd[k] = hot_draws(h, static_cast<uint64_t>(oi));
