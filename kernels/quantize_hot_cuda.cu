@@ -142,8 +142,8 @@ __device__ __forceinline__ void hot_col_tiles_sr(const KernelSpec& s, const Quan
   const int rows_left = static_cast<int>(io.rows - ty0 * kColTile - crow);  // < 2^24 (65535 launch rows of tile groups)
   const bool col_ok = c0 + 8 * cu < io.cols;
   const uint4* src = reinterpret_cast<const uint4*>(io.in);
-  // Addresses advance by running pointers and compile-time shared offsets: recomputing them from
-  // (t, p) cost 64-bit multiplies, about 2.5 instructions an element.
+  // Addresses advance by running pointers and compile-time shared offsets (recomputing them from
+  // (t, p) took 64-bit multiplies for every copy).
   const uint4* ld = src + (ty0 * kColTile + crow) * units + c0 / 8 + cu;  // the next tile's row crow
   const int64_t rows16 = 16 * units;
   const unsigned sh0 = static_cast<unsigned>(__cvta_generic_to_shared(&tile[0][crow][0]));
