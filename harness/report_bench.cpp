@@ -124,7 +124,7 @@ std::string unmet_section(bool bw, bool fs, bool uf, bool sr, const std::map<std
                           const std::map<std::string, NcuStats>& ncu, const std::vector<std::string>& unmet_step,
                           const std::map<std::string, std::map<std::string, double>>& recipe_ms, const std::map<std::string, double>& bf16_ms,
                           const std::map<std::string, double>& ref_ms, const std::map<std::string, double>& libtorch_ops_ms,
-                          const std::string& tune_log) {
+                          const std::string& tune_log, const std::string& experiments_log) {
   std::vector<std::string> ref_unmet;
   for (const auto& kv : bf16_ms)
     if (ref_ms.count(kv.first) && kv.second > ref_ms.at(kv.first)) ref_unmet.push_back(kv.first);
@@ -182,6 +182,10 @@ std::string unmet_section(bool bw, bool fs, bool uf, bool sr, const std::map<std
         md << "The columnwise SR kernel's compile-time knobs swept with `tools/tune-hot.sh` (blocks an SM, which caps "
            << "registers: 80 at 6, 64 at 8, 48 at 10; the other fields as each sweep's header says), SR / RTNE per shape:\n\n```\n"
            << tune_log << (tune_log.back() == '\n' ? "" : "\n") << "```\n\n";
+      if (!experiments_log.empty())
+        md << "Other designs of the columnwise SR kernel, each measured against the kernel above in the same run and not kept "
+           << "(`logs/col-sr-experiments.log`):\n\n```\n"
+           << experiments_log << (experiments_log.back() == '\n' ? "" : "\n") << "```\n\n";
     } else {
       md << " Nsight Compute logs of the four fused E2M1 kernels of one shape (tools/gpu-bench.sh) show where the time goes.\n\n";
     }
@@ -396,8 +400,11 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
   const std::string tune_path = dir + "/logs/tune-hot.log";
   const std::string tune_log = file_exists(tune_path) ? read_text_file(tune_path) : "";
   if (!tune_log.empty()) sources.push_back(rel(tune_path));
+  const std::string experiments_path = dir + "/logs/col-sr-experiments.log";
+  const std::string experiments_log = file_exists(experiments_path) ? read_text_file(experiments_path) : "";
+  if (!experiments_log.empty()) sources.push_back(rel(experiments_path));
   md << unmet_section(unmet_bw, unmet_fs, unmet_uf, unmet_sr, sr_worst, ncu, unmet_step, recipe_ms, bf16_ms, ref_ms, libtorch_ops_ms,
-                      tune_log);
+                      tune_log, experiments_log);
   std::string out = md.str();
   const auto at = out.find("@@TARGETS@@");
   const std::string t = targets.str() + "\n";

@@ -26,6 +26,7 @@ if [ "${PROFILE:-1}" = 1 ] && command -v ncu >/dev/null; then
   for f in quantize/fused/e2m1/rtne/row/16384x5632 quantize/fused/e2m1/rtne/col/16384x5632 quantize/fused/e2m1/sr/row/16384x5632 quantize/fused/e2m1/sr/col/16384x5632 \
            quantize/fused/e1m2/sr/row/16384x5632; do
     ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section InstructionStats --section ComputeWorkloadAnalysis \
+        --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
         -k regex:quantize -c 1 build/ufp4 bench kernels --out-dir "$LOGS/ncu-tmp" --filter "^$f/" --iterations 1 --repetitions 1 \
         > "$LOGS/ncu-$(echo "$f" | tr / _).log" 2>&1
   done
