@@ -397,12 +397,15 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
     }
     md << "\n";
   }
-  const std::string tune_path = dir + "/logs/tune-hot.log";
-  const std::string tune_log = file_exists(tune_path) ? read_text_file(tune_path) : "";
-  if (!tune_log.empty()) sources.push_back(rel(tune_path));
-  const std::string experiments_path = dir + "/logs/col-sr-experiments.log";
-  const std::string experiments_log = file_exists(experiments_path) ? read_text_file(experiments_path) : "";
-  if (!experiments_log.empty()) sources.push_back(rel(experiments_path));
+  // Optional logs beside the results, shown verbatim and listed as sources.
+  auto optional_log = [&](const std::string& name) {
+    const std::string path = dir + "/logs/" + name;
+    const std::string text = file_exists(path) ? read_text_file(path) : "";
+    if (!text.empty()) sources.push_back(rel(path));
+    return text;
+  };
+  const std::string tune_log = optional_log("tune-hot.log");
+  const std::string experiments_log = optional_log("col-sr-experiments.log");
   md << unmet_section(unmet_bw, unmet_fs, unmet_uf, unmet_sr, sr_worst, ncu, unmet_step, recipe_ms, bf16_ms, ref_ms, libtorch_ops_ms,
                       tune_log, experiments_log);
   std::string out = md.str();
