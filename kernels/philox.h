@@ -56,7 +56,8 @@ UFP4_HD uint32_t philox_bits(uint64_t seed, uint64_t offset, uint64_t index) {
 // (index / 16, offset) keyed by seed: byte b is bits 8 (b % 4) .. 8 (b % 4) + 7 of word b / 4.
 UFP4_HD uint32_t sr_byte(const U32x4& r, int b) {
 #if defined(__CUDA_ARCH__)
-  return __byte_perm(r.v[(b >> 2) & 3], 0u, 0x4440u + static_cast<unsigned>(b & 3));  // one PRMT
+  const uint32_t w = r.v[(b >> 2) & 3];
+  return (b & 3) == 3 ? w >> 24 : __byte_perm(w, 0u, 0x4440u + static_cast<unsigned>(b & 3));  // one op (a shift may fuse into an add)
 #else
   return (r.v[(b >> 2) & 3] >> (8 * (b & 3))) & 0xffu;
 #endif

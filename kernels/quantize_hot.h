@@ -6,8 +6,11 @@
 //
 // Shortcuts, each exact in the accepted range (d = block scale, times the step for uniform grids,
 // in [2^-60, 2^12]; nonzero BF16-derived |x| >= 2^-135):
-// - RHT signs and the 1/4 are folded into the first butterfly stage (x * +-1/4 is exact, and
-//   RN(a/4 + b/4) = RN(a + b)/4 away from overflow, which a finite amax rules out).
+// - RHT signs are applied as the values are widened (the sign bit added or xored in: one integer op,
+//   as the widening alone). The butterflies are unnormalized: y' is a sum of BF16 values, a multiple of
+//   2^-133, so the reference's y = RN(y'/4) is y'/4 exactly. The 1/4 moves into the block scale:
+//   RN(4m/gmax) = 4 RN(m/gmax) and hot_div(y', 4d) = hot_div(y, d) for the accepted scales (4d <= 2^14
+//   also keeps y' far from overflow).
 // - amax propagates NaN (max.NaN), so one finiteness test covers every element.
 // - x / d is Markstein's q + (x - q d) r with r = RN(1/d): exact when |q| >= 2^-43 (the FMA remainder
 //   is representable); below that the exact and the corrected quotient both lie below the first
@@ -35,7 +38,7 @@ struct HotParams {
   float gmax, rgmax;   // block scale s = RN(amax / gmax), via rgmax = RN(1 / gmax)
   float step;          // uniform: level spacing (a power of two); E2M1: 1
   float top;           // the largest level: E2M1 magnitude, uniform index
-  float rht_sign[16];  // RHT-16: +-1/4 per position
+  uint32_t rht_flip[16];  // RHT-16: the sign bit per position where the RHT negates, else 0
   PhiloxKeys keys;     // SR: the generator's round keys (from the seed)
   uint64_t offset;
 };
@@ -60,7 +63,7 @@ inline HotParams make_hot_params(const KernelSpec& s) {
   const bool uniform = s.fast.kind == kGridUniform;
   h.step = uniform ? s.fast.step : 1.0f;
   h.top = uniform ? s.fast.top * s.fast.inv_step : s.fast.top;
-  for (int i = 0; i < 16; ++i) h.rht_sign[i] = ((s.rht_signs[0] >> i) & 1u) ? -0.25f : 0.25f;
+  for (int i = 0; i < 16; ++i) h.rht_flip[i] = ((s.rht_signs[0] >> i) & 1u) ? 0x80000000u : 0u;
   h.keys = philox_keys(s.seed);
   h.offset = s.offset;
   return h;
@@ -91,19 +94,21 @@ UFP4_HD U32x4 hot_draws(const HotParams& h, uint64_t out_index) {
                        static_cast<uint32_t>(h.offset >> 32), h.keys);
 }
 
-// One 16-element chunk from its BF16 values widened to FP32 (x is overwritten). out: element 2k in
+// Chunk element i from the low or high BF16 half of a packed word, widened to FP32 with the RHT's
+// sign of position i applied (kRht).
+template <bool kRht>
+UFP4_HD float hot_widen(const HotParams& h, uint32_t word, bool high, int i) {
+  const uint32_t flip = kRht ? h.rht_flip[i] : 0u;
+  return bits_f32(high ? (word & 0xffff0000u) ^ flip : (word << 16) + flip);  // + flip: one shift-add
+}
+
+// One 16-element chunk from its values widened by hot_widen (x is overwritten). out: element 2k in
 // the low half of word k, 2k + 1 in the high half. rnd: the chunk's draws (SR only; see hot_draws).
 template <int kClass, bool kSR, bool kRht>
 UFP4_HD bool hot_chunk_values(const HotParams& h, float (&x)[16], const U32x4& rnd, uint32_t* out) {
   if (kRht) {
 UFP4_UNROLL
-    for (int i = 0; i < 16; i += 2) {
-      const float a = x[i] * h.rht_sign[i], b = x[i + 1];
-      x[i] = fmaf(b, h.rht_sign[i + 1], a);
-      x[i + 1] = fmaf(b, -h.rht_sign[i + 1], a);
-    }
-UFP4_UNROLL
-    for (int s = 2; s < 16; s <<= 1)
+    for (int s = 1; s < 16; s <<= 1)
 UFP4_UNROLL
       for (int i = 0; i < 16; ++i)
         if ((i & s) == 0) {
@@ -122,11 +127,13 @@ UFP4_UNROLL
     for (int i = 0; i < w; ++i) t[i] = max_abs_nan(t[i], t[i + w]);
   const float m = t[0];
 
-  // Block scale s = RN(m / gmax) (Markstein, exact for the accepted m); d = s * step.
+  // Block scale s = RN(m / gmax) (Markstein, exact for the accepted m); d = s * step, times 4 with the
+  // RHT (unnormalized values); dd = s * step, what a level is multiplied by.
   const float sc = hot_div(m, h.gmax, h.rgmax);
   const float d = sc * h.step;
-  if (!(d >= 0x1p-60f && d <= 0x1p12f)) return false;  // also rejects NaN and infinite amax
-  const float rd = 1.0f / d;
+  constexpr float kDMin = kRht ? 0x1p-58f : 0x1p-60f, kDMax = kRht ? 0x1p14f : 0x1p12f;
+  if (!(d >= kDMin && d <= kDMax)) return false;  // also rejects NaN and infinite amax
+  const float rd = 1.0f / d, dd = kRht ? d * 0.25f : d;
 
   float y[16];
   if (!kSR) {
@@ -135,7 +142,7 @@ UFP4_UNROLL
       const float a = fabsf(hot_div(x[i], d, rd));
       // RNE to an integer (a < 2^22), or to E2M1's spacing (rounding.h)
       const float level = kClass == kGridUniform ? (a + 0x1p23f) - 0x1p23f : round_e2m1_spacing(a);
-      y[i] = bits_f32(f32_bits(level * d) | (f32_bits(x[i]) & 0x80000000u));
+      y[i] = bits_f32(f32_bits(level * dd) | (f32_bits(x[i]) & 0x80000000u));
     }
   } else {
 UFP4_UNROLL
@@ -144,16 +151,16 @@ UFP4_UNROLL
       float level_d;
       if (kClass == kGridUniform) {
         // 256 |x| / d (an exact rescaling of the quotient); 2^23 + 256 idx after the carry; then
-        // (2^23 + 256 idx) d / 256 - 2^15 d = idx d in one rounding.
+        // (2^23 + 256 idx) dd / 256 - 2^15 dd = idx dd in one rounding.
         const float v = fabsf(hot_div(x[i], d * 0x1p-8f, rd * 0x1p8f));
         const float m = bits_f32((f32_bits(v + 0x1p23f) + k) & 0xffffff00u);
-        level_d = fmaf(m, d * 0x1p-8f, d * -0x1p15f);
+        level_d = fmaf(m, dd * 0x1p-8f, dd * -0x1p15f);
       } else {
         // The exponent mask drops the sign, so c comes from the signed quotient (no separate |q|).
         const float q = hot_div(x[i], d, rd);
         const float c = fmaxf(bits_f32(f32_bits(q) & 0x7f800000u), 1.0f);
         const float m = bits_f32((f32_bits(fmaf(c, 0x1p14f, fabsf(q))) + k) & 0xffffff00u);
-        level_d = fmaf(c, -0x1p14f, m) * d;
+        level_d = fmaf(c, -0x1p14f, m) * dd;
       }
       y[i] = bits_f32(f32_bits(level_d) | (f32_bits(x[i]) & 0x80000000u));
     }
@@ -169,10 +176,7 @@ template <int kClass, bool kSR, bool kRht>
 UFP4_HD bool hot_chunk(const HotParams& h, const uint32_t* in, uint64_t out_index, uint32_t* out) {
   float x[16];
 UFP4_UNROLL
-  for (int k = 0; k < 8; ++k) {
-    x[2 * k] = bits_f32(in[k] << 16);
-    x[2 * k + 1] = bits_f32(in[k] & 0xffff0000u);
-  }
+  for (int i = 0; i < 16; ++i) x[i] = hot_widen<kRht>(h, in[i / 2], i % 2 == 1, i);
   return hot_chunk_values<kClass, kSR, kRht>(h, x, kSR ? hot_draws(h, out_index) : U32x4{}, out);
 }
 

@@ -1,7 +1,8 @@
 // The hot quantizer kernel (arithmetic in kernels/quantize_hot.h). A thread owns two 16-element
 // chunks and issues their loads before it computes. Rowwise: two consecutive chunks of the flattened
 // tensor (16 divides a row, so no chunk straddles two rows). Columnwise: one row block of 16 input rows
-// x 2 adjacent input columns out of a shared-memory tile; each column is one output chunk.
+// x 2 adjacent input columns of a 64 x 64 tile (RTNE through shared memory, SR straight from global
+// memory); each column is one output chunk.
 #include <type_traits>
 
 #include "kernels/quantize_cuda.h"
@@ -13,9 +14,10 @@ namespace ufp4 {
 namespace {
 
 // Compile-time knobs for tuning the columnwise SR kernel on another GPU (tools/tune-hot.sh sets them
-// through the CMake variable UFP4_HOT_TUNE); the defaults are what H200 measured best.
+// through the CMake variable UFP4_HOT_TUNE); the defaults are what H200 measured best. TILES, RELOAD:
+// see hot_col_tiles_sr (DIRECT 0) and round_col_words; DIRECT, PREFETCH: hot_col_direct_sr.
 #ifndef UFP4_HOT_COL_SR_BLOCKS
-#define UFP4_HOT_COL_SR_BLOCKS 6
+#define UFP4_HOT_COL_SR_BLOCKS 7
 #endif
 #ifndef UFP4_HOT_COL_SR_TILES
 #define UFP4_HOT_COL_SR_TILES 2
@@ -26,6 +28,12 @@ namespace {
 #ifndef UFP4_HOT_COL_SR_RELOAD
 #define UFP4_HOT_COL_SR_RELOAD 0
 #endif
+#ifndef UFP4_HOT_COL_SR_DIRECT
+#define UFP4_HOT_COL_SR_DIRECT 1
+#endif
+#ifndef UFP4_HOT_COL_SR_PREFETCH
+#define UFP4_HOT_COL_SR_PREFETCH 0
+#endif
 
 constexpr int kHotThreads = 128;
 constexpr int kColTile = 64;          // columnwise: input rows and columns of one shared-memory tile
@@ -35,8 +43,8 @@ constexpr int kColTiles = UFP4_HOT_COL_SR_TILES;  // columnwise SR: row tiles a 
 // stores through shared memory, and how many thread blocks an SM must hold (caps registers: 6 = 80,
 // 8 = 64, 10 = 48, 12 = 40). Staging pays where the kernel waits on memory (RTNE, and SR on uniform
 // grids, with more warps); E2M1 SR ran fastest unstaged at 8. Columnwise RTNE hides its tile barrier
-// with 12 blocks; columnwise SR ran as fast or faster at 6 (80 registers) than at 8 or 10, with or
-// without RELOAD, in every sweep of tools/tune-hot.sh so far (results/bench/logs/tune-hot.log).
+// with 12 blocks. Columnwise SR: the shared-memory tile kernel (DIRECT 0) ran fastest at 6 (80
+// registers); the direct loads at 7 (72), ahead of 6 and 8 (results/bench/logs/tune-hot.log).
 template <bool kCol, int kClass, bool kSR>
 constexpr bool kHotStage = !kCol && (!kSR || kClass == kGridUniform);
 template <bool kCol, int kClass, bool kSR>
@@ -82,19 +90,20 @@ __device__ __forceinline__ void col_pair_words(const ColTile& tile, int b, int c
   for (int i = 0; i < 16; ++i) raw[i] = reinterpret_cast<Word*>(&tile[16 * b + i][col_slot(16 * b, cp / 4)])[cp % 4];
 }
 
-// Column k (0: low halves, 1: high halves) of those words, widened to FP32: one chunk's values.
-__device__ __forceinline__ void col_chunk_values(const uint32_t (&raw)[16], int k, float (&x)[16]) {
+// Column k (0: low halves, 1: high halves) of those words, widened: one chunk's values.
+template <bool kRht>
+__device__ __forceinline__ void col_chunk_values(const HotParams& h, const uint32_t (&raw)[16], int k, float (&x)[16]) {
 #pragma unroll
-  for (int i = 0; i < 16; ++i) x[i] = bits_f32(k == 0 ? raw[i] << 16 : raw[i] & 0xffff0000u);
+  for (int i = 0; i < 16; ++i) x[i] = hot_widen<kRht>(h, raw[i], k == 1, i);
 }
 
-// Thread (b, cp) rounds its two column chunks out of a tile and stores the finished ones; returns a
-// bit per declined chunk (chunk k: output element oi0 + k rows).
-template <int kClass, bool kSR, bool kRht>
-__device__ __forceinline__ uint32_t round_col_pair(const HotParams& h, const QuantizeIO& io, const ColTile& tile, int b, int cp,
-                                                   int64_t oi0) {
-  uint32_t raw[16];
-  col_pair_words(tile, b, cp, raw);
+// Thread (b, cp) rounds its two column chunks from its 16 words (row 16 b + i: column 2 cp in the low,
+// 2 cp + 1 in the high half) and stores the finished ones; returns a bit per declined chunk (chunk k:
+// output element oi0 + k rows). reload(raw): RELOAD's second read of the words; refill(raw): called once
+// the words are widened, free to start loading the next ones into raw.
+template <int kClass, bool kSR, bool kRht, typename Reload, typename Refill>
+__device__ __forceinline__ uint32_t round_col_words(const HotParams& h, const QuantizeIO& io, uint32_t (&raw)[16], int64_t oi0,
+                                                    Reload&& reload, Refill&& refill) {
   // SR: both chunks' draws first, so two independent Philox chains overlap chunk 0's transform and
   // amax (8 more registers live).
   constexpr bool kEarly = kSR && UFP4_HOT_COL_SR_EARLY_DRAWS;
@@ -107,10 +116,11 @@ __device__ __forceinline__ uint32_t round_col_pair(const HotParams& h, const Qua
   for (int k = 0; k < 2; ++k) {
     uint32_t o[8];
     float x[16];
-    // SR with RELOAD: the second chunk reads its words from the tile again (16 more shared loads a
-    // pair) instead of keeping 16 registers live through the first chunk.
-    if (kSR && UFP4_HOT_COL_SR_RELOAD && k == 1) col_pair_words<true>(tile, b, cp, raw);
-    col_chunk_values(raw, k, x);
+    // SR with RELOAD: the second chunk reads its words again instead of keeping 16 registers live
+    // through the first chunk.
+    if (kSR && UFP4_HOT_COL_SR_RELOAD && k == 1) reload(raw);
+    col_chunk_values<kRht>(h, raw, k, x);
+    if (k == 1) refill(raw);
     const int64_t oi = oi0 + k * io.rows;
     if (kSR && !kEarly) rnd[k] = hot_draws(h, static_cast<uint64_t>(oi));
     if (!hot_chunk_values<kClass, kSR, kRht>(h, x, rnd[k], o)) {
@@ -122,6 +132,53 @@ __device__ __forceinline__ uint32_t round_col_pair(const HotParams& h, const Qua
     dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
   }
   return declined;
+}
+
+// The same out of a shared-memory tile (16 more shared loads a pair with RELOAD).
+template <int kClass, bool kSR, bool kRht>
+__device__ __forceinline__ uint32_t round_col_pair(const HotParams& h, const QuantizeIO& io, const ColTile& tile, int b, int cp,
+                                                   int64_t oi0) {
+  uint32_t raw[16];
+  col_pair_words(tile, b, cp, raw);
+  return round_col_words<kClass, kSR, kRht>(h, io, raw, oi0, [&](uint32_t (&w)[16]) { col_pair_words<true>(tile, b, cp, w); },
+                                            [](uint32_t (&)[16]) {});
+}
+
+// SR without shared memory (DIRECT): thread (b, cp) of each 64 x 64 tile loads its 16 words straight
+// from global memory. A warp's load reads 32 bytes of each of 4 rows, so every sector is still read
+// once, and no barrier holds a block. A tile's Philox draws run while its loads are in flight; with
+// PREFETCH, the next tile's loads go out into the same registers once the second chunk is widened.
+template <int kClass, bool kRht>
+__device__ __forceinline__ void hot_col_direct_sr(const KernelSpec& s, const QuantizeIO& io, const HotParams& h, const float* sh_level,
+                                                  const uint8_t* sh_code) {
+  __syncthreads();  // sh_level / sh_code, for general_chunk
+  const int b = threadIdx.x % 4, cp = threadIdx.x / 4;
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kColTile + 2 * cp, r0 = static_cast<int64_t>(blockIdx.y) * kColTiles * kColTile + 16 * b;
+  if (c >= io.cols) return;
+  const uint32_t stride = static_cast<uint32_t>(io.cols) * 2u;  // bytes from one row to the next
+  const char* src = static_cast<const char*>(io.in) + (r0 * io.cols + c) * 2;
+  auto load = [&](uint32_t (&w)[16], int t) {
+    const char* p = src + static_cast<int64_t>(t) * kColTile * stride;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) w[i] = __ldg(reinterpret_cast<const uint32_t*>(p + static_cast<uint64_t>(stride) * i));
+  };
+  const int64_t out0 = c * io.rows + r0;  // chunk k of tile t: out0 + k rows + 64 t
+  uint32_t declined = 0, raw[16];
+#pragma unroll 1
+  for (int t = 0; t < kColTiles; ++t) {
+    if (r0 + t * kColTile >= io.rows) break;
+    if (!UFP4_HOT_COL_SR_PREFETCH || t == 0) load(raw, t);
+    const bool next = t + 1 < kColTiles && r0 + (t + 1) * kColTile < io.rows;
+    declined |= round_col_words<kClass, true, kRht>(h, io, raw, out0 + t * kColTile, [&](uint32_t (&w)[16]) { load(w, t); },
+                                                    [&](uint32_t (&w)[16]) {
+                                                      if (UFP4_HOT_COL_SR_PREFETCH && next) load(w, t + 1);
+                                                    })
+                << (2 * t);
+  }
+  for (; declined; declined &= declined - 1) {
+    const int bit = __ffs(declined) - 1;
+    general_chunk(s, io, sh_level, sh_code, out0 + (bit % 2) * io.rows + (bit / 2) * kColTile);
+  }
 }
 
 // SR: kColTiles consecutive row tiles a thread block, the next tile's asynchronous copy in flight while
@@ -191,7 +248,8 @@ __global__ void __launch_bounds__(kHotThreads, kHotMinBlocks<kCol, kClass, kSR>)
   __shared__ uint8_t sh_code[16];
   if (threadIdx.x < 16) { sh_level[threadIdx.x] = s.grid.level[threadIdx.x]; sh_code[threadIdx.x] = s.grid.code[threadIdx.x]; }
   if constexpr (kCol && kSR) {  // its tile barriers come before any general_chunk call
-    hot_col_tiles_sr<kClass, kRht>(s, io, h, sh_level, sh_code);
+    if (UFP4_HOT_COL_SR_DIRECT) hot_col_direct_sr<kClass, kRht>(s, io, h, sh_level, sh_code);
+    else hot_col_tiles_sr<kClass, kRht>(s, io, h, sh_level, sh_code);
     return;
   }
   __syncthreads();
@@ -302,9 +360,10 @@ template <bool kCol, int kClass, bool kSR, bool kRht>
 void launch_hot(const KernelSpec& s, const QuantizeIO& io, cudaStream_t stream) {
   dim3 grid;
   if (kCol) {
-    const int64_t row_tiles = (io.rows + kColTile - 1) / kColTile, tiles = kSR ? kColTiles : 1, row_groups = (row_tiles + tiles - 1) / tiles;
+    const int64_t row_tiles = (io.rows + kColTile - 1) / kColTile, tiles = kSR ? kColTiles : 1, col_tiles = (io.cols + kColTile - 1) / kColTile;
+    const int64_t row_groups = (row_tiles + tiles - 1) / tiles;
     if (row_groups > 65535) throw Error("quantize: " + std::to_string(io.rows) + " rows are too many for one columnwise launch");
-    grid = dim3(static_cast<unsigned>((io.cols + kColTile - 1) / kColTile), static_cast<unsigned>(row_groups));
+    grid = dim3(static_cast<unsigned>(col_tiles), static_cast<unsigned>(row_groups));
   } else {
     const int64_t pairs = (io.rows * io.cols / 16 + 1) / 2, blocks = (pairs + kHotThreads - 1) / kHotThreads;
     if (blocks > 0x7fffffff) throw Error("quantize: tensor too large for one launch");

@@ -3,16 +3,20 @@
 # rebuild the hot kernel alone (CHECK=1: and hold it to the CPU reference), and time the fused kernels
 # (RTNE and SR, E2M1 and E1M2, rowwise and columnwise) in one run, printing SR / RTNE throughput per
 # shape. The build is left at the defaults.
-#   tools/tune-hot.sh [build-dir] ["BLOCKS TILES EARLY_DRAWS RELOAD" ...]    e.g. tools/tune-hot.sh build "6 2 1 0" "8 2 0 1"
+#   tools/tune-hot.sh [build-dir] ["BLOCKS TILES EARLY_DRAWS RELOAD DIRECT PREFETCH" ...]    e.g. tools/tune-hot.sh build "7 2 1 0 1 0" "6 2 1 0 0"
+# (fields left out keep the kernel's defaults)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 shift || true
 settings=("$@")
-[ ${#settings[@]} -eq 0 ] && settings=("6 2 1 0" "8 2 0 1" "10 2 0 1" "10 1 0 1")
+[ ${#settings[@]} -eq 0 ] && settings=("7 2 1 0 1 0" "7 2 1 0 1 1" "8 2 0 0 1 0" "6 2 1 0 0 0")
 for s in "${settings[@]}"; do
-  read -r blocks tiles early reload <<< "$s"
-  cmake "$build" -DUFP4_HOT_TUNE="UFP4_HOT_COL_SR_BLOCKS=$blocks;UFP4_HOT_COL_SR_TILES=$tiles;UFP4_HOT_COL_SR_EARLY_DRAWS=${early:-1};UFP4_HOT_COL_SR_RELOAD=${reload:-0}" > /dev/null &&
+  knobs=(UFP4_HOT_COL_SR_BLOCKS UFP4_HOT_COL_SR_TILES UFP4_HOT_COL_SR_EARLY_DRAWS UFP4_HOT_COL_SR_RELOAD UFP4_HOT_COL_SR_DIRECT UFP4_HOT_COL_SR_PREFETCH)
+  read -r -a vals <<< "$s"
+  defs=""
+  for i in "${!vals[@]}"; do defs="$defs${defs:+;}${knobs[$i]}=${vals[$i]}"; done
+  cmake "$build" -DUFP4_HOT_TUNE="$defs" > /dev/null &&
     cmake --build "$build" --target ufp4 -j "$(nproc)" > /dev/null || { echo "tune-hot: build failed for $s" >&2; continue; }
   # Each setting is a different kernel: CHECK=1 holds each to the CPU reference (slow: it relinks and
   # runs the test binary); otherwise run the [cuda] tests on the setting you choose.
@@ -30,7 +34,7 @@ for b in json.load(open(sys.argv[1]))["benchmarks"]:
     if b.get("aggregate_name") == "median":
         f = b["run_name"].split("/")
         t[(f[2], f[3], f[4], f[5])] = b["real_time"]
-print("blocks, tiles, early draws, reload = %s:" % sys.argv[2].replace(" ", ", "))
+print("blocks, tiles, early draws, reload, direct, prefetch = %s:" % sys.argv[2].replace(" ", ", "))
 for lay in ("row", "col"):
     print("  %s:" % lay, "  ".join("%s %s SR/RTNE %.3f (%.1f us)" % (g, s, t[(g, "rtne", l, s)] / t[(g, "sr", l, s)], t[(g, "sr", l, s)])
                                    for (g, r, l, s) in sorted(t) if r == "sr" and l == lay and (g, "rtne", l, s) in t))
