@@ -141,8 +141,8 @@ std::string unmet_section(bool bw, bool fs, bool uf, bool sr, const std::map<std
   };
   const NcuStats *rr = stats("rtne", "row"), *sr_r = stats("sr", "row"), *rc = stats("rtne", "col"), *sc = stats("sr", "col");
   if (sr) {
-    md << "### SR throughput / RTNE throughput\n\nRowwise worst " << fmt("%.0f%%", 100 * sr_worst.at("row").first) << " ("
-       << sr_worst.at("row").second << "), columnwise worst " << fmt("%.0f%%", 100 * sr_worst.at("col").first) << " ("
+    md << "### SR throughput / RTNE throughput\n\nRowwise worst " << fmt("%.1f%%", 100 * sr_worst.at("row").first) << " ("
+       << sr_worst.at("row").second << "), columnwise worst " << fmt("%.1f%%", 100 * sr_worst.at("col").first) << " ("
        << sr_worst.at("col").second << ").";
     if (rr && sr_r && rc && sc) {
       md << "\n\n| E2M1, " << shape << " | µs | instructions per element | issue slots used | SM active share | warp cycles per issue "
@@ -168,23 +168,24 @@ std::string unmet_section(bool bw, bool fs, bool uf, bool sr, const std::map<std
       const double need = 0.9 / (f_issue * f_active);  // the instruction factor that would reach 90% at these rates
       if (f_instr < need)
         md << "the columnwise SR kernel at " << fmt("%.1f", rc->instr_per_elem / need) << " instructions an element or fewer at "
-           << "these rates (" << fmt("%.1f", sc->instr_per_elem) << " now). Its shared-memory tile (asynchronous copies, 4-byte "
-           << "reads of the staged words) costs " << fmt("%+.1f", sc->instr_per_elem - sr_r->instr_per_elem) << " instructions an "
-           << "element over rowwise SR, which loads its chunks straight into registers. ";
+           << "these rates (" << fmt("%.1f", sc->instr_per_elem) << " now). Gathering a column pair (a 4-byte load and its "
+           << "address a row) costs " << fmt("%+.1f", sc->instr_per_elem - sr_r->instr_per_elem) << " instructions an "
+           << "element over rowwise SR, which loads 16-byte pieces of its chunks. ";
       if (f_active < 0.995)
-        md << "A shorter tail: its blocks walk two row tiles each, so the last wave idles longer than RTNE's; blocks that "
-           << "walk tiles until the work runs out would even it. ";
+        md << "A shorter tail: its blocks walk two row tiles each, so the last wave idles longer than RTNE's (a grid "
+           << "whose blocks walked tiles until the work ran out lost more to DRAM locality: logs/col-sr-experiments.log). ";
       if (f_issue < 0.995)
         md << "A higher issue rate: more resident warps (" << fmt("%.0f", sc->regs) << " registers a thread now) without "
-           << "spilling, or more independent work per warp. ";
+           << "spilling, or more independent work per warp to cover its loads (only the Philox draws run while they are in "
+           << "flight). ";
       md << "\n\n";
       if (!tune_log.empty())
         md << "The columnwise SR kernel's compile-time knobs swept with `tools/tune-hot.sh` (blocks an SM, which caps "
-           << "registers: 80 at 6, 64 at 8, 48 at 10; the other fields as each sweep's header says), SR / RTNE per shape:\n\n```\n"
+           << "registers: 80 at 6, 72 at 7, 64 at 8, 48 at 10; the other fields as each sweep's header says), SR / RTNE per shape:\n\n```\n"
            << tune_log << (tune_log.back() == '\n' ? "" : "\n") << "```\n\n";
       if (!experiments_log.empty())
-        md << "Other designs of the columnwise SR kernel, each measured against the kernel above in the same run and not kept "
-           << "(`logs/col-sr-experiments.log`):\n\n```\n"
+        md << "Designs of the columnwise SR kernel tried on other leases, each measured against the others in the same run "
+           << "(`logs/col-sr-experiments.log`; its second round found the kernel above):\n\n```\n"
            << experiments_log << (experiments_log.back() == '\n' ? "" : "\n") << "```\n\n";
     } else {
       md << " Nsight Compute logs of the four fused E2M1 kernels of one shape (tools/gpu-bench.sh) show where the time goes.\n\n";
@@ -322,7 +323,7 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
               << fmt("%.3f", worst_fs) << " (" << at_fs << ") | " << verdict(worst_fs <= 1.03) << " |\n";
       targets << "| unfused / fused latency, >= 64 MiB | >= 1.6 (paper SM90: " << fmt("%.2f", p_uf) << ") | worst "
               << fmt("%.2f", worst_uf) << " (" << at_uf << ") | " << verdict(worst_uf >= 1.6) << " |\n";
-      targets << "| SR throughput / RTNE throughput (fused), >= 64 MiB | >= 90% | worst " << fmt("%.0f%%", 100 * worst_sr) << " ("
+      targets << "| SR throughput / RTNE throughput (fused), >= 64 MiB | >= 90% | worst " << fmt("%.1f%%", 100 * worst_sr) << " ("
               << at_sr << ") | " << verdict(worst_sr >= 0.90) << " |\n";
     }
     std::ostringstream copies;
