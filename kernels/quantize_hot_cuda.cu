@@ -34,6 +34,9 @@ namespace {
 #ifndef UFP4_HOT_COL_SR_PREFETCH
 #define UFP4_HOT_COL_SR_PREFETCH 0
 #endif
+#ifndef UFP4_HOT_COL_SR_L2_LINE
+#define UFP4_HOT_COL_SR_L2_LINE 1
+#endif
 
 constexpr int kHotThreads = 128;
 constexpr int kColTile = 64;          // columnwise: input rows and columns of one shared-memory tile
@@ -144,6 +147,17 @@ __device__ __forceinline__ uint32_t round_col_pair(const HotParams& h, const Qua
                                             [](uint32_t (&)[16]) {});
 }
 
+// A read-only 4-byte load; with L2_LINE, L2 fetches the whole 128-byte line (a warp reads 32 bytes of each of
+// four lines, the block's other warps the rest soon after).
+__device__ __forceinline__ uint32_t load_word(const uint32_t* p) {
+  if (UFP4_HOT_COL_SR_L2_LINE) {
+    uint32_t v;
+    asm("ld.global.nc.L2::128B.u32 %0, [%1];" : "=r"(v) : "l"(p));
+    return v;
+  }
+  return __ldg(p);
+}
+
 // SR without shared memory (DIRECT): thread (b, cp) of each 64 x 64 tile loads its 16 words straight
 // from global memory. A warp's load reads 32 bytes of each of 4 rows, so every sector is still read
 // once, and no barrier holds a block. A tile's Philox draws run while its loads are in flight; with
@@ -160,7 +174,7 @@ __device__ __forceinline__ void hot_col_direct_sr(const KernelSpec& s, const Qua
   auto load = [&](uint32_t (&w)[16], int t) {
     const char* p = src + static_cast<int64_t>(t) * kColTile * stride;
 #pragma unroll
-    for (int i = 0; i < 16; ++i) w[i] = __ldg(reinterpret_cast<const uint32_t*>(p + static_cast<uint64_t>(stride) * i));
+    for (int i = 0; i < 16; ++i) w[i] = load_word(reinterpret_cast<const uint32_t*>(p + static_cast<uint64_t>(stride) * i));
   };
   const int64_t out0 = c * io.rows + r0;  // chunk k of tile t: out0 + k rows + 64 t
   uint32_t declined = 0, raw[16];

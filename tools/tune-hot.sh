@@ -12,7 +12,7 @@ shift || true
 settings=("$@")
 [ ${#settings[@]} -eq 0 ] && settings=("7 2 1 0 1 0" "7 2 1 0 1 1" "8 2 0 0 1 0" "6 2 1 0 0 0")
 for s in "${settings[@]}"; do
-  knobs=(UFP4_HOT_COL_SR_BLOCKS UFP4_HOT_COL_SR_TILES UFP4_HOT_COL_SR_EARLY_DRAWS UFP4_HOT_COL_SR_RELOAD UFP4_HOT_COL_SR_DIRECT UFP4_HOT_COL_SR_PREFETCH)
+  knobs=(UFP4_HOT_COL_SR_BLOCKS UFP4_HOT_COL_SR_TILES UFP4_HOT_COL_SR_EARLY_DRAWS UFP4_HOT_COL_SR_RELOAD UFP4_HOT_COL_SR_DIRECT UFP4_HOT_COL_SR_PREFETCH UFP4_HOT_COL_SR_L2_LINE)
   read -r -a vals <<< "$s"
   defs=""
   for i in "${!vals[@]}"; do defs="$defs${defs:+;}${knobs[$i]}=${vals[$i]}"; done
@@ -34,7 +34,7 @@ for b in json.load(open(sys.argv[1]))["benchmarks"]:
     if b.get("aggregate_name") == "median":
         f = b["run_name"].split("/")
         t[(f[2], f[3], f[4], f[5])] = b["real_time"]
-print("blocks, tiles, early draws, reload, direct, prefetch = %s:" % sys.argv[2].replace(" ", ", "))
+print("blocks, tiles, early draws, reload, direct, prefetch, l2 line = %s:" % sys.argv[2].replace(" ", ", "))
 for lay in ("row", "col"):
     print("  %s:" % lay, "  ".join("%s %s SR/RTNE %.3f (%.1f us)" % (g, s, t[(g, "rtne", l, s)] / t[(g, "sr", l, s)], t[(g, "sr", l, s)])
                                    for (g, r, l, s) in sorted(t) if r == "sr" and l == lay and (g, "rtne", l, s) in t))
