@@ -15,7 +15,7 @@ namespace {
 
 // Compile-time knobs for tuning the columnwise SR kernel on another GPU (tools/tune-hot.sh sets them
 // through the CMake variable UFP4_HOT_TUNE); the defaults are what H200 measured best. TILES, RELOAD:
-// see hot_col_tiles_sr (DIRECT 0) and round_col_words; DIRECT, PREFETCH: hot_col_direct_sr.
+// see hot_col_tiles_sr (DIRECT 0) and round_col_words; DIRECT, PREFETCH: hot_col_direct_sr; L2_LINE: load_word.
 #ifndef UFP4_HOT_COL_SR_BLOCKS
 #define UFP4_HOT_COL_SR_BLOCKS 7
 #endif

@@ -3,14 +3,14 @@
 # rebuild the hot kernel alone (CHECK=1: and hold it to the CPU reference), and time the fused kernels
 # (RTNE and SR, E2M1 and E1M2, rowwise and columnwise) in one run, printing SR / RTNE throughput per
 # shape. The build is left at the defaults.
-#   tools/tune-hot.sh [build-dir] ["BLOCKS TILES EARLY_DRAWS RELOAD DIRECT PREFETCH" ...]    e.g. tools/tune-hot.sh build "7 2 1 0 1 0" "6 2 1 0 0"
+#   tools/tune-hot.sh [build-dir] ["BLOCKS TILES EARLY_DRAWS RELOAD DIRECT PREFETCH L2_LINE" ...]    e.g. tools/tune-hot.sh build "7 2 1 0 1 0 1" "6 2 1 0 0"
 # (fields left out keep the kernel's defaults)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 shift || true
 settings=("$@")
-[ ${#settings[@]} -eq 0 ] && settings=("7 2 1 0 1 0" "7 2 1 0 1 1" "8 2 0 0 1 0" "6 2 1 0 0 0")
+[ ${#settings[@]} -eq 0 ] && settings=("7 2 1 0 1 0 1" "7 2 1 0 1 0 0" "8 2 0 0 1 0 1" "6 2 1 0 0 0")
 for s in "${settings[@]}"; do
   knobs=(UFP4_HOT_COL_SR_BLOCKS UFP4_HOT_COL_SR_TILES UFP4_HOT_COL_SR_EARLY_DRAWS UFP4_HOT_COL_SR_RELOAD UFP4_HOT_COL_SR_DIRECT UFP4_HOT_COL_SR_PREFETCH UFP4_HOT_COL_SR_L2_LINE)
   read -r -a vals <<< "$s"
