@@ -39,7 +39,7 @@ namespace {
 #endif
 
 constexpr int kHotThreads = 128;
-constexpr int kColTile = 64;          // columnwise: input rows and columns of one shared-memory tile
+constexpr int kColTile = 64;          // columnwise: input rows and columns of one tile
 constexpr int kColTiles = UFP4_HOT_COL_SR_TILES;  // columnwise SR: row tiles a thread block walks
 
 // Per variant, as measured on H200 (exploratory runs): whether rowwise blocks stage their loads and
@@ -72,6 +72,16 @@ __device__ __noinline__ void general_chunk(const KernelSpec& s, const QuantizeIO
   for (int i = 0; i < 16; ++i) x[i] = bf16_bits_to_f32(io.columnwise ? in[(j0 + i) * io.cols + r] : in[r * L + j0 + i]);
   if (s.rht) rht16(s, x);
   finish_chunk<true>(s, io, sh_level, sh_code, x, chunk_amax(x), r, L, j0, 16);
+}
+
+// Columnwise SR: the chunks a thread's loop declined (bit 2t + k: chunk k of its tile t, output element
+// out0 + k rows + 64 t), after the loop, so nothing of it is live across the out-of-line call.
+__device__ __forceinline__ void general_col_chunks(const KernelSpec& s, const QuantizeIO& io, const float* sh_level, const uint8_t* sh_code,
+                                                   int64_t out0, uint32_t declined) {
+  for (; declined; declined &= declined - 1) {
+    const int bit = __ffs(declined) - 1;
+    general_chunk(s, io, sh_level, sh_code, out0 + (bit % 2) * io.rows + (bit / 2) * kColTile);
+  }
 }
 
 // Slot of 16-byte unit j (lane j / 4's part j % 4) in a warp's staging area, swizzled so that both the
@@ -189,10 +199,7 @@ __device__ __forceinline__ void hot_col_direct_sr(const KernelSpec& s, const Qua
                                                     })
                 << (2 * t);
   }
-  for (; declined; declined &= declined - 1) {
-    const int bit = __ffs(declined) - 1;
-    general_chunk(s, io, sh_level, sh_code, out0 + (bit % 2) * io.rows + (bit / 2) * kColTile);
-  }
+  general_col_chunks(s, io, sh_level, sh_code, out0, declined);
 }
 
 // SR: kColTiles consecutive row tiles a thread block, the next tile's asynchronous copy in flight while
@@ -248,11 +255,7 @@ __device__ __forceinline__ void hot_col_tiles_sr(const KernelSpec& s, const Quan
     __syncthreads();
     if (pair_ok && t * kColTile < rows_b) declined |= round_col_pair<kClass, true, kRht>(h, io, tile[t % kBufs], b, cp, out0 + t * kColTile) << (2 * t);
   }
-  // After the loop, so nothing of it is live across the out-of-line call.
-  for (; declined; declined &= declined - 1) {
-    const int bit = __ffs(declined) - 1;
-    general_chunk(s, io, sh_level, sh_code, out0 + (bit % 2) * io.rows + (bit / 2) * kColTile);
-  }
+  general_col_chunks(s, io, sh_level, sh_code, out0, declined);
 }
 
 template <bool kCol, int kClass, bool kSR, bool kRht>
@@ -261,7 +264,7 @@ __global__ void __launch_bounds__(kHotThreads, kHotMinBlocks<kCol, kClass, kSR>)
   __shared__ float sh_level[16];
   __shared__ uint8_t sh_code[16];
   if (threadIdx.x < 16) { sh_level[threadIdx.x] = s.grid.level[threadIdx.x]; sh_code[threadIdx.x] = s.grid.code[threadIdx.x]; }
-  if constexpr (kCol && kSR) {  // its tile barriers come before any general_chunk call
+  if constexpr (kCol && kSR) {  // each path syncs the block before any general_chunk call
     if (UFP4_HOT_COL_SR_DIRECT) hot_col_direct_sr<kClass, kRht>(s, io, h, sh_level, sh_code);
     else hot_col_tiles_sr<kClass, kRht>(s, io, h, sh_level, sh_code);
     return;

@@ -11,8 +11,8 @@ build=${1:-build}
 shift || true
 settings=("$@")
 [ ${#settings[@]} -eq 0 ] && settings=("7 2 1 0 1 0 1" "7 2 1 0 1 0 0" "8 2 0 0 1 0 1" "6 2 1 0 0 0")
+knobs=(UFP4_HOT_COL_SR_BLOCKS UFP4_HOT_COL_SR_TILES UFP4_HOT_COL_SR_EARLY_DRAWS UFP4_HOT_COL_SR_RELOAD UFP4_HOT_COL_SR_DIRECT UFP4_HOT_COL_SR_PREFETCH UFP4_HOT_COL_SR_L2_LINE)
 for s in "${settings[@]}"; do
-  knobs=(UFP4_HOT_COL_SR_BLOCKS UFP4_HOT_COL_SR_TILES UFP4_HOT_COL_SR_EARLY_DRAWS UFP4_HOT_COL_SR_RELOAD UFP4_HOT_COL_SR_DIRECT UFP4_HOT_COL_SR_PREFETCH UFP4_HOT_COL_SR_L2_LINE)
   read -r -a vals <<< "$s"
   defs=""
   for i in "${!vals[@]}"; do defs="$defs${defs:+;}${knobs[$i]}=${vals[$i]}"; done
