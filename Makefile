@@ -4,12 +4,12 @@ JOBS ?= $(shell nproc)
 CMAKE_ARGS ?=
 GEN := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 
-.PHONY: all build setup configure test test-gpu demo bench reproduce-figure-11 report gpu-deps gpu clean help
+.PHONY: all build setup configure test test-gpu check-gpu demo bench reproduce-figure-11 report gpu-deps gpu clean help
 
 all: build
 
 help:
-	@echo "make setup | build | test | test-gpu | demo | bench | report | reproduce-table-N | reproduce-figure-N | gpu-deps | gpu | clean"
+	@echo "make setup | build | test | test-gpu | check-gpu | demo | bench | report | reproduce-table-N | reproduce-figure-N | gpu-deps | gpu | clean"
 
 setup:
 	@bash tools/setup.sh
@@ -28,6 +28,12 @@ test: setup
 
 test-gpu: build
 	cd $(BUILD) && UFP4_REQUIRE_GPU=1 ctest --output-on-failure -L cuda
+
+# GPU regression: train experiments/gpu/check.toml and compare with the committed reference, bit for
+# bit on the GPU model that made it (results/reference/gpu/README.md), within the tolerance elsewhere.
+check-gpu: build
+	$(BUILD)/ufp4 run --force experiments/gpu/check.toml
+	$(BUILD)/ufp4 check build/gpu-check/runs --reference results/reference/gpu --exact
 
 demo: setup
 	@$(MAKE) --no-print-directory build

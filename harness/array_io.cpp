@@ -6,8 +6,10 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <sstream>
 
+#include "harness/atomic_file.h"
 #include "harness/error.h"
 
 namespace ufp4 {
@@ -52,91 +54,89 @@ float half_to_float(uint16_t h) {
 }  // namespace
 
 ArrayF32 read_npy(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) throw Error(path + ": cannot open for reading");
+  const uint64_t file_size = static_cast<uint64_t>(in.tellg());
+  in.seekg(0);
   char magic[8];
   in.read(magic, 8);
   if (!in || std::memcmp(magic, "\x93NUMPY", 6) != 0) throw Error(path + ": not a .npy file (bad magic)");
+  if (magic[6] < 1 || magic[6] > 3) throw Error(path + ": npy format version " + std::to_string(magic[6]) + " is not supported (allowed: 1, 2, 3)");
   uint32_t hlen = 0;
   if (magic[6] == 1) {
-    uint16_t h16;
+    uint16_t h16 = 0;
     in.read(reinterpret_cast<char*>(&h16), 2);
     hlen = h16;
   } else {
     in.read(reinterpret_cast<char*>(&hlen), 4);
   }
+  if (!in || hlen > file_size) throw Error(path + ": truncated npy header");
   std::string header(hlen, ' ');
   in.read(&header[0], hlen);
   if (!in) throw Error(path + ": truncated npy header");
   std::string descr = header_value(header, "descr", path);
-  size_t q1 = descr.find('\''), q2 = descr.find('\'', q1 + 1);
+  const size_t q1 = descr.find('\''), q2 = q1 == std::string::npos ? q1 : descr.find('\'', q1 + 1);
+  if (q2 == std::string::npos) throw Error(path + ": npy header: 'descr' is not a quoted dtype");
   descr = descr.substr(q1 + 1, q2 - q1 - 1);
-  if (header_value(header, "fortran_order", path).find("True") < 8)
-    throw Error(path + ": fortran_order arrays are not supported (save with np.ascontiguousarray)");
+  const std::string fortran = header_value(header, "fortran_order", path);
+  const size_t t = fortran.find_first_not_of(" "), f = fortran.find("False");
+  if (t == std::string::npos || (fortran.compare(t, 4, "True") != 0 && f != t))
+    throw Error(path + ": npy header: 'fortran_order' is neither True nor False");
+  if (fortran.compare(t, 4, "True") == 0) throw Error(path + ": fortran_order arrays are not supported (save with np.ascontiguousarray)");
   std::string shp = header_value(header, "shape", path);
-  shp = shp.substr(shp.find('(') + 1, shp.find(')') - shp.find('(') - 1);
+  const size_t open = shp.find('('), close = shp.find(')');
+  if (open == std::string::npos || close == std::string::npos || close < open) throw Error(path + ": npy header: 'shape' is not a tuple");
+  shp = shp.substr(open + 1, close - open - 1);
   ArrayF32 a;
   std::stringstream ss(shp);
   std::string tok;
-  while (std::getline(ss, tok, ','))
-    if (tok.find_first_not_of(" ") != std::string::npos) a.shape.push_back(std::stoll(tok));
-  const int64_t n = a.numel();
+  while (std::getline(ss, tok, ',')) {
+    const size_t s0 = tok.find_first_not_of(" "), s1 = tok.find_last_not_of(" ");
+    if (s0 == std::string::npos) continue;
+    tok = tok.substr(s0, s1 - s0 + 1);
+    if (tok.empty() || tok.size() > 18 || tok.find_first_not_of("0123456789") != std::string::npos)
+      throw Error(path + ": npy header: shape entry '" + tok + "' is not a non-negative integer");
+    a.shape.push_back(std::stoll(tok));
+  }
+  const std::map<std::string, uint64_t> widths = {{"<f4", 4}, {"<f8", 8}, {"<f2", 2}};
+  if (!widths.count(descr)) throw Error(path + ": npy dtype '" + descr + "' is not supported (allowed: <f4, <f8, <f2)");
+  // The data must be in the file before anything is allocated for it.
+  uint64_t n = 1;
+  for (int64_t d : a.shape) {
+    if (d != 0 && n > file_size / static_cast<uint64_t>(d)) throw Error(path + ": truncated npy data (the shape holds more values than the file)");
+    n *= static_cast<uint64_t>(d);
+  }
+  if (n * widths.at(descr) > file_size) throw Error(path + ": truncated npy data (expected " + std::to_string(n) + " values)");
   a.data.resize(static_cast<size_t>(n));
   if (descr == "<f4") {
-    in.read(reinterpret_cast<char*>(a.data.data()), n * 4);
+    in.read(reinterpret_cast<char*>(a.data.data()), static_cast<std::streamsize>(n * 4));
   } else if (descr == "<f8") {
-    std::vector<double> d(static_cast<size_t>(n));
-    in.read(reinterpret_cast<char*>(d.data()), n * 8);
-    for (int64_t i = 0; i < n; ++i) a.data[i] = static_cast<float>(d[i]);
-  } else if (descr == "<f2") {
-    std::vector<uint16_t> d(static_cast<size_t>(n));
-    in.read(reinterpret_cast<char*>(d.data()), n * 2);
-    for (int64_t i = 0; i < n; ++i) a.data[i] = half_to_float(d[i]);
+    std::vector<double> v(static_cast<size_t>(n));
+    in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(n * 8));
+    for (uint64_t i = 0; i < n; ++i) a.data[i] = static_cast<float>(v[i]);
   } else {
-    throw Error(path + ": npy dtype '" + descr + "' is not supported (allowed: <f4, <f8, <f2)");
+    std::vector<uint16_t> v(static_cast<size_t>(n));
+    in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(n * 2));
+    for (uint64_t i = 0; i < n; ++i) a.data[i] = half_to_float(v[i]);
   }
   if (!in) throw Error(path + ": truncated npy data (expected " + std::to_string(n) + " values)");
   return a;
 }
 
-namespace {
-
-// Runs `write` on a temporary file and renames it onto `path`; on failure nothing is left behind.
-template <class F>
-void write_atomically(const std::string& path, F write) {
-  std::string tmp = path + ".tmp-" + std::to_string(::getpid());
-  try {
-    write(tmp);
-  } catch (...) {
-    std::remove(tmp.c_str());
-    throw;
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw RuntimeError(path + ": cannot rename temporary file into place: " + std::strerror(errno));
-  }
-}
-
-}  // namespace
-
 void write_npy(const std::string& path, const ArrayF32& a) {
-  write_atomically(path, [&](const std::string& tmp) {
-    std::ofstream out(tmp, std::ios::binary);
-    if (!out) throw RuntimeError(path + ": cannot open for writing: " + std::strerror(errno));
-    std::string shape = "(";
-    for (size_t i = 0; i < a.shape.size(); ++i) shape += std::to_string(a.shape[i]) + (a.shape.size() == 1 ? "," : (i + 1 < a.shape.size() ? ", " : ""));
-    shape += ")";
-    std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + ", }";
-    size_t total = 10 + header.size() + 1;
-    header += std::string((64 - total % 64) % 64, ' ') + "\n";
-    out.write("\x93NUMPY\x01\x00", 8);
-    uint16_t hl = static_cast<uint16_t>(header.size());
-    out.write(reinterpret_cast<const char*>(&hl), 2);
-    out.write(header.data(), static_cast<std::streamsize>(header.size()));
-    out.write(reinterpret_cast<const char*>(a.data.data()), static_cast<std::streamsize>(a.data.size() * 4));
-    out.flush();
-    if (!out) throw RuntimeError(path + ": write failed (disk full?)");
-  });
+  std::string shape = "(";
+  for (size_t i = 0; i < a.shape.size(); ++i) shape += std::to_string(a.shape[i]) + (a.shape.size() == 1 ? "," : (i + 1 < a.shape.size() ? ", " : ""));
+  shape += ")";
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + ", }";
+  size_t total = 10 + header.size() + 1;
+  header += std::string((64 - total % 64) % 64, ' ') + "\n";
+  AtomicFile out(path);
+  out.write("\x93NUMPY\x01\x00", 8);
+  uint16_t hl = static_cast<uint16_t>(header.size());
+  out.write(&hl, 2);
+  out.write(header.data(), header.size());
+  out.write(a.data.data(), a.data.size() * 4);
+  out.commit();
 }
 
 // ---- HDF5 ----------------------------------------------------------------------------------
@@ -203,17 +203,22 @@ void put_attr(hid_t obj, const std::string& key, hid_t type, const void* value) 
 
 }  // namespace
 
-H5Writer::H5Writer(const std::string& path) : path_(path), tmp_(path + ".tmp-" + std::to_string(::getpid())) {
-  file_ = H5Fcreate(tmp_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  if (file_ < 0) throw RuntimeError(path + ": cannot create HDF5 file (is the folder writable?)");
+// The file is built in memory (HDF5's core driver, no backing store) and written by commit() through
+// AtomicFile, so HDF5 never writes a half file and a failure is reported with its cause.
+H5Writer::H5Writer(const std::string& path) : path_(path) {
+  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+  H5Pset_fapl_core(fapl, 1 << 20, /*backing_store=*/0);
+  file_ = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+  H5Pclose(fapl);
+  if (file_ < 0) throw RuntimeError(path + ": cannot create an HDF5 file in memory");
 }
 
 H5Writer::~H5Writer() {
   if (file_ >= 0) H5Fclose(file_);
-  if (!committed_) std::remove(tmp_.c_str());
 }
 
 void H5Writer::write_f32(const std::string& n, const float* d, const std::vector<int64_t>& s) { write_ds(file_, n, H5T_NATIVE_FLOAT, d, s); }
+void H5Writer::write_f64(const std::string& n, const double* d, const std::vector<int64_t>& s) { write_ds(file_, n, H5T_NATIVE_DOUBLE, d, s); }
 void H5Writer::write_u8(const std::string& n, const uint8_t* d, const std::vector<int64_t>& s) { write_ds(file_, n, H5T_NATIVE_UINT8, d, s); }
 void H5Writer::write_i64(const std::string& n, const int64_t* d, const std::vector<int64_t>& s) { write_ds(file_, n, H5T_NATIVE_INT64, d, s); }
 
@@ -234,13 +239,14 @@ void H5Writer::attr(const std::string& key, int64_t value, const std::string& ob
 }
 
 void H5Writer::commit() {
-  if (H5Fflush(file_, H5F_SCOPE_GLOBAL) < 0 || H5Fclose(file_) < 0) {
-    file_ = -1;
-    throw RuntimeError(path_ + ": HDF5 write failed (disk full?)");
-  }
+  if (H5Fflush(file_, H5F_SCOPE_GLOBAL) < 0) throw RuntimeError(path_ + ": HDF5 flush failed");
+  const ssize_t size = H5Fget_file_image(file_, nullptr, 0);
+  if (size < 0) throw RuntimeError(path_ + ": HDF5 file image unavailable");
+  std::string image(static_cast<size_t>(size), '\0');
+  if (H5Fget_file_image(file_, &image[0], image.size()) != size) throw RuntimeError(path_ + ": HDF5 file image unavailable");
+  H5Fclose(file_);
   file_ = -1;
-  if (std::rename(tmp_.c_str(), path_.c_str()) != 0)
-    throw RuntimeError(path_ + ": cannot rename temporary file into place: " + std::strerror(errno));
+  write_file_atomically(path_, image);
   committed_ = true;
 }
 
@@ -277,6 +283,15 @@ ArrayF32 read_h5_f32(const std::string& path, const std::string& dataset) {
   a.data.resize(static_cast<size_t>(a.numel()));
   h5check(H5Dread(r.ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, a.data.data()), path + ": reading '" + dataset + "'");
   return a;
+}
+
+std::vector<double> read_h5_f64(const std::string& path, const std::string& dataset) {
+  H5Reading r(path, dataset);
+  int64_t n = 1;
+  for (int64_t d : r.shape()) n *= d;
+  std::vector<double> out(static_cast<size_t>(n));
+  h5check(H5Dread(r.ds, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()), path + ": reading '" + dataset + "'");
+  return out;
 }
 
 std::vector<uint8_t> read_h5_u8(const std::string& path, const std::string& dataset, std::vector<int64_t>* shape) {

@@ -17,8 +17,8 @@ struct ArrayF32 {
 ArrayF32 read_npy(const std::string& path);  // <f4, <f8 or <f2, C order
 void write_npy(const std::string& path, const ArrayF32& a);
 
-// Writes to `path + ".tmp-<pid>"` and renames onto `path` in commit(); the destructor removes an
-// uncommitted temporary.
+// Builds the file in memory; commit() writes it crash-safely (harness/atomic_file.h). Nothing is
+// written without commit().
 class H5Writer {
  public:
   explicit H5Writer(const std::string& path);
@@ -26,6 +26,7 @@ class H5Writer {
   H5Writer(const H5Writer&) = delete;
   H5Writer& operator=(const H5Writer&) = delete;
   void write_f32(const std::string& name, const float* data, const std::vector<int64_t>& shape);
+  void write_f64(const std::string& name, const double* data, const std::vector<int64_t>& shape);
   void write_u8(const std::string& name, const uint8_t* data, const std::vector<int64_t>& shape);
   void write_i64(const std::string& name, const int64_t* data, const std::vector<int64_t>& shape);
   // Attributes on the root group, or on a dataset when `object` is given.
@@ -35,13 +36,14 @@ class H5Writer {
   void commit();
 
  private:
-  std::string path_, tmp_;
+  std::string path_;
   int64_t file_ = -1;
   bool committed_ = false;
 };
 
 // Reads a dataset (any float or integer type) as FP32. Path "file.h5" with a dataset name.
 ArrayF32 read_h5_f32(const std::string& path, const std::string& dataset);
+std::vector<double> read_h5_f64(const std::string& path, const std::string& dataset);  // any numeric type, as FP64
 std::vector<uint8_t> read_h5_u8(const std::string& path, const std::string& dataset, std::vector<int64_t>* shape = nullptr);
 std::map<std::string, std::string> read_h5_string_attrs(const std::string& path, const std::string& object = "/");
 // Every dataset in the file, full paths without the leading "/", in name order.

@@ -32,7 +32,9 @@ void write_kernel_bench(const std::string& path, const std::vector<KernelBenchRo
 
 // One training-step measurement.
 struct StepBenchRow {
-  std::string impl;    // "ufp4" (this harness) or "pytorch-eager[-<optimizer>]" (harness/reference_step.py)
+  // "ufp4" (this harness, deterministic as the trainer runs), "ufp4-nondeterministic", "ufp4-libtorch-ops"
+  // (no fused ops) or "pytorch-eager[-<optimizer>]" (harness/reference_step.py)
+  std::string impl;
   std::string model, recipe;
   int64_t batch = 0, seq_len = 0, steps = 0;
   double step_ms = 0, step_ms_mean = 0, step_ms_sd = 0;  // median / mean / sd over timed steps
@@ -49,6 +51,7 @@ struct StepBenchOptions {
   std::string device = "auto";
   std::string reference = "eager";  // eager (plain PyTorch, first dense model) | none
   std::string python = "python3";
+  bool nondeterministic = true;     // also time bf16 and ufp4 without deterministic mode (its cost)
 };
 
 std::vector<StepBenchRow> run_step_benchmarks(const StepBenchOptions& o);

@@ -12,6 +12,7 @@
 
 #include "harness/array_io.h"
 #include "harness/bench.h"
+#include "harness/determinism.h"
 #include "harness/error.h"
 #include "harness/fs.h"
 #include "harness/log.h"
@@ -55,9 +56,11 @@ void reset_peak(const torch::Device& d) {
 
 // fused_ops false: RMSNorm, SwiGLU and the loss as LibTorch compositions (the row that shows what the fused
 // kernels buy, measured in the same run).
+// deterministic false: the row that shows what deterministic mode (the trainer's default) costs.
 StepBenchRow bench_ours(const std::string& model, const std::string& recipe, const StepBenchOptions& o, const torch::Device& device,
-                        bool fused_ops = true) {
+                        bool fused_ops = true, bool deterministic = true) {
   RunManifest m;  // the trainer's defaults (AdamW, clipping 1.0)
+  set_deterministic(deterministic);
   ModelConfig mc = model_config(model);
   mc.seq_len = o.seq_len;
   torch::manual_seed(1);
@@ -94,7 +97,7 @@ StepBenchRow bench_ours(const std::string& model, const std::string& recipe, con
     if (timed) ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   StepBenchRow r;
-  r.impl = fused_ops ? "ufp4" : "ufp4-libtorch-ops";
+  r.impl = !fused_ops ? "ufp4-libtorch-ops" : deterministic ? "ufp4" : "ufp4-nondeterministic";
   r.model = model;
   r.recipe = ctx->recipe.name;
   r.batch = o.batch;
@@ -174,7 +177,12 @@ std::vector<StepBenchRow> run_step_benchmarks(const StepBenchOptions& o) {
     if (i == 0) recipes.insert(recipes.end(), o.extra_recipes.begin(), o.extra_recipes.end());
     for (const auto& rc : recipes) report(bench_ours(o.models[i], rc, o, device));
     if (i == 0 && device.is_cuda()) report(bench_ours(o.models[i], "bf16", o, device, false));
+    // Deterministic mode's cost, measured in the same process: the bf16 and ufp4 recipes again without it.
+    if (o.nondeterministic && device.is_cuda())
+      for (const std::string rc : {"bf16", "ufp4"})
+        if (std::find(recipes.begin(), recipes.end(), rc) != recipes.end()) report(bench_ours(o.models[i], rc, o, device, true, false));
   }
+  set_deterministic(true);
   if (o.reference == "eager") {
     std::string dense;
     for (const auto& mname : o.models)

@@ -45,11 +45,13 @@ int cmd_bench(const std::vector<std::string>& args) {
       ("steps", po::value(&so.steps)->default_value(10), "step: timed steps")
       ("device", po::value(&device)->default_value("auto"), "step: auto | cpu | cuda")
       ("reference", po::value(&reference)->default_value("eager"), "step: eager (plain PyTorch, harness/reference_step.py) | none")
-      ("python", po::value(&so.python)->default_value("python3"), "step: the Python that has torch");
+      ("python", po::value(&so.python)->default_value("python3"), "step: the Python that has torch")
+      ("no-nondeterministic", "step: skip the rows that time bf16 and ufp4 without deterministic mode");
   po::positional_options_description pos;
   pos.add("what", 1);
   auto vm = parse_command("bench", "kernels|step|all [--out-dir DIR] [options]", d, args, &pos);
   if (!vm) return 0;
+  so.nondeterministic = !vm->count("no-nondeterministic");
   if (what != "kernels" && what != "step" && what != "all")
     throw Error("bench: '" + what + "' is not a benchmark (allowed: kernels, step, all)");
   if (ko.iterations < 1 || ko.repetitions < 1) throw Error("bench: --iterations and --repetitions must be >= 1");

@@ -2,6 +2,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <set>
+#include <sstream>
 #include <iostream>
 
 #include "harness/array_io.h"
@@ -11,6 +13,7 @@
 #include "harness/error.h"
 #include "harness/fs.h"
 #include "harness/run_manifest.h"
+#include "harness/sha256.h"
 #include "harness/trainer.h"
 #include "models/model_config.h"
 #include "models/recipe.h"
@@ -63,6 +66,45 @@ struct SpeedIndex {
   }
 };
 
+// Why a run will (not) reuse an earlier result: the same id, or what changed since a result of the
+// same name (its stored identity against this one's).
+std::string reuse_reason(const RunManifest& m, const RunIdentity& id, const std::string& run_id) {
+  if (std::string f = find_results(m, run_id); !f.empty()) return "reused: " + f + " has this run id";
+  if (file_exists(checkpoint_path(m, run_id))) return "resumes: " + checkpoint_path(m, run_id);
+  if (!id.data_prepared) return "new: the data is not prepared yet (the run id is final once it is)";
+  std::vector<std::string> files;
+  walk_files(m.out_dir, ".h5", files);
+  std::sort(files.begin(), files.end());
+  for (const auto& f : files) {
+    const std::string base = f.substr(f.find_last_of('/') + 1);
+    if (base.rfind(m.name + "-", 0) != 0 || base.size() != m.name.size() + 1 + 16 + 3) continue;
+    std::map<std::string, std::string> a;
+    try {
+      a = read_h5_string_attrs(f);
+    } catch (const Error&) {
+      continue;
+    }
+    if (!a.count("run_identity")) return "new: " + f + " predates run ids that cover recipe, model and data contents";
+    std::vector<std::string> changed;
+    if (a["recipe_sha256"] != id.recipe_sha256) changed.push_back("recipe content");
+    if (a["model_sha256"] != id.model_sha256) changed.push_back("model configuration");
+    if (a["data_manifest_sha256"] != id.data_sha256) changed.push_back("data (data.toml)");
+    // Manifest fields: the lines of the stored resolved manifest that differ from this one's.
+    std::set<std::string> now, before;
+    std::istringstream x(m.resolved()), y(a["manifest"]);
+    for (std::string l; std::getline(x, l);) now.insert(l);
+    for (std::string l; std::getline(y, l);) before.insert(l);
+    std::string fields;
+    for (const auto& l : now)
+      if (!before.count(l) && l.find(" = ") != std::string::npos) fields += (fields.empty() ? "" : ", ") + l.substr(0, l.find(" = "));
+    if (!fields.empty()) changed.push_back("fields " + fields);
+    std::string list;
+    for (const auto& c : changed) list += (list.empty() ? "" : "; ") + c;
+    return "new: differs from " + f + " in " + (list.empty() ? std::string("fields outside the manifest's resolved form") : list);
+  }
+  return "new: no earlier result of this name in " + m.out_dir;
+}
+
 }  // namespace
 
 int cmd_plan(const std::vector<std::string>& args) {
@@ -93,24 +135,31 @@ int cmd_plan(const std::vector<std::string>& args) {
     std::printf("%-40s %-17s %-12s %-12s %8s %10s %14s %10s %-9s %s\n", "run", "run id", "model", "recipe", "steps", "tokens", "train FLOPs",
                 "est. time", "results", "differs from the base");
     double total_s = 0;
+    std::vector<std::string> reasons;
     for (const auto& m : ms) {
+      const RunIdentity id = m.identity();
+      const std::string run_id = sha256_hex(id.text).substr(0, 16);
+      reasons.push_back(m.name + ": " + reuse_reason(m, id, run_id));
       ModelConfig c = model_config(m.model);
       if (m.seq_len > 0) c.seq_len = m.seq_len;
       c.validate();
       const double tokens = static_cast<double>(m.steps) * m.batch * c.seq_len;
-      const std::string state = !find_results(m).empty() ? "exist" : (file_exists(checkpoint_dir(m)) ? "partial" : "missing");
+      const std::string state = !find_results(m, run_id).empty() ? "exist" : (file_exists(checkpoint_path(m, run_id)) ? "partial" : "missing");
       std::string recipe = m.recipe.substr(m.recipe.find_last_of('/') + 1);
       const double flops = tokens * train_flops_per_token(c);
       Recipe r = Recipe::load(m.recipe);
       auto [sec, how] = speed.estimate(device, c.name, r.name, tokens, flops);
       const std::string est = sec < 0 ? "-" : how + Progress::format_duration(sec);
       if (sec > 0 && state != "exist") total_s += sec;
-      std::printf("%-40s %-17s %-12s %-12s %8lld %10.3e %14.3e %10s %-9s %s\n", m.name.c_str(), m.run_id().c_str(), c.name.c_str(), recipe.c_str(),
+      std::printf("%-40s %-17s %-12s %-12s %8lld %10.3e %14.3e %10s %-9s %s\n", m.name.c_str(), run_id.c_str(), c.name.c_str(), recipe.c_str(),
                   static_cast<long long>(m.steps), tokens, flops, est.c_str(), state.c_str(), m.differs.empty() ? "(base)" : m.differs.c_str());
     }
     std::printf("\nest. time: at the measured tokens/s of committed runs of the same model and recipe on this device (%s); "
                 "~ same model, other recipe; ≈ FLOPs at the median MFU measured here; - nothing measured (runs that shared a GPU recorded their shared speed). Missing runs: %s one at a time.\n",
                 device.c_str(), Progress::format_duration(total_s).c_str());
+    std::printf("\nreuse (a run id hashes every manifest field that changes the result, the recipe's resolved content, the model's "
+                "configuration and the data manifest's SHA-256):\n");
+    for (const auto& r : reasons) std::printf("  %s\n", r.c_str());
     return 0;
   }
   if (models.empty()) throw Error("plan: give --model NAME (allowed: all, " + [] {

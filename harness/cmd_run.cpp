@@ -62,14 +62,10 @@ int cmd_run(const std::vector<std::string>& args) {
       if (only.empty() || m.name == only) ms.push_back(m);
   if (ms.empty()) throw Error("run: no run named '" + only + "' in the given manifests");
   // Every run's model and recipe must resolve before the first run starts.
-  for (const auto& m : ms) {
-    try {
-      model_config(m.model);
-      Recipe::load(m.recipe);
-    } catch (const Error& e) {
-      throw Error(m.path + ": run " + m.name + ": " + e.what());
-    }
-  }
+  for (const auto& m : ms) m.check_resolvable();
+
+  // Data first: run ids name the data by its manifest's hash, so they are final only once it exists.
+  for (const auto& m : ms) ensure_data(m);
 
   std::vector<std::string> failed, finished;
   int stopped = 0;

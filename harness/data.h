@@ -39,6 +39,12 @@ struct DataInfo {
 // A directory holding data.toml, or one of llm.c-style *train*.bin / *val*.bin shards.
 DataInfo load_data_info(const std::string& dir);
 
+// Whether `dir` holds data (data.toml, or llm.c train and val shards).
+bool data_ready(const std::string& dir);
+// The SHA-256 that names the data of `dir` in run ids: of its data.toml (which holds the shards'
+// hashes), or of the shards' contents (computed once per process and folder).
+std::string data_identity(const std::string& dir);
+
 std::vector<uint16_t> read_shard(const std::string& path);
 void write_shard(const std::string& path, const std::vector<uint16_t>& tokens);
 

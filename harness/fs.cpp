@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "harness/atomic_file.h"
 #include "harness/error.h"
 
 namespace ufp4 {
@@ -53,16 +54,7 @@ void make_dirs(const std::string& dir) {
   if (access(dir.c_str(), W_OK) != 0) throw RuntimeError(dir + ": the folder is not writable");
 }
 
-void write_text_atomically(const std::string& path, const std::string& text) {
-  std::string tmp = path + ".tmp-" + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    out << text;
-    out.flush();
-    if (!out) { std::remove(tmp.c_str()); throw RuntimeError(path + ": write failed (disk full?)"); }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) { std::remove(tmp.c_str()); throw RuntimeError(path + ": cannot rename into place"); }
-}
+void write_text_atomically(const std::string& path, const std::string& text) { write_file_atomically(path, text); }
 
 std::string executable_dir() {
   char buf[4096];

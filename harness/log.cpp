@@ -22,6 +22,11 @@ Progress::Progress(std::string label, int64_t total_steps, double min_interval_s
     : label_(std::move(label)), total_(total_steps), min_interval_(min_interval_s),
       start_(std::chrono::steady_clock::now()), last_(start_) {}
 
+void Progress::resume_from(int64_t step, int64_t tokens) {
+  start_step_ = step;
+  start_tokens_ = tokens;
+}
+
 std::string Progress::format_duration(double s) {
   if (!std::isfinite(s) || s < 0) return "?";
   char buf[32];
@@ -40,8 +45,9 @@ std::string Progress::update(int64_t step, int64_t tokens, double loss, const st
   printed_ = true;
   last_ = now;
   double elapsed = std::chrono::duration<double>(now - start_).count();
-  double tps = elapsed > 0 ? tokens / elapsed : 0;
-  double eta = step > 0 ? elapsed * (total_ - step) / step : NAN;
+  const double done = static_cast<double>(step - start_step_);
+  double tps = elapsed > 0 ? static_cast<double>(tokens - start_tokens_) / elapsed : 0;
+  double eta = done > 0 ? elapsed * static_cast<double>(total_ - step) / done : NAN;
   char buf[256];
   std::snprintf(buf, sizeof buf, "%s step %lld/%lld | tokens %lld | loss %.4f | %.0f tok/s | ETA %s",
                 label_.c_str(), static_cast<long long>(step), static_cast<long long>(total_),

@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "harness/cli.h"
+#include "harness/determinism.h"
 #include "harness/error.h"
 #include "harness/log.h"
 #include "harness/provenance.h"
@@ -20,6 +21,7 @@ void print_help() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ufp4::ensure_cublas_workspace_config();  // before any CUDA call: cuBLAS reads it at its first handle
   std::vector<std::string> args(argv + 1, argv + argc);
   try {
     size_t i = 0;

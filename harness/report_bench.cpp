@@ -251,6 +251,7 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
   std::map<std::string, std::pair<double, std::string>> sr_worst = {{"row", {1e9, ""}}, {"col", {1e9, ""}}};
   std::vector<std::string> unmet_step;  // dense models over the ufp4 / bf16 bar
   std::map<std::string, double> bf16_ms, ref_ms, libtorch_ops_ms;
+  std::map<std::string, std::map<std::string, double>> nondet_ms;  // model -> recipe -> ms without deterministic mode
   std::map<std::string, std::map<std::string, double>> recipe_ms;  // model -> recipe -> ms (our rows)
   targets << "## Targets\n\n| target | bar | measured | verdict |\n|---|---|---|---|\n";
 
@@ -346,12 +347,14 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
        << "attention included) x tokens/s over the 989.5 TFLOP/s dense BF16 peak. The PyTorch rows run "
        << "`harness/reference_step.py`: the same BF16 model in plain eager PyTorch (autocast), fused or foreach AdamW. "
        << "`ufp4-libtorch-ops`: our step with RMSNorm, SwiGLU and the loss as LibTorch compositions instead of the fused kernels "
-       << "(`models/fused_ops.h`), what the fusion buys.\n\n"
+       << "(`models/fused_ops.h`), what the fusion buys. `ufp4` rows run in deterministic mode, as training does "
+       << "(`harness/determinism.h`); `ufp4-nondeterministic` rows time the same step without it, in the same process.\n\n"
        << "| model | implementation | recipe | batch x seq | step ms (sd) | tokens/s | MFU | peak GB | vs own bf16 |\n"
        << "|---|---|---|---|---|---|---|---|---|\n";
     for (const auto& r : rows) {
       if (r.impl == "ufp4") recipe_ms[r.model][r.recipe] = r.ms;
       if (r.impl == "ufp4-libtorch-ops" && r.recipe == "bf16") libtorch_ops_ms[r.model] = r.ms;
+      if (r.impl == "ufp4-nondeterministic") nondet_ms[r.model][r.recipe] = r.ms;
       if (r.impl == "ufp4" && r.recipe == "bf16") bf16_ms[r.model] = r.ms;
       if (r.impl.rfind("pytorch-eager", 0) == 0) ref_ms[r.model] = ref_ms.count(r.model) ? std::min(ref_ms[r.model], r.ms) : r.ms;
     }
@@ -372,6 +375,11 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
                   << (kv.first.rfind("dense", 0) == 0 ? verdict(ratio <= 1.20) : "(MoE: reported)") << " |\n";
           if (kv.first.rfind("dense", 0) == 0 && ratio > 1.20) unmet_step.push_back(kv.first);
         }
+      for (const auto& nd : nondet_ms[kv.first]) {
+        const double det = recipe_ms[kv.first][nd.first], ratio = det / nd.second;
+        targets << "| deterministic / non-deterministic step, " << kv.first << ", " << nd.first << " | <= 1.05 | " << fmt("%.3f", ratio)
+                << " | " << (kv.first.rfind("dense", 0) == 0 ? verdict(ratio <= 1.05) : "(MoE: reported)") << " |\n";
+      }
       if (ref_ms.count(kv.first)) {
         const double ratio = kv.second / ref_ms[kv.first];
         targets << "| bf16 step / PyTorch eager step (faster optimizer variant), " << kv.first << " | <= 1.0 | " << fmt("%.3f", ratio)

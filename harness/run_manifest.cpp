@@ -6,9 +6,13 @@
 #include <sstream>
 #include <toml++/toml.h>
 
+#include "harness/data.h"
 #include "harness/error.h"
+#include "harness/fs.h"
 #include "harness/sha256.h"
 #include "harness/toml_util.h"
+#include "models/model_config.h"
+#include "models/recipe.h"
 
 namespace ufp4 {
 
@@ -16,9 +20,14 @@ namespace {
 
 struct Reader {
   std::string file;
+  const SourceMap* sources = nullptr;  // positions recorded at parse time (copies lose theirs)
+  std::string where(const toml::node& n, const std::string& key) const {
+    if (sources) return source_of(*sources, key, file);
+    const std::string f = n.source().path ? *n.source().path : file;
+    return f + ":" + std::to_string(std::max<int64_t>(1, static_cast<int64_t>(n.source().begin.line)));
+  }
   [[noreturn]] void bad(const toml::node& n, const std::string& key, const std::string& msg) const {
-    const std::string f = n.source().path ? *n.source().path : file;  // the file that holds the value
-    throw Error(f + ":" + std::to_string(n.source().begin.line) + ": " + key + ": " + msg);
+    throw Error(where(n, key) + ": " + key + ": " + msg);
   }
   void keys(const toml::table& t, const std::string& section, const std::set<std::string>& allowed) const {
     for (auto&& [k, v] : t)
@@ -46,6 +55,12 @@ struct Reader {
     out = n->value_or<int64_t>(0);
     if (out < lo || out > hi) bad(*n, sec + "." + key, std::to_string(out) + " is out of range (allowed: " + std::to_string(lo) + " to " + std::to_string(hi) + ")");
   }
+  void boolean(const toml::table& t, const std::string& sec, const char* key, bool& out) const {
+    auto n = t.get(key);
+    if (!n) return;
+    if (!n->is_boolean()) bad(*n, sec + "." + key, "expected true or false");
+    out = n->value_or(false);
+  }
   void number(const toml::table& t, const std::string& sec, const char* key, double& out, double lo, double hi) const {
     auto n = t.get(key);
     if (!n) return;
@@ -63,39 +78,49 @@ struct Reader {
 
 namespace {
 
-// The manifest's table with its `extends` chain merged in (parents first).
-toml::table load_chain(const std::string& path, std::vector<std::string>& chain) {
+// The manifest's table with its `extends` chain merged in (parents first), and where each value
+// was written (a child's positions replace its parent's).
+toml::table load_chain(const std::string& path, std::vector<std::string>& chain, SourceMap& sources) {
   for (const auto& c : chain)
-    if (c == path) throw Error(path + ": extends forms a cycle");
+    if (c == path) throw Error(path + ":1: extends forms a cycle (" + chain.front() + ")");
   chain.push_back(path);
   toml::table t = toml_parse(path);
+  SourceMap own;
+  record_sources(t, path, own);
   if (auto ext = t.get("extends")) {
-    if (!ext->is_string()) Reader{path}.bad(*ext, "extends", "expected a path to another manifest");
+    if (!ext->is_string()) Reader{path, &own}.bad(*ext, "extends", "expected a path to another manifest");
     std::string parent = ext->value_or<std::string>("");
     if (!parent.empty() && parent[0] != '/') parent = dir_of(path) + "/" + parent;
-    toml::table base = load_chain(parent, chain);
+    if (!file_exists(parent) || is_dir(parent)) throw Error(source_of(own, "extends", path) + ": extends: '" + parent + "' not found");
+    toml::table base = load_chain(parent, chain, sources);
     base.erase("sweep");
     base.erase("ablation");
+    for (auto it = sources.begin(); it != sources.end();)
+      it = (it->first.rfind("sweep", 0) == 0 || it->first.rfind("ablation", 0) == 0) ? sources.erase(it) : std::next(it);
     toml_merge(base, t);
     base.erase("extends");
+    for (auto& kv : own) sources[kv.first] = kv.second;
     return base;
   }
+  for (auto& kv : own) sources[kv.first] = kv.second;
   return t;
 }
 
-RunManifest from_table(const toml::table& t, const std::string& path);
+RunManifest from_table(const toml::table& t, const std::string& path, const SourceMap& sources);
 
 }  // namespace
 
 RunManifest RunManifest::load(const std::string& path) {
   std::vector<std::string> chain;
-  return from_table(load_chain(path, chain), path);
+  SourceMap sources;
+  toml::table t = load_chain(path, chain, sources);
+  return from_table(t, path, sources);
 }
 
 namespace {
 
-RunManifest from_table(const toml::table& t, const std::string& path) {
-  Reader r{path};
+RunManifest from_table(const toml::table& t, const std::string& path, const SourceMap& sources) {
+  Reader r{path, &sources};
   RunManifest m;
   m.path = path;
   std::string stem = path.substr(path.find_last_of('/') + 1);
@@ -112,10 +137,17 @@ RunManifest from_table(const toml::table& t, const std::string& path) {
   const toml::table& model = sec("model");
   r.keys(model, "model", {"name", "seq_len"});
   r.str(model, "model", "name", m.model);
+  try {
+    model_config(m.model);
+  } catch (const Error& e) {
+    if (auto n = model.get("name")) r.bad(*n, "model.name", e.what());
+    throw;
+  }
   r.integer(model, "model", "seq_len", m.seq_len, 0, 1 << 20);
   const toml::table& recipe = sec("recipe");
   r.keys(recipe, "recipe", {"name"});
   r.str(recipe, "recipe", "name", m.recipe);
+  for (const char* k : {"recipe.name", "data.path", "model.name"}) m.where[k] = source_of(sources, k, path);
   const toml::table& data = sec("data");
   r.keys(data, "data", {"path", "prepare", "tokenizer", "vocab_size"});
   r.str(data, "data", "path", m.data_path);
@@ -124,7 +156,8 @@ RunManifest from_table(const toml::table& t, const std::string& path) {
   r.integer(data, "data", "vocab_size", m.vocab_size, 300, 65536);
   const toml::table& train = sec("train");
   r.keys(train, "train", {"steps", "batch", "micro_batch", "lr", "min_lr", "warmup", "schedule", "decay_fraction", "weight_decay", "beta1",
-                          "beta2", "eps", "grad_clip", "seed", "checkpoint_every", "log_every", "divergence_factor", "device"});
+                          "beta2", "eps", "grad_clip", "seed", "checkpoint_every", "log_every", "divergence_factor", "device",
+                          "deterministic"});
   r.integer(train, "train", "steps", m.steps, 1, int64_t(1) << 40);
   r.integer(train, "train", "batch", m.batch, 1, 1 << 20);
   r.integer(train, "train", "micro_batch", m.micro_batch, 1, 1 << 20);
@@ -143,10 +176,11 @@ RunManifest from_table(const toml::table& t, const std::string& path) {
   r.integer(train, "train", "log_every", m.log_every, 1, int64_t(1) << 40);
   r.number(train, "train", "divergence_factor", m.divergence_factor, 1, 1e9);
   r.str(train, "train", "device", m.device, {"auto", "cpu", "cuda"});
+  r.boolean(train, "train", "deterministic", m.deterministic);
   if (m.batch % m.micro_batch != 0) {
-    auto n = train.get("micro_batch");
-    throw Error(path + ":" + std::to_string(n ? n->source().begin.line : 1) + ": train.micro_batch: " + std::to_string(m.micro_batch) +
-                " must divide train.batch (" + std::to_string(m.batch) + ")");
+    const std::string key = train.get("micro_batch") ? "train.micro_batch" : "train.batch";
+    throw Error(source_of(sources, key, path) + ": train.micro_batch: " + std::to_string(m.micro_batch) + " must divide train.batch (" +
+                std::to_string(m.batch) + ")");
   }
   const toml::table& ev = sec("eval");
   r.keys(ev, "eval", {"every", "batches"});
@@ -156,11 +190,17 @@ RunManifest from_table(const toml::table& t, const std::string& path) {
   r.keys(cap, "capture", {"steps", "layers", "tokens", "telemetry_every"});
   if (auto a = cap.get("steps")) {
     if (!a->is_array()) r.bad(*a, "capture.steps", "expected an array of integers");
-    for (auto&& e : *a->as_array()) m.capture_steps.push_back(e.value_or<int64_t>(-1));
+    for (auto&& e : *a->as_array()) {
+      if (!e.is_integer() || e.value_or<int64_t>(-1) < 0) r.bad(e, "capture.steps", "expected an array of non-negative integers");
+      m.capture_steps.push_back(e.value_or<int64_t>(-1));
+    }
   }
   if (auto a = cap.get("layers")) {
     if (!a->is_array()) r.bad(*a, "capture.layers", "expected an array of name patterns");
-    for (auto&& e : *a->as_array()) m.capture_layers.push_back(e.value_or<std::string>(""));
+    for (auto&& e : *a->as_array()) {
+      if (!e.is_string()) r.bad(e, "capture.layers", "expected an array of name patterns (strings)");
+      m.capture_layers.push_back(e.value_or<std::string>(""));
+    }
   }
   r.integer(cap, "capture", "tokens", m.capture_tokens, 0, int64_t(1) << 40);
   r.integer(cap, "capture", "telemetry_every", m.telemetry_every, 0, int64_t(1) << 40);
@@ -171,13 +211,15 @@ RunManifest from_table(const toml::table& t, const std::string& path) {
   return m;
 }
 
-// Sets "section.key" of a manifest table to `value` (a copy), validating the path.
-void set_field(toml::table& t, const std::string& field, const toml::node& value, const std::string& path, const toml::node& where) {
+// Sets "section.key" of a manifest table to `value` (a copy), validating the path; `at` names the
+// key that wrote the value (sweep.<field> or ablation.<factor>.levels), for error positions.
+void set_field(toml::table& t, const std::string& field, const toml::node& value, const Reader& r, const std::string& at) {
   const size_t dot = field.find('.');
-  if (dot == std::string::npos) Reader{path}.bad(where, field, "a field is written section.key, e.g. recipe.name or train.seed");
+  if (dot == std::string::npos || dot == 0 || dot + 1 == field.size())
+    r.bad(value, at, "'" + field + "': a field is written section.key, e.g. recipe.name or train.seed");
   const std::string sec = field.substr(0, dot), key = field.substr(dot + 1);
   if (!t.get(sec)) t.insert(sec, toml::table{});
-  if (!t[sec].as_table()) Reader{path}.bad(where, field, "'" + sec + "' is not a section");
+  if (!t[sec].as_table()) r.bad(value, at, "'" + sec + "' is not a section");
   t[sec].as_table()->insert_or_assign(key, value);
 }
 
@@ -194,13 +236,13 @@ std::string label(const toml::node& v) {
 }
 
 // Sweep leaves: "section.key" -> array of values (nested tables are dotted keys).
-void sweep_leaves(const toml::table& t, const std::string& prefix, const std::string& path,
+void sweep_leaves(const toml::table& t, const std::string& prefix, const Reader& r,
                   std::vector<std::pair<std::string, const toml::array*>>& out) {
   for (auto&& [k, v] : t) {
     std::string f = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
-    if (v.is_table()) sweep_leaves(*v.as_table(), f, path, out);
+    if (v.is_table()) sweep_leaves(*v.as_table(), f, r, out);
     else if (v.is_array() && !v.as_array()->empty()) out.emplace_back(f, v.as_array());
-    else Reader{path}.bad(v, "sweep." + f, "expected a non-empty list of values");
+    else r.bad(v, "sweep." + f, "expected a non-empty list of values");
   }
 }
 
@@ -208,82 +250,134 @@ void sweep_leaves(const toml::table& t, const std::string& prefix, const std::st
 
 std::vector<RunManifest> RunManifest::expand(const std::string& path) {
   std::vector<std::string> chain;
-  const toml::table base = load_chain(path, chain);
+  SourceMap sources;
+  const toml::table base = load_chain(path, chain, sources);
+  const Reader r{path, &sources};
+  for (auto&& [k, v] : base)
+    if ((k.str() == "sweep" || k.str() == "ablation") && !v.is_table()) r.bad(v, std::string(k.str()), "expected a table");
   struct Variant {
     toml::table t;
     std::string differs, suffix;
+    SourceMap moved;  // fields a sweep or ablation set -> where that value was written
   };
-  std::vector<Variant> variants = {{base, "", ""}};
+  std::vector<Variant> variants = {{base, "", "", {}}};
   if (auto sw = base["sweep"].as_table()) {
     std::vector<std::pair<std::string, const toml::array*>> leaves;
-    sweep_leaves(*sw, "", path, leaves);
+    sweep_leaves(*sw, "", r, leaves);
     for (const auto& [field, values] : leaves) {
       std::vector<Variant> next;
-      for (const auto& [t, d, sfx] : variants)
+      for (const auto& var : variants)
         for (auto&& v : *values) {
-          toml::table c = t;
-          set_field(c, field, v, path, v);
-          next.push_back({c, d + (d.empty() ? "" : ", ") + field + "=" + label(v), sfx + "-" + label(v)});
+          Variant c = var;
+          set_field(c.t, field, v, r, "sweep." + field);
+          c.moved[field] = sources["sweep." + field];
+          c.differs += (c.differs.empty() ? "" : ", ") + field + "=" + label(v);
+          c.suffix += "-" + label(v);
+          next.push_back(std::move(c));
         }
       variants = std::move(next);
     }
   }
   if (auto ab = base["ablation"].as_table()) {
     std::vector<Variant> next;
-    for (const auto& [t, d, sfx] : variants) {
-      next.push_back({t, d, sfx});  // the base of the ablation
+    for (const auto& var : variants) {
+      next.push_back(var);  // the base of the ablation
       for (auto&& [factor, spec] : *ab) {
-        const std::string fname(factor.str());
+        const std::string fname(factor.str()), at = "ablation." + fname;
         const toml::table* st = spec.as_table();
-        if (!st) Reader{path}.bad(spec, "ablation." + fname, "expected a table with field and levels");
-        Reader{path}.keys(*st, "ablation." + fname, {"field", "levels"});
+        if (!st) r.bad(spec, at, "expected a table with field and levels");
+        r.keys(*st, at, {"field", "levels"});
         auto field = (*st)["field"].value<std::string>();
         const toml::array* levels = (*st)["levels"].as_array();
-        if (!field) Reader{path}.bad(spec, "ablation." + fname + ".field", "expected a field name such as recipe.name");
-        if (!levels || levels->empty()) Reader{path}.bad(spec, "ablation." + fname + ".levels", "expected a non-empty list");
-        const std::string sec = field->substr(0, field->find('.')), key = field->substr(field->find('.') + 1);
+        if (!field) r.bad(spec, at + ".field", "expected a field name such as recipe.name");
+        if (!levels || levels->empty()) r.bad(spec, at + ".levels", "expected a non-empty list");
+        const size_t dot = field->find('.');
+        if (dot == std::string::npos) r.bad(spec, at + ".field", "'" + *field + "': a field is written section.key, e.g. recipe.name");
+        const std::string sec = field->substr(0, dot), key = field->substr(dot + 1);
         for (auto&& v : *levels) {
-          const toml::node* cur = t[sec][key].node();
+          const toml::node* cur = var.t[sec][key].node();
           if (cur && label(*cur) == label(v)) continue;  // the base already has this level
-          toml::table c = t;
-          set_field(c, *field, v, path, v);
-          next.push_back({c, d + (d.empty() ? "" : ", ") + fname + ": " + *field + "=" + label(v), sfx + "-" + fname + "-" + label(v)});
+          Variant c = var;
+          set_field(c.t, *field, v, r, at + ".levels");
+          c.moved[*field] = sources[at + ".levels"];
+          c.differs += (c.differs.empty() ? "" : ", ") + fname + ": " + *field + "=" + label(v);
+          c.suffix += "-" + fname + "-" + label(v);
+          next.push_back(std::move(c));
         }
       }
     }
     variants = std::move(next);
   }
   std::vector<RunManifest> runs;
-  for (const auto& [t, d, sfx] : variants) {
-    RunManifest m = from_table(t, path);
-    for (char c : sfx) m.name += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-') ? c : '_';
-    m.differs = d;
+  for (const auto& var : variants) {
+    SourceMap where = sources;
+    for (const auto& kv : var.moved) where[kv.first] = kv.second;
+    RunManifest m = from_table(var.t, path, where);
+    for (char c : var.suffix) m.name += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-') ? c : '_';
+    m.differs = var.differs;
     runs.push_back(m);
   }
   return runs;
 }
 
-std::string RunManifest::resolved() const {
+std::string RunManifest::resolved() const { return canonical(false); }
+
+std::string RunManifest::canonical(bool identity) const {
   std::ostringstream os;
   os.precision(17);
-  os << "[model]\nname = \"" << model << "\"\nseq_len = " << seq_len << "\n\n[recipe]\nname = \"" << recipe << "\"\n\n[data]\npath = \""
-     << data_path << "\"\nprepare = \"" << data_prepare << "\"\ntokenizer = \"" << tokenizer << "\"\nvocab_size = " << vocab_size
-     << "\n\n[train]\nsteps = " << steps << "\nbatch = " << batch << "\nmicro_batch = " << micro_batch << "\nlr = " << lr
+  // In the identity the recipe, model and data are named by their content (RunIdentity), not here.
+  if (!identity) os << "[model]\nname = \"" << model << "\"\nseq_len = " << seq_len << "\n\n[recipe]\nname = \"" << recipe << "\"\n\n";
+  else os << "[model]\nseq_len = " << seq_len << "\n\n";
+  os << "[data]\n";
+  if (!identity) os << "path = \"" << data_path << "\"\nprepare = \"" << data_prepare << "\"\ntokenizer = \"" << tokenizer << "\"\nvocab_size = " << vocab_size << "\n";
+  os << "\n[train]\nsteps = " << steps << "\nbatch = " << batch << "\nmicro_batch = " << micro_batch << "\nlr = " << lr
      << "\nmin_lr = " << min_lr << "\nwarmup = " << warmup << "\nschedule = \"" << schedule << "\"\ndecay_fraction = " << decay_fraction
      << "\nweight_decay = " << weight_decay << "\nbeta1 = " << beta1 << "\nbeta2 = " << beta2 << "\neps = " << eps
-     << "\ngrad_clip = " << grad_clip << "\nseed = " << seed << "\ndivergence_factor = " << divergence_factor << "\n\n[eval]\nevery = "
-     << eval_every << "\nbatches = " << eval_batches << "\n\n[capture]\nsteps = [";
+     << "\ngrad_clip = " << grad_clip << "\nseed = " << seed << "\ndivergence_factor = " << divergence_factor
+     << "\ndeterministic = " << (deterministic ? "true" : "false") << "\n\n[eval]\nevery = " << eval_every << "\nbatches = " << eval_batches
+     << "\n\n[capture]\nsteps = [";
   for (size_t i = 0; i < capture_steps.size(); ++i) os << (i ? ", " : "") << capture_steps[i];
   os << "]\nlayers = [";
   for (size_t i = 0; i < capture_layers.size(); ++i) os << (i ? ", " : "") << "\"" << capture_layers[i] << "\"";
   os << "]\n";
-  if (!capture_steps.empty()) os << "tokens = " << capture_tokens << "\n";  // only then: older run ids stay valid
+  if (!capture_steps.empty()) os << "tokens = " << capture_tokens << "\n";
   os << "telemetry_every = " << telemetry_every << "\n";
-  // Not part of the identity: device, checkpoint/log cadence, output folder and name.
+  // Not part of the run: device, checkpoint/log cadence, output folder and name.
   return os.str();
 }
 
-std::string RunManifest::run_id() const { return sha256_hex(resolved()).substr(0, 16); }
+RunIdentity RunManifest::identity() const {
+  RunIdentity id;
+  Recipe r = Recipe::load(recipe);
+  id.recipe_sha256 = sha256_hex(r.content());
+  ModelConfig mc = model_config(model);
+  if (seq_len > 0) mc.seq_len = seq_len;
+  id.model_sha256 = sha256_hex(mc.canonical());
+  id.data_prepared = data_ready(data_path);
+  id.data_sha256 = id.data_prepared ? data_identity(data_path)
+                                    : "not prepared (" + data_prepare + ", " + tokenizer + ", vocab " + std::to_string(vocab_size) + ")";
+  id.text = canonical(true) + "\n[identity]\nrecipe_sha256 = \"" + id.recipe_sha256 + "\"\nmodel_sha256 = \"" + id.model_sha256 +
+            "\"\ndata_manifest_sha256 = \"" + id.data_sha256 + "\"\n";
+  return id;
+}
+
+std::string RunManifest::run_id() const { return sha256_hex(identity().text).substr(0, 16); }
+
+void RunManifest::check_resolvable() const {
+  try {
+    model_config(model);
+  } catch (const Error& e) {
+    throw Error(where.count("model.name") ? where.at("model.name") + ": model.name: " + e.what() : path + ": " + e.what());
+  }
+  try {
+    Recipe::load(recipe);
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    // An error inside the recipe file names that file's line; one about finding it names ours.
+    if (msg.rfind("recipe:", 0) == 0 && where.count("recipe.name")) throw Error(where.at("recipe.name") + ": recipe.name: " + msg.substr(8));
+    throw;
+  }
+}
 
 double RunManifest::lr_at(int64_t step) const {
   if (step < warmup) return lr * static_cast<double>(step + 1) / static_cast<double>(warmup);

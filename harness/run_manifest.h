@@ -5,10 +5,21 @@
 // form (every field, defaults filled in) is hashed into the run id.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
 namespace ufp4 {
+
+// What makes two runs the same run, hashed into the run id: every manifest field that changes the
+// result, with the recipe, model and data named by their content (the resolved recipe without its
+// name, the model's configuration, the data manifest's SHA-256), not by name or path. Editing a
+// recipe file or re-preparing data gives a new id; the ufp4 version is recorded but not hashed.
+struct RunIdentity {
+  std::string text;  // what the id hashes
+  std::string recipe_sha256, model_sha256, data_sha256;
+  bool data_prepared = false;  // false: the id changes once the data exists
+};
 
 struct RunManifest {
   std::string path;
@@ -31,6 +42,7 @@ struct RunManifest {
   int64_t seed = 1, checkpoint_every = 100, log_every = 10;
   double divergence_factor = 3.0;   // a loss above factor x the best smoothed loss (after warmup) stops the run
   std::string device = "auto";
+  bool deterministic = true;        // bit-identical GPU runs (harness/determinism.h); false only when asked
   // [eval]
   int64_t eval_every = 50, eval_batches = 4;
   // [capture]
@@ -42,15 +54,22 @@ struct RunManifest {
   std::string out_dir = "results/runs";
   std::string name;     // default: the file's stem; expanded runs append what differs
   std::string differs;  // for runs of a sweep or ablation: the fields changed from the base
+  std::map<std::string, std::string> where;  // "file:line" of the keys resolved later (recipe.name, data.path)
 
   // The base run of a manifest (after `extends`). Throws ufp4::Error.
   static RunManifest load(const std::string& path);
   // Every run of a manifest: the cartesian product of its [sweep] fields, and for [ablation] the base
   // plus each factor's levels changed alone (paper Appendix B style).
   static std::vector<RunManifest> expand(const std::string& path);
-  std::string resolved() const;                      // canonical TOML of every field
-  std::string run_id() const;                        // first 16 hex digits of SHA-256(resolved())
+  std::string resolved() const;                      // canonical TOML of every field (results' "manifest")
+  RunIdentity identity() const;                      // reads the recipe, model registry and data manifest
+  std::string run_id() const;                        // first 16 hex digits of SHA-256(identity().text)
   double lr_at(int64_t step) const;
+  // Loads the recipe (and checks the model) as a run will; errors name the manifest's file:line.
+  void check_resolvable() const;
+
+ private:
+  std::string canonical(bool identity) const;
 };
 
 }  // namespace ufp4

@@ -1,4 +1,6 @@
 // Token shards (llm.c format) and data folders.
+#include <map>
+
 #include "harness/data.h"
 
 #include <unistd.h>
@@ -7,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "harness/atomic_file.h"
 #include "harness/error.h"
 #include "harness/fs.h"
 #include "harness/sha256.h"
@@ -55,14 +58,10 @@ void write_shard(const std::string& path, const std::vector<uint16_t>& tokens) {
   header[0] = kMagic;
   header[1] = 1;
   header[2] = static_cast<int32_t>(tokens.size());
-  std::string tmp = path + ".tmp-" + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    out.write(reinterpret_cast<const char*>(header), sizeof header);
-    out.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * 2));
-    if (!out) { std::remove(tmp.c_str()); throw RuntimeError(path + ": write failed (disk full?)"); }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw RuntimeError(path + ": cannot rename into place");
+  AtomicFile out(path);
+  out.write(header, sizeof header);
+  out.write(tokens.data(), tokens.size() * 2);
+  out.commit();
 }
 
 std::vector<uint16_t> read_shard(const std::string& path) {
@@ -76,6 +75,27 @@ std::vector<uint16_t> read_shard(const std::string& path) {
   in.read(reinterpret_cast<char*>(t.data()), static_cast<std::streamsize>(t.size() * 2));
   if (!in) throw Error(path + ": truncated token shard (header says " + std::to_string(header[2]) + " tokens)");
   return t;
+}
+
+bool data_ready(const std::string& dir) {
+  if (file_exists(dir + "/data.toml")) return true;
+  std::vector<std::string> files;
+  walk_files(dir, ".bin", files);
+  bool train = false, val = false;
+  for (const auto& f : files) {
+    const std::string base = f.substr(f.find_last_of('/') + 1);
+    val = val || base.find("val") != std::string::npos;
+    train = train || base.find("train") != std::string::npos;
+  }
+  return train && val;
+}
+
+std::string data_identity(const std::string& dir) {
+  if (file_exists(dir + "/data.toml")) return sha256_hex(read_text_file(dir + "/data.toml"));
+  static std::map<std::string, std::string> cache;  // shard folders can hold gigabytes
+  auto it = cache.find(dir);
+  if (it != cache.end()) return it->second;
+  return cache[dir] = load_data_info(dir).manifest_sha256;
 }
 
 DataInfo load_data_info(const std::string& dir) {

@@ -1,7 +1,8 @@
 // The training engine: AdamW on FP32 master weights (BF16 compute on GPU, FP32 on CPU), warmup +
 // cosine or WSD, gradient clipping and accumulation, evaluation, checkpoints every N steps and on
-// SIGINT/SIGTERM with automatic resume (bit-identical loss curve on the same device), divergence
-// stop, progress lines, and one HDF5 result per run written atomically.
+// SIGINT/SIGTERM with automatic resume, deterministic by default (the same manifest gives the same
+// bits on the same device, resumed or not), divergence stop, progress lines, and one HDF5 result per
+// run. Checkpoints and results are written crash-safely (harness/atomic_file.h).
 #pragma once
 #include <torch/torch.h>
 
@@ -50,9 +51,15 @@ StepStats train_step(Transformer& model, torch::optim::AdamW& opt, const std::fu
                      int64_t seq_len, double grad_clip);
 
 std::string results_path(const RunManifest& m);  // where a new result is written
+std::string results_path(const RunManifest& m, const std::string& run_id);
 // An existing result of this run: any "<name>-<run id>.h5" in the output folder (content-addressed:
-// the same resolved manifest under another name counts). "" when none.
+// the same run under another name counts). "" when none.
 std::string find_results(const RunManifest& m);
-std::string checkpoint_dir(const RunManifest& m);
+std::string find_results(const RunManifest& m, const std::string& run_id);
+// The run's checkpoint, one file ("<name>-<run id>.ckpt"), present while the run is partial.
+std::string checkpoint_path(const RunManifest& m);
+std::string checkpoint_path(const RunManifest& m, const std::string& run_id);
+// Prepares the manifest's data folder when it holds no data and the manifest says how.
+void ensure_data(const RunManifest& m);
 
 }  // namespace ufp4

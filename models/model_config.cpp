@@ -1,6 +1,7 @@
 #include "models/model_config.h"
 
 #include <map>
+#include <sstream>
 
 #include "harness/error.h"
 
@@ -77,6 +78,17 @@ const std::vector<ModelConfig>& registry() {
 }
 
 }  // namespace
+
+std::string ModelConfig::canonical() const {
+  std::ostringstream os;
+  os.precision(17);
+  os << "vocab = " << vocab << "\nd_model = " << d_model << "\nn_layers = " << n_layers << "\nn_heads = " << n_heads
+     << "\nn_kv_heads = " << n_kv_heads << "\nffn_hidden = " << ffn_hidden << "\nseq_len = " << seq_len
+     << "\ntied_embeddings = " << (tied_embeddings ? "true" : "false") << "\nrope_theta = " << rope_theta << "\nn_experts = " << n_experts
+     << "\ntop_k = " << top_k << "\nexpert_hidden = " << expert_hidden << "\nn_shared_experts = " << n_shared_experts
+     << "\ndense_layers = " << dense_layers << "\ncapacity_factor = " << capacity_factor << "\naux_loss_coeff = " << aux_loss_coeff << "\n";
+  return os.str();
+}
 
 void ModelConfig::validate() const {
   auto need = [&](bool ok, const std::string& key, const std::string& msg) {

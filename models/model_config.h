@@ -24,6 +24,7 @@ struct ModelConfig {
   int64_t head_dim() const { return d_model / n_heads; }
   bool moe_layer(int64_t layer) const { return is_moe() && layer >= dense_layers; }
   void validate() const;  // throws ufp4::Error naming the field
+  std::string canonical() const;  // every field that shapes the model (not the name or notes), as TOML
 };
 
 struct ParamCount {

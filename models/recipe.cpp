@@ -153,25 +153,58 @@ std::string find_recipe(const std::string& name, const std::string& relative_to)
   throw Error("recipe: unknown recipe '" + name + "' (allowed: " + allowed + ", or a path to a .toml file)");
 }
 
-toml::table load_merged(const std::string& name, const std::string& relative_to, std::vector<std::string>& chain) {
+toml::table load_merged(const std::string& name, const std::string& relative_to, std::vector<std::string>& chain, SourceMap& sources) {
   std::string path = find_recipe(name, relative_to);
   for (const auto& c : chain)
     if (c == path) throw Error(path + ": extends forms a cycle");
   chain.push_back(path);
   toml::table t = toml_parse(path);
   validate_file(path, t);
+  SourceMap own;
+  record_sources(t, path, own);
   std::string dir = path.substr(0, path.find_last_of('/'));
   if (auto ext = t.get("extends")) {
-    toml::table base = load_merged(ext->value_or<std::string>(""), dir, chain);
+    toml::table base;
+    try {
+      base = load_merged(ext->value_or<std::string>(""), dir, chain, sources);
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      if (msg.rfind("recipe:", 0) == 0) throw Error(source_of(own, "extends", path) + ": extends: " + msg.substr(8));
+      throw;
+    }
     base.erase("name");
     base.erase("description");
     toml_merge(base, t);
+    for (auto& kv : own) sources[kv.first] = kv.second;
     return base;
   }
+  for (auto& kv : own) sources[kv.first] = kv.second;
   return t;
 }
 
-OperandRecipe make_operand(const toml::table* defaults, const toml::table* own, const std::string& file, const std::string& key) {
+// Where an operand field was written: the operand's own table, else [defaults], else its GEMM table.
+std::string operand_source(const SourceMap& sources, const std::string& key, const std::string& field, const std::string& file) {
+  for (const std::string k : {key + "." + field, "defaults." + field})
+    if (sources.count(k)) return source_of(sources, k, file) + ": " + k;
+  return source_of(sources, key, file) + ": " + key;
+}
+
+// The field an operand error is about: the word its message starts with ("grid", "block", ...).
+std::string error_field(const std::string& msg) {
+  const size_t end = msg.find_first_of(": '");
+  return msg.substr(0, end);
+}
+
+// "<where>: <key>: <message>", without the message's own "<field>: " when the key already names it.
+std::string located(const std::string& where_and_key, const std::string& msg) {
+  const std::string field = error_field(msg);
+  const bool named = msg.compare(0, field.size() + 2, field + ": ") == 0 &&
+                     where_and_key.size() > field.size() && where_and_key.compare(where_and_key.size() - field.size(), field.size(), field) == 0;
+  return where_and_key + ": " + (named ? msg.substr(field.size() + 2) : msg);
+}
+
+OperandRecipe make_operand(const toml::table* defaults, const toml::table* own, const std::string& file, const std::string& key,
+                           const SourceMap& sources) {
   toml::table t;
   if (defaults) t = *defaults;
   if (own) toml_merge(t, *own);
@@ -191,7 +224,7 @@ OperandRecipe make_operand(const toml::table* defaults, const toml::table* own, 
     o.spec.rounding = parse_rounding(t["rounding"].value_or<std::string>("rtne"));
     o.spec.block_2d = t["block_2d"].value_or(false);
   } catch (const Error& e) {
-    throw Error(file + ": " + key + ": " + e.what());
+    throw Error(located(operand_source(sources, key, error_field(e.what()), file), e.what()));
   }
   return o;
 }
@@ -222,7 +255,8 @@ std::vector<std::string> Recipe::preset_names() { return {"bf16", "e2m1_ref", "u
 
 Recipe Recipe::load(const std::string& name_or_path) {
   std::vector<std::string> chain;
-  toml::table t = load_merged(name_or_path, "", chain);
+  SourceMap sources;
+  toml::table t = load_merged(name_or_path, "", chain, sources);
   const std::string file = chain.front();
   Recipe r;
   for (const auto& c : chain) r.source += (r.source.empty() ? "" : " <- ") + c;
@@ -239,12 +273,14 @@ Recipe Recipe::load(const std::string& name_or_path) {
     for (int s = 0; s < 2; ++s) {
       const toml::table* own = gt ? (*gt)[operand_key(g, s)].as_table() : nullptr;
       std::string key = std::string(gemm_key(g)) + "." + operand_key(g, s);
-      gr.op[s] = make_operand(defaults, own, file, key);
+      gr.op[s] = make_operand(defaults, own, file, key, sources);
       gr.op[s].spec.rht = gr.rht;
       try {
         if (gr.op[s].quantize) gr.op[s].spec.validate();
       } catch (const Error& e) {
-        throw Error(file + ": " + key + ": " + e.what());
+        const std::string field = error_field(e.what());
+        if (field == "rht") throw Error(located(source_of(sources, std::string(gemm_key(g)) + ".rht", file) + ": " + gemm_key(g) + ".rht", e.what()));
+        throw Error(located(operand_source(sources, key, field, file), e.what()));
       }
     }
   }
@@ -265,9 +301,12 @@ bool Recipe::layer_is_bf16(const std::string& layer_name, int block, int n_block
 }
 
 std::string Recipe::to_toml() const {
+  return "# resolved from " + source + "\nname = \"" + name + "\"\ndescription = \"" + description + "\"\n" + content();
+}
+
+std::string Recipe::content() const {
   std::ostringstream os;
-  os << "# resolved from " << source << "\n";
-  os << "name = \"" << name << "\"\ndescription = \"" << description << "\"\nseed = " << seed << "\nrht_signs = \"" << rht_signs
+  os << "seed = " << seed << "\nrht_signs = \"" << rht_signs
      << "\"\ngemm = \"" << gemm_precision << "\"\n";
   for (Gemm g : kGemms) {
     const GemmRecipe& gr = at(g);

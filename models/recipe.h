@@ -48,6 +48,8 @@ struct Recipe {
 
   // Every field, resolved (TOML).
   std::string to_toml() const;
+  // What the recipe does: to_toml() without its name, description and source (run ids hash this).
+  std::string content() const;
   // Paper Table 1 rows for these recipes, side by side.
   static std::string table1(const std::vector<Recipe>& recipes);
 

@@ -1,5 +1,9 @@
 #include "tests/helpers.h"
 
+#include <fstream>
+
+#include "harness/data.h"
+
 #include <stdlib.h>
 #include <sys/wait.h>
 
@@ -93,6 +97,41 @@ std::string temp_dir() {
   char tmpl[] = "/tmp/ufp4-test-XXXXXX";
   if (!mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
   return tmpl;
+}
+
+const std::string& ci_data() {
+  static std::string dir = [] {
+    std::string d = temp_dir() + "/data";
+    DataPrepareOptions o;
+    o.out_dir = d;
+    o.ci_corpus = true;
+    o.tokenizer = "byte";
+    run_data_tool_from(UFP4_BINARY, o);
+    return d;
+  }();
+  return dir;
+}
+
+std::string write_manifest(const std::string& dir, const std::string& name, const std::string& body) {
+  std::string p = dir + "/" + name + ".toml";
+  std::ofstream(p) << body;
+  return p;
+}
+
+std::string tiny_manifest(const std::string& dir, const std::string& recipe, int steps, const std::string& extra, const std::string& model) {
+  std::string stem = recipe.substr(recipe.find_last_of('/') + 1);
+  if (stem.size() > 5 && stem.compare(stem.size() - 5, 5, ".toml") == 0) stem.resize(stem.size() - 5);
+  // [train] defaults; a key that `extra` sets replaces its default line.
+  std::string train;
+  for (const std::string line : {"steps = " + std::to_string(steps), std::string("batch = 8"), std::string("micro_batch = 4"),
+                                 std::string("lr = 3e-3"), std::string("warmup = 5"), std::string("checkpoint_every = 0"),
+                                 std::string("log_every = 100"), std::string("device = \"cpu\"")}) {
+    const std::string key = line.substr(0, line.find(' '));
+    if (extra.rfind(key + " =", 0) != 0 && extra.find("\n" + key + " =") == std::string::npos) train += line + "\n";
+  }
+  return write_manifest(dir, model + "_" + stem,
+                        "[model]\nname = \"" + model + "\"\n[recipe]\nname = \"" + recipe + "\"\n[data]\npath = \"" + ci_data() +
+                            "\"\n[train]\n" + train + extra + "[eval]\nevery = 10\nbatches = 2\n[outputs]\ndir = \"" + dir + "/runs\"\n");
 }
 
 }  // namespace ufp4::test

@@ -24,6 +24,13 @@ CliResult run_cli(const std::string& args);
 // A fresh folder under /tmp.
 std::string temp_dir();
 
+// Training fixtures: a byte-level CI data folder prepared once per test binary (through the data
+// tool), a manifest file written into `dir`, and a tiny-model CPU manifest (`extra`: more [train] lines).
+const std::string& ci_data();
+std::string write_manifest(const std::string& dir, const std::string& name, const std::string& body);
+std::string tiny_manifest(const std::string& dir, const std::string& recipe, int steps, const std::string& extra = "",
+                          const std::string& model = "tiny");
+
 torch::Tensor make_input(const std::string& regime, int64_t rows, int64_t cols, uint64_t seed);
 
 }  // namespace ufp4::test

@@ -20,37 +20,10 @@ using namespace ufp4;
 
 namespace {
 
-std::string temp_dir() {
-  char tmpl[] = "/tmp/ufp4-train-XXXXXX";
-  return mkdtemp(tmpl);
-}
-
-// A byte-level CI data folder, prepared once per test binary through the data tool.
-const std::string& ci_data() {
-  static std::string dir = [] {
-    std::string d = temp_dir() + "/data";
-    DataPrepareOptions o;
-    o.out_dir = d;
-    o.ci_corpus = true;
-    o.tokenizer = "byte";
-    run_data_tool_from(UFP4_BINARY, o);
-    return d;
-  }();
-  return dir;
-}
-
-std::string manifest(const std::string& dir, const std::string& name, const std::string& body) {
-  std::string p = dir + "/" + name + ".toml";
-  std::ofstream(p) << body;
-  return p;
-}
-
-std::string tiny_manifest(const std::string& dir, const std::string& recipe, int steps, const std::string& extra = "") {
-  return manifest(dir, "tiny_" + recipe, "[model]\nname = \"tiny\"\n[recipe]\nname = \"" + recipe + "\"\n[data]\npath = \"" + ci_data() +
-                                             "\"\n[train]\nsteps = " + std::to_string(steps) +
-                                             "\nbatch = 8\nmicro_batch = 4\nlr = 3e-3\nwarmup = 5\ncheckpoint_every = 0\nlog_every = 100\n"
-                                             "device = \"cpu\"\n" + extra + "[eval]\nevery = 10\nbatches = 2\n[outputs]\ndir = \"" + dir + "/runs\"\n");
-}
+using test::ci_data;
+using test::temp_dir;
+using test::tiny_manifest;
+std::string manifest(const std::string& dir, const std::string& name, const std::string& body) { return test::write_manifest(dir, name, body); }
 
 std::vector<float> curve(const std::string& h5, const std::string& ds = "train/loss") { return read_h5_f32(h5, ds).data; }
 
@@ -162,13 +135,13 @@ TEST_CASE("a killed run resumes to the same loss curve, bit for bit", "[train]")
     CHECK(part.status == RunStatus::kStopped);
     CHECK(part.steps_done == 11);
     CHECK(!file_exists(results_path(m)));     // nothing half-written
-    CHECK(file_exists(checkpoint_dir(m) + "/state.pt"));
+    CHECK(file_exists(checkpoint_path(m)));
     RunResult resumed = run_training(m, RunOptions{});
     REQUIRE(resumed.status == RunStatus::kCompleted);
     INFO(recipe);
     CHECK(curve(resumed.results_path) == reference);
     CHECK(curve(resumed.results_path, "eval/loss") == ref_eval);
-    CHECK(!file_exists(checkpoint_dir(m)));
+    CHECK(!file_exists(checkpoint_path(m)));
     // Existing results are skipped.
     CHECK(run_training(m, RunOptions{}).status == RunStatus::kSkipped);
   }
@@ -234,7 +207,7 @@ TEST_CASE("SIGTERM checkpoints and stops; ufp4 run resumes to the uninterrupted 
   int rc = std::system(("timeout --preserve-status -s TERM 1 " + bin + " -q run " + whole + " > /dev/null 2>&1").c_str());
   int code = WEXITSTATUS(rc);
   if (code == 130) {
-    CHECK(file_exists(checkpoint_dir(m) + "/state.pt"));
+    CHECK(file_exists(checkpoint_path(m)));
     CHECK(!file_exists(results_path(m)));
   } else {
     WARN("the run finished within 1 s; the signal path was not exercised (exit " << code << ")");
@@ -273,7 +246,7 @@ TEST_CASE("a manifest whose later run names a missing recipe starts no run", "[t
   char buf[512];
   while (fgets(buf, sizeof buf, p)) out += buf;
   CHECK(WEXITSTATUS(pclose(p)) == 2);
-  CHECK(out.find("m.toml: run ") != std::string::npos);
+  CHECK(out.find("m.toml:9: recipe.name: unknown recipe") != std::string::npos);  // the sweep line that names it
   CHECK(out.find("unknown recipe 'no_such_recipe'") != std::string::npos);
   CHECK(!is_dir(d + "/runs"));  // nothing ran, nothing written
 }

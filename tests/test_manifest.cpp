@@ -1,0 +1,159 @@
+// Manifests and recipes as a user writes them: every error names the real file:line of the offending
+// key; the run id covers what changes the result (recipe content, model, data), not names or paths.
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "harness/error.h"
+#include "harness/fs.h"
+#include "harness/provenance.h"
+#include "harness/run_manifest.h"
+#include "harness/trainer.h"
+#include "models/recipe.h"
+#include "tests/catch.h"
+
+using namespace ufp4;
+
+namespace {
+
+std::string write(const std::string& dir, const std::string& name, const std::string& body) {
+  std::ofstream(dir + "/" + name) << body;
+  return dir + "/" + name;
+}
+
+// The message of the Error that expanding (and resolving, as `ufp4 run` does) the manifest throws.
+std::string manifest_error(const std::string& path) {
+  try {
+    for (const auto& m : RunManifest::expand(path)) m.check_resolvable();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("every kind of manifest error names file:line of its key", "[manifest]") {
+  const std::string d = test::temp_dir();
+  struct Case {
+    const char* what;
+    std::string body;
+    std::string expect;  // prefix after the directory: "<file>:<line>: <key>"
+  };
+  write(d, "parent.toml", "[model]\nname = \"tiny\"\n\n[train]\nsteps = 10\nbatch = 8\n");
+  const std::vector<Case> cases = {
+      {"unknown key", "[model]\nname = \"tiny\"\nbogus = 1\n", "m.toml:3: model.bogus: unknown key (allowed: name, seq_len)"},
+      {"unknown section", "\n[modle]\nname = \"tiny\"\n", "m.toml:2: modle: unknown section"},
+      {"a section that is a value", "train = 3\n", "m.toml:1: train: expected a table"},
+      {"wrong type", "[train]\n\nsteps = \"ten\"\n", "m.toml:3: train.steps: expected an integer"},
+      {"out of range", "[train]\nlr = 0.1\nsteps = 0\n", "m.toml:3: train.steps: 0 is out of range (allowed: 1 to"},
+      {"number out of range", "[train]\nbeta1 = 1.5\n", "m.toml:2: train.beta1: 1.5 is out of range"},
+      {"string not allowed", "[train]\nseed = 1\nschedule = \"linear\"\n", "m.toml:3: train.schedule: 'linear' (allowed: cosine, wsd)"},
+      {"boolean expected", "[train]\ndeterministic = \"yes\"\n", "m.toml:2: train.deterministic: expected true or false"},
+      {"micro_batch must divide", "[train]\nbatch = 8\nseed = 2\nmicro_batch = 3\n", "m.toml:4: train.micro_batch: 3 must divide train.batch (8)"},
+      {"array of integers", "[capture]\nsteps = [1, \"x\"]\n", "m.toml:2: capture.steps: expected an array of non-negative integers"},
+      {"parse error", "[train]\nsteps = 10\nlr = = 3\n", "m.toml:3: "},
+      {"extends missing", "\nextends = \"nowhere.toml\"\n", "m.toml:2: extends: '"},
+      {"error in a child of extends", "extends = \"parent.toml\"\n[train]\n\nwarmup = -1\n", "m.toml:4: train.warmup: -1 is out of range"},
+      {"error inherited from the parent", "extends = \"parent.toml\"\n[model]\nseq_len = 64\n", ""},
+      {"sweep value not a list", "[sweep]\n\"train.seed\" = 3\n", "m.toml:2: sweep.train.seed: expected a non-empty list of values"},
+      {"sweep field without a section", "[sweep]\n\nseed = [1, 2]\n", "m.toml:3: sweep.seed: 'seed': a field is written section.key"},
+      {"sweep value out of range", "[train]\nsteps = 5\n[sweep]\n\"train.seed\" = [1, -4]\n", "m.toml:4: train.seed: -4 is out of range"},
+      {"ablation level of the wrong type", "[ablation.lr]\nfield = \"train.lr\"\nlevels = [\"fast\"]\n", "m.toml:3: train.lr: expected a number"},
+      {"ablation without levels", "[ablation.x]\nfield = \"train.lr\"\n", "m.toml:1: ablation.x.levels: expected a non-empty list"},
+      {"ablation unknown key", "[ablation.x]\nfield = \"train.lr\"\nlevels = [1e-3]\nlevel = 2\n", "m.toml:4: ablation.x.level: unknown key"},
+      {"unknown model", "[model]\n\nname = \"huge\"\n", "m.toml:3: model.name: model: unknown name 'huge'"},
+      {"unknown recipe", "[recipe]\nname = \"ufp5\"\n", "m.toml:2: recipe.name: unknown recipe 'ufp5'"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.what);
+    const std::string msg = manifest_error(write(d, "m.toml", c.body));
+    if (c.expect.empty()) {
+      CHECK(msg.empty());
+      continue;
+    }
+    CHECK(msg.rfind(d + "/" + c.expect, 0) == 0);
+    CHECK(msg.find('\n') == std::string::npos);
+    CHECK(msg.find(":0:") == std::string::npos);
+  }
+  // The parent's own error points into the parent.
+  write(d, "bad_parent.toml", "[model]\nname = \"tiny\"\n[train]\n\nbatch = 0\n");
+  CHECK(manifest_error(write(d, "m.toml", "extends = \"bad_parent.toml\"\n")).rfind(d + "/bad_parent.toml:5: train.batch: 0 is out of range", 0) == 0);
+}
+
+TEST_CASE("recipe errors name file:line of the key, also through extends", "[manifest]") {
+  const std::string d = test::temp_dir();
+  auto err = [&](const std::string& body) {
+    try {
+      Recipe::load(write(d, "r.toml", body));
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(err("name = \"r\"\n[fprop]\nx = { quantize = true, grid = \"e3m0\" }\n").rfind(d + "/r.toml:3: fprop.x.grid: ", 0) == 0);
+  CHECK(err("name = \"r\"\n[defaults]\nquantize = true\n\nscale = \"fp8\"\n").rfind(d + "/r.toml:5: defaults.scale: ", 0) == 0);
+  CHECK(err("name = \"r\"\n[wgrad]\nrht = 24\n").rfind(d + "/r.toml:3: wgrad.rht: 24 (allowed: 0, 16, 32, 64, 128)", 0) == 0);
+  CHECK(err("extends = \"ufp4\"\n[dgrad]\ndy = { rounding = \"up\" }\n").rfind(d + "/r.toml:3: dgrad.dy.rounding: ", 0) == 0);
+  CHECK(err("extends = \"ufp4\"\n[fprop.x]\n\nblock = 7\n").rfind(d + "/r.toml:4: fprop.x.block: ", 0) == 0);
+  CHECK(err("name = \"r\"\nbogus = 1\n").rfind(d + "/r.toml:2: bogus: unknown key", 0) == 0);
+}
+
+TEST_CASE("the run id covers recipe content, model and data, not names or paths", "[manifest]") {
+  const std::string d = test::temp_dir();
+  write(d, "mine.toml", "name = \"mine\"\nextends = \"ufp4\"\n");
+  const std::string path = test::write_manifest(d, "run", "[model]\nname = \"tiny\"\n[recipe]\nname = \"" + d + "/mine.toml\"\n[data]\npath = \"" +
+                                                             test::ci_data() + "\"\n[outputs]\ndir = \"" + d + "/runs\"\n");
+  RunManifest m = RunManifest::load(path);
+  const std::string id0 = m.run_id();
+  CHECK(m.identity().data_prepared);
+  CHECK(m.identity().text.find(version()) == std::string::npos);  // the ufp4 version is recorded, not hashed
+  // The same recipe content under another name and path: the same run.
+  write(d, "other_name.toml", "name = \"something else\"\ndescription = \"renamed\"\nextends = \"ufp4\"\n");
+  RunManifest renamed = m;
+  renamed.recipe = d + "/other_name.toml";
+  CHECK(renamed.run_id() == id0);
+  // Editing the recipe file: a new run.
+  write(d, "mine.toml", "name = \"mine\"\nextends = \"ufp4\"\n[wgrad]\nrht = 32\n");
+  const std::string id1 = m.run_id();
+  CHECK(id1 != id0);
+  // Re-prepared data (another data.toml): a new run; a copy of the same data elsewhere: the same run.
+  const std::string copy = d + "/data";
+  make_dirs(copy);
+  for (const char* f : {"data.toml", "train_000.bin", "val_000.bin"})
+    write_text_atomically(copy + "/" + f, read_text_file(test::ci_data() + "/" + f));
+  RunManifest moved = m;
+  moved.data_path = copy;
+  CHECK(moved.run_id() == id1);
+  write_text_atomically(copy + "/data.toml", read_text_file(copy + "/data.toml") + "# prepared again\n");
+  CHECK(moved.run_id() != id1);
+  // A field that changes the result changes the id; where the outputs go does not.
+  RunManifest seeded = m, elsewhere = m;
+  seeded.seed = 2;
+  elsewhere.out_dir = d + "/other";
+  elsewhere.checkpoint_every = 7;
+  CHECK(seeded.run_id() != id1);
+  CHECK(elsewhere.run_id() == id1);
+  RunManifest nondet = m;
+  nondet.deterministic = false;
+  CHECK(nondet.run_id() != id1);
+}
+
+TEST_CASE("ufp4 plan says why a run is reused or not; ufp4 run re-trains after a recipe edit", "[manifest]") {
+  const std::string d = test::temp_dir();
+  write(d, "mine.toml", "name = \"mine\"\nextends = \"bf16\"\n");
+  const std::string path = test::tiny_manifest(d, d + "/mine.toml", 4);
+  auto plan = [&] { return test::run_cli("plan " + path).out; };
+  CHECK(plan().find("new: no earlier result of this name") != std::string::npos);
+  CHECK(test::run_cli("-q run " + path).code == 0);
+  CHECK(plan().find("reused: ") != std::string::npos);
+  CHECK(test::run_cli("run " + path).out.find("results exist") != std::string::npos);
+  write(d, "mine.toml", "name = \"mine\"\nextends = \"ufp4\"\n");
+  const std::string why = plan();
+  INFO(why);
+  CHECK(why.find("new: differs from ") != std::string::npos);
+  CHECK(why.find("recipe content") != std::string::npos);
+  auto r = test::run_cli("run " + path);
+  CHECK(r.code == 0);
+  CHECK(r.out.find("results exist") == std::string::npos);  // the edit made a new run, trained now
+}

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# One GPU command for trustworthy runs: build, the [cuda] tests, then for a dense and a MoE proxy
+# (experiments/determinism/*.toml) two uninterrupted runs and one stopped by SIGTERM and resumed,
+# compared bit for bit (ufp4 check --exact: loss, grad norm, eval loss, telemetry, final weights),
+# then make check-gpu. MAKE_REFERENCE=1 first writes results/reference/gpu/ from a run on this GPU.
+# Logs and the runs' results land in $LOGS (default logs/determinism).
+#   UFP4_GIT_COMMIT=<commit> [MAKE_REFERENCE=1] tools/gpu-determinism.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+LOGS=${LOGS:-logs/determinism}
+mkdir -p "$LOGS"
+t0=$(date +%s)
+elapsed() { echo "$(( $(date +%s) - t0 )) s"; }
+make gpu > "$LOGS/build.log" 2>&1 || { tail -n 40 "$LOGS/build.log"; exit 1; }
+echo "build: $(elapsed)"
+build/ufp4_tests "[cuda]" > "$LOGS/cuda-tests.log" 2>&1
+echo "cuda tests exit $? after $(elapsed): $(tail -n 2 "$LOGS/cuda-tests.log" | tr '\n' ' ')"
+status=0
+for m in experiments/determinism/*.toml; do
+  name=$(basename "$m" .toml)
+  runs=build/determinism/runs
+  rm -rf "$runs" build/determinism/{a,b,c}-"$name"
+  s0=$(date +%s%N)
+  build/ufp4 run --force "$m" > "$LOGS/$name-a.log" 2>&1 || { echo "$name: run a failed"; tail -n 5 "$LOGS/$name-a.log"; status=1; continue; }
+  wall=$(python3 -c "print(round(($(date +%s%N) - $s0) / 1e9, 2))")
+  mkdir -p build/determinism/{a,b,c}-"$name"
+  mv "$runs"/*.h5 build/determinism/a-"$name"/
+  build/ufp4 run --force "$m" > "$LOGS/$name-b.log" 2>&1
+  mv "$runs"/*.h5 build/determinism/b-"$name"/
+  # c: SIGTERM at 60% of run a's wall time; the run checkpoints at the next step boundary and exits 130.
+  at=$(python3 -c "print(round($wall * 0.6, 2))")
+  timeout -s TERM "$at" build/ufp4 run --force "$m" > "$LOGS/$name-c1.log" 2>&1
+  rc=$?
+  echo "$name: run a took ${wall} s; SIGTERM after ${at} s: exit $rc, $(grep -o 'stopped after step [0-9]*' "$LOGS/$name-c1.log")"
+  [ "$rc" = 130 ] || { echo "$name: the signal did not stop the run mid-way"; status=1; }
+  build/ufp4 run "$m" > "$LOGS/$name-c2.log" 2>&1
+  grep -o "resumed from .* at step [0-9]*" "$LOGS/$name-c2.log"
+  mv "$runs"/*.h5 build/determinism/c-"$name"/
+  for x in b c; do
+    build/ufp4 check build/determinism/$x-"$name" --reference build/determinism/a-"$name" --exact > "$LOGS/$name-check-$x.log" 2>&1 || status=1
+    echo "$name: run $x against run a (exit $?):"; cat "$LOGS/$name-check-$x.log"
+  done
+  for x in a b c; do cp build/determinism/$x-"$name"/*.h5 "$LOGS/$name-$x.h5"; done
+done
+if [ "${MAKE_REFERENCE:-0}" = 1 ]; then
+  build/ufp4 run --force experiments/gpu/check.toml > "$LOGS/reference.log" 2>&1 || { tail -n 5 "$LOGS/reference.log"; exit 1; }
+  rm -rf results/reference/gpu && mkdir -p results/reference/gpu && cp build/gpu-check/runs/*.h5 results/reference/gpu/
+  cp results/reference/gpu/*.h5 "$LOGS/"
+  echo "reference: $(ls results/reference/gpu)"
+fi
+make check-gpu > "$LOGS/check-gpu.log" 2>&1
+echo "make check-gpu exit $?:"; grep -E "^(ok|FAIL|note)" "$LOGS/check-gpu.log"
+echo "total $(elapsed)"
+exit $status
