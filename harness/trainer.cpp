@@ -295,7 +295,11 @@ double clip_and_fused_adamw(torch::optim::AdamW& opt, double grad_clip) {
 
 StepStats train_step(Transformer& model, torch::optim::AdamW& opt, const std::function<torch::Tensor()>& next_batch, int64_t accum,
                      int64_t seq_len, double grad_clip) {
-  opt.zero_grad();
+  // Gradients to none, not to zero (LibTorch 2's default, done by hand for 1.13): an expert that gets
+  // no tokens has no gradient, so clipping and AdamW skip it alike whether or not the run was resumed
+  // (a zero gradient left from before a checkpoint would still decay and move its weights).
+  for (auto& group : opt.param_groups())
+    for (auto& p : group.params()) p.mutable_grad() = torch::Tensor();
   torch::Tensor loss_sum;
   for (int64_t a = 0; a < accum; ++a) {
     torch::Tensor batch = next_batch();
@@ -464,6 +468,9 @@ RunResult run_training(const RunManifest& m, const RunOptions& opt) {
     for (auto& g : optimizer.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
     ctx->step = step;
     ctx->telemetry = m.telemetry_every > 0 && step % m.telemetry_every == 0;
+    // This step's values only: an operand that saw no tokens (an idle expert) reads NaN, not the value
+    // of an earlier step, which a resumed process would not have.
+    if (ctx->telemetry) ctx->alpha.clear();
     const StepStats st = train_step(model, optimizer, [&] { return train.next(m.micro_batch).to(device); }, accum, mc.seq_len, m.grad_clip);
     if (ctx->capture) ctx->capture->flush(step);
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -29,7 +29,7 @@ for m in experiments/determinism/*.toml; do
   mv "$runs"/*.h5 build/determinism/b-"$name"/
   # c: SIGTERM at 60% of run a's wall time; the run checkpoints at the next step boundary and exits 130.
   at=$(python3 -c "print(round($wall * 0.6, 2))")
-  timeout -s TERM "$at" build/ufp4 run --force "$m" > "$LOGS/$name-c1.log" 2>&1
+  timeout --preserve-status -s TERM "$at" build/ufp4 run --force "$m" > "$LOGS/$name-c1.log" 2>&1
   rc=$?
   echo "$name: run a took ${wall} s; SIGTERM after ${at} s: exit $rc, $(grep -o 'stopped after step [0-9]*' "$LOGS/$name-c1.log")"
   [ "$rc" = 130 ] || { echo "$name: the signal did not stop the run mid-way"; status=1; }
