@@ -69,9 +69,13 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   torch::Tensor v = parts[2].view({B, S, n_kv_heads, head_dim}).transpose(1, 2);
   q = rotate(q, cos.slice(0, 0, S), sin.slice(0, 0, S));
   k = rotate(k, cos.slice(0, 0, S), sin.slice(0, 0, S));
-  if (n_kv_heads != n_heads) {  // grouped-query attention: share each KV head across its group
-    k = k.repeat_interleave(n_heads / n_kv_heads, 1);
-    v = v.repeat_interleave(n_heads / n_kv_heads, 1);
+  if (n_kv_heads != n_heads) {
+    // Grouped-query attention: each KV head serves its group of query heads. Broadcast, then copy: the
+    // backward is a plain sum over the group (deterministic and fast), where repeat_interleave's is an
+    // index_add that deterministic mode sorts.
+    const int64_t g = n_heads / n_kv_heads;
+    k = k.unsqueeze(2).expand({B, n_kv_heads, g, S, head_dim}).reshape({B, n_heads, S, head_dim});
+    v = v.unsqueeze(2).expand({B, n_kv_heads, g, S, head_dim}).reshape({B, n_heads, S, head_dim});
   }
   torch::Tensor o = causal_attention(q, k, v);  // attention BMMs stay unquantized
   return proj(o.transpose(1, 2).reshape({B, S, n_heads * head_dim}));

@@ -3,7 +3,8 @@
 # (experiments/determinism/*.toml) two uninterrupted runs and one stopped by SIGTERM and resumed,
 # compared bit for bit (ufp4 check --exact: loss, grad norm, eval loss, telemetry, final weights),
 # then make check-gpu. MAKE_REFERENCE=1 first writes results/reference/gpu/ from a run on this GPU.
-# Logs and the runs' results land in $LOGS (default logs/determinism).
+# CUDA_TESTS narrows the [cuda] tests (e.g. "[cuda][train]"). Logs and results land in $LOGS
+# (default logs/determinism).
 #   UFP4_GIT_COMMIT=<commit> [MAKE_REFERENCE=1] tools/gpu-determinism.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +14,7 @@ t0=$(date +%s)
 elapsed() { echo "$(( $(date +%s) - t0 )) s"; }
 make gpu > "$LOGS/build.log" 2>&1 || { tail -n 40 "$LOGS/build.log"; exit 1; }
 echo "build: $(elapsed)"
-build/ufp4_tests "[cuda]" > "$LOGS/cuda-tests.log" 2>&1
+build/ufp4_tests "${CUDA_TESTS:-[cuda]}" > "$LOGS/cuda-tests.log" 2>&1
 echo "cuda tests exit $? after $(elapsed): $(tail -n 2 "$LOGS/cuda-tests.log" | tr '\n' ' ')"
 status=0
 for m in experiments/determinism/*.toml; do
