@@ -8,6 +8,7 @@
 
 #include "harness/array_io.h"
 #include "harness/cli.h"
+#include "harness/data.h"
 #include "harness/log.h"
 #include "harness/provenance.h"
 #include "harness/error.h"
@@ -132,8 +133,8 @@ int cmd_plan(const std::vector<std::string>& args) {
     speed.add("results");
     for (const auto& m : ms) speed.add(m.out_dir);
     const std::string device = device_name.empty() ? provenance()["device"] : device_name;
-    std::printf("%-40s %-17s %-12s %-12s %8s %10s %14s %10s %-9s %s\n", "run", "run id", "model", "recipe", "steps", "tokens", "train FLOPs",
-                "est. time", "results", "differs from the base");
+    std::printf("%-40s %-17s %-12s %-12s %8s %10s %7s %14s %10s %-9s %s\n", "run", "run id", "model", "recipe", "steps", "tokens", "epochs",
+                "train FLOPs", "est. time", "results", "differs from the base");
     double total_s = 0;
     std::vector<std::string> reasons;
     for (const auto& m : ms) {
@@ -151,11 +152,20 @@ int cmd_plan(const std::vector<std::string>& args) {
       auto [sec, how] = speed.estimate(device, c.name, r.name, tokens, flops);
       const std::string est = sec < 0 ? "-" : how + Progress::format_duration(sec);
       if (sec > 0 && state != "exist") total_s += sec;
-      std::printf("%-40s %-17s %-12s %-12s %8lld %10.3e %14.3e %10s %-9s %s\n", m.name.c_str(), run_id.c_str(), c.name.c_str(), recipe.c_str(),
-                  static_cast<long long>(m.steps), tokens, flops, est.c_str(), state.c_str(), m.differs.empty() ? "(base)" : m.differs.c_str());
+      // Epochs of the run's training data, once the data exists ("?" before); over data.max_epochs `ufp4 run` refuses it.
+      std::string epochs = "?";
+      if (id.data_prepared) {
+        char e[32];
+        const double ep = tokens / static_cast<double>(count_train_tokens(load_data_info(m.data_path)));
+        std::snprintf(e, sizeof e, "%.3g%s", ep, ep > m.max_epochs ? "!" : "");
+        epochs = e;
+      }
+      std::printf("%-40s %-17s %-12s %-12s %8lld %10.3e %7s %14.3e %10s %-9s %s\n", m.name.c_str(), run_id.c_str(), c.name.c_str(), recipe.c_str(),
+                  static_cast<long long>(m.steps), tokens, epochs.c_str(), flops, est.c_str(), state.c_str(), m.differs.empty() ? "(base)" : m.differs.c_str());
     }
     std::printf("\nest. time: at the measured tokens/s of committed runs of the same model and recipe on this device (%s); "
-                "~ same model, other recipe; ≈ FLOPs at the median MFU measured here; - nothing measured (runs that shared a GPU recorded their shared speed). Missing runs: %s one at a time.\n",
+                "~ same model, other recipe; ≈ FLOPs at the median MFU measured here; - nothing measured (runs that shared a GPU recorded their shared speed). Missing runs: %s one at a time.\n"
+                "epochs: training tokens over the data's; ! above data.max_epochs (ufp4 run refuses the run); ? data not prepared yet.\n",
                 device.c_str(), Progress::format_duration(total_s).c_str());
     std::printf("\nreuse (a run id hashes every manifest field that changes the result, the recipe's resolved content, the model's "
                 "configuration and the data manifest's SHA-256):\n");

@@ -9,6 +9,7 @@
 
 #include "harness/array_io.h"
 #include "harness/cli.h"
+#include "harness/data.h"
 #include "harness/error.h"
 #include "harness/fs.h"
 #include "harness/log.h"
@@ -66,6 +67,8 @@ int cmd_run(const std::vector<std::string>& args) {
 
   // Data first: run ids name the data by its manifest's hash, so they are final only once it exists.
   for (const auto& m : ms) ensure_data(m);
+  // No run may exceed its epochs: checked for all before the first starts.
+  for (const auto& m : ms) m.check_epochs(count_train_tokens(load_data_info(m.data_path)));
 
   std::vector<std::string> failed, finished;
   int stopped = 0;

@@ -45,6 +45,9 @@ bool data_ready(const std::string& dir);
 // hashes), or of the shards' contents (computed once per process and folder).
 std::string data_identity(const std::string& dir);
 
+// Training tokens of a data folder, from the shards' headers (nothing else is read).
+int64_t count_train_tokens(const DataInfo& info);
+
 std::vector<uint16_t> read_shard(const std::string& path);
 void write_shard(const std::string& path, const std::vector<uint16_t>& tokens);
 

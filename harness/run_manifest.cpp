@@ -147,13 +147,14 @@ RunManifest from_table(const toml::table& t, const std::string& path, const Sour
   const toml::table& recipe = sec("recipe");
   r.keys(recipe, "recipe", {"name"});
   r.str(recipe, "recipe", "name", m.recipe);
-  for (const char* k : {"recipe.name", "data.path", "model.name"}) m.where[k] = source_of(sources, k, path);
+  for (const char* k : {"recipe.name", "data.path", "model.name", "train.steps", "data.max_epochs"}) m.where[k] = source_of(sources, k, path);
   const toml::table& data = sec("data");
-  r.keys(data, "data", {"path", "prepare", "tokenizer", "vocab_size"});
+  r.keys(data, "data", {"path", "prepare", "tokenizer", "vocab_size", "max_epochs"});
   r.str(data, "data", "path", m.data_path);
   r.str(data, "data", "prepare", m.data_prepare, {"", "ci", "default"});
   r.str(data, "data", "tokenizer", m.tokenizer, {"bpe", "byte"});
   r.integer(data, "data", "vocab_size", m.vocab_size, 300, 65536);
+  r.number(data, "data", "max_epochs", m.max_epochs, 1e-9, 4.0);
   const toml::table& train = sec("train");
   r.keys(train, "train", {"steps", "batch", "micro_batch", "lr", "min_lr", "warmup", "schedule", "decay_fraction", "weight_decay", "beta1",
                           "beta2", "eps", "grad_clip", "seed", "checkpoint_every", "log_every", "divergence_factor", "device",
@@ -377,6 +378,23 @@ void RunManifest::check_resolvable() const {
     if (msg.rfind("recipe:", 0) == 0 && where.count("recipe.name")) throw Error(where.at("recipe.name") + ": recipe.name: " + msg.substr(8));
     throw;
   }
+}
+
+int64_t RunManifest::train_tokens() const {
+  ModelConfig mc = model_config(model);
+  return steps * batch * (seq_len > 0 ? seq_len : mc.seq_len);
+}
+
+void RunManifest::check_epochs(int64_t corpus_tokens) const {
+  const double epochs = corpus_tokens > 0 ? static_cast<double>(train_tokens()) / static_cast<double>(corpus_tokens) : INFINITY;
+  if (epochs <= max_epochs) return;
+  std::ostringstream os;
+  os.precision(3);
+  os << (where.count("train.steps") ? where.at("train.steps") : path + ":1") << ": train.steps: run " << name << " asks for "
+     << static_cast<double>(train_tokens()) << " tokens, " << epochs << " epochs of the " << corpus_tokens << " training tokens in "
+     << data_path << " (allowed: at most data.max_epochs = " << max_epochs
+     << "; repeating data turns pretraining into memorisation: use more data, fewer steps, or raise data.max_epochs, up to 4, and say why)";
+  throw Error(os.str());
 }
 
 double RunManifest::lr_at(int64_t step) const {

@@ -33,6 +33,9 @@ struct RunManifest {
   std::string data_prepare = "";  // "", "ci" or "default": what to prepare when data_path lacks data
   std::string tokenizer = "bpe";
   int64_t vocab_size = 32768;
+  // A run may see its training data at most this many times (1: one epoch). Not part of the run's
+  // identity; above 1 a manifest says why in a comment; never above 4.
+  double max_epochs = 1.0;
   // [train]
   int64_t steps = 100, batch = 8, micro_batch = 8;
   double lr = 3e-3, min_lr = 3e-4, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, grad_clip = 1.0;
@@ -67,6 +70,11 @@ struct RunManifest {
   double lr_at(int64_t step) const;
   // Loads the recipe (and checks the model) as a run will; errors name the manifest's file:line.
   void check_resolvable() const;
+  // Tokens the run trains on (steps x batch x sequence length).
+  int64_t train_tokens() const;
+  // Throws Error (file:line of train.steps) when the run would exceed data.max_epochs of a corpus of
+  // `corpus_tokens` training tokens.
+  void check_epochs(int64_t corpus_tokens) const;
 
  private:
   std::string canonical(bool identity) const;

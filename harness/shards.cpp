@@ -77,6 +77,19 @@ std::vector<uint16_t> read_shard(const std::string& path) {
   return t;
 }
 
+int64_t count_train_tokens(const DataInfo& info) {
+  int64_t n = 0;
+  for (const auto& path : info.train_shards) {
+    std::ifstream in(path, std::ios::binary);
+    int32_t header[256];
+    in.read(reinterpret_cast<char*>(header), sizeof header);
+    if (!in || header[0] != kMagic || header[1] != 1)
+      throw Error(path + ": not a token shard (expected llm.c format: magic 20240520, version 1)");
+    n += header[2];
+  }
+  return n;
+}
+
 bool data_ready(const std::string& dir) {
   if (file_exists(dir + "/data.toml")) return true;
   std::vector<std::string> files;

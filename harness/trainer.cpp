@@ -426,6 +426,7 @@ RunResult run_training(const RunManifest& m, const RunOptions& opt) {
   std::unique_ptr<torch::optim::AdamW> opt_ptr = make_optimizer(model, m);
   torch::optim::AdamW& optimizer = *opt_ptr;
 
+  m.check_epochs(count_train_tokens(data));
   TokenStream train(data.train_shards, mc.seq_len, static_cast<uint64_t>(m.seed));
   const int64_t tokens_per_step = m.batch * mc.seq_len;
   const double epochs = static_cast<double>(m.steps) * tokens_per_step / static_cast<double>(train.tokens());

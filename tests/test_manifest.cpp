@@ -157,3 +157,23 @@ TEST_CASE("ufp4 plan says why a run is reused or not; ufp4 run re-trains after a
   CHECK(r.code == 0);
   CHECK(r.out.find("results exist") == std::string::npos);  // the edit made a new run, trained now
 }
+
+TEST_CASE("a run over data.max_epochs is refused before anything runs (exit 2); plan shows the epochs", "[manifest]") {
+  const std::string d = test::temp_dir();
+  // tiny: 8 x 64 tokens a step; the CI corpus holds 2,089,215 training tokens, so 5,000 steps are 1.23 epochs.
+  const std::string over = test::tiny_manifest(d, "bf16", 5000);
+  auto r = test::run_cli("run " + over);
+  CHECK(r.code == 2);
+  CHECK(r.out.find(over + ":8: train.steps: run tiny_bf16 asks for 2.56e+06 tokens, 1.23 epochs of the 2089215 training tokens") !=
+        std::string::npos);
+  CHECK(r.out.find("allowed: at most data.max_epochs = 1") != std::string::npos);
+  CHECK(!is_dir(d + "/runs"));  // nothing ran, nothing written
+  CHECK(test::run_cli("plan " + over).out.find(" 1.23! ") != std::string::npos);
+  // Allowed when the manifest raises the limit (and says why); never above 4.
+  const std::string body = read_text_file(test::tiny_manifest(d, "e2m1_ref", 5000));
+  write(d, "raised.toml", body.substr(0, body.find("[train]")) + "max_epochs = 2\n" + body.substr(body.find("[train]")));  // in [data]
+  RunManifest m = RunManifest::load(d + "/raised.toml");
+  CHECK(m.max_epochs == 2.0);
+  CHECK_NOTHROW(m.check_epochs(2089215));
+  CHECK(manifest_error(write(d, "five.toml", "[data]\nmax_epochs = 5\n")).rfind(d + "/five.toml:2: data.max_epochs: 5 is out of range", 0) == 0);
+}
