@@ -14,8 +14,6 @@
 #include "harness/fs.h"
 #include "harness/log.h"
 #include "harness/trainer.h"
-#include "models/model_config.h"
-#include "models/recipe.h"
 
 namespace ufp4 {
 

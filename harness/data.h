@@ -42,7 +42,7 @@ DataInfo load_data_info(const std::string& dir);
 // Whether `dir` holds data (data.toml, or llm.c train and val shards).
 bool data_ready(const std::string& dir);
 // The SHA-256 that names the data of `dir` in run ids: of its data.toml (which holds the shards'
-// hashes), or of the shards' contents (computed once per process and folder).
+// hashes), or of the shards' contents (load_data_info's, computed once per process and folder).
 std::string data_identity(const std::string& dir);
 
 // Training tokens of a data folder, from the shards' headers (nothing else is read).

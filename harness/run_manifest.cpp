@@ -20,14 +20,9 @@ namespace {
 
 struct Reader {
   std::string file;
-  const SourceMap* sources = nullptr;  // positions recorded at parse time (copies lose theirs)
-  std::string where(const toml::node& n, const std::string& key) const {
-    if (sources) return source_of(*sources, key, file);
-    const std::string f = n.source().path ? *n.source().path : file;
-    return f + ":" + std::to_string(std::max<int64_t>(1, static_cast<int64_t>(n.source().begin.line)));
-  }
-  [[noreturn]] void bad(const toml::node& n, const std::string& key, const std::string& msg) const {
-    throw Error(where(n, key) + ": " + key + ": " + msg);
+  const SourceMap* sources;  // positions recorded at parse time (copies of nodes lose theirs)
+  [[noreturn]] void bad(const toml::node&, const std::string& key, const std::string& msg) const {
+    throw Error(source_of(*sources, key, file) + ": " + key + ": " + msg);
   }
   void keys(const toml::table& t, const std::string& section, const std::set<std::string>& allowed) const {
     for (auto&& [k, v] : t)

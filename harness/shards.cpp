@@ -105,10 +105,7 @@ bool data_ready(const std::string& dir) {
 
 std::string data_identity(const std::string& dir) {
   if (file_exists(dir + "/data.toml")) return sha256_hex(read_text_file(dir + "/data.toml"));
-  static std::map<std::string, std::string> cache;  // shard folders can hold gigabytes
-  auto it = cache.find(dir);
-  if (it != cache.end()) return it->second;
-  return cache[dir] = load_data_info(dir).manifest_sha256;
+  return load_data_info(dir).manifest_sha256;
 }
 
 DataInfo load_data_info(const std::string& dir) {
@@ -145,9 +142,16 @@ DataInfo load_data_info(const std::string& dir) {
   if (info.val_shards.empty()) throw Error(dir + ": no *val*.bin shard for evaluation");
   info.tokenizer = "external (llm.c shards)";
   info.vocab = 65536;
-  Sha256 h;
-  for (const auto& f : files) h.update(sha256_file(f));
-  info.manifest_sha256 = h.hex();
+  // The shards' contents, hashed once per process and folder: shard folders can hold gigabytes, and
+  // plan, run and the trainer each ask.
+  static std::map<std::string, std::string> hashed;
+  auto it = hashed.find(dir);
+  if (it == hashed.end()) {
+    Sha256 h;
+    for (const auto& f : files) h.update(sha256_file(f));
+    it = hashed.emplace(dir, h.hex()).first;
+  }
+  info.manifest_sha256 = it->second;
   return info;
 }
 
