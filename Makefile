@@ -63,9 +63,9 @@ reproduce-table-2: build
 	$(BUILD)/ufp4 run --gpus $(GPUS) experiments/table2/$(SCALE).toml
 	$(BUILD)/ufp4 report table2 $(if $(filter ci,$(SCALE)),--results build/ci/table2 --out -,)
 
-F8_MANIFESTS_proxy := experiments/proxy/dense113m_bf16.toml experiments/proxy/dense113m_e2m1_ref.toml experiments/proxy/dense113m_ufp4.toml experiments/figure8/moe_proxy.toml
+F8_MANIFESTS_proxy := experiments/figure8/proxy_dense.toml
 F8_MANIFESTS_ci := experiments/figure8/ci.toml
-F8_RESULTS_proxy := results/proxy
+F8_RESULTS_proxy := results/figure8
 F8_RESULTS_ci := build/ci/figure8
 reproduce-figure-8: build
 	$(BUILD)/ufp4 run --gpus $(GPUS) $(F8_MANIFESTS_$(SCALE))

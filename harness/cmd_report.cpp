@@ -17,7 +17,7 @@ int cmd_report(const std::vector<std::string>& args) {
   po::options_description d("options");
   d.add_options()
       ("name", po::value(&name), "table1 | table2 | table3 | figure8 | figure10 | analysis | figure9 | bench")
-      ("results", po::value(&dirs)->multitoken(), "folders of run results (default: results/proxy)")
+      ("results", po::value(&dirs)->multitoken(), "folders of run results (default: results/figure8, results/table3 or results/proxy)")
       ("last-k", po::value(&k)->default_value(200), "steps averaged at the end of each run")
       ("tensors", po::value(&tensors), "analysis: output of `ufp4 analyze tensors` (default results/analysis/tensors-dense113m.h5)")
       ("chain", po::value(&chains)->multitoken(), "analysis: outputs of `ufp4 analyze chain` (default results/analysis/chain-*.h5)")
@@ -30,12 +30,13 @@ int cmd_report(const std::vector<std::string>& args) {
   const std::string root = UFP4_SOURCE_DIR;
   if (out.empty()) out = root + "/reports/" + name + ".md";
   const std::string figures = out == "-" ? "" : (out.find('/') == std::string::npos ? "." : out.substr(0, out.rfind('/'))) + "/figures";
-  if (dirs.empty()) dirs = {root + "/results/proxy"};
+  // Each campaign's results folder; reports of campaigns not yet re-run read results/proxy.
+  if (dirs.empty()) dirs = {root + (name == "table3" ? "/results/table3" : name == "figure8" ? "/results/figure8" : "/results/proxy")};
   std::string md;
   if (name == "table1") md = report_table1(root);
   else if (name == "figure8") md = report_figure8(root, dirs, k, figures);
   else if (name == "table2") md = report_table2(root, dirs, k, figures);
-  else if (name == "table3") md = report_table3(root, dirs == std::vector<std::string>{root + "/results/proxy"} ? std::vector<std::string>{root + "/results/table3"} : dirs, k, figures);
+  else if (name == "table3") md = report_table3(root, dirs, k, figures);
   else if (name == "figure10") md = report_figure10(root, dirs, k, figures);
   else if (name == "analysis") {
     if (tensors.empty()) tensors = root + "/results/analysis/tensors-dense113m.h5";

@@ -89,7 +89,8 @@ int cmd_run(const std::vector<std::string>& args) {
         const RunManifest& m = ms[i];
         make_dirs(m.out_dir + "/logs");
         std::string cmd = "CUDA_VISIBLE_DEVICES=" + std::to_string(gpu) + " " + shell_quote(exe) + " run " + shell_quote(m.path) + " --only " + shell_quote(m.name) +
-                          (opt.force ? " --force" : "") + (opt.device.empty() ? "" : " --device " + shell_quote(opt.device)) + " > " +
+                          (opt.force ? " --force" : "") + (opt.device.empty() ? "" : " --device " + shell_quote(opt.device)) +
+                          (opt.stop_after >= 0 ? " --stop-after " + std::to_string(opt.stop_after) : "") + " > " +
                           shell_quote(m.out_dir + "/logs/" + m.name + ".log") + " 2>&1";
         log_info("run " + m.name + ": started on GPU " + std::to_string(gpu) + " (log " + m.out_dir + "/logs/" + m.name + ".log)");
         const int rc = std::system(cmd.c_str());
@@ -97,6 +98,7 @@ int cmd_run(const std::vector<std::string>& args) {
         --load[static_cast<size_t>(gpu)];
         const std::string res = find_results(m);
         if (rc == 0 && !res.empty()) finished.push_back(res);
+        else if (WIFEXITED(rc) && WEXITSTATUS(rc) == 130) ++stopped;  // checkpointed (--stop-after or a signal): ufp4 run resumes it
         else failed.push_back(m.name + " (exit " + std::to_string(WEXITSTATUS(rc)) + ", see " + m.out_dir + "/logs/" + m.name + ".log)");
       }
     };

@@ -14,9 +14,14 @@ struct DataPrepareOptions {
   std::string out_dir;
   std::string tokenizer = "bpe";    // bpe (SentencePiece, trained here) | byte
   int vocab_size = 32768;           // bpe only
-  double val_fraction = 0.01;       // of documents (files), chosen by a hash of the path
-  uint64_t max_bytes = 256ull << 20;
-  std::string extension = ".py";    // for directories
+  double val_fraction = 0.01;       // of documents (files), chosen by a hash of the document's name
+  uint64_t max_bytes = 0;           // 0: every document; otherwise the first documents (in name order) up to this
+  uint64_t max_file_bytes = 4ull << 20;  // larger files are generated tables: left out
+  std::string extension = ".py,.pyi,.c,.h,.cc,.cpp,.cu,.cuh";  // file endings taken from folders
+  uint64_t tokenizer_sample_bytes = 32ull << 20;  // SentencePiece trains on this much of the training documents
+  uint64_t shard_tokens = 100000000;  // a shard is written once this many tokens have gathered (llm.c's size)
+  uint64_t batch_bytes = 64ull << 20;  // documents tokenised at a time (bounds memory)
+  int threads = 0;                  // 0: every core
   bool ci_corpus = false;           // the fixed, machine-independent synthetic corpus
 };
 
@@ -26,7 +31,7 @@ std::string prepare_data(const DataPrepareOptions& opt);
 // options; throws on failure.
 void run_data_tool(const DataPrepareOptions& opt);
 void run_data_tool_from(const std::string& sibling, const DataPrepareOptions& opt);
-// The default corpus: the Python source tree of this machine's python3 (sorted .py paths).
+// The default corpus's files (harness/corpus.h): this machine's Python installation and CUDA headers.
 std::vector<std::string> default_corpus_files();
 // The CI corpus: deterministic pseudo-English text of about `bytes` bytes.
 std::string ci_corpus_text(size_t bytes);

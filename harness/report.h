@@ -26,6 +26,7 @@ struct RunSummary {
   std::string path, recipe, model, commit, device, name;
   double tail_mean = NAN, final_eval = NAN;  // mean train loss of the last k steps; final validation loss
   int64_t steps = 0, k = 0, seed = 0;
+  double epochs = NAN;                       // tokens / the corpus's training tokens (NaN: not recorded)
   std::vector<double> loss;                  // the training curve
 };
 RunSummary summarize(const std::string& path, int64_t k);

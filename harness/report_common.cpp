@@ -54,6 +54,10 @@ RunSummary summarize(const std::string& path, int64_t k) {
   r.tail_mean = s / static_cast<double>(r.k);
   r.final_eval = read_h5_double_attr(path, "final_eval_loss");
   r.seed = static_cast<int64_t>(read_h5_double_attr(path, "seed"));
+  try {
+    r.epochs = read_h5_double_attr(path, "epochs");
+  } catch (const std::exception&) {  // results written before runs knew their epochs
+  }
   return r;
 }
 

@@ -10,6 +10,7 @@
 #include "harness/fs.h"
 #include "harness/plot.h"
 #include "harness/report.h"
+#include "harness/stats.h"
 #include "models/recipe.h"
 
 namespace ufp4 {
@@ -103,7 +104,7 @@ std::string report_figure8(const std::string& root, const std::vector<std::strin
   toml::table paper = load_paper(root + "/reports/paper/figure8.toml");
   std::vector<std::string> files;
   for (const auto& d : dirs) walk_files(d, ".h5", files);
-  // model -> recipe -> seed -> run. Several seeds give a mean and a spread of each gap.
+  // model -> recipe -> seed -> run. Seeds shared by all three recipes are paired.
   std::map<std::string, std::map<std::string, std::map<int64_t, RunSummary>>> seeds;
   for (const auto& f : files) {
     RunSummary s = summarize(f, k);
@@ -116,50 +117,68 @@ std::string report_figure8(const std::string& root, const std::vector<std::strin
   for (auto& [m, rs] : seeds)
     for (auto& [r, ss] : rs) by_model[m][r] = ss.begin()->second;
   std::ostringstream os;
-  os << "# Figure 8: BF16-relative loss gap\n\nMetric: |L - L_bf16| / L_bf16 in percent, with L the mean training loss of the "
-        "last K steps (K = "
-     << k << " here; the paper averages the last 1000 steps of much longer runs), and the same for the final validation loss. "
-             "Same data order and seed across recipes; with several seeds, gaps are paired by seed and shown as mean ± sd. Paper: "
+  os << "# Figure 8: BF16-relative loss gap\n\nMetric: (L - L_bf16) / L_bf16 in percent, per seed, with L the mean training loss of "
+        "the last K steps (K = "
+     << k << " here; the paper averages the last 1000 steps of much longer runs and reports |L - L_bf16| / L_bf16), and the same "
+             "for the final validation loss. Recipes share each seed's initial weights and batches, so gaps and their differences are "
+             "paired by seed. Intervals: 95% Student-t over seeds (`harness/stats.h`); how to read them: `reports/README.md`. Paper: "
      << paper["source"].value_or<std::string>("") << ".\n\n";
-  os << "| model | recipe | seeds | steps | mean train loss, last K | gap (ours) | final val loss | val gap (ours) | paper model | gap (paper) |\n";
-  os << "|---|---|---|---|---|---|---|---|---|---|\n";
+  os << "| model | recipe | seeds | steps | epochs | train loss, last K | gap (ours) | final val loss | val gap (ours) | paper model | gap (paper) |\n";
+  os << "|---|---|---|---|---|---|---|---|---|---|---|\n";
   std::vector<std::string> sources, verdicts;
-  auto pct = [](std::pair<double, double> v, size_t n) {
-    char b[64];
-    if (n > 1) std::snprintf(b, sizeof b, "%.3f ± %.3f%%", v.first, v.second);
-    else std::snprintf(b, sizeof b, "%.3f%%", v.first);
-    return std::string(b);
-  };
+  auto pct = [](const Interval& i) { return format_interval(i, "%.3f") + (i.n ? "%" : ""); };
   for (auto& [model, rs] : seeds) {
     if (!rs.count("bf16")) continue;
     const std::string kind = model.rfind("moe", 0) == 0 ? "moe" : "dense";
-    std::map<std::string, std::vector<double>> gaps;  // recipe -> gap per shared seed
+    // Seeds every recipe present has: the pairs.
+    std::vector<int64_t> common;
+    for (const auto& [seed, r] : rs["bf16"]) {
+      bool all = true;
+      for (const auto& [recipe, ss] : rs) all = all && ss.count(seed);
+      if (all) common.push_back(seed);
+    }
+    std::map<std::string, std::vector<double>> gaps, vgaps;  // recipe -> gap per common seed
+    std::map<std::string, double> tail_sd;
     for (const char* recipe : {"bf16", "e2m1_ref", "ufp4"}) {
       if (!rs.count(recipe)) continue;
       std::vector<double> tail, val, gap, vgap;
-      for (const auto& [seed, r] : rs[recipe]) {
-        tail.push_back(r.tail_mean), val.push_back(r.final_eval);
-        sources.push_back(rel(r.path) + " (commit " + r.commit + ", " + r.device + ")");
-        if (!rs["bf16"].count(seed)) continue;
+      double epochs = NAN;
+      for (int64_t seed : common) {
+        const RunSummary& r = rs[recipe][seed];
         const RunSummary& b = rs["bf16"][seed];
-        gap.push_back(100 * std::fabs(r.tail_mean - b.tail_mean) / b.tail_mean);
-        vgap.push_back(100 * std::fabs(r.final_eval - b.final_eval) / b.final_eval);
+        tail.push_back(r.tail_mean), val.push_back(r.final_eval);
+        gap.push_back(100 * (r.tail_mean - b.tail_mean) / b.tail_mean);
+        vgap.push_back(100 * (r.final_eval - b.final_eval) / b.final_eval);
+        epochs = r.epochs;
+        sources.push_back(rel(r.path) + " (commit " + r.commit + ", " + r.device + ")");
       }
-      gaps[recipe] = gap;
+      gaps[recipe] = gap, vgaps[recipe] = vgap;
+      const Interval ti = mean_interval(tail);
+      tail_sd[recipe] = ti.sd;
       const bool base = std::string(recipe) == "bf16";
       const double pg = paper[kind][recipe].value_or(NAN);
-      os << "| " << model << " | " << recipe << " | " << tail.size() << " | " << rs[recipe].begin()->second.steps << " | "
-         << fmt("%.4f", mean_sd(tail).first) << " | " << (base ? "-" : pct(mean_sd(gap), gap.size())) << " | " << fmt("%.4f", mean_sd(val).first)
-         << " | " << (base ? "-" : pct(mean_sd(vgap), vgap.size())) << " | " << paper[kind]["model"].value_or<std::string>("-") << " | "
+      os << "| " << model << " | " << recipe << " | " << common.size() << " | " << rs[recipe].begin()->second.steps << " | "
+         << (std::isnan(epochs) ? std::string("?") : fmt("%.2f", epochs)) << " | " << format_interval(ti) << " | "
+         << (base ? "-" : pct(mean_interval(gap))) << " | " << format_interval(mean_interval(val)) << " | "
+         << (base ? "-" : pct(mean_interval(vgap))) << " | " << paper[kind]["model"].value_or<std::string>("-") << " | "
          << (std::isnan(pg) ? std::string("-") : fmt("%.4f", pg) + "%") << " |\n";
     }
     if (!gaps["e2m1_ref"].empty() && !gaps["ufp4"].empty()) {
-      auto e = mean_sd(gaps["e2m1_ref"]), u = mean_sd(gaps["ufp4"]);
-      const size_t n = std::min(gaps["e2m1_ref"].size(), gaps["ufp4"].size());
-      verdicts.push_back("- " + model + ": \"UFP4's gap is below E2M1's\" — " + (u.first < e.first ? "**holds**" : "**does not hold**") +
-                         " on our data (ufp4 " + pct(u, n) + " vs e2m1_ref " + pct(e, n) + "; paper: " + fmt("%.3f", paper[kind]["ufp4"].value_or(NAN)) +
-                         "% vs " + fmt("%.3f", paper[kind]["e2m1_ref"].value_or(NAN)) + "%). " +
-                         (n > 1 ? std::to_string(n) + " seeds." : "One seed: no spread to judge the difference by."));
+      const double pu = paper[kind]["ufp4"].value_or(NAN), pe = paper[kind]["e2m1_ref"].value_or(NAN);
+      for (const bool val : {false, true}) {
+        auto& g = val ? vgaps : gaps;
+        const Interval d = paired_difference(g["ufp4"], g["e2m1_ref"]);
+        const Verdict v = verdict(d, -1);
+        const double mdd = minimal_detectable_difference(d.sd, d.n);
+        verdicts.push_back("- " + model + (val ? " (final validation loss)" : " (training loss, last K)") +
+                           ": \"UFP4's gap is below E2M1's\" — **" + verdict_name(v) + "**. Paired difference ufp4 - e2m1_ref: " +
+                           format_interval(d, "%+.3f") + " percentage points over " + std::to_string(d.n) + " seed(s)" +
+                           (d.defined() ? "; minimal detectable difference at this many seeds (95%, 80% power): " + fmt("%.3f", mdd) + " pp"
+                                        : "; one seed gives no interval, so no verdict") +
+                           "; paper: " + fmt("%+.3f", pu - pe) + " pp (" + fmt("%.3f", pu) + "% vs " + fmt("%.3f", pe) + "%).");
+      }
+      verdicts.push_back("- " + model + ": seed-to-seed standard deviation of the training loss (last K): bf16 " + fmt("%.4f", tail_sd["bf16"]) +
+                         ", e2m1_ref " + fmt("%.4f", tail_sd["e2m1_ref"]) + ", ufp4 " + fmt("%.4f", tail_sd["ufp4"]) + " nats.");
     }
   }
   if (by_model.empty()) throw Error("figure8: no bf16/e2m1_ref/ufp4 runs found in the given folders");
@@ -195,7 +214,7 @@ std::string report_figure8(const std::string& root, const std::vector<std::strin
   for (const auto& v : verdicts) os << v << "\n";
   bool have_moe = false;
   for (const auto& kv : by_model) have_moe = have_moe || kv.first.rfind("moe", 0) == 0;
-  if (!have_moe) os << "- " << paper["moe"]["model"].value_or<std::string>("") << ": not reproduced yet (no MoE proxy runs).\n";
+  if (!have_moe) os << "- " << paper["moe"]["model"].value_or<std::string>("") << ": not reproduced yet at one epoch with seeds (the MoE proxy campaign is pending; the earlier multi-epoch runs are in results/archive/).\n";
   os << "- " << paper["moe_large"]["model"].value_or<std::string>("") << ": no proxy of its own; the MoE proxy stands for both MoE sizes.\n";
   os << footer(regenerate_command("figure8", dirs), sources);
   return os.str();

@@ -125,8 +125,26 @@ DataInfo load_data_info(const std::string& dir) {
     };
     info.tokenizer = value("tokenizer");
     info.vocab = std::stoi(value("vocab"));
-    info.train_shards = {dir + "/train_000.bin"};
-    info.val_shards = {dir + "/val_000.bin"};
+    // [shards] train = ["train_000.bin", ...] and val = [...] (data.toml as prepare_data writes it).
+    auto list = [&](const std::string& key) {
+      std::vector<std::string> out;
+      size_t k = text.find("\n" + key + " = [");
+      if (k == std::string::npos) throw Error(manifest + ": missing key 'shards." + key + "'");
+      const size_t close = text.find(']', k);
+      for (size_t q = text.find('"', k); q != std::string::npos && q < close;) {
+        const size_t e = text.find('"', q + 1);
+        if (e == std::string::npos || e > close) break;
+        out.push_back(dir + "/" + text.substr(q + 1, e - q - 1));
+        q = text.find('"', e + 1);
+      }
+      if (out.empty()) throw Error(manifest + ": shards." + key + " names no shard");
+      return out;
+    };
+    const size_t shards = text.find("\n[shards]");
+    if (shards == std::string::npos) throw Error(manifest + ": missing table [shards]");
+    text = text.substr(shards);
+    info.train_shards = list("train");
+    info.val_shards = list("val");
     return info;
   }
   std::vector<std::string> files;

@@ -37,6 +37,10 @@ ModelConfig moe(const std::string& name, int64_t d, int64_t layers, int64_t head
 // Paper-scale vocabulary: not published; we assume 126,464 tokens, untied. Proxies use 32,768.
 constexpr int64_t kPaperVocab = 126464;
 constexpr int64_t kProxyVocab = 32768;
+// The sound-experiment proxies (named by non-embedding parameters) use 8,192 tokens, so that their
+// parameters sit in the transformer rather than the embedding, and so that the corpus we have gives
+// each at least 20 tokens per non-embedding parameter within one epoch.
+constexpr int64_t kNonEmbeddingProxyVocab = 8192;
 
 const std::vector<ModelConfig>& registry() {
   static const std::vector<ModelConfig> r = [] {
@@ -60,6 +64,13 @@ const std::vector<ModelConfig>& registry() {
     v.push_back(dense("dense-225m", 1024, 14, 16, 4, 2816, kProxyVocab, "dense proxy"));
     v.push_back(dense("dense-359m", 1280, 16, 20, 4, 3456, kProxyVocab, "dense proxy"));
     // MoE proxy ladder: first layer dense, one shared expert.
+    // Dense ladder named by non-embedding parameters (ParamCount::non_embedding, in millions).
+    const int64_t v8 = kNonEmbeddingProxyVocab;
+    v.push_back(dense("dense-ne0.8m", 128, 4, 2, 1, 384, v8, "dense proxy, 0.8M non-embedding parameters, vocab 8192"));
+    v.push_back(dense("dense-ne1.6m", 192, 4, 3, 1, 512, v8, "dense proxy, 1.6M non-embedding parameters, vocab 8192"));
+    v.push_back(dense("dense-ne2.4m", 192, 6, 3, 1, 512, v8, "dense proxy, 2.4M non-embedding parameters, vocab 8192"));
+    v.push_back(dense("dense-ne3.7m", 256, 5, 4, 2, 704, v8, "dense proxy, 3.7M non-embedding parameters, vocab 8192"));
+    v.push_back(dense("dense-ne6.6m", 320, 6, 5, 1, 896, v8, "dense proxy, 6.6M non-embedding parameters, vocab 8192"));
     v.push_back(moe("moe-23m", 256, 4, 4, 2, 16, 2, 128, 1, kProxyVocab, "MoE proxy"));
     v.push_back(moe("moe-39m", 320, 6, 5, 1, 16, 2, 192, 1, kProxyVocab, "MoE proxy"));
     v.push_back(moe("moe-81m", 384, 8, 6, 2, 32, 4, 192, 1, kProxyVocab, "MoE proxy"));

@@ -31,6 +31,8 @@ struct ParamCount {
   int64_t total = 0, active = 0;     // all parameters; those used per token (top-k experts)
   int64_t embedding = 0, head = 0;   // input embedding; output head (0 when tied)
   int64_t quantized_total = 0;       // in linears a 4-bit recipe quantizes (not embedding/head/router)
+  // What scaling laws and proxy names count: everything but the embedding and the output head.
+  int64_t non_embedding() const { return total - embedding - head; }
 };
 
 struct MemoryEstimate {

@@ -124,13 +124,18 @@ struct QuantLinearFunction : public torch::autograd::Function<QuantLinearFunctio
 
 }  // namespace
 
+uint64_t rht_sign_seed(uint64_t recipe_seed, uint64_t run_seed) {
+  return run_seed == 1 ? recipe_seed : mix64(recipe_seed ^ mix64(run_seed));
+}
+
 QuantSpec operand_spec(const LayerQuant& L, Gemm g, int slot, int64_t step) {
   const Recipe& r = L.ctx->recipe;
   QuantSpec s = r.at(g).op[slot].spec;
   s.rht = r.at(g).rht;
-  uint64_t rht_seed = r.seed;
-  if (r.rht_signs == "per_layer") rht_seed = mix64(r.seed ^ mix64(static_cast<uint64_t>(L.layer_id)));
-  if (r.rht_signs == "per_step") rht_seed = mix64(r.seed ^ mix64(static_cast<uint64_t>(L.layer_id)) ^ mix64(~static_cast<uint64_t>(step)));
+  const uint64_t base = rht_sign_seed(r.seed, L.ctx->run_seed);
+  uint64_t rht_seed = base;
+  if (r.rht_signs == "per_layer") rht_seed = mix64(base ^ mix64(static_cast<uint64_t>(L.layer_id)));
+  if (r.rht_signs == "per_step") rht_seed = mix64(base ^ mix64(static_cast<uint64_t>(L.layer_id)) ^ mix64(~static_cast<uint64_t>(step)));
   s.rht_seed = rht_seed;  // both operands of a GEMM share it, so the rotation cancels
   s.seed = mix64(L.ctx->run_seed ^ mix64(static_cast<uint64_t>(L.layer_id) + 1));
   s.offset = static_cast<uint64_t>(step) * 8 + static_cast<uint64_t>(g) * 2 + static_cast<uint64_t>(slot);

@@ -51,8 +51,13 @@ struct LayerQuant {
   std::shared_ptr<QuantContext> ctx;
 };
 
+// The seed of a run's RHT sign vector: the recipe's seed for run seed 1 (the single run of the paper
+// and of every result made before seeds were an axis), re-drawn from both seeds for any other run
+// seed, so that seed-to-seed spread includes the draw of the signs.
+uint64_t rht_sign_seed(uint64_t recipe_seed, uint64_t run_seed);
+
 // The operand spec with its per-layer, per-step keys: SR key (hash(run seed, layer), step * 8 + gemm * 2
-// + slot), RHT signs from the recipe seed (shared, or re-drawn per layer / per step).
+// + slot), RHT signs from rht_sign_seed (shared, or re-drawn per layer / per step).
 QuantSpec operand_spec(const LayerQuant& layer, Gemm g, int slot, int64_t step);
 
 // Functional form (autograd-aware).

@@ -221,6 +221,14 @@ TEST_CASE("keys: SR keys per layer and step, RHT signs shared / per layer / per 
   CHECK(operand_spec(*a, Gemm::kDgrad, 0, 11).rht_seed == operand_spec(*a, Gemm::kDgrad, 0, 10).rht_seed);
   a->ctx->recipe.rht_signs = "per_step";
   CHECK(operand_spec(*a, Gemm::kDgrad, 0, 11).rht_seed != operand_spec(*a, Gemm::kDgrad, 0, 10).rht_seed);
+  // The run seed re-draws the signs (seed 1 keeps the recipe's), and the SR stream.
+  CHECK(rht_sign_seed(r.seed, 1) == r.seed);
+  CHECK(rht_sign_seed(r.seed, 2) != r.seed);
+  CHECK(rht_sign_seed(r.seed, 2) != rht_sign_seed(r.seed, 3));
+  auto s2 = make_layer(r, "layers.0.mlp.linear_fc1", 8);
+  s2->ctx->recipe.rht_signs = a->ctx->recipe.rht_signs = "shared";
+  CHECK(operand_spec(*s2, Gemm::kDgrad, 0, 10).rht_seed != operand_spec(*a, Gemm::kDgrad, 0, 10).rht_seed);
+  CHECK(operand_spec(*s2, Gemm::kDgrad, 0, 10).seed != operand_spec(*a, Gemm::kDgrad, 0, 10).seed);
 }
 
 TEST_CASE("BF16 rounding of dequantized operands moves results far less than 4-bit quantization does", "[cuda]") {

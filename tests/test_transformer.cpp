@@ -32,6 +32,40 @@ TEST_CASE("the paper's models are within 2% of the stated totals", "[model]") {
   CHECK_THROWS_AS(model_config("gpt5"), Error);
 }
 
+TEST_CASE("the non-embedding proxies carry their non-embedding parameter count in their names", "[model]") {
+  int found = 0;
+  for (const auto& name : model_names()) {
+    if (name.rfind("dense-ne", 0) != 0) continue;
+    ++found;
+    const double stated = std::stod(name.substr(8, name.size() - 9)) * 1e6;
+    const ParamCount p = count_params(model_config(name));
+    INFO(name << ": " << p.non_embedding() << " non-embedding parameters");
+    CHECK(std::abs(p.non_embedding() / stated - 1) < 0.05);
+    CHECK(p.non_embedding() == p.total - p.embedding - p.head);
+    CHECK(model_config(name).vocab == 8192);
+  }
+  CHECK(found >= 5);  // the Figure 9 ladder needs five sizes
+}
+
+TEST_CASE("runs of different recipes with the same seed start from the same weights; other seeds do not", "[model]") {
+  auto weights = [](const std::string& recipe, uint64_t seed) {
+    torch::manual_seed(seed);  // as the trainer seeds before it builds the model
+    Transformer m(model_config("tiny"), context(recipe, seed));
+    std::vector<torch::Tensor> w;
+    for (const auto& p : m->parameters()) w.push_back(p.detach().clone());
+    return w;
+  };
+  const auto a = weights("bf16", 3), b = weights("ufp4", 3), c = weights("bf16", 4);
+  REQUIRE(a.size() == b.size());
+  bool same = true, differs = false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    same = same && torch::equal(a[i], b[i]);
+    differs = differs || !torch::equal(a[i], c[i]);
+  }
+  CHECK(same);
+  CHECK(differs);
+}
+
 TEST_CASE("parameter accounting matches the built modules", "[model]") {
   for (const char* name : {"tiny", "tiny-moe", "dense-20m", "moe-23m"}) {
     Transformer m(model_config(name), context("bf16"));

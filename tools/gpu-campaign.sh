@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# One GPU command for an experiment campaign: build, prepare the default corpus of each vocabulary
+# the manifests ask for (timed; the corpus is this node's Python and CUDA sources), plan, then run
+# the manifests several to a GPU and gather results and logs. RUN_SECONDS=S sends SIGTERM after S
+# seconds of training: every run checkpoints and stops, and the same command resumes them
+# (bit-identical) on a machine that still holds the checkpoints. Results stay in the manifests'
+# outputs folders; logs land in $LOGS.
+#   UFP4_GIT_COMMIT=<commit> PER_GPU=9 [RUN_SECONDS=S] tools/gpu-campaign.sh MANIFEST...
+set -uo pipefail
+cd "$(dirname "$0")/.."
+LOGS=${LOGS:-logs/campaign}
+mkdir -p "$LOGS"
+t0=$(date +%s)
+elapsed() { echo "$(( $(date +%s) - t0 )) s"; }
+make gpu > "$LOGS/build.log" 2>&1 || { tail -n 40 "$LOGS/build.log"; exit 1; }
+echo "build: $(elapsed)"
+# Each data folder the manifests name, prepared once (ufp4 run would prepare it too, untimed).
+for dv in $(grep -h -A4 '^\[data\]' "$@" | awk -F' = ' '/^path/{p=$2} /^vocab_size/{print p":"$2}' | tr -d '"' | sort -u); do
+  dir=${dv%%:*}; vocab=${dv##*:}
+  if [ ! -f "$dir/data.toml" ]; then
+    s=$(date +%s)
+    build/ufp4 data prepare --out "$dir" --vocab-size "$vocab" > "$LOGS/data-$(basename "$dir").log" 2>&1 || { tail -n 20 "$LOGS/data-$(basename "$dir").log"; exit 1; }
+    echo "data $dir (vocab $vocab): $(( $(date +%s) - s )) s, $(du -sb "$dir" | cut -f1) bytes on disk"
+    grep -E "documents|train and" "$LOGS/data-$(basename "$dir").log"
+  fi
+done
+build/ufp4 plan "$@" > "$LOGS/plan.log" 2>&1 || { cat "$LOGS/plan.log"; exit 2; }
+cat "$LOGS/plan.log"
+s=$(date +%s)
+timeout -s TERM "${RUN_SECONDS:-100000}" build/ufp4 run --gpus "${GPUS:-1}" --per-gpu "${PER_GPU:-1}" "$@" > "$LOGS/run.log" 2>&1
+rc=$?
+echo "run exit $rc after $(( $(date +%s) - s )) s (total $(elapsed))"
+for f in $(ls -d $(grep -h -A2 '^\[outputs\]' "$@" | awk -F' = ' '/^dir/{print $2}' | tr -d '"' | sort -u) 2>/dev/null); do
+  for l in "$f"/logs/*.log; do echo "$(basename "$l"): $(grep -E "tok/s" "$l" | tail -n 1)"; done
+done
+exit $rc
