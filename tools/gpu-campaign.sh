@@ -5,7 +5,7 @@
 # seconds of training: every run checkpoints and stops, and the same command resumes them
 # (bit-identical) on a machine that still holds the checkpoints. Results stay in the manifests'
 # outputs folders; logs land in $LOGS.
-#   UFP4_GIT_COMMIT=<commit> PER_GPU=9 [RUN_SECONDS=S] tools/gpu-campaign.sh MANIFEST...
+#   UFP4_GIT_COMMIT=<commit> PER_GPU=9 [RUN_SECONDS=S | RUN_UNTIL=T] tools/gpu-campaign.sh MANIFEST...
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LOGS=${LOGS:-logs/campaign}
@@ -27,6 +27,9 @@ done
 build/ufp4 plan "$@" > "$LOGS/plan.log" 2>&1 || { cat "$LOGS/plan.log"; exit 2; }
 cat "$LOGS/plan.log"
 s=$(date +%s)
+# RUN_UNTIL=T: stop training T seconds after this script started (a device call's time limit).
+[ -n "${RUN_UNTIL:-}" ] && RUN_SECONDS=$(( RUN_UNTIL - (s - t0) ))
+echo "training for at most ${RUN_SECONDS:-unlimited} s"
 timeout -s TERM "${RUN_SECONDS:-100000}" build/ufp4 run --gpus "${GPUS:-1}" --per-gpu "${PER_GPU:-1}" "$@" > "$LOGS/run.log" 2>&1
 rc=$?
 echo "run exit $rc after $(( $(date +%s) - s )) s (total $(elapsed))"
