@@ -59,8 +59,11 @@ reproduce-table-1: build
 SCALE ?= proxy
 GPUS ?= $(shell nvidia-smi -L 2>/dev/null | wc -l)
 
+# Table 2's full-UFP4 row is the Figure 8 campaign's ufp4 member: at proxy scale both run.
+T2_MANIFESTS_proxy := experiments/figure8/proxy_dense.toml experiments/table2/proxy.toml
+T2_MANIFESTS_ci := experiments/table2/ci.toml
 reproduce-table-2: build
-	$(BUILD)/ufp4 run --gpus $(GPUS) experiments/table2/$(SCALE).toml
+	$(BUILD)/ufp4 run --gpus $(GPUS) --per-gpu 9 $(T2_MANIFESTS_$(SCALE))
 	$(BUILD)/ufp4 report table2 $(if $(filter ci,$(SCALE)),--results build/ci/table2 --out -,)
 
 F8_MANIFESTS_proxy := experiments/figure8/proxy_dense.toml
@@ -68,7 +71,7 @@ F8_MANIFESTS_ci := experiments/figure8/ci.toml
 F8_RESULTS_proxy := results/figure8
 F8_RESULTS_ci := build/ci/figure8
 reproduce-figure-8: build
-	$(BUILD)/ufp4 run --gpus $(GPUS) $(F8_MANIFESTS_$(SCALE))
+	$(BUILD)/ufp4 run --gpus $(GPUS) --per-gpu 9 $(F8_MANIFESTS_$(SCALE))
 	@mkdir -p $(REPORT_DIR_$(SCALE))
 	$(BUILD)/ufp4 report figure8 --results $(F8_RESULTS_$(SCALE)) --out $(REPORT_DIR_$(SCALE))/figure8.md > /dev/null
 	@echo "report written: $(REPORT_DIR_$(SCALE))/figure8.md"
@@ -76,9 +79,9 @@ reproduce-figure-8: build
 # Table 3 (E2M1 one-factor search) and Figure 10 (range-restricted E2M1).
 T3_RESULTS_proxy := results/table3
 T3_RESULTS_ci := build/ci/table3
-F10_RESULTS_proxy := results/proxy
+F10_RESULTS_proxy := results/figure10 results/figure8
 F10_RESULTS_ci := build/ci/figure10
-F10_MANIFESTS_proxy := experiments/figure10/proxy.toml experiments/figure10/moe_proxy.toml
+F10_MANIFESTS_proxy := experiments/figure8/proxy_dense.toml experiments/figure10/proxy.toml
 F10_MANIFESTS_ci := experiments/figure10/ci.toml
 REPORT_DIR_proxy := reports
 REPORT_DIR_ci := build/ci/reports
@@ -89,7 +92,7 @@ reproduce-table-3: build
 	@echo "report written: $(REPORT_DIR_$(SCALE))/table3.md"
 
 reproduce-figure-10: build
-	$(BUILD)/ufp4 run --gpus $(GPUS) $(F10_MANIFESTS_$(SCALE))
+	$(BUILD)/ufp4 run --gpus $(GPUS) --per-gpu 9 $(F10_MANIFESTS_$(SCALE))
 	@mkdir -p $(REPORT_DIR_$(SCALE))
 	$(BUILD)/ufp4 report figure10 --results $(F10_RESULTS_$(SCALE)) --out $(REPORT_DIR_$(SCALE))/figure10.md > /dev/null
 	@echo "report written: $(REPORT_DIR_$(SCALE))/figure10.md"

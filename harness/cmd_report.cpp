@@ -1,6 +1,7 @@
 // `ufp4 report NAME`: renders a reproduction report (Markdown, SVG figures under figures/ beside it).
 #include <algorithm>
 #include <iostream>
+#include <map>
 
 #include "harness/cli.h"
 #include "harness/error.h"
@@ -17,7 +18,7 @@ int cmd_report(const std::vector<std::string>& args) {
   po::options_description d("options");
   d.add_options()
       ("name", po::value(&name), "table1 | table2 | table3 | figure8 | figure10 | analysis | figure9 | bench")
-      ("results", po::value(&dirs)->multitoken(), "folders of run results (default: results/figure8, results/table3 or results/proxy)")
+      ("results", po::value(&dirs)->multitoken(), "folders of run results (default: the campaign's, e.g. results/table2 and results/figure8)")
       ("last-k", po::value(&k)->default_value(200), "steps averaged at the end of each run")
       ("tensors", po::value(&tensors), "analysis: output of `ufp4 analyze tensors` (default results/analysis/tensors-dense113m.h5)")
       ("chain", po::value(&chains)->multitoken(), "analysis: outputs of `ufp4 analyze chain` (default results/analysis/chain-*.h5)")
@@ -30,8 +31,13 @@ int cmd_report(const std::vector<std::string>& args) {
   const std::string root = UFP4_SOURCE_DIR;
   if (out.empty()) out = root + "/reports/" + name + ".md";
   const std::string figures = out == "-" ? "" : (out.find('/') == std::string::npos ? "." : out.substr(0, out.rfind('/'))) + "/figures";
-  // Each campaign's results folder; reports of campaigns not yet re-run read results/proxy.
-  if (dirs.empty()) dirs = {root + (name == "table3" ? "/results/table3" : name == "figure8" ? "/results/figure8" : "/results/proxy")};
+  // Each campaign's results folders (Table 2 and Figure 10 share their ufp4, bf16 and e2m1_ref runs with
+  // Figure 8); reports of campaigns not yet re-run read results/proxy.
+  if (dirs.empty()) {
+    const std::map<std::string, std::vector<std::string>> campaign = {
+        {"figure8", {"figure8"}}, {"table2", {"table2", "figure8"}}, {"figure10", {"figure10", "figure8"}}, {"table3", {"table3"}}};
+    for (const auto& d : campaign.count(name) ? campaign.at(name) : std::vector<std::string>{"proxy"}) dirs.push_back(root + "/results/" + d);
+  }
   std::string md;
   if (name == "table1") md = report_table1(root);
   else if (name == "figure8") md = report_figure8(root, dirs, k, figures);

@@ -246,11 +246,37 @@ TEST_CASE("Table 3 and Figure 10 at CI scale: run a subset, report it; plan esti
   Result f = run_cli("report figure10 --results build/ci/figure10 --out " + dir + "/figure10.md");
   INFO(f.out);
   REQUIRE(f.code == 0);
-  CHECK(f.out.find("tiny: \"range-restricted E2M1 is worse than the E2M1 reference\" — paper yes, ours **") != std::string::npos);
+  // One seed: a difference but no interval, so no verdict beyond inconclusive.
+  CHECK(f.out.find("tiny: \"range-restricted E2M1 is worse than the E2M1 reference\" — **inconclusive**") != std::string::npos);
+  CHECK(f.out.find("(one seed)") != std::string::npos);
   Result p = run_cli("plan experiments/table3/ci.toml");
   REQUIRE(p.code == 0);
   CHECK(p.out.find("est. time") != std::string::npos);
   CHECK(run_cli("report table3 --results " + dir).code == 2);  // no runs there: a one-line error
+}
+
+TEST_CASE("seeds as a sweep axis: Figure 8 pairs them across recipes into intervals and a verdict", "[cli]") {
+  const std::string dir = temp_dir();
+  const std::string manifest = test::write_manifest(dir, "f8", "extends = \"" + std::string(UFP4_SOURCE_DIR) + "/experiments/ci/bf16.toml\"\n"
+                                                         "[data]\npath = \"" + test::ci_data() + "\"\n[outputs]\ndir = \"" + dir + "/runs\"\nname = \"f8\"\n"
+                                                         "[sweep]\n\"recipe.name\" = [\"bf16\", \"e2m1_ref\", \"ufp4\"]\n\"train.seed\" = [1, 2, 3]\n");
+  Result plan = run_cli("plan " + manifest);
+  REQUIRE(plan.code == 0);
+  CHECK(plan.out.find("f8-ufp4-3") != std::string::npos);
+  REQUIRE(run_cli("run " + manifest).code == 0);
+  Result r = run_cli("report figure8 --results " + dir + "/runs --out " + dir + "/figure8.md");
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  const std::string md = read_text_file(dir + "/figure8.md");
+  CHECK(md.find("| tiny | ufp4 | 3 | 100 | ") != std::string::npos);
+  CHECK(md.find(" [") != std::string::npos);  // intervals
+  const std::string marker = "tiny (training loss, last K): \"UFP4's gap is below E2M1's\" — **";
+  const size_t v = md.find(marker);
+  REQUIRE(v != std::string::npos);
+  const std::string verdict = md.substr(v + marker.size(), 14);
+  CHECK((verdict.rfind("holds", 0) == 0 || verdict.rfind("contradicted", 0) == 0 || verdict.rfind("inconclusive", 0) == 0));
+  CHECK(md.find("over 3 seed(s); minimal detectable difference at this many seeds") != std::string::npos);
+  CHECK(md.find("seed-to-seed standard deviation") != std::string::npos);
 }
 
 TEST_CASE("ufp4 bench step on CPU writes step.h5 with provenance and report bench renders it", "[cli]") {
