@@ -193,7 +193,17 @@ std::string prepare_data(const DataPrepareOptions& opt) {
     auto ls = sp.Load(tok_path);
     if (!ls.ok()) throw RuntimeError(tok_path + ": " + ls.ToString());
     vocab = sp.GetPieceSize();
-    tok_sha = sha256_file(tok_path);
+    // The vocabulary's hash, not the file's: the .model file also records the trainer's arguments
+    // (the sample's temporary path, the thread count), which differ between two preparations of
+    // the same corpus. Pieces, scores and types are what tokenisation depends on (with the fixed
+    // normaliser set above).
+    Sha256 vocab_hash;
+    for (int id = 0; id < sp.GetPieceSize(); ++id) {
+      char score[32];
+      std::snprintf(score, sizeof score, "%.9g", sp.GetScore(id));
+      vocab_hash.update(sp.IdToPiece(id) + "\t" + score + "\t" + (sp.IsControl(id) ? "c" : sp.IsUnknown(id) ? "u" : sp.IsByte(id) ? "b" : "n") + "\n");
+    }
+    tok_sha = vocab_hash.hex();
     log_info("data: tokenizer ready, " + std::to_string(seconds_since(t0)).substr(0, 5) + " s");
   }
   const uint16_t eos = opt.tokenizer == "bpe" ? static_cast<uint16_t>(sp.eos_id() >= 0 ? sp.eos_id() : 0) : 0;
@@ -263,7 +273,7 @@ std::string prepare_data(const DataPrepareOptions& opt) {
   m << "documents_file = \"documents.tsv\"\ndocuments_sha256 = \"" << sha256_hex(listing) << "\"\ninputs_sha256 = \"" << inputs_sha
     << "\"\ntokenizer = \"" << opt.tokenizer << "\"\nvocab = " << vocab << "\n";
   if (!tok_path.empty())
-    m << "tokenizer_model = \"tokenizer.model\"\ntokenizer_sha256 = \"" << tok_sha << "\"\ntokenizer_sample_bytes = " << sample_bytes << "\n";
+    m << "tokenizer_model = \"tokenizer.model\"\ntokenizer_vocab_sha256 = \"" << tok_sha << "\"\ntokenizer_sample_bytes = " << sample_bytes << "\n";
   m << "val_fraction = " << opt.val_fraction << "\n\n[shards]\ntrain = " << toml_list(train.names) << "\nval = " << toml_list(val.names)
     << "\ntrain_tokens = " << train.total << "\nval_tokens = " << val.total << "\ntrain_sha256 = " << toml_list(train.sha)
     << "\nval_sha256 = " << toml_list(val.sha) << "\n";

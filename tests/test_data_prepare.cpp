@@ -46,13 +46,13 @@ TEST_CASE("data prepare: source files deduplicated in name order; tokens indepen
   REQUIRE(symlink((in + "/pkg").c_str(), (in + "/pkg/sub/loop").c_str()) == 0);  // not followed
 
   auto prepare = [&](const std::string& out, const std::string& extra) {
-    CliResult r = run_cli("data prepare --input " + in + " --out " + out + " --tokenizer byte --val-fraction 0.25 " + extra);
+    CliResult r = run_cli("data prepare --input " + in + " --out " + out + " --val-fraction 0.25 " + extra);
     INFO(r.out);
     REQUIRE(r.code == 0);
   };
   const std::string one = root + "/one", many = root + "/many";
-  prepare(one, "--threads 1");
-  prepare(many, "--threads 3 --shard-tokens 1024 --batch-bytes 3000");
+  prepare(one, "--tokenizer byte --threads 1");
+  prepare(many, "--tokenizer byte --threads 3 --shard-tokens 1024 --batch-bytes 3000");
 
   // The document list: every source file once, in name order, named under the input.
   std::vector<std::string> names;
@@ -87,9 +87,17 @@ TEST_CASE("data prepare: source files deduplicated in name order; tokens indepen
   CHECK(manifest.find("train_tokens = " + std::to_string(count_train_tokens(a)) + "\n") != std::string::npos);
 
   // Preparing again gives the same data manifest, so the same run ids.
-  prepare(root + "/again", "--threads 2");
+  prepare(root + "/again", "--tokenizer byte --threads 2");
   CHECK(read_text_file(root + "/again/data.toml") == manifest);
   CHECK(data_identity(root + "/again") == data_identity(one));
+
+  // A BPE tokenizer trained twice (other folder, other thread count) gives the same data manifest:
+  // it names the tokenizer by its vocabulary, not by the .model file (which records paths and threads).
+  prepare(root + "/bpe1", "--threads 1 --tokenizer bpe --vocab-size 300");
+  prepare(root + "/bpe2", "--threads 2 --tokenizer bpe --vocab-size 300");
+  const std::string bpe = read_text_file(root + "/bpe1/data.toml");
+  CHECK(bpe.find("tokenizer_vocab_sha256 = \"") != std::string::npos);
+  CHECK(bpe == read_text_file(root + "/bpe2/data.toml"));
 
   // Bad options: one line, exit 2.
   CliResult bad = run_cli("data prepare --input " + in + " --out " + root + "/bad --tokenizer byte --shard-tokens 10");
