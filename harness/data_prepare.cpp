@@ -207,6 +207,17 @@ std::string prepare_data(const DataPrepareOptions& opt) {
     log_info("data: tokenizer ready, " + std::to_string(seconds_since(t0)).substr(0, 5) + " s");
   }
   const uint16_t eos = opt.tokenizer == "bpe" ? static_cast<uint16_t>(sp.eos_id() >= 0 ? sp.eos_id() : 0) : 0;
+  auto encode = [&](const std::string& text) {  // thread-safe: SentencePiece's Encode is const
+    std::vector<uint16_t> out;
+    if (opt.tokenizer == "bpe") {
+      std::vector<int> ids;
+      sp.Encode(text, &ids);
+      out.assign(ids.begin(), ids.end());
+    } else {
+      out.assign(reinterpret_cast<const unsigned char*>(text.data()), reinterpret_cast<const unsigned char*>(text.data()) + text.size());
+    }
+    return out;
+  };
 
   // Tokenise a batch of documents at a time on every thread; append them in order.
   ShardWriter train{opt.out_dir, "train", opt.shard_tokens, {}, {}, {}, 0}, val{opt.out_dir, "val", opt.shard_tokens, {}, {}, {}, 0};
@@ -221,16 +232,8 @@ std::string prepare_data(const DataPrepareOptions& opt) {
     auto work = [&] {
       for (size_t i; (i = next.fetch_add(1)) < end;) {
         try {
-          const std::string text = text_of(i);
-          std::vector<uint16_t>& dst = tokens[i - begin];
-          if (opt.tokenizer == "bpe") {
-            std::vector<int> ids;
-            sp.Encode(text, &ids);
-            dst.assign(ids.begin(), ids.end());
-          } else {
-            dst.assign(reinterpret_cast<const unsigned char*>(text.data()), reinterpret_cast<const unsigned char*>(text.data()) + text.size());
-          }
-          dst.push_back(eos);
+          tokens[i - begin] = encode(text_of(i));
+          tokens[i - begin].push_back(eos);
         } catch (const std::exception& e) {
           if (!failed.exchange(true)) failure = e.what();
         }
@@ -251,18 +254,7 @@ std::string prepare_data(const DataPrepareOptions& opt) {
              std::to_string(s).substr(0, 5) + " s");
     begin = end;
   }
-  if (val.total == 0) {  // guarantee a validation split: the last document, again
-    std::vector<uint16_t> last;
-    const std::string text = text_of(n - 1);
-    if (opt.tokenizer == "bpe") {
-      std::vector<int> ids;
-      sp.Encode(text, &ids);
-      last.assign(ids.begin(), ids.end());
-    } else {
-      last.assign(reinterpret_cast<const unsigned char*>(text.data()), reinterpret_cast<const unsigned char*>(text.data()) + text.size());
-    }
-    val.add(last);
-  }
+  if (val.total == 0) val.add(encode(text_of(n - 1)));  // guarantee a validation split: the last document, again
   train.flush();
   val.flush();
 

@@ -6,14 +6,7 @@
 # (bit-identical) on a machine that still holds the checkpoints. Results stay in the manifests'
 # outputs folders; logs land in $LOGS.
 #   UFP4_GIT_COMMIT=<commit> PER_GPU=9 [RUN_SECONDS=S | RUN_UNTIL=T] tools/gpu-campaign.sh MANIFEST...
-set -uo pipefail
-cd "$(dirname "$0")/.."
-LOGS=${LOGS:-logs/campaign}
-mkdir -p "$LOGS"
-t0=$(date +%s)
-elapsed() { echo "$(( $(date +%s) - t0 )) s"; }
-make gpu > "$LOGS/build.log" 2>&1 || { tail -n 40 "$LOGS/build.log"; exit 1; }
-echo "build: $(elapsed)"
+source "$(dirname "$0")/gpu-common.sh" campaign
 # Each data folder the manifests name, prepared once (ufp4 run would prepare it too, untimed).
 for dv in $(grep -h -A4 '^\[data\]' "$@" | awk -F' = ' '/^path/{p=$2} /^vocab_size/{print p":"$2}' | tr -d '"' | sort -u); do
   dir=${dv%%:*}; vocab=${dv##*:}

@@ -6,14 +6,7 @@
 # CUDA_TESTS narrows the [cuda] tests (e.g. "[cuda][train]"). Logs and results land in $LOGS
 # (default logs/determinism).
 #   UFP4_GIT_COMMIT=<commit> [MAKE_REFERENCE=1] tools/gpu-determinism.sh
-set -uo pipefail
-cd "$(dirname "$0")/.."
-LOGS=${LOGS:-logs/determinism}
-mkdir -p "$LOGS"
-t0=$(date +%s)
-elapsed() { echo "$(( $(date +%s) - t0 )) s"; }
-make gpu > "$LOGS/build.log" 2>&1 || { tail -n 40 "$LOGS/build.log"; exit 1; }
-echo "build: $(elapsed)"
+source "$(dirname "$0")/gpu-common.sh" determinism
 build/ufp4_tests "${CUDA_TESTS:-[cuda]}" > "$LOGS/cuda-tests.log" 2>&1
 echo "cuda tests exit $? after $(elapsed): $(tail -n 2 "$LOGS/cuda-tests.log" | tr '\n' ' ')"
 status=0

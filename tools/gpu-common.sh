@@ -1,0 +1,10 @@
+# Sourced by the one-call GPU scripts (tools/gpu-*.sh): strict mode, the repository root, a logs
+# folder ($LOGS, default logs/$1), a clock since the start, and the build into $LOGS/build.log.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+LOGS=${LOGS:-logs/$1}
+mkdir -p "$LOGS"
+t0=$(date +%s)
+elapsed() { echo "$(( $(date +%s) - t0 )) s"; }
+make gpu > "$LOGS/build.log" 2>&1 || { tail -n 40 "$LOGS/build.log"; exit 1; }
+echo "build: $(elapsed)"
