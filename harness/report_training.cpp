@@ -372,23 +372,42 @@ std::vector<RunSummary> runs_named(const std::vector<std::string>& dirs, const s
 
 std::string report_table3(const std::string& root, const std::vector<std::string>& dirs, int64_t k, const std::string& figures) {
   toml::table paper = load_paper(root + "/reports/paper/table3.toml");
-  std::vector<RunSummary> runs = runs_named(dirs, "table3", k);
-  if (runs.empty()) throw Error("table3: no Table 3 runs found (train them with: make reproduce-table-3)");
+  std::vector<RunSummary> all = runs_named(dirs, "table3", k);
+  if (all.empty()) throw Error("table3: no Table 3 runs found (train them with: make reproduce-table-3)");
   const std::string base_recipe = paper["base"].value_or<std::string>("e2m1_ref");
-  std::map<std::string, RunSummary> by_recipe;
+  // The campaign with the most runs (model and length), recipe -> seed -> run.
+  std::map<std::string, int> groups;
+  for (const auto& r : all) ++groups[r.model + "/" + std::to_string(r.steps)];
+  const std::string group = std::max_element(groups.begin(), groups.end(), [](auto& a, auto& b) { return a.second < b.second; })->first;
+  std::map<std::string, std::map<int64_t, RunSummary>> runs;
   std::string model;
-  for (const auto& r : runs) by_recipe[r.recipe] = r, model = r.model;
-  if (!by_recipe.count(base_recipe)) throw Error("table3: the base run (" + base_recipe + ") is missing");
-  const RunSummary& base = by_recipe[base_recipe];
+  for (const auto& r : all)
+    if (r.model + "/" + std::to_string(r.steps) == group) runs[r.recipe][r.seed] = r, model = r.model;
+  if (!runs.count(base_recipe)) throw Error("table3: the base run (" + base_recipe + ") is missing");
+  std::vector<int64_t> seeds;  // seeds every level has: the pairs
+  for (const auto& [seed, r] : runs[base_recipe]) {
+    bool everywhere = true;
+    for (const auto& [recipe, ss] : runs) everywhere = everywhere && ss.count(seed);
+    if (everywhere) seeds.push_back(seed);
+  }
+  auto loss = [&](const std::string& recipe, bool val = false) {
+    std::vector<double> v;
+    for (int64_t s : seeds) v.push_back(val ? runs[recipe][s].final_eval : runs[recipe][s].tail_mean);
+    return v;
+  };
+  const RunSummary& base = runs[base_recipe].begin()->second;
   std::ostringstream os;
-  os << "# Table 3: the E2M1 reference's one-factor search\n\nOurs: " << model << ", one run per level, each factor changed alone from the "
-     << "base (the E2M1 reference), same data order and seed; loss = mean training loss of the last K = " << base.k
-     << " steps. Paper: Dense 1.5B, 200B tokens, winner = lowest mean loss over the final 1,000 steps (" << paper["source"].value_or<std::string>("")
-     << "); it publishes the choice, not the losses.\n\n";
+  os << "# Table 3: the E2M1 reference's one-factor search\n\nOurs: " << model << ", " << base.steps << " steps ("
+     << (std::isnan(base.epochs) ? std::string("epochs not recorded") : fmt("%.2f", base.epochs) + " epochs") << "), each factor changed alone from the base (the E2M1 reference), " << seeds.size() << " seed(s) paired across levels (same "
+     << "initial weights and batches); loss = mean training loss of the last K = " << base.k << " steps, mean over seeds with its 95% "
+     << "Student-t interval; delta = the paired per-seed difference from the base (`reports/README.md`). Paper: Dense 1.5B, 200B tokens, "
+     << "winner = lowest mean loss over the final 1,000 steps (" << paper["source"].value_or<std::string>("") << "); it publishes the "
+     << "choice, not the losses.\n\n";
   std::vector<std::string> sources, verdicts;
   for (auto&& fk : *paper["order"].as_array()) {
     const std::string factor = fk.value_or<std::string>("");
     auto f = paper["factors"][factor];
+    const std::string chosen = f["chosen"].value_or<std::string>("");
     os << "## " << factor << " (searched: " << f["searched"].value_or<std::string>("") << ")\n\n| level | recipe | loss (ours) | delta vs base | "
        << "final val loss | paper's choice |\n|---|---|---|---|---|---|\n";
     const toml::table* labels = f["labels"].as_table();
@@ -397,38 +416,55 @@ std::string report_table3(const std::string& root, const std::vector<std::string
     int present = 0;
     for (auto&& [rk, lv] : *labels) {
       const std::string recipe(rk.str());
-      const std::string label = lv.value_or<std::string>("");
-      const bool chosen = recipe == f["chosen"].value_or<std::string>("");
-      if (!by_recipe.count(recipe)) {
-        os << "| " << label << " | " << recipe << " | not run | | | " << (chosen ? "**chosen**" : "") << " |\n";
+      const bool is_chosen = recipe == chosen;
+      if (!runs.count(recipe) || seeds.empty()) {
+        os << "| " << lv.value_or<std::string>("") << " | " << recipe << " | not run | | | " << (is_chosen ? "**chosen**" : "") << " |\n";
         continue;
       }
-      const RunSummary& r = by_recipe[recipe];
       ++present;
-      if (r.tail_mean < best_loss) best_loss = r.tail_mean, best = recipe;
-      char d[32];
-      std::snprintf(d, sizeof d, "%+.5f", r.tail_mean - base.tail_mean);
-      os << "| " << label << " | " << recipe << " | " << fmt("%.5f", r.tail_mean) << " | " << (recipe == base_recipe ? "0 (base)" : d) << " | "
-         << fmt("%.5f", r.final_eval) << " | " << (chosen ? "**chosen**" : "") << " |\n";
-      if (recipe != base_recipe) sources.push_back(rel(r.path) + " (commit " + r.commit + ", " + r.device + ")");
+      const Interval l = mean_interval(loss(recipe));
+      if (l.mean < best_loss) best_loss = l.mean, best = recipe;
+      os << "| " << lv.value_or<std::string>("") << " | " << recipe << " | " << format_interval(l, "%.4f") << " | "
+         << (recipe == base_recipe ? std::string("0 (base)") : format_interval(paired_difference(loss(recipe), loss(base_recipe)), "%+.4f")) << " | "
+         << format_interval(mean_interval(loss(recipe, true)), "%.4f") << " | " << (is_chosen ? "**chosen**" : "") << " |\n";
+      if (recipe != base_recipe)
+        for (int64_t s : seeds) sources.push_back(rel(runs[recipe][s].path) + " (commit " + runs[recipe][s].commit + ", " + runs[recipe][s].device + ")");
     }
     os << "\nPaper: " << f["remark"].value_or<std::string>("") << ".\n\n";
-    if (present == static_cast<int>(labels->size())) {
-      const std::string chosen = f["chosen"].value_or<std::string>("");
-      const std::string lab = (*labels)[best].value_or(std::string(best));
-      char margin[64];
-      std::snprintf(margin, sizeof margin, "%+.5f", by_recipe[chosen].tail_mean - best_loss);
-      verdicts.push_back("- " + factor + ": our lowest loss is **" + lab + "**; the paper chose " + (*labels)[chosen].value_or(std::string(chosen)) +
-                         (best == chosen ? " — **agrees**" : " — **differs** (the paper's choice is " + std::string(margin) + " above our best)"));
-    } else {
+    if (present != static_cast<int>(labels->size())) {
       verdicts.push_back("- " + factor + ": " + std::to_string(present) + " of " + std::to_string(labels->size()) + " levels run; no verdict yet");
+      continue;
     }
+    // "The paper's choice is the best level": the choice minus each other level, per seed. Holds when
+    // every interval lies below zero, contradicted when one lies above, inconclusive otherwise.
+    int holds = 0, against = 0, others = 0;
+    std::string worst_detail;
+    double widest_mdd = 0;
+    for (auto&& [rk, lv] : *labels) {
+      const std::string recipe(rk.str());
+      if (recipe == chosen) continue;
+      ++others;
+      const Interval d = paired_difference(loss(chosen), loss(recipe));
+      const Verdict v = verdict(d, -1);
+      holds += v == Verdict::kHolds;
+      if (v == Verdict::kContradicted) {
+        ++against;
+        worst_detail += " " + lv.value_or<std::string>("") + " is lower by " + format_interval(d, "%+.4f") + ";";
+      }
+      widest_mdd = std::max(widest_mdd, minimal_detectable_difference(d.sd, d.n));
+    }
+    const char* v = against ? "contradicted" : holds == others ? "holds" : "inconclusive";
+    verdicts.push_back("- " + factor + ": \"the paper's choice (" + (*labels)[chosen].value_or(std::string(chosen)) + ") is the best level\" — **" + v +
+                       "**. Our lowest mean: \"" + (*labels)[best].value_or(std::string(best)) + "\"; the choice is below " + std::to_string(holds) +
+                       " of " + std::to_string(others) + " other levels with 95% confidence;" + worst_detail +
+                       (seeds.size() < 2 ? std::string(" one seed: no interval.")
+                                         : " detectable differences up to " + fmt("%.4f", widest_mdd) + " nats at " + std::to_string(seeds.size()) + " seeds."));
   }
-  sources.insert(sources.begin(), rel(base.path) + " (commit " + base.commit + ", " + base.device + ")");
+  for (int64_t s : seeds) sources.insert(sources.begin(), rel(runs[base_recipe][s].path) + " (commit " + runs[base_recipe][s].commit + ", " + runs[base_recipe][s].device + ")");
   {
     Figure f;
     f.kind = Figure::Kind::kBars;
-    f.title = "Table 3: loss delta of each level against the E2M1 reference (negative = better)";
+    f.title = "Table 3: loss delta of each level against the E2M1 reference (negative = better), mean over seeds";
     f.ylabel = "delta loss";
     Series d;
     d.title = "ours";
@@ -436,26 +472,18 @@ std::string report_table3(const std::string& root, const std::vector<std::string
       const std::string factor = fk.value_or<std::string>("");
       for (auto&& [rk, lv] : *paper["factors"][factor]["labels"].as_table()) {
         const std::string recipe(rk.str());
-        if (recipe == base_recipe || !by_recipe.count(recipe)) continue;
+        if (recipe == base_recipe || !runs.count(recipe) || seeds.empty()) continue;
         f.categories.push_back(factor + ": " + lv.value_or<std::string>(""));
-        d.y.push_back(by_recipe[recipe].tail_mean - base.tail_mean);
+        d.y.push_back(paired_difference(loss(recipe), loss(base_recipe)).mean);
       }
     }
     f.series = {d};
     os << figure_markdown(figures, "table3", f);
   }
-  // A noise yardstick: the RHT sizes, which the paper found equivalent in loss.
-  std::vector<double> sizes;
-  for (const char* r : {"e2m1_ref", "e2m1_rht32", "e2m1_rht64", "e2m1_rht128"})
-    if (by_recipe.count(r)) sizes.push_back(by_recipe[r].tail_mean);
-  os << "## Verdicts (one seed per level)\n\n";
-  if (sizes.size() == 4) {
-    char b[256];
-    std::snprintf(b, sizeof b, "Noise yardstick: the four RHT sizes, which the paper found equal in loss, span %.5f here (sd %.5f); margins "
-                  "below that are not evidence either way.\n\n", *std::max_element(sizes.begin(), sizes.end()) - *std::min_element(sizes.begin(), sizes.end()),
-                  mean_sd(sizes).second);
-    os << b;
-  }
+  os << "## Verdicts\n\n";
+  if (seeds.size() < 2)
+    os << "One seed per level: differences have no interval, so no claim can hold or be contradicted here (results made before seeds "
+          "were an axis; experiments/table3/proxy.toml now runs three).\n\n";
   for (const auto& v : verdicts) os << v << "\n";
   os << footer(regenerate_command("table3", dirs), sources);
   return os.str();
