@@ -34,7 +34,7 @@ int cmd_fit(const std::vector<std::string>& args) {
       ("metric", po::value(&metric)->default_value("val"), "val (final validation loss) or train (mean training loss of the last K steps)")
       ("last-k", po::value(&last_k)->default_value(100), "K for --metric train")
       ("huber", po::value(&huber)->default_value(0), "Huber threshold in loss units (0: least squares)")
-      ("bootstrap", po::value(&bootstrap)->default_value(1000), "case-bootstrap resamples over runs")
+      ("bootstrap", po::value(&bootstrap)->default_value(1000), "bootstrap resamples over sizes, and over seeds within a size")
       ("coverage", po::value(&coverage)->default_value(0.95), "coverage of the bootstrap intervals")
       ("seed", po::value(&seed)->default_value(1), "bootstrap seed (the same for every recipe: resamples are paired)")
       ("attention-flops", po::bool_switch(), "count attention FLOPs in the compute")
@@ -60,6 +60,7 @@ int cmd_fit(const std::vector<std::string>& args) {
     ArrayF32 tok = read_h5_f32(f, "train/tokens"), loss = read_h5_f32(f, "train/loss");
     if (tok.data.empty()) continue;
     FitPoint p;
+    p.seed = static_cast<int64_t>(read_h5_double_attr(f, "seed"));
     p.tokens = tok.data.back();
     p.params = train_flops_per_token(mc, false) / 6;  // active parameters without the embedding lookup
     p.compute = (attn ? train_flops_per_token(mc, true) : 6.0 * p.params) * p.tokens;
@@ -88,7 +89,7 @@ int cmd_fit(const std::vector<std::string>& args) {
   for (std::string s; std::getline(fs, s, ',');) form_names.push_back(s);
   for (auto& [recipe, pts] : by_recipe) {
     // Same order in every recipe (by size, then tokens): bootstrap draws pair the same runs.
-    std::sort(pts.begin(), pts.end(), [](const FitPoint& a, const FitPoint& b) { return a.params != b.params ? a.params < b.params : a.tokens < b.tokens; });
+    std::sort(pts.begin(), pts.end(), [](const FitPoint& a, const FitPoint& b) { return a.params != b.params ? a.params < b.params : a.tokens != b.tokens ? a.tokens < b.tokens : a.seed < b.seed; });
     recipes += (recipes.empty() ? "" : ",") + recipe;
     std::vector<float> pt;
     for (const auto& p : pts)

@@ -5,6 +5,7 @@
 #include <unsupported/Eigen/NumericalDiff>
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <random>
 #include <set>
 
@@ -125,7 +126,11 @@ void check(const std::vector<FitPoint>& pts, FitForm form) {
 
 FitResult fit_scaling_law(const std::vector<FitPoint>& pts_in, FitForm form, const FitOptions& opt) {
   check(pts_in, form);
+  // A canonical order (size, then seed): the fit and its resamples do not depend on the input's order.
   std::vector<FitPoint> pts = pts_in;
+  std::stable_sort(pts.begin(), pts.end(), [](const FitPoint& a, const FitPoint& b) {
+    return a.params != b.params ? a.params < b.params : a.tokens != b.tokens ? a.tokens < b.tokens : a.seed < b.seed;
+  });
   FitResult m;
   m.form = form;
   m.c0 = geomean(pts, &FitPoint::compute);
@@ -137,16 +142,31 @@ FitResult fit_scaling_law(const std::vector<FitPoint>& pts_in, FitForm form, con
   m.rmse = std::sqrt(sse / static_cast<double>(pts.size()));
   m.lo = m.hi = m.params;
   if (opt.bootstrap <= 0) return m;
+  // Sizes: the points of one (params, tokens), seeds ascending within a size.
+  std::vector<std::vector<size_t>> sizes;
+  {
+    std::map<std::pair<double, double>, size_t> at;
+    for (size_t i = 0; i < pts.size(); ++i) {
+      auto [it, fresh] = at.emplace(std::make_pair(pts[i].params, pts[i].tokens), sizes.size());
+      if (fresh) sizes.emplace_back();
+      sizes[it->second].push_back(i);
+    }
+  }
   std::mt19937_64 rng(opt.seed);
-  std::uniform_int_distribution<size_t> pick(0, pts.size() - 1);
+  std::uniform_int_distribution<size_t> pick(0, sizes.size() - 1);
   const size_t np = m.params.size();
   for (int b = 0; b < opt.bootstrap; ++b) {
     std::vector<FitPoint> s;
-    std::set<size_t> distinct;
-    for (size_t i = 0; i < pts.size(); ++i) {
-      size_t k = pick(rng);
-      s.push_back(pts[k]);
-      distinct.insert(k);
+    std::set<size_t> distinct;  // sizes drawn: seeds of one size do not pin down another parameter
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const size_t at = pick(rng);
+      const std::vector<size_t>& g = sizes[at];
+      distinct.insert(at);
+      for (size_t j = 0; j < g.size(); ++j) {
+        // One seed: no draw, so single-seed ladders resample exactly as the case bootstrap over runs.
+        const size_t k = g.size() == 1 ? g[0] : g[std::uniform_int_distribution<size_t>(0, g.size() - 1)(rng)];
+        s.push_back(pts[k]);
+      }
     }
     bool ok = distinct.size() >= np + 1;
     if (ok) try {

@@ -1,5 +1,8 @@
 // Scaling-law fits (paper Figure 9): nonlinear least squares with Eigen's Levenberg-Marquardt,
-// optional Huber loss (iteratively reweighted), and case-bootstrap confidence intervals over runs.
+// optional Huber loss (iteratively reweighted), and bootstrap confidence intervals over sizes and seeds:
+// each resample draws sizes (points of one parameter and token count) with replacement, then, where a
+// size has several seeds, its seeds with replacement (a two-stage bootstrap; with one seed a size it is
+// the case bootstrap over runs).
 //   power:      L(C) = E + A (C / C0)^-alpha                      params E, log A, alpha
 //   chinchilla: L(N, D) = E + A (N / N0)^-a + B (D / D0)^-b       params E, log A, a, log B, b
 // C0, N0, D0 are the geometric means of the data (conditioning only; A and B are reported at them).
@@ -12,6 +15,7 @@ namespace ufp4 {
 
 struct FitPoint {
   double compute = 0, params = 0, tokens = 0, loss = 0;  // FLOPs, (active) parameters, tokens, loss
+  int64_t seed = 0;  // runs of one size differ by seed; sorted by it, so resamples pair seeds across recipes
 };
 
 enum class FitForm { kPower, kChinchilla };

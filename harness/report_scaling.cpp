@@ -70,7 +70,7 @@ std::string report_figure9(const std::string& root, const std::string& fits, con
   os << "# Figure 9: loss vs training compute, MoE ladder\n\nOurs: " << attrs["metric"] << " of each run of the ladder against compute ("
      << attrs["compute"] << "), fitted per recipe with L(C) = E + A (C / C0)^-alpha (`ufp4 fit`, Levenberg-Marquardt"
      << (read_h5_double_attr(fits, "huber_delta") > 0 ? ", Huber loss" : "") << "); intervals: " << fmt("%.0f", 100 * coverage)
-     << "% case-bootstrap over runs, resamples paired across recipes. Paper: " << paper["source"].value_or<std::string>("") << ".\n\n";
+     << "% bootstrap over sizes, and over seeds within a size where there are several, resamples paired across recipes. Paper: " << paper["source"].value_or<std::string>("") << ".\n\n";
 
   os << "## Runs\n\n| recipe | active params | tokens | compute (FLOPs) | loss |\n|---|---|---|---|---|\n";
   for (const char* r : {"bf16", "e2m1_ref", "ufp4"})

@@ -56,6 +56,45 @@ TEST_CASE("fit: L(C) = E + A C^-alpha recovered within the 95% bootstrap interva
   for (int c : cover) CHECK(c >= 9);
 }
 
+// Several seeds a size: the bootstrap draws sizes, then seeds within each drawn size. Its intervals
+// stay calibrated when seeds scatter more than the ladder's own noise, and they do not depend on the
+// order in which the seeds of a size arrive (so resamples pair seeds across recipes).
+TEST_CASE("fit: seeds within sizes: calibrated intervals, independent of the seeds' order", "[fit]") {
+  const double E = 1.8, A = 2.0e4, alpha = 0.3;
+  int cover[3] = {0, 0, 0};
+  for (uint64_t seed = 1; seed <= 12; ++seed) {
+    std::mt19937_64 rng(100 + seed);
+    std::normal_distribution<double> noise(0.0, 0.006);
+    std::vector<FitPoint> pts;
+    for (int i = 0; i < 6; ++i)
+      for (int s = 1; s <= 3; ++s) {
+        FitPoint p;
+        p.compute = 1e15 * std::pow(1000.0, i / 5.0);
+        p.params = 1e8, p.tokens = p.compute / 6e8, p.seed = s;
+        p.loss = E + A * std::pow(p.compute, -alpha) + noise(rng);
+        pts.push_back(p);
+      }
+    FitOptions o;
+    o.bootstrap = 200;
+    o.seed = seed;
+    FitResult r = fit_scaling_law(pts, FitForm::kPower, o);
+    cover[0] += inside(r, 0, E);
+    cover[1] += inside(r, 1, std::log(A) - alpha * std::log(r.c0));
+    cover[2] += inside(r, 2, alpha);
+    if (seed == 1) {  // the seeds of each size in reverse order: the same resamples
+      std::vector<FitPoint> reversed = pts;
+      for (size_t i = 0; i < reversed.size(); i += 3) std::swap(reversed[i], reversed[i + 2]);
+      FitResult q = fit_scaling_law(reversed, FitForm::kPower, o);
+      REQUIRE(q.samples.size() == r.samples.size());
+      bool same = true;
+      for (size_t i = 0; i < r.samples.size(); ++i) same = same && q.samples[i] == r.samples[i];
+      CHECK(same);
+    }
+  }
+  INFO("coverage of E, log A, alpha over 12 data sets: " << cover[0] << ", " << cover[1] << ", " << cover[2]);
+  for (int c : cover) CHECK(c >= 9);
+}
+
 TEST_CASE("fit: Chinchilla L(N, D) recovered within the 95% bootstrap interval", "[fit]") {
   const double E = 1.7, A = 400, a = 0.34, B = 1200, b = 0.28;
   int cover[3] = {0, 0, 0};
