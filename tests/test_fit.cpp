@@ -24,6 +24,19 @@ std::string error_of(F f) {
 
 bool inside(const FitResult& r, size_t j, double truth) { return r.lo[j] <= truth && truth <= r.hi[j]; }
 
+// Fits the power law with 200 resamples and counts which of E, log A (at C0) and alpha its 95%
+// intervals cover.
+FitResult fit_and_tally(const std::vector<FitPoint>& pts, uint64_t seed, double E, double A, double alpha, int cover[3]) {
+  FitOptions o;
+  o.bootstrap = 200;
+  o.seed = seed;
+  FitResult r = fit_scaling_law(pts, FitForm::kPower, o);
+  cover[0] += inside(r, 0, E);
+  cover[1] += inside(r, 1, std::log(A) - alpha * std::log(r.c0));  // A is reported at C0
+  cover[2] += inside(r, 2, alpha);
+  return r;
+}
+
 }  // namespace
 
 // Coverage over 12 independent data sets: each 95% interval must cover its true value at least 9
@@ -42,13 +55,7 @@ TEST_CASE("fit: L(C) = E + A C^-alpha recovered within the 95% bootstrap interva
       p.loss = E + A * std::pow(p.compute, -alpha) + noise(rng);
       pts.push_back(p);
     }
-    FitOptions o;
-    o.bootstrap = 200;
-    o.seed = seed;
-    FitResult r = fit_scaling_law(pts, FitForm::kPower, o);
-    cover[0] += inside(r, 0, E);
-    cover[1] += inside(r, 1, std::log(A) - alpha * std::log(r.c0));  // A is reported at C0
-    cover[2] += inside(r, 2, alpha);
+    FitResult r = fit_and_tally(pts, seed, E, A, alpha, cover);
     CHECK(r.rmse < 0.01);
     CHECK(r.bootstrap_used > 150);
   }
@@ -74,13 +81,10 @@ TEST_CASE("fit: seeds within sizes: calibrated intervals, independent of the see
         p.loss = E + A * std::pow(p.compute, -alpha) + noise(rng);
         pts.push_back(p);
       }
+    FitResult r = fit_and_tally(pts, seed, E, A, alpha, cover);
     FitOptions o;
     o.bootstrap = 200;
     o.seed = seed;
-    FitResult r = fit_scaling_law(pts, FitForm::kPower, o);
-    cover[0] += inside(r, 0, E);
-    cover[1] += inside(r, 1, std::log(A) - alpha * std::log(r.c0));
-    cover[2] += inside(r, 2, alpha);
     if (seed == 1) {  // the seeds of each size in reverse order: the same resamples
       std::vector<FitPoint> reversed = pts;
       for (size_t i = 0; i < reversed.size(); i += 3) std::swap(reversed[i], reversed[i + 2]);
