@@ -31,8 +31,6 @@ std::string prepare_data(const DataPrepareOptions& opt);
 // options; throws on failure.
 void run_data_tool(const DataPrepareOptions& opt);
 void run_data_tool_from(const std::string& sibling, const DataPrepareOptions& opt);
-// The default corpus's files (harness/corpus.h): this machine's Python installation and CUDA headers.
-std::vector<std::string> default_corpus_files();
 // The CI corpus: deterministic pseudo-English text of about `bytes` bytes.
 std::string ci_corpus_text(size_t bytes);
 

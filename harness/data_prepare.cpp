@@ -90,15 +90,6 @@ struct ShardWriter {
 
 }  // namespace
 
-std::vector<std::string> default_corpus_files() {
-  CorpusOptions o;
-  o.extensions = parse_extensions(kSourceExtensions);
-  o.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  std::vector<std::string> files;
-  for (const auto& d : collect_corpus(default_corpus_roots(), o).documents) files.push_back(d.path);
-  return files;
-}
-
 std::string prepare_data(const DataPrepareOptions& opt) {
   if (opt.out_dir.empty()) throw Error("data prepare: --out is required");
   if (opt.tokenizer != "bpe" && opt.tokenizer != "byte") throw Error("--tokenizer: '" + opt.tokenizer + "' (allowed: bpe, byte)");
