@@ -86,7 +86,7 @@ F10_MANIFESTS_ci := experiments/figure10/ci.toml
 REPORT_DIR_proxy := reports
 REPORT_DIR_ci := build/ci/reports
 reproduce-table-3: build
-	$(BUILD)/ufp4 run --gpus $(GPUS) --per-gpu 15 experiments/table3/$(SCALE).toml
+	$(BUILD)/ufp4 run --gpus $(GPUS) --per-gpu 18 experiments/table3/$(SCALE).toml
 	@mkdir -p $(REPORT_DIR_$(SCALE))
 	$(BUILD)/ufp4 report table3 --results $(T3_RESULTS_$(SCALE)) --out $(REPORT_DIR_$(SCALE))/table3.md > /dev/null
 	@echo "report written: $(REPORT_DIR_$(SCALE))/table3.md"

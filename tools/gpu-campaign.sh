@@ -4,7 +4,9 @@
 # the manifests several to a GPU and gather results and logs. RUN_SECONDS=S sends SIGTERM after S
 # seconds of training: every run checkpoints and stops, and the same command resumes them
 # (bit-identical) on a machine that still holds the checkpoints. Results stay in the manifests'
-# outputs folders; logs land in $LOGS.
+# outputs folders; logs land in $LOGS. Between device calls the working tree is synchronised again:
+# result files (not git-ignored) that are not in the local tree are deleted there, checkpoints
+# (ignored) stay. Unpack each call's results here before the next call, or finished runs train again.
 #   UFP4_GIT_COMMIT=<commit> PER_GPU=9 [RUN_SECONDS=S | RUN_UNTIL=T] tools/gpu-campaign.sh MANIFEST...
 source "$(dirname "$0")/gpu-common.sh" campaign
 # Each data folder the manifests name, prepared once (ufp4 run would prepare it too, untimed).
