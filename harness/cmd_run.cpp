@@ -1,10 +1,18 @@
 // `ufp4 run MANIFEST...`: trains what is missing, resumes what is partial, skips what exists.
 // Manifests with [sweep] or [ablation] expand into several runs; `--gpus N` runs them concurrently,
 // one child process per GPU slot (CUDA_VISIBLE_DEVICES), and a failed run does not stop the others.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <iostream>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "harness/array_io.h"
@@ -18,6 +26,32 @@
 namespace ufp4 {
 
 namespace {
+
+// --gpus: SIGINT/SIGTERM make the parent start no new run, pass the signal on to every child (each
+// checkpoints at its next step and exits 130) and wait for them, so that when `ufp4 run` returns no
+// child is still writing.
+std::atomic<int> g_stop_signal{0};
+void on_stop_signal(int s) { g_stop_signal = s; }
+
+// Starts `sh -c 'exec CMD'` (the shell sets up redirections, then becomes the run) and returns its pid.
+pid_t spawn_shell(const std::string& cmd) {
+  const std::string exec_cmd = "exec " + cmd;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::signal(SIGINT, SIG_DFL);
+    ::signal(SIGTERM, SIG_DFL);
+    ::execl("/bin/sh", "sh", "-c", exec_cmd.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  return pid;
+}
+
+int wait_child(pid_t pid) {
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return -1;
+  return status;
+}
 
 
 void print_summary(const std::vector<std::string>& files) {
@@ -73,7 +107,8 @@ int cmd_run(const std::vector<std::string>& args) {
   if (gpus > 0) {
     std::mutex mu;
     size_t next = 0;
-    std::vector<int> load(static_cast<size_t>(gpus), 0);  // runs in flight per GPU: each new run goes to the least loaded
+    std::vector<int> load(static_cast<size_t>(gpus), 0);
+    std::set<pid_t> children;  // runs in flight  // runs in flight per GPU: each new run goes to the least loaded
     const std::string exe = executable_dir() + "/ufp4";
     auto worker = [&]() {
       for (;;) {
@@ -88,23 +123,55 @@ int cmd_run(const std::vector<std::string>& args) {
         }
         const RunManifest& m = ms[i];
         make_dirs(m.out_dir + "/logs");
-        std::string cmd = "CUDA_VISIBLE_DEVICES=" + std::to_string(gpu) + " " + shell_quote(exe) + " run " + shell_quote(m.path) + " --only " + shell_quote(m.name) +
+        std::string cmd = "env CUDA_VISIBLE_DEVICES=" + std::to_string(gpu) + " " + shell_quote(exe) + " run " + shell_quote(m.path) + " --only " + shell_quote(m.name) +
                           (opt.force ? " --force" : "") + (opt.device.empty() ? "" : " --device " + shell_quote(opt.device)) +
                           (opt.stop_after >= 0 ? " --stop-after " + std::to_string(opt.stop_after) : "") + " > " +
                           shell_quote(m.out_dir + "/logs/" + m.name + ".log") + " 2>&1";
+        pid_t pid;
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          if (g_stop_signal != 0) {
+            --load[static_cast<size_t>(gpu)];
+            ++stopped;  // not started: the same command runs it later
+            continue;
+          }
+          pid = spawn_shell(cmd);
+          if (pid > 0) children.insert(pid);
+        }
         log_info("run " + m.name + ": started on GPU " + std::to_string(gpu) + " (log " + m.out_dir + "/logs/" + m.name + ".log)");
-        const int rc = std::system(cmd.c_str());
+        const int rc = pid > 0 ? wait_child(pid) : -1;
         std::lock_guard<std::mutex> lock(mu);
+        children.erase(pid);
         --load[static_cast<size_t>(gpu)];
         const std::string res = find_results(m);
         if (rc == 0 && !res.empty()) finished.push_back(res);
-        else if (WIFEXITED(rc) && WEXITSTATUS(rc) == 130) ++stopped;  // checkpointed (--stop-after or a signal): ufp4 run resumes it
+        else if ((WIFEXITED(rc) && WEXITSTATUS(rc) == 130) || (g_stop_signal != 0 && WIFSIGNALED(rc))) ++stopped;  // checkpointed (--stop-after or a signal): ufp4 run resumes it
         else failed.push_back(m.name + " (exit " + std::to_string(WEXITSTATUS(rc)) + ", see " + m.out_dir + "/logs/" + m.name + ".log)");
       }
     };
+    auto old_int = std::signal(SIGINT, on_stop_signal), old_term = std::signal(SIGTERM, on_stop_signal);
+    std::atomic<bool> done{false};
+    // Passes a stop signal on to the children once (they may have had it already from the process group).
+    std::thread forwarder([&]() {
+      bool forwarded = false;
+      while (!done) {
+        if (g_stop_signal != 0 && !forwarded) {
+          std::lock_guard<std::mutex> lock(mu);
+          log_info("run: signal " + std::to_string(g_stop_signal.load()) + ": stopping " + std::to_string(children.size()) +
+                   " run(s) at their next step (each checkpoints; the same command resumes them)");
+          for (pid_t c : children) ::kill(c, SIGTERM);
+          forwarded = true;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    });
     std::vector<std::thread> pool;
     for (int k = 0; k < gpus * per_gpu; ++k) pool.emplace_back(worker);
     for (auto& t : pool) t.join();
+    done = true;
+    forwarder.join();
+    std::signal(SIGINT, old_int);
+    std::signal(SIGTERM, old_term);
   } else {
     for (const auto& m : ms) {
       try {
