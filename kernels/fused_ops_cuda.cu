@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "harness/error.h"
+#include "common/error.h"
 #include "kernels/fused_ops.h"
 
 namespace ufp4 {

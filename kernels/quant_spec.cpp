@@ -3,7 +3,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "harness/error.h"
+#include "common/error.h"
 #include "kernels/philox.h"
 
 namespace ufp4 {

@@ -7,7 +7,7 @@
 #include <cfloat>
 #include <string>
 
-#include "harness/error.h"
+#include "common/error.h"
 #include "kernels/float_bits.h"
 #include "kernels/philox.h"
 #include "kernels/quantize.h"

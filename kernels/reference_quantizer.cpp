@@ -4,7 +4,7 @@
 #include <cmath>
 #include <vector>
 
-#include "harness/error.h"
+#include "common/error.h"
 #include "kernels/float_bits.h"
 #include "kernels/philox.h"
 #include "kernels/quantize.h"

@@ -1,6 +1,6 @@
 #include "models/fused_ops.h"
 
-#include "harness/error.h"
+#include "common/error.h"
 #include "kernels/fused_ops.h"
 #include "models/quant_ops.h"
 #ifdef UFP4_WITH_CUDA

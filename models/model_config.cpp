@@ -3,7 +3,7 @@
 #include <map>
 #include <sstream>
 
-#include "harness/error.h"
+#include "common/error.h"
 
 namespace ufp4 {
 

@@ -2,11 +2,7 @@
 
 #include <fnmatch.h>
 
-#include <sys/stat.h>
-
-#include "harness/array_io.h"
-#include "harness/error.h"
-#include "harness/provenance.h"
+#include "common/error.h"
 #include "models/quant_ops.h"
 
 namespace ufp4 {
@@ -170,10 +166,10 @@ torch::Tensor QuantLinearImpl::forward(const torch::Tensor& x) { return quant_li
 
 // ---- capture ----------------------------------------------------------------------------------
 
-CaptureSink::CaptureSink(std::string dir, std::set<int64_t> steps, std::vector<std::string> layer_patterns, int64_t max_tokens)
-    : dir_(std::move(dir)), steps_(std::move(steps)), patterns_(std::move(layer_patterns)), max_tokens_(max_tokens) {}
+OperandCapture::OperandCapture(std::set<int64_t> steps, std::vector<std::string> layer_patterns, int64_t max_tokens)
+    : steps_(std::move(steps)), patterns_(std::move(layer_patterns)), max_tokens_(max_tokens) {}
 
-bool CaptureSink::wants(int64_t step, const std::string& layer) const {
+bool OperandCapture::wants(int64_t step, const std::string& layer) const {
   if (!steps_.count(step)) return false;
   if (patterns_.empty()) return true;
   for (const auto& p : patterns_)
@@ -181,7 +177,7 @@ bool CaptureSink::wants(int64_t step, const std::string& layer) const {
   return false;
 }
 
-void CaptureSink::add(const std::string& key, const torch::Tensor& before, const torch::Tensor& after) {
+void OperandCapture::add(const std::string& key, const torch::Tensor& before, const torch::Tensor& after) {
   const bool same = before.data_ptr() == after.data_ptr() && before.sizes() == after.sizes() && before.strides() == after.strides();
   // Tokens run along dim 0 of FPROP x and DGRAD dY, along dim 1 of the (transposed) WGRAD operands.
   int token_dim = -1;
@@ -196,24 +192,10 @@ void CaptureSink::add(const std::string& key, const torch::Tensor& before, const
   pending_[key] = {keep(before), same ? torch::Tensor() : keep(after)};
 }
 
-std::string CaptureSink::flush(int64_t step) {
-  if (pending_.empty()) return "";
-  mkdir(dir_.c_str(), 0755);
-  const std::string path = dir_ + "/capture_step" + std::to_string(step) + ".h5";
-  H5Writer w(path);
-  for (const auto& kv : pending_) {
-    for (int i = 0; i < 2; ++i) {
-      const torch::Tensor& t = i == 0 ? kv.second.first : kv.second.second;
-      if (!t.defined()) continue;
-      w.write_f32(kv.first + (i == 0 ? "/before" : "/after"), t.data_ptr<float>(), std::vector<int64_t>(t.sizes().begin(), t.sizes().end()));
-    }
-  }
-  w.attr("step", static_cast<int64_t>(step));
-  w.attr("layout", std::string("each operand in the layout its GEMM consumes: 'before' is the (rotated) unquantized operand"));
-  write_provenance(w);
-  w.commit();
-  pending_.clear();
-  return path;
+OperandCapture::Operands OperandCapture::take() {
+  Operands out;
+  out.swap(pending_);
+  return out;
 }
 
 }  // namespace ufp4

@@ -13,24 +13,24 @@
 
 namespace ufp4 {
 
-// Saves operands before and after quantization on chosen steps and layers (HDF5, one file a step).
-class CaptureSink {
+// Collects operands before and after quantization on chosen steps and layers, as FP32 CPU tensors.
+// Storing them is the caller's (the training engine writes one HDF5 file a step: harness/train/capture_file.h).
+class OperandCapture {
  public:
+  // "<layer>/<gemm>.<operand>" -> (before, after); after is undefined where the recipe left the operand as it was.
+  using Operands = std::map<std::string, std::pair<torch::Tensor, torch::Tensor>>;
   // max_tokens > 0 keeps the first max_tokens tokens of activations and gradients (weights whole).
-  CaptureSink(std::string dir, std::set<int64_t> steps, std::vector<std::string> layer_patterns, int64_t max_tokens = 0);
+  OperandCapture(std::set<int64_t> steps, std::vector<std::string> layer_patterns, int64_t max_tokens = 0);
   bool wants(int64_t step, const std::string& layer) const;
   void add(const std::string& key, const torch::Tensor& before, const torch::Tensor& after);
-  // Writes <dir>/capture_step<step>.h5 (datasets "<layer>/<gemm>.<operand>/before|after"; "after" only
-  // where the recipe changed the operand) and clears.
-  std::string flush(int64_t step);
-  const std::map<std::string, std::pair<torch::Tensor, torch::Tensor>>& pending() const { return pending_; }
+  const Operands& pending() const { return pending_; }
+  Operands take();  // the operands gathered so far; clears
 
  private:
-  std::string dir_;
   std::set<int64_t> steps_;
   std::vector<std::string> patterns_;
   int64_t max_tokens_ = 0;
-  std::map<std::string, std::pair<torch::Tensor, torch::Tensor>> pending_;
+  Operands pending_;
 };
 
 // State shared by all quantized linears of one model in one run.
@@ -40,7 +40,7 @@ struct QuantContext {
   int64_t step = 0;                      // stochastic-rounding keys and per-step RHT signs use it
   bool telemetry = false;                // record alpha (Eq. 3) of every quantized operand this step
   std::map<std::string, double> alpha;   // "<layer>/<gemm>.<operand>" -> alpha at the last telemetry step
-  std::shared_ptr<CaptureSink> capture;  // optional
+  std::shared_ptr<OperandCapture> capture;  // optional
 };
 
 // One layer's identity within the context.

@@ -1,6 +1,6 @@
 #include "models/quant_ops.h"
 
-#include "harness/error.h"
+#include "common/error.h"
 #include "kernels/float_bits.h"
 #include "kernels/quantize.h"
 #ifdef UFP4_WITH_CUDA

@@ -9,8 +9,8 @@
 #include <sstream>
 #include <toml++/toml.h>
 
-#include "harness/error.h"
-#include "harness/toml_util.h"
+#include "common/error.h"
+#include "common/toml_util.h"
 
 namespace ufp4 {
 

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "harness/error.h"
+#include "common/error.h"
 #include "models/fused_ops.h"
 
 namespace ufp4 {

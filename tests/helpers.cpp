@@ -2,7 +2,7 @@
 
 #include <fstream>
 
-#include "harness/data.h"
+#include "harness/data/data.h"
 
 #include <stdlib.h>
 #include <sys/wait.h>

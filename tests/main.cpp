@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/determinism.h"
+#include "harness/train/determinism.h"
 #include "tests/helpers.h"
 
 namespace {

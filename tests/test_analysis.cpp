@@ -3,8 +3,8 @@
 // analyze/report commands end to end on a CI capture.
 #include <cmath>
 
-#include "harness/analysis.h"
-#include "harness/array_io.h"
+#include "harness/analysis/analysis.h"
+#include "harness/io/array_io.h"
 #include "kernels/grid.h"
 #include "tests/catch.h"
 #include "tests/helpers.h"

@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "harness/array_io.h"
-#include "harness/run_manifest.h"
-#include "harness/trainer.h"
+#include "harness/io/run_results.h"
+#include "harness/train/run_manifest.h"
+#include "harness/train/trainer.h"
 #include "tests/catch.h"
 
 using namespace ufp4;
@@ -15,21 +15,25 @@ using namespace ufp4;
 namespace {
 
 struct Outcome {
-  std::vector<std::vector<double>> series;  // train/loss, train/grad_norm, eval/loss, telemetry/alpha
+  std::vector<std::string> names;           // the results' named curves (harness/io/run_results.h)
+  std::vector<std::vector<double>> series;
   std::string weights;
 };
 
 Outcome outcome(const std::string& h5) {
   Outcome o;
-  for (const char* ds : {"train/loss", "train/grad_norm", "eval/loss", "telemetry/alpha"}) o.series.push_back(read_h5_f64(h5, ds));
-  o.weights = read_h5_string_attrs(h5)["weights_sha256"];
+  const RunResults r = read_run_results(h5);
+  for (const auto& c : named_curves(r)) {
+    o.names.push_back(c.name);
+    o.series.push_back(c.values);
+  }
+  o.weights = r.weights_sha256;
   return o;
 }
 
 void require_identical(const Outcome& a, const Outcome& b) {
-  const char* names[] = {"train/loss", "train/grad_norm", "eval/loss", "telemetry/alpha"};
   for (size_t i = 0; i < a.series.size(); ++i) {
-    INFO(names[i]);
+    INFO(a.names[i]);
     REQUIRE(a.series[i].size() == b.series[i].size());
     for (size_t k = 0; k < a.series[i].size(); ++k) {
       INFO("index " << k << ": " << a.series[i][k] << " vs " << b.series[i][k]);
@@ -56,8 +60,9 @@ TEST_CASE("GPU training is bit-identical across reruns and a stop-and-resume (ti
     force.force = true;
     RunResult first = run_training(m, force);
     REQUIRE(first.status == RunStatus::kCompleted);
-    CHECK(read_h5_string_attrs(first.results_path)["device_name"] != "cpu");
-    CHECK(read_h5_double_attr(first.results_path, "deterministic") == 1);
+    const RunResults r = read_run_results(first.results_path, /*with_curves=*/false);
+    CHECK(r.device_name != "cpu");
+    CHECK(r.deterministic);
     const Outcome a = outcome(first.results_path);
     RunResult second = run_training(m, force);
     REQUIRE(second.status == RunStatus::kCompleted);

@@ -5,9 +5,9 @@
 
 #include <fstream>
 
-#include "harness/data.h"
-#include "harness/fs.h"
-#include "harness/sha256.h"
+#include "common/fs.h"
+#include "common/sha256.h"
+#include "harness/data/data.h"
 #include "tests/catch.h"
 #include "tests/helpers.h"
 

@@ -3,8 +3,8 @@
 #include <cmath>
 #include <random>
 
-#include "harness/error.h"
-#include "harness/fit.h"
+#include "common/error.h"
+#include "harness/analysis/fit.h"
 #include "tests/catch.h"
 #include "tests/helpers.h"
 

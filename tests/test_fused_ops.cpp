@@ -6,7 +6,7 @@
 #include <cmath>
 #include <limits>
 
-#include "harness/error.h"
+#include "common/error.h"
 #include "kernels/fused_ops.h"
 #include "models/fused_ops.h"
 #include "models/transformer.h"

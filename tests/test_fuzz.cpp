@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "harness/array_io.h"
-#include "harness/error.h"
-#include "harness/fs.h"
-#include "harness/run_manifest.h"
+#include "common/error.h"
+#include "common/fs.h"
+#include "harness/io/array_io.h"
+#include "harness/train/run_manifest.h"
 #include "models/recipe.h"
 #include "tests/catch.h"
 

@@ -1,6 +1,6 @@
 #include <cmath>
 
-#include "harness/error.h"
+#include "common/error.h"
 #include "kernels/grid.h"
 #include "tests/catch.h"
 

@@ -2,7 +2,7 @@
 #include <string>
 #include <thread>
 
-#include "harness/log.h"
+#include "common/log.h"
 #include "tests/catch.h"
 
 using namespace ufp4;

@@ -4,11 +4,11 @@
 #include <string>
 #include <vector>
 
-#include "harness/error.h"
-#include "harness/fs.h"
-#include "harness/provenance.h"
-#include "harness/run_manifest.h"
-#include "harness/trainer.h"
+#include "common/error.h"
+#include "common/fs.h"
+#include "harness/io/provenance.h"
+#include "harness/train/run_manifest.h"
+#include "harness/train/trainer.h"
 #include "models/recipe.h"
 #include "tests/catch.h"
 

@@ -5,7 +5,8 @@
 
 #include <fstream>
 
-#include "harness/array_io.h"
+#include "harness/io/array_io.h"
+#include "harness/train/capture_file.h"
 #include "models/quant_linear.h"
 #include "models/quant_ops.h"
 #include "tests/catch.h"
@@ -165,13 +166,14 @@ TEST_CASE("capture writes operands before and after quantization; telemetry reco
   char tmpl[] = "/tmp/ufp4-capture-XXXXXX";
   std::string dir = mkdtemp(tmpl);
   auto L = make_layer(Recipe::load("ufp4"));
-  L->ctx->capture = std::make_shared<CaptureSink>(dir, std::set<int64_t>{5}, std::vector<std::string>{"*linear_fc1"});
+  L->ctx->capture = std::make_shared<OperandCapture>(std::set<int64_t>{5}, std::vector<std::string>{"*linear_fc1"});
   L->ctx->telemetry = true;
   L->ctx->step = 5;
   torch::manual_seed(5);
   run_layer(torch::randn({32, 64}), torch::randn({16, 64}), torch::Tensor(), torch::randn({32, 16}), L);
   CHECK(L->ctx->capture->pending().size() == 6);
-  std::string path = L->ctx->capture->flush(5);
+  std::string path = write_capture(dir, 5, L->ctx->capture->take());
+  CHECK(L->ctx->capture->pending().empty());
   ArrayF32 a = read_h5_f32(path, "layers.0.mlp.linear_fc1/wgrad.x/after");
   CHECK(a.shape == std::vector<int64_t>{64, 32});  // X quantized along tokens, written transposed
   ArrayF32 b = read_h5_f32(path, "layers.0.mlp.linear_fc1/dgrad.w/before");
@@ -189,7 +191,7 @@ TEST_CASE("CUDA == CPU: the linear layer's quantized operands, bit for bit", "[c
     for (int dev = 0; dev < 2; ++dev) {
       auto L = make_layer(Recipe::load(name));
       L->ctx->step = 9;
-      L->ctx->capture = std::make_shared<CaptureSink>("/tmp", std::set<int64_t>{9}, std::vector<std::string>{});
+      L->ctx->capture = std::make_shared<OperandCapture>(std::set<int64_t>{9}, std::vector<std::string>{});
       torch::Device d = dev ? torch::kCUDA : torch::kCPU;
       run_layer(x.to(d), w.to(d), torch::Tensor(), dy.to(d), L);
       for (const auto& kv : L->ctx->capture->pending()) after[dev][kv.first] = kv.second.second;

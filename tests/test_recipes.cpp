@@ -2,7 +2,7 @@
 
 #include <fstream>
 
-#include "harness/error.h"
+#include "common/error.h"
 #include "models/recipe.h"
 #include "tests/catch.h"
 

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <random>
 
-#include "harness/error.h"
+#include "common/error.h"
 #include "kernels/float_bits.h"
 #include "kernels/philox.h"
 #include "kernels/quantize_hot.h"

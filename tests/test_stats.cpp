@@ -1,6 +1,6 @@
 #include <cmath>
 
-#include "harness/stats.h"
+#include "harness/analysis/stats.h"
 #include "tests/catch.h"
 
 using namespace ufp4;

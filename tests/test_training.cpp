@@ -7,14 +7,15 @@
 #include <fstream>
 #include <set>
 
-#include "harness/array_io.h"
-#include "harness/data.h"
-#include "harness/error.h"
-#include "harness/fs.h"
-#include "harness/run_manifest.h"
-#include "harness/sha256.h"
-#include "harness/token_stream.h"
-#include "harness/trainer.h"
+#include "common/error.h"
+#include "common/fs.h"
+#include "common/sha256.h"
+#include "harness/data/data.h"
+#include "harness/io/array_io.h"
+#include "harness/io/run_results.h"
+#include "harness/train/run_manifest.h"
+#include "harness/train/token_stream.h"
+#include "harness/train/trainer.h"
 #include "tests/catch.h"
 
 using namespace ufp4;
@@ -26,7 +27,8 @@ using test::temp_dir;
 using test::tiny_manifest;
 std::string manifest(const std::string& dir, const std::string& name, const std::string& body) { return test::write_manifest(dir, name, body); }
 
-std::vector<float> curve(const std::string& h5, const std::string& ds = "train/loss") { return read_h5_f32(h5, ds).data; }
+std::vector<double> curve(const std::string& h5) { return read_run_results(h5).curves.loss; }
+std::vector<double> eval_curve(const std::string& h5) { return read_run_results(h5).curves.eval_loss; }
 
 }  // namespace
 
@@ -128,7 +130,7 @@ TEST_CASE("a killed run resumes to the same loss curve, bit for bit", "[train]")
     RunManifest m = RunManifest::load(tiny_manifest(d, recipe, 24));
     RunResult full = run_training(m, RunOptions{});
     REQUIRE(full.status == RunStatus::kCompleted);
-    std::vector<float> reference = curve(full.results_path), ref_eval = curve(full.results_path, "eval/loss");
+    std::vector<double> reference = curve(full.results_path), ref_eval = eval_curve(full.results_path);
     std::remove(full.results_path.c_str());
     RunOptions stop;
     stop.stop_after = 11;
@@ -141,7 +143,7 @@ TEST_CASE("a killed run resumes to the same loss curve, bit for bit", "[train]")
     REQUIRE(resumed.status == RunStatus::kCompleted);
     INFO(recipe);
     CHECK(curve(resumed.results_path) == reference);
-    CHECK(curve(resumed.results_path, "eval/loss") == ref_eval);
+    CHECK(eval_curve(resumed.results_path) == ref_eval);
     CHECK(!file_exists(checkpoint_path(m)));
     // Existing results are skipped.
     CHECK(run_training(m, RunOptions{}).status == RunStatus::kSkipped);
@@ -154,26 +156,29 @@ TEST_CASE("telemetry keys and values survive a resume (MoE: idle experts read Na
   m.telemetry_every = 5;
   RunResult full = run_training(m, RunOptions{});
   REQUIRE(full.status == RunStatus::kCompleted);
-  const std::vector<double> alpha = read_h5_f64(full.results_path, "telemetry/alpha");
-  const std::string keys = read_h5_string_attrs(full.results_path, "telemetry/alpha")["keys"];
-  const double time_total = read_h5_f64(full.results_path, "train/time").back();
+  const RunCurves before = read_run_results(full.results_path).curves;
+  std::vector<double> alpha;
+  for (const auto& row : before.alpha) alpha.insert(alpha.end(), row.begin(), row.end());
+  const double time_total = before.time_s.back();
   std::rename(full.results_path.c_str(), (full.results_path + ".keep").c_str());
   RunOptions stop;
   stop.stop_after = 13;
   REQUIRE(run_training(m, stop).status == RunStatus::kStopped);
   RunResult resumed = run_training(m, RunOptions{});
   REQUIRE(resumed.status == RunStatus::kCompleted);
-  CHECK(read_h5_f64(resumed.results_path, "train/loss") == read_h5_f64(full.results_path + ".keep", "train/loss"));
-  const std::vector<double> again = read_h5_f64(resumed.results_path, "telemetry/alpha");
+  const RunCurves after = read_run_results(resumed.results_path).curves;
+  CHECK(after.loss == read_run_results(full.results_path + ".keep").curves.loss);
+  std::vector<double> again;
+  for (const auto& row : after.alpha) again.insert(again.end(), row.begin(), row.end());
   REQUIRE(again.size() == alpha.size());
   for (size_t i = 0; i < alpha.size(); ++i) {  // NaN where NaN, the same bits elsewhere
     INFO("index " << i << " of " << alpha.size() << ": " << alpha[i] << " vs " << again[i]);
     CHECK(std::memcmp(&again[i], &alpha[i], sizeof(double)) == 0);
   }
-  CHECK(read_h5_string_attrs(resumed.results_path, "telemetry/alpha")["keys"] == keys);
-  CHECK(read_h5_f64(resumed.results_path, "telemetry/alpha_step").size() == 5);  // steps 0, 5, 10, 15, 20
+  CHECK(after.alpha_keys == before.alpha_keys);
+  CHECK(after.alpha_step.size() == 5);  // steps 0, 5, 10, 15, 20
   // The training clock adds the processes' times: increasing, not restarted at the resume.
-  const std::vector<double> t = read_h5_f64(resumed.results_path, "train/time");
+  const std::vector<double>& t = after.time_s;
   for (size_t i = 1; i < t.size(); ++i) CHECK(t[i] >= t[i - 1]);
   CHECK(time_total > 0);
 }
@@ -184,19 +189,20 @@ TEST_CASE("results carry provenance, curves with units and the summary", "[train
   m.telemetry_every = 5;
   RunResult r = run_training(m, RunOptions{});
   REQUIRE(r.status == RunStatus::kCompleted);
-  auto attrs = read_h5_string_attrs(r.results_path);
+  const RunResults res = read_run_results(r.results_path);
   for (const char* k : {"git_commit", "manifest", "manifest_sha256", "device", "torch", "host", "utc_start", "utc_end", "recipe", "model",
                         "data_manifest_sha256", "ufp4_version"})
-    CHECK(!attrs[k].empty());
-  CHECK(attrs["manifest_sha256"] == sha256_hex(m.resolved()));
+    CHECK(!res.attr(k).empty());
+  CHECK(res.manifest_sha256 == sha256_hex(m.resolved()));
   CHECK(r.results_path.find(m.run_id()) != std::string::npos);
-  CHECK(read_h5_double_attr(r.results_path, "diverged") == 0);
-  CHECK(std::isfinite(read_h5_double_attr(r.results_path, "mean_loss_last_k")));
-  CHECK(read_h5_string_attrs(r.results_path, "train/loss")["units"].find("nats") != std::string::npos);
-  ArrayF32 alpha = read_h5_f32(r.results_path, "telemetry/alpha");
-  CHECK(alpha.shape[0] == 4);                 // steps 0, 5, 10, 15
-  CHECK(alpha.shape[1] == 2 * 4 * 6);         // 2 layers x 4 linears x 6 quantized operands (lm_head stays BF16)
-  CHECK(curve(r.results_path).size() == 20);
+  CHECK(!res.diverged);
+  CHECK(std::isfinite(res.mean_loss_last_k));
+  CHECK(res.curves.alpha.size() == 4);                // steps 0, 5, 10, 15
+  CHECK(res.curves.alpha_keys.size() == 2 * 4 * 6);  // 2 layers x 4 linears x 6 quantized operands (lm_head stays BF16)
+  CHECK(res.curves.loss.size() == 20);
+  // The curves carry their units in the file (its schema: harness/io/run_results.h).
+  for (const auto& c : named_curves(res))
+    if (c.name != "telemetry/alpha") CHECK(!read_h5_string_attrs(r.results_path, c.name)["units"].empty());
 }
 
 TEST_CASE("divergence stops the run, keeps its results and marks the step", "[train]") {
@@ -210,8 +216,9 @@ TEST_CASE("divergence stops the run, keeps its results and marks the step", "[tr
   RunResult r = run_training(m, RunOptions{});
   CHECK(r.status == RunStatus::kDiverged);
   REQUIRE(file_exists(r.results_path));
-  CHECK(read_h5_double_attr(r.results_path, "diverged") == 1);
-  CHECK(read_h5_double_attr(r.results_path, "diverged_step") >= 1);
+  const RunResults res = read_run_results(r.results_path, /*with_curves=*/false);
+  CHECK(res.diverged);
+  CHECK(res.diverged_step >= 1);
 }
 
 TEST_CASE("an unwritable results folder fails clearly before training", "[train]") {
@@ -231,7 +238,7 @@ TEST_CASE("SIGTERM checkpoints and stops; ufp4 run resumes to the uninterrupted 
   RunManifest m = RunManifest::load(whole);
   RunResult full = run_training(m, RunOptions{});
   REQUIRE(full.status == RunStatus::kCompleted);
-  std::vector<float> reference = curve(full.results_path);
+  std::vector<double> reference = curve(full.results_path);
   std::remove(full.results_path.c_str());
   // Interrupt a real process part-way (it keeps SIGTERM for 1 s of work, then stops at a step boundary).
   std::string bin = UFP4_BINARY;
@@ -265,7 +272,7 @@ TEST_CASE("the README's worked example: a new ablation, planned and run at CI sc
   CHECK(sh(bin + " plan " + d + "/rht_size_ci.toml") == 0);
   CHECK(sh("cd " + root + " && " + bin + " run " + d + "/rht_size_ci.toml") == 0);
   for (const auto& m : runs) CHECK(!find_results(m).empty());
-  CHECK(read_h5_string_attrs(find_results(runs[1]))["recipe_resolved"].find("rht = 32") != std::string::npos);
+  CHECK(read_run_results(find_results(runs[1]), /*with_curves=*/false).recipe_resolved.find("rht = 32") != std::string::npos);
 }
 
 TEST_CASE("a manifest whose later run names a missing recipe starts no run", "[train]") {

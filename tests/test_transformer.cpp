@@ -1,6 +1,6 @@
 #include <torch/torch.h>
 
-#include "harness/error.h"
+#include "common/error.h"
 #include "models/transformer.h"
 #include "tests/catch.h"
 

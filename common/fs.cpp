@@ -1,0 +1,77 @@
+#include "common/fs.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "common/atomic_file.h"
+#include "common/error.h"
+
+namespace ufp4 {
+
+bool is_dir(const std::string& p) {
+  struct stat st;
+  return stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool file_exists(const std::string& p) { return access(p.c_str(), F_OK) == 0; }
+
+std::string read_text_file(const std::string& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) throw Error(p + ": cannot open for reading");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void walk_files(const std::string& dir, const std::string& ext, std::vector<std::string>& out) {
+  DIR* d = opendir(dir.c_str());
+  if (!d) return;
+  while (dirent* e = readdir(d)) {
+    std::string n = e->d_name;
+    if (n == "." || n == "..") continue;
+    std::string p = dir + "/" + n;
+    if (is_dir(p)) {
+      if (n != "site-packages" && n != "dist-packages" && n != "__pycache__") walk_files(p, ext, out);
+    } else if (n.size() >= ext.size() && n.compare(n.size() - ext.size(), ext.size(), ext) == 0) {
+      out.push_back(p);
+    }
+  }
+  closedir(d);
+}
+
+void make_dirs(const std::string& dir) {
+  std::string cur;
+  for (size_t i = 0; i <= dir.size(); ++i) {
+    if ((i == dir.size() || dir[i] == '/') && !cur.empty()) mkdir(cur.c_str(), 0755);
+    if (i < dir.size()) cur += dir[i];
+  }
+  if (!is_dir(dir)) throw RuntimeError(dir + ": cannot create the folder");
+  if (access(dir.c_str(), W_OK) != 0) throw RuntimeError(dir + ": the folder is not writable");
+}
+
+void write_text_atomically(const std::string& path, const std::string& text) { write_file_atomically(path, text); }
+
+std::string executable_dir() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return ".";
+  std::string p(buf, static_cast<size_t>(n));
+  return p.substr(0, p.find_last_of('/'));
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace ufp4

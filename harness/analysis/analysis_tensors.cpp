@@ -1,0 +1,101 @@
+// Tensor and GEMM measurements of the shrinkage-bias analysis: Eq. 3 (alpha), Eq. 5 (attenuation
+// chain), Eq. 6 (effective bucket ratio), Eq. 7 (NMSE / SQNR in the rotated domain).
+#include <cmath>
+
+#include "common/error.h"
+#include "harness/analysis/analysis.h"
+#include "models/quant_ops.h"
+
+namespace ufp4 {
+
+namespace {
+
+torch::Tensor f64(const torch::Tensor& t) { return t.to(torch::kFloat64); }
+
+// ||a - ref||^2 / ||ref||^2 and <a, ref> / ||ref||^2, in float64.
+std::pair<double, double> nmse_alpha(const torch::Tensor& a, const torch::Tensor& ref) {
+  torch::Tensor r = f64(ref), q = f64(a);
+  const double rr = (r * r).sum().item<double>();
+  if (!(rr > 0)) throw Error("analysis: an all-zero tensor has no SQNR");
+  return {((q - r) * (q - r)).sum().item<double>() / rr, (q * r).sum().item<double>() / rr};
+}
+
+double sqnr_db(double nmse) { return -10 * std::log10(nmse); }
+
+torch::Tensor dequant(const torch::Tensor& x, const QuantSpec& spec, bool columnwise) {
+  QuantizeOptions opt;
+  opt.columnwise = columnwise;
+  opt.want_codes = false;
+  return quantize(x.to(torch::kFloat32).contiguous(), spec, opt).dequant;
+}
+
+}  // namespace
+
+double bucket_ratio(const torch::Tensor& magnitude_codes, int k) {
+  torch::Tensor counts = torch::bincount(magnitude_codes.reshape({-1}).to(torch::kLong).cpu(), {}, k).to(torch::kFloat64);
+  torch::Tensor p = counts / counts.sum();
+  const double h = -(p * torch::log(p + 1e-12)).sum().item<double>();
+  return std::exp(h) / k;
+}
+
+TensorMetrics tensor_metrics(const torch::Tensor& x, const QuantSpec& spec) {
+  QuantizeOptions opt;
+  opt.want_codes = true;
+  QuantizedTensor q = quantize(x.to(torch::kFloat32).contiguous(), spec, opt);
+  torch::Tensor ref = spec.rht ? rht(x.to(torch::kFloat32), spec) : x.to(torch::kFloat32);
+  TensorMetrics m;
+  auto [nmse, alpha] = nmse_alpha(q.dequant, ref);
+  m.nmse = nmse;
+  m.sqnr_db = sqnr_db(nmse);
+  m.alpha = alpha;
+  if (spec.grid.symmetric()) {
+    torch::Tensor packed = q.codes.to(torch::kInt32);
+    torch::Tensor codes = torch::stack({packed.bitwise_and(15), torch::floor_divide(packed, 16)}, -1).reshape({x.size(0), -1}).narrow(1, 0, x.size(1));
+    m.bucket_ratio = bucket_ratio(codes & 7, spec.grid.params().n);
+  } else {
+    m.bucket_ratio = NAN;  // Eq. 6 counts sign-magnitude buckets
+  }
+  return m;
+}
+
+GemmSqnr gemm_sqnr(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& dy, const QuantSpec& spec) {
+  if (x.dim() != 2 || w.dim() != 2 || dy.dim() != 2 || x.size(1) != w.size(1) || dy.size(0) != x.size(0) || dy.size(1) != w.size(0))
+    throw Error("gemm_sqnr: shapes must be x [M,K], w [N,K], dy [M,N]");
+  torch::NoGradGuard ng;
+  torch::Tensor X = x.to(torch::kFloat32), W = w.to(torch::kFloat32), DY = dy.to(torch::kFloat32);
+  GemmSqnr s;
+  // FPROP y = X W^T: both along K. DGRAD dX = dY W: along N (W columnwise). WGRAD dW = dY^T X: along M.
+  s.fwd_y = sqnr_db(nmse_alpha(torch::matmul(dequant(X, spec, false), dequant(W, spec, false).t()), torch::matmul(X, W.t())).first);
+  s.bwd_dx = sqnr_db(nmse_alpha(torch::matmul(dequant(DY, spec, false), dequant(W, spec, true).t()), torch::matmul(DY, W)).first);
+  s.bwd_dw = sqnr_db(nmse_alpha(torch::matmul(dequant(DY, spec, true), dequant(X, spec, true).t()), torch::matmul(DY.t(), X)).first);
+  return s;
+}
+
+std::vector<ChainPoint> attenuation_chain(const torch::Tensor& x0, const std::vector<torch::Tensor>& weights, const QuantSpec& spec) {
+  torch::NoGradGuard ng;
+  torch::Tensor xr = x0.to(torch::kFloat32), xq = xr;
+  std::vector<ChainPoint> out;
+  double sum_delta = 0;
+  for (size_t k = 0; k < weights.size(); ++k) {
+    const torch::Tensor W = weights[k].to(torch::kFloat32);
+    if (W.dim() != 2 || W.size(1) != xr.size(1)) throw Error("attenuation_chain: weight " + std::to_string(k) + " does not take the previous output");
+    // alpha of each quantized operand against its own (rotated) input, Eq. 3.
+    torch::Tensor aq = dequant(xq, spec, false), wq = dequant(W, spec, false);
+    const double ax = nmse_alpha(aq, spec.rht ? rht(xq, spec) : xq).second;
+    const double aw = nmse_alpha(wq, spec.rht ? rht(W, spec) : W).second;
+    torch::Tensor yr = torch::matmul(xr, W.t()), yq = torch::matmul(aq, wq.t());
+    const double c = 1.0 / std::sqrt(f64(yr).pow(2).mean().item<double>());  // same rescale on both paths
+    xr = yr * c;
+    xq = yq * c;
+    ChainPoint p;
+    p.k = static_cast<int>(k + 1);
+    p.delta = 1 - ax * aw;
+    sum_delta += p.delta;
+    p.predicted = std::exp(-sum_delta);
+    p.eta = nmse_alpha(xq, xr).second;
+    out.push_back(p);
+  }
+  return out;
+}
+
+}  // namespace ufp4

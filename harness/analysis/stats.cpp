@@ -1,0 +1,135 @@
+// Student-t distribution via the regularized incomplete beta function (continued fraction, modified
+// Lentz), quantiles by bisection; intervals, verdicts and detectable differences (see stats.h).
+#include "harness/analysis/stats.h"
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "common/error.h"
+
+namespace ufp4 {
+
+namespace {
+
+// Continued fraction of the incomplete beta function I_x(a, b), valid for x < (a + 1) / (a + b + 2).
+double beta_fraction(double a, double b, double x) {
+  const double tiny = 1e-300, eps = 1e-15;
+  double c = 1, d = 1 - (a + b) * x / (a + 1);
+  if (std::fabs(d) < tiny) d = tiny;
+  d = 1 / d;
+  double h = d;
+  for (int m = 1; m <= 500; ++m) {
+    const double m2 = 2.0 * m;
+    double num = m * (b - m) * x / ((a + m2 - 1) * (a + m2));  // even step
+    d = 1 + num * d;
+    c = 1 + num / c;
+    if (std::fabs(d) < tiny) d = tiny;
+    if (std::fabs(c) < tiny) c = tiny;
+    d = 1 / d;
+    h *= d * c;
+    num = -(a + m) * (a + b + m) * x / ((a + m2) * (a + m2 + 1));  // odd step
+    d = 1 + num * d;
+    c = 1 + num / c;
+    if (std::fabs(d) < tiny) d = tiny;
+    if (std::fabs(c) < tiny) c = tiny;
+    d = 1 / d;
+    const double delta = d * c;
+    h *= delta;
+    if (std::fabs(delta - 1) < eps) break;
+  }
+  return h;
+}
+
+double incomplete_beta(double a, double b, double x) {
+  if (x <= 0) return 0;
+  if (x >= 1) return 1;
+  const double front = std::exp(std::lgamma(a + b) - std::lgamma(a) - std::lgamma(b) + a * std::log(x) + b * std::log1p(-x));
+  if (x < (a + 1) / (a + b + 2)) return front * beta_fraction(a, b, x) / a;
+  return 1 - front * beta_fraction(b, a, 1 - x) / b;
+}
+
+}  // namespace
+
+double student_t_cdf(double t, double df) {
+  if (!(df > 0)) throw Error("student_t_cdf: degrees of freedom must be positive");
+  const double x = df / (df + t * t);
+  const double tail = 0.5 * incomplete_beta(df / 2, 0.5, x);  // P(T > |t|)
+  return t >= 0 ? 1 - tail : tail;
+}
+
+double student_t_quantile(double p, double df) {
+  if (!(p > 0 && p < 1)) throw Error("student_t_quantile: p must lie in (0, 1)");
+  if (p < 0.5) return -student_t_quantile(1 - p, df);
+  double lo = 0, hi = 1;
+  while (student_t_cdf(hi, df) < p) hi *= 2;
+  for (int i = 0; i < 200 && hi - lo > 1e-12 * hi; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (student_t_cdf(mid, df) < p ? lo : hi) = mid;
+  }
+  return 0.5 * (lo + hi);
+}
+
+Interval mean_interval(const std::vector<double>& x, double level) {
+  Interval r;
+  r.n = x.size();
+  r.level = level;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  if (x.empty()) {
+    r.mean = r.sd = r.lo = r.hi = nan;
+    return r;
+  }
+  double s = 0;
+  for (double v : x) s += v;
+  r.mean = s / x.size();
+  if (x.size() < 2) {
+    r.sd = r.lo = r.hi = nan;
+    return r;
+  }
+  double ss = 0;
+  for (double v : x) ss += (v - r.mean) * (v - r.mean);
+  r.sd = std::sqrt(ss / (x.size() - 1));
+  const double half = student_t_quantile(0.5 + level / 2, static_cast<double>(x.size() - 1)) * r.sd / std::sqrt(static_cast<double>(x.size()));
+  r.lo = r.mean - half;
+  r.hi = r.mean + half;
+  return r;
+}
+
+Interval paired_difference(const std::vector<double>& a, const std::vector<double>& b, double level) {
+  if (a.size() != b.size()) throw Error("paired_difference: " + std::to_string(a.size()) + " vs " + std::to_string(b.size()) + " values");
+  std::vector<double> d(a.size());
+  for (size_t i = 0; i < a.size(); ++i) d[i] = a[i] - b[i];
+  return mean_interval(d, level);
+}
+
+Verdict verdict(const Interval& d, int direction) {
+  if (!d.defined() || std::isnan(d.lo) || std::isnan(d.hi)) return Verdict::kInconclusive;
+  if (direction < 0 ? d.hi < 0 : d.lo > 0) return Verdict::kHolds;
+  if (direction < 0 ? d.lo > 0 : d.hi < 0) return Verdict::kContradicted;
+  return Verdict::kInconclusive;
+}
+
+const char* verdict_name(Verdict v) {
+  switch (v) {
+    case Verdict::kHolds: return "holds";
+    case Verdict::kContradicted: return "contradicted";
+    default: return "inconclusive";
+  }
+}
+
+double minimal_detectable_difference(double sd, size_t n) {
+  if (n < 2 || std::isnan(sd)) return std::numeric_limits<double>::quiet_NaN();
+  const double df = static_cast<double>(n - 1);
+  return (student_t_quantile(0.975, df) + student_t_quantile(0.80, df)) * sd / std::sqrt(static_cast<double>(n));
+}
+
+std::string format_interval(const Interval& i, const char* f) {
+  char a[64], b[64], c[64];
+  std::snprintf(a, sizeof a, f, i.mean);
+  if (!i.defined()) return std::string(a) + (i.n == 1 ? " (one seed)" : "");
+  std::snprintf(b, sizeof b, f, i.lo);
+  std::snprintf(c, sizeof c, f, i.hi);
+  return std::string(a) + " [" + b + ", " + c + "]";
+}
+
+}  // namespace ufp4

@@ -1,0 +1,60 @@
+// Benchmarks: quantization kernels (Google Benchmark, CUDA events, L2 flushed between repeats) and
+// training steps (ours per recipe, and a plain-PyTorch eager reference of the same BF16 model), kept
+// as rows that are written to HDF5 with provenance and rendered by `ufp4 report bench`.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ufp4 {
+
+// One kernel benchmark: name "copy/<R>x<C>" or "quantize/<kind>/<grid>/<rounding>/<layout>/<R>x<C>",
+// kind standalone (no RHT) | fused (RHT-16 inside the quantizer) | unfused (RHT kernel to a BF16
+// temporary, then the quantizer). Input BF16 [R, C]; output the dequantized BF16 operand.
+struct KernelBenchRow {
+  std::string name;
+  double time_us = 0, time_us_mean = 0, time_us_sd = 0;  // median / mean / sd over repetitions of the per-repetition mean
+  double bytes = 0;                                      // bytes read + written (each input once, each output once)
+  double flops = 0;                                      // RHT butterflies and scaling: see bench_kernels.cpp
+  int64_t repetitions = 0, iterations = 0;
+};
+
+struct KernelBenchOptions {
+  std::string filter;        // Google Benchmark regex over names ("" = all)
+  std::string json_out;      // Google Benchmark's own JSON output ("" = none)
+  int iterations = 20, repetitions = 5;
+  bool quick = false;        // two shapes only (smoke test)
+};
+
+// Runs the kernel suite on the current GPU; throws when this build or machine has no CUDA.
+std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o);
+void write_kernel_bench(const std::string& path, const std::vector<KernelBenchRow>& rows, const KernelBenchOptions& o);
+
+// One training-step measurement.
+struct StepBenchRow {
+  // "ufp4" (this harness, deterministic as the trainer runs), "ufp4-nondeterministic", "ufp4-libtorch-ops"
+  // (no fused ops) or "pytorch-eager[-<optimizer>]" (harness/bench/reference_step.py)
+  std::string impl;
+  std::string model, recipe;
+  int64_t batch = 0, seq_len = 0, steps = 0;
+  double step_ms = 0, step_ms_mean = 0, step_ms_sd = 0;  // median / mean / sd over timed steps
+  double tokens_per_s = 0, mfu = 0, peak_memory_gb = 0, loss = 0;
+  std::string note;    // versions of the reference, etc.
+};
+
+struct StepBenchOptions {
+  std::vector<std::string> models = {"dense-113m", "moe-81m"};
+  std::vector<std::string> recipes = {"bf16", "e2m1_ref", "ufp4"};
+  std::vector<std::string> extra_recipes;  // diagnostics on the first model only (leave-one-out)
+  int64_t batch = 16, seq_len = 2048;
+  int warmup = 3, steps = 10;
+  std::string device = "auto";
+  std::string reference = "eager";  // eager (plain PyTorch, first dense model) | none
+  std::string python = "python3";
+  bool nondeterministic = true;     // also time bf16 and ufp4 without deterministic mode (its cost)
+};
+
+std::vector<StepBenchRow> run_step_benchmarks(const StepBenchOptions& o);
+void write_step_bench(const std::string& path, const std::vector<StepBenchRow>& rows, const StepBenchOptions& o);
+
+}  // namespace ufp4

@@ -1,0 +1,297 @@
+// The kernel suite (Figure 11): standalone vs fused vs unfused RHT + quantization, against a
+// device-to-device copy of the same bytes, per shape, grid, rounding and layout. Each repeat is timed
+// with CUDA events around the launches alone, after a memset of twice the L2 size has evicted the
+// operands; Google Benchmark takes these as manual times.
+#include "harness/bench/bench.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <random>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "harness/io/array_io.h"
+#include "harness/io/provenance.h"
+
+#ifdef UFP4_WITH_CUDA
+#include <benchmark/benchmark.h>
+#include <cuda_runtime.h>
+
+#include "kernels/float_bits.h"
+#include "kernels/quantize_cuda.h"
+#endif
+
+namespace ufp4 {
+
+#ifdef UFP4_WITH_CUDA
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw RuntimeError(std::string("bench: ") + what + ": " + cudaGetErrorString(e));
+}
+
+struct Shape {
+  int64_t rows, cols;
+  const char* of;  // which linear operand it is
+};
+
+// Tokens per micro-batch for activation shapes: 16,384 (8 x 2,048). MoE expert inputs get
+// tokens x top-k / experts of them.
+std::vector<Shape> shapes(bool quick) {
+  if (quick) return {{2048, 768, "smoke"}, {16384, 2048, "smoke"}};
+  return {{16384, 768, "dense-113m X of linear_qkv / linear_fc1"},
+          {16384, 2048, "dense-113m X of linear_fc2; dense-1.5b X of linear_qkv / linear_fc1"},
+          {768, 2048, "dense-113m W of linear_fc2 (hidden x ffn)"},
+          {16384, 384, "moe-81m X of the router and shared expert"},
+          {16384, 5632, "dense-1.5b X of linear_fc2"},
+          {2048, 5632, "dense-1.5b W of linear_fc2 (hidden x ffn)"},
+          {1536, 2048, "moe-7.9b expert X (16,384 x 6 / 64 tokens)"},
+          {1536, 1024, "moe-7.9b expert X of linear_fc2"},
+          {2048, 1024, "moe-7.9b expert W (hidden x expert ffn)"},
+          {8192, 8192, "square"}};
+}
+
+struct Device {
+  void *in = nullptr, *out = nullptr, *tmp = nullptr, *flush = nullptr;
+  size_t flush_bytes = 0;
+  cudaStream_t stream = nullptr;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  int flushes = 0;
+
+  explicit Device(int64_t max_elems) {
+    int dev = 0;
+    check(cudaGetDevice(&dev), "cudaGetDevice");
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, dev), "cudaGetDeviceProperties");
+    flush_bytes = std::max<size_t>(2 * static_cast<size_t>(prop.l2CacheSize), 64u << 20);
+    const size_t bytes = static_cast<size_t>(max_elems) * 2;
+    check(cudaMalloc(&in, bytes), "cudaMalloc");
+    check(cudaMalloc(&out, bytes), "cudaMalloc");
+    check(cudaMalloc(&tmp, bytes), "cudaMalloc");
+    check(cudaMalloc(&flush, flush_bytes), "cudaMalloc");
+    check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    check(cudaEventCreate(&start), "cudaEventCreate");
+    check(cudaEventCreate(&stop), "cudaEventCreate");
+    // Gaussian BF16 input (never zeros: they hide unwritten outputs and can run faster).
+    std::vector<uint16_t> host(static_cast<size_t>(max_elems));
+    std::mt19937_64 rng(42);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (auto& h : host) h = f32_to_bf16_bits(nd(rng));
+    check(cudaMemcpy(in, host.data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+  }
+  ~Device() {
+    cudaFree(in); cudaFree(out); cudaFree(tmp); cudaFree(flush);
+    cudaEventDestroy(start); cudaEventDestroy(stop); cudaStreamDestroy(stream);
+  }
+  // Evicts the operands from L2 between repeats (not timed).
+  void flush_l2() { check(cudaMemsetAsync(flush, ++flushes & 0xff, flush_bytes, stream), "L2 flush"); }
+};
+
+struct Case {
+  std::string name, kind, grid, rounding;
+  bool columnwise = false;
+  Shape shape{};
+  double bytes = 0, flops = 0;
+};
+
+KernelSpec spec_of(const Case& c, int rht) {
+  QuantSpec s;
+  s.grid = Grid::from_name(c.grid);
+  s.rounding = parse_rounding(c.rounding);
+  s.rht = rht;
+  s.rht_seed = 1234;
+  s.seed = 99;
+  s.offset = 7;
+  return make_kernel_spec(s);
+}
+
+// Enqueues the case's work on the stream.
+void launch(const Case& c, Device& d) {
+  const int64_t R = c.shape.rows, C = c.shape.cols, n = R * C;
+  if (c.kind == "copy") {
+    check(cudaMemcpyAsync(d.out, d.in, static_cast<size_t>(n) * 2, cudaMemcpyDeviceToDevice, d.stream), "copy");
+    return;
+  }
+  QuantizeIO io;
+  io.in_dtype = DType::kBF16;
+  io.out_dtype = DType::kBF16;
+  io.dequant = d.out;
+  if (c.kind == "unfused") {
+    // Rotated operand materialized in BF16 (transposed when columnwise), then a plain rowwise quantization.
+    cuda_rht(spec_of(c, 16), d.in, DType::kBF16, d.tmp, DType::kBF16, R, C, c.columnwise, d.stream);
+    io.in = d.tmp;
+    io.rows = c.columnwise ? C : R;
+    io.cols = c.columnwise ? R : C;
+    cuda_quantize(spec_of(c, 0), io, d.stream);
+    return;
+  }
+  io.in = d.in;
+  io.rows = R;
+  io.cols = C;
+  io.columnwise = c.columnwise;
+  cuda_quantize(spec_of(c, c.kind == "fused" ? 16 : 0), io, d.stream);
+}
+
+void time_case(benchmark::State& st, const Case& c, Device& d) {
+  try {
+    launch(c, d);  // warm-up: module load, first-touch
+    check(cudaStreamSynchronize(d.stream), "warm-up");
+    for (auto _ : st) {
+      d.flush_l2();
+      check(cudaEventRecord(d.start, d.stream), "cudaEventRecord");
+      launch(c, d);
+      check(cudaEventRecord(d.stop, d.stream), "cudaEventRecord");
+      check(cudaEventSynchronize(d.stop), "cudaEventSynchronize");
+      float ms = 0;
+      check(cudaEventElapsedTime(&ms, d.start, d.stop), "cudaEventElapsedTime");
+      st.SetIterationTime(ms * 1e-3);
+    }
+    check(cudaGetLastError(), "kernel");
+  } catch (const std::exception& e) {
+    st.SkipWithError(e.what());
+    return;
+  }
+  st.counters["bytes"] = c.bytes;
+  st.counters["flops"] = c.flops;
+  st.counters["GBps"] = benchmark::Counter(c.bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+std::vector<Case> cases(bool quick) {
+  std::vector<Case> v;
+  for (const Shape& sh : shapes(quick)) {
+    const std::string dims = std::to_string(sh.rows) + "x" + std::to_string(sh.cols);
+    const double n = static_cast<double>(sh.rows) * static_cast<double>(sh.cols);
+    Case copy;
+    copy.name = "copy/" + dims;
+    copy.kind = "copy";
+    copy.shape = sh;
+    copy.bytes = 4 * n;  // BF16 read + BF16 write: the same bytes as a fused quantize-dequantize
+    v.push_back(copy);
+    for (const char* kind : {"standalone", "fused", "unfused"})
+      for (const char* grid : {"e2m1", "e1m2"})
+        for (const char* rounding : {"rtne", "sr"})
+          for (bool col : {false, true}) {
+            Case c;
+            c.kind = kind; c.grid = grid; c.rounding = rounding; c.columnwise = col; c.shape = sh;
+            c.name = std::string("quantize/") + kind + "/" + grid + "/" + rounding + "/" + (col ? "col" : "row") + "/" + dims;
+            const bool rht = c.kind != "standalone";
+            c.bytes = (c.kind == "unfused" ? 8 : 4) * n;  // unfused: the BF16 temporary is written and read back
+            // FLOPs: 4 butterfly adds + 1 scaling multiply per element for RHT-16; one divide and one
+            // multiply (dequantize) per element for the quantizer.
+            c.flops = n * (2 + (rht ? 5 : 0));
+            v.push_back(c);
+          }
+  }
+  return v;
+}
+
+// Keeps the aggregates (median, mean, stddev) of each benchmark while printing as usual.
+class CollectingReporter : public benchmark::ConsoleReporter {
+ public:
+  std::map<std::string, KernelBenchRow> rows;
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const Run& r : runs) {
+      if (r.run_type != Run::RT_Aggregate) continue;
+      KernelBenchRow& row = rows[r.run_name.function_name];
+      row.name = r.run_name.function_name;
+      const double us = r.GetAdjustedRealTime() * to_us(r.time_unit);
+      if (r.aggregate_name == "median") row.time_us = us;
+      if (r.aggregate_name == "mean") {
+        row.time_us_mean = us;
+        row.iterations = static_cast<int64_t>(r.iterations);
+        row.repetitions = static_cast<int64_t>(r.repetitions);
+        auto b = r.counters.find("bytes"), f = r.counters.find("flops");
+        if (b != r.counters.end()) row.bytes = b->second.value;
+        if (f != r.counters.end()) row.flops = f->second.value;
+      }
+      if (r.aggregate_name == "stddev") row.time_us_sd = us;
+    }
+    ConsoleReporter::ReportRuns(runs);
+  }
+
+ private:
+  static double to_us(benchmark::TimeUnit u) {
+    switch (u) {
+      case benchmark::kNanosecond: return 1e-3;
+      case benchmark::kMicrosecond: return 1.0;
+      case benchmark::kMillisecond: return 1e3;
+      default: return 1e6;
+    }
+  }
+};
+
+}  // namespace
+
+std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
+  if (!cuda_available()) throw Error("bench kernels: no CUDA device is visible (the kernel suite needs a GPU)");
+  const std::vector<Case> all = cases(o.quick);
+  int64_t max_elems = 0;
+  for (const auto& c : all) max_elems = std::max(max_elems, c.shape.rows * c.shape.cols);
+  log_info("bench kernels: " + std::to_string(all.size()) + " benchmarks, " + std::to_string(o.repetitions) + " x " +
+           std::to_string(o.iterations) + " timed repeats each");
+  Device dev(max_elems);
+  for (const auto& c : all)
+    benchmark::RegisterBenchmark(c.name.c_str(), [&c, &dev](benchmark::State& st) { time_case(st, c, dev); })
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond)
+        ->Iterations(o.iterations)
+        ->Repetitions(o.repetitions)
+        ->ReportAggregatesOnly(true);
+  std::vector<std::string> args = {"ufp4-bench"};
+  if (!o.filter.empty()) args.push_back("--benchmark_filter=" + o.filter);
+  if (!o.json_out.empty()) {
+    args.push_back("--benchmark_out=" + o.json_out);
+    args.push_back("--benchmark_out_format=json");
+  }
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  int argc = static_cast<int>(argv.size());
+  benchmark::Initialize(&argc, argv.data());
+  CollectingReporter rep;
+  benchmark::RunSpecifiedBenchmarks(&rep);
+  benchmark::ClearRegisteredBenchmarks();
+  std::vector<KernelBenchRow> out;
+  for (auto& kv : rep.rows) out.push_back(kv.second);
+  if (out.empty()) throw Error("bench kernels: no benchmark matched --filter '" + o.filter + "'");
+  return out;
+}
+
+#else
+
+std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions&) {
+  throw Error("bench kernels: this build has no CUDA kernels (build on a GPU machine: make gpu)");
+}
+
+#endif
+
+void write_kernel_bench(const std::string& path, const std::vector<KernelBenchRow>& rows, const KernelBenchOptions& o) {
+  H5Writer w(path);
+  write_provenance(w);
+  w.attr("schema_version", static_cast<int64_t>(1));
+  w.attr("what", std::string("kernel benchmarks (Google Benchmark, manual time from CUDA events, L2 flushed before each repeat)"));
+  w.attr("iterations", static_cast<int64_t>(o.iterations));
+  w.attr("repetitions", static_cast<int64_t>(o.repetitions));
+  std::string names;
+  std::vector<float> t, tm, sd, bytes, flops;
+  for (const auto& r : rows) {
+    names += r.name + "\n";
+    t.push_back(static_cast<float>(r.time_us));
+    tm.push_back(static_cast<float>(r.time_us_mean));
+    sd.push_back(static_cast<float>(r.time_us_sd));
+    bytes.push_back(static_cast<float>(r.bytes));
+    flops.push_back(static_cast<float>(r.flops));
+  }
+  const std::vector<int64_t> n = {static_cast<int64_t>(rows.size())};
+  w.write_f32("kernels/time_us", t.data(), n);
+  w.attr("units", std::string("microseconds, median over repetitions of the mean over iterations"), "kernels/time_us");
+  w.write_f32("kernels/time_us_mean", tm.data(), n);
+  w.write_f32("kernels/time_us_sd", sd.data(), n);
+  w.write_f32("kernels/bytes", bytes.data(), n);
+  w.attr("units", std::string("bytes read + written, each input once and each output once"), "kernels/bytes");
+  w.write_f32("kernels/flops", flops.data(), n);
+  w.attr("names", names, "kernels/time_us");
+  w.commit();
+}
+
+}  // namespace ufp4

@@ -1,0 +1,239 @@
+// Training-step benchmark: forward + backward + clipping + AdamW of a model at a fixed batch, timed
+// per step with CUDA events (host clock on CPU) after warm-up steps, through the trainer's own
+// train_step; then the plain-PyTorch eager reference of the same BF16 model in the same call.
+#include <toml++/toml.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <tuple>
+
+#include "common/error.h"
+#include "common/fs.h"
+#include "common/log.h"
+#include "harness/bench/bench.h"
+#include "harness/io/array_io.h"
+#include "harness/io/provenance.h"
+#include "harness/report/report.h"
+#include "harness/train/determinism.h"
+#include "harness/train/trainer.h"
+#include "models/model_config.h"
+#include "models/quant_ops.h"
+#ifdef UFP4_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
+namespace ufp4 {
+
+namespace {
+
+// Median, mean and sample sd of per-step times.
+struct Stats {
+  double median = 0, mean = 0, sd = 0;
+};
+Stats stats(std::vector<double> v) {
+  Stats s;
+  if (v.empty()) return s;
+  std::tie(s.mean, s.sd) = mean_sd(v);
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  s.median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  return s;
+}
+
+void reset_peak(const torch::Device& d) {
+#ifdef UFP4_WITH_CUDA
+  if (d.is_cuda()) {
+    c10::cuda::CUDACachingAllocator::emptyCache();
+    c10::cuda::CUDACachingAllocator::resetPeakStats(d.index() < 0 ? 0 : d.index());
+  }
+#endif
+}
+
+// fused_ops false: RMSNorm, SwiGLU and the loss as LibTorch compositions (the row that shows what the fused
+// kernels buy, measured in the same run).
+// deterministic false: the row that shows what deterministic mode (the trainer's default) costs.
+StepBenchRow bench_ours(const std::string& model, const std::string& recipe, const StepBenchOptions& o, const torch::Device& device,
+                        bool fused_ops = true, bool deterministic = true) {
+  RunManifest m;  // the trainer's defaults (AdamW, clipping 1.0)
+  set_deterministic(deterministic);
+  ModelConfig mc = model_config(model);
+  mc.seq_len = o.seq_len;
+  torch::manual_seed(1);
+  auto ctx = std::make_shared<QuantContext>();
+  ctx->recipe = Recipe::load(recipe);
+  ctx->run_seed = 1;
+  reset_peak(device);
+  Transformer net(mc, ctx);
+  net->to(device);
+  net->set_compute_dtype(device.is_cuda() ? torch::kBFloat16 : torch::kFloat32);
+  net->set_fused_ops(fused_ops);
+  auto opt = make_optimizer(net, m);
+  // Fixed random tokens: the step's cost does not depend on the text.
+  torch::Tensor tokens = torch::randint(0, mc.vocab, {o.batch, o.seq_len + 1}, torch::TensorOptions().dtype(torch::kInt64)).to(device);
+  std::vector<double> ms;
+  double loss = 0;
+  for (int s = 0; s < o.warmup + o.steps; ++s) {
+    ctx->step = s;
+    const bool timed = s >= o.warmup;
+#ifdef UFP4_WITH_CUDA
+    if (device.is_cuda()) {
+      at::cuda::CUDAEvent a(cudaEventDefault), b(cudaEventDefault);
+      auto stream = at::cuda::getCurrentCUDAStream();
+      a.record(stream);
+      loss = train_step(net, *opt, [&] { return tokens; }, 1, mc.seq_len, 1.0).loss;
+      b.record(stream);
+      b.synchronize();
+      if (timed) ms.push_back(a.elapsed_time(b));
+      continue;
+    }
+#endif
+    auto t0 = std::chrono::steady_clock::now();
+    loss = train_step(net, *opt, [&] { return tokens; }, 1, mc.seq_len, 1.0).loss;
+    if (timed) ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  StepBenchRow r;
+  r.impl = !fused_ops ? "ufp4-libtorch-ops" : deterministic ? "ufp4" : "ufp4-nondeterministic";
+  r.model = model;
+  r.recipe = ctx->recipe.name;
+  r.batch = o.batch;
+  r.seq_len = o.seq_len;
+  r.steps = o.steps;
+  const Stats st = stats(ms);
+  r.step_ms = st.median;
+  r.step_ms_mean = st.mean;
+  r.step_ms_sd = st.sd;
+  r.tokens_per_s = static_cast<double>(o.batch * o.seq_len) / (st.median * 1e-3);
+  r.mfu = device.is_cuda() ? r.tokens_per_s * train_flops_per_token(mc) / peak_flops(device) : 0.0;
+  r.peak_memory_gb = peak_memory_gb(device);
+  r.loss = loss;
+  return r;
+}
+
+// harness/bench/reference_step.py: the same BF16 model in plain PyTorch; it writes its timings as TOML.
+std::vector<StepBenchRow> bench_reference(const std::string& model, const StepBenchOptions& o) {
+  const ModelConfig mc = model_config(model);
+  std::vector<StepBenchRow> rows;
+  if (mc.n_experts > 0) throw Error("bench step: the PyTorch reference covers dense models only (got " + model + ")");
+  for (const char* optimizer : {"fused", "foreach"}) {
+    const std::string out = "/tmp/ufp4-reference-step-" + std::to_string(::getpid()) + ".toml";
+    char cmd[1024];
+    std::snprintf(cmd, sizeof cmd,
+                  "%s %s/harness/bench/reference_step.py --d-model %lld --layers %lld --heads %lld --kv-heads %lld --ffn %lld --vocab %lld "
+                  "--seq %lld --batch %lld --warmup %d --steps %d --optimizer %s --norm-eps 1e-6 --rope-theta %g%s --out %s",
+                  o.python.c_str(), UFP4_SOURCE_DIR, static_cast<long long>(mc.d_model), static_cast<long long>(mc.n_layers),
+                  static_cast<long long>(mc.n_heads), static_cast<long long>(mc.n_kv_heads), static_cast<long long>(mc.ffn_hidden),
+                  static_cast<long long>(mc.vocab), static_cast<long long>(o.seq_len), static_cast<long long>(o.batch), o.warmup,
+                  o.steps, optimizer, mc.rope_theta, mc.tied_embeddings ? " --tied" : "", out.c_str());
+    log_info("bench step: PyTorch eager reference (" + std::string(optimizer) + " AdamW)");
+    const int rc = std::system(cmd);
+    if (rc != 0 || !file_exists(out)) {
+      log_warn("bench step: the PyTorch reference failed (exit " + std::to_string(rc) + "); it is left out");
+      std::remove(out.c_str());
+      return rows;
+    }
+    toml::table t = toml::parse_file(out);
+    std::remove(out.c_str());
+    StepBenchRow r;
+    r.impl = std::string("pytorch-eager-") + optimizer;
+    r.model = model;
+    r.recipe = "bf16";
+    r.batch = o.batch;
+    r.seq_len = o.seq_len;
+    r.steps = o.steps;
+    r.step_ms = t["step_ms_median"].value_or(0.0);
+    r.step_ms_mean = t["step_ms_mean"].value_or(0.0);
+    r.step_ms_sd = t["step_ms_sd"].value_or(0.0);
+    r.tokens_per_s = static_cast<double>(o.batch * o.seq_len) / (r.step_ms * 1e-3);
+    r.mfu = r.tokens_per_s * train_flops_per_token(mc) / peak_flops(torch::Device(torch::kCUDA));
+    r.peak_memory_gb = t["peak_memory_gb"].value_or(0.0);
+    r.loss = t["loss"].value_or(0.0);
+    r.note = "torch " + t["torch"].value_or(std::string("?")) + ", python " + t["python"].value_or(std::string("?")) + ", " +
+             t["device"].value_or(std::string("?"));
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+}  // namespace
+
+std::vector<StepBenchRow> run_step_benchmarks(const StepBenchOptions& o) {
+  const torch::Device device = pick_device(o.device);
+  if (o.batch < 1 || o.seq_len < 2 || o.steps < 1 || o.warmup < 0) throw Error("bench step: batch, seq and steps must be positive");
+  std::vector<StepBenchRow> rows;
+  auto report = [&](const StepBenchRow& r) {
+    char line[256];
+    std::snprintf(line, sizeof line, "bench step: %-10s %-24s %-14s %8.2f ms  %9.0f tok/s  MFU %5.1f%%  peak %.1f GB", r.model.c_str(),
+                  r.impl.c_str(), r.recipe.c_str(), r.step_ms, r.tokens_per_s, 100 * r.mfu, r.peak_memory_gb);
+    log_info(line);
+    rows.push_back(r);
+  };
+  for (size_t i = 0; i < o.models.size(); ++i) {
+    std::vector<std::string> recipes = o.recipes;
+    if (i == 0) recipes.insert(recipes.end(), o.extra_recipes.begin(), o.extra_recipes.end());
+    for (const auto& rc : recipes) report(bench_ours(o.models[i], rc, o, device));
+    if (i == 0 && device.is_cuda()) report(bench_ours(o.models[i], "bf16", o, device, false));
+    // Deterministic mode's cost, measured in the same process: the bf16 and ufp4 recipes again without it.
+    if (o.nondeterministic && device.is_cuda())
+      for (const std::string rc : {"bf16", "ufp4"})
+        if (std::find(recipes.begin(), recipes.end(), rc) != recipes.end()) report(bench_ours(o.models[i], rc, o, device, true, false));
+  }
+  set_deterministic(true);
+  if (o.reference == "eager") {
+    std::string dense;
+    for (const auto& mname : o.models)
+      if (model_config(mname).n_experts == 0) { dense = mname; break; }
+    if (dense.empty()) log_warn("bench step: no dense model in --models: the PyTorch reference is skipped");
+    else for (const auto& r : bench_reference(dense, o)) report(r);
+  } else if (o.reference != "none") {
+    throw Error("--reference: '" + o.reference + "' is not allowed (allowed: eager, none)");
+  }
+  return rows;
+}
+
+void write_step_bench(const std::string& path, const std::vector<StepBenchRow>& rows, const StepBenchOptions& o) {
+  H5Writer w(path);
+  write_provenance(w);
+  w.attr("schema_version", static_cast<int64_t>(1));
+  w.attr("what", std::string("training-step benchmark: forward + backward + clipping + AdamW, CUDA events per step after warm-up"));
+  w.attr("warmup_steps", static_cast<int64_t>(o.warmup));
+  w.attr("mfu_peak_flops", peak_flops(torch::Device(torch::kCUDA)));
+  std::string names;
+  std::vector<float> ms, mean, sd, tps, mfu, mem, loss;
+  std::vector<int64_t> batch, seq, steps;
+  for (const auto& r : rows) {
+    names += r.model + "|" + r.impl + "|" + r.recipe + "|" + r.note + "\n";
+    ms.push_back(static_cast<float>(r.step_ms));
+    mean.push_back(static_cast<float>(r.step_ms_mean));
+    sd.push_back(static_cast<float>(r.step_ms_sd));
+    tps.push_back(static_cast<float>(r.tokens_per_s));
+    mfu.push_back(static_cast<float>(r.mfu));
+    mem.push_back(static_cast<float>(r.peak_memory_gb));
+    loss.push_back(static_cast<float>(r.loss));
+    batch.push_back(r.batch);
+    seq.push_back(r.seq_len);
+    steps.push_back(r.steps);
+  }
+  const std::vector<int64_t> n = {static_cast<int64_t>(rows.size())};
+  w.write_f32("step/step_ms", ms.data(), n);
+  w.attr("units", std::string("milliseconds per optimizer step, median over timed steps"), "step/step_ms");
+  w.attr("rows", names, "step/step_ms");
+  w.attr("row_format", std::string("model|impl|recipe|note"), "step/step_ms");
+  w.write_f32("step/step_ms_mean", mean.data(), n);
+  w.write_f32("step/step_ms_sd", sd.data(), n);
+  w.write_f32("step/tokens_per_s", tps.data(), n);
+  w.write_f32("step/mfu", mfu.data(), n);
+  w.attr("units", std::string("model FLOPs (train_flops_per_token) x tokens/s over the BF16 dense peak"), "step/mfu");
+  w.write_f32("step/peak_memory_gb", mem.data(), n);
+  w.write_f32("step/loss", loss.data(), n);
+  w.write_i64("step/batch", batch.data(), n);
+  w.write_i64("step/seq_len", seq.data(), n);
+  w.write_i64("step/steps", steps.data(), n);
+  w.commit();
+}
+
+}  // namespace ufp4

@@ -1,0 +1,30 @@
+// `ufp4 data prepare`: corpus -> tokenizer -> token shards + data.toml, done by the ufp4-data tool.
+#include <unistd.h>
+
+#include <iostream>
+
+#include "common/error.h"
+#include "common/fs.h"
+#include "harness/cli/cli.h"
+#include "harness/data/data.h"
+
+namespace ufp4 {
+
+int cmd_data(const std::vector<std::string>& args) {
+  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
+    std::cout << "usage: ufp4 data prepare [--input PATH ...] --out DIR [--tokenizer bpe|byte] [--vocab-size N] [--ci]\n"
+              << "  (ufp4 data prepare --help lists every option)\n";
+    return args.empty() ? 2 : 0;
+  }
+  if (args[0] != "prepare") throw Error("data: unknown action '" + args[0] + "' (allowed: prepare)");
+  std::vector<char*> argv;
+  const std::string tool = data_tool_path(executable_dir());
+  argv.push_back(const_cast<char*>(tool.c_str()));
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::cout.flush();
+  execv(tool.c_str(), argv.data());
+  throw RuntimeError(tool + ": cannot run the data tool");
+}
+
+}  // namespace ufp4

@@ -1,0 +1,154 @@
+// `ufp4 fit`: scaling-law fits over runs read from results folders, one fit per recipe, written to HDF5.
+// Compute is counted as 6 x active parameters (embedding lookup excluded) x tokens (the convention of the Chinchilla and Ling
+// scaling-law papers; embeddings excluded, attention score FLOPs left out so that compute depends on
+// the model and the token count only); --attention-flops adds the attention terms of our FLOP model.
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <algorithm>
+
+#include "common/error.h"
+#include "common/fs.h"
+#include "harness/analysis/fit.h"
+#include "harness/cli/cli.h"
+#include "harness/io/array_io.h"
+#include "harness/io/provenance.h"
+#include "harness/io/run_results.h"
+#include "models/model_config.h"
+
+namespace ufp4 {
+
+int cmd_fit(const std::vector<std::string>& args) {
+  std::vector<std::string> dirs;
+  std::string prefix, forms, metric, out;
+  int64_t last_k = 100;
+  double huber = 0, coverage = 0.95;
+  int bootstrap = 1000;
+  uint64_t seed = 1;
+  po::options_description d("options");
+  d.add_options()
+      ("results", po::value(&dirs)->multitoken(), "folders of run results (default results/figure9)")
+      ("prefix", po::value(&prefix)->default_value(""), "only runs whose name starts with this")
+      ("form", po::value(&forms)->default_value("power,chinchilla"), "comma list of power (L vs C) and chinchilla (L vs N, D)")
+      ("metric", po::value(&metric)->default_value("val"), "val (final validation loss) or train (mean training loss of the last K steps)")
+      ("last-k", po::value(&last_k)->default_value(100), "K for --metric train")
+      ("huber", po::value(&huber)->default_value(0), "Huber threshold in loss units (0: least squares)")
+      ("bootstrap", po::value(&bootstrap)->default_value(1000), "bootstrap resamples over sizes, and over seeds within a size")
+      ("coverage", po::value(&coverage)->default_value(0.95), "coverage of the bootstrap intervals")
+      ("seed", po::value(&seed)->default_value(1), "bootstrap seed (the same for every recipe: resamples are paired)")
+      ("attention-flops", po::bool_switch(), "count attention FLOPs in the compute")
+      ("out", po::value(&out)->default_value("results/fits/figure9-proxy.h5"), "HDF5 output");
+  auto vm = parse_command("fit", "[--results DIR...] [--form power,chinchilla] [--out FILE]", d, args);
+  if (!vm) return 0;
+  if (metric != "val" && metric != "train") throw Error("--metric: '" + metric + "' is not allowed (allowed: val, train)");
+  if (!(coverage > 0 && coverage < 1)) throw Error("--coverage: must lie in (0, 1)");
+  if (huber < 0) throw Error("--huber: must be >= 0");
+  if (dirs.empty()) dirs = {"results/figure9"};
+  const bool attn = (*vm)["attention-flops"].as<bool>();
+  std::vector<std::string> files;
+  for (const auto& dir : dirs) {
+    if (!is_dir(dir)) throw Error("--results: '" + dir + "' is not a folder");
+    walk_files(dir, ".h5", files);
+  }
+  std::map<std::string, std::vector<FitPoint>> by_recipe;
+  std::map<std::string, std::vector<std::string>> sources;
+  for (const auto& f : files) {
+    if (!is_run_results(f)) continue;
+    const RunResults r = read_run_results(f);
+    if (r.run_name.rfind(prefix, 0) != 0) continue;
+    ModelConfig mc = model_config(r.model);
+    // The curves as FP32, as the committed fits were made.
+    std::vector<float> loss(r.curves.loss.begin(), r.curves.loss.end());
+    if (r.curves.tokens.empty()) continue;
+    FitPoint p;
+    p.seed = r.seed;
+    p.tokens = static_cast<float>(r.curves.tokens.back());
+    p.params = train_flops_per_token(mc, false) / 6;  // active parameters without the embedding lookup
+    p.compute = (attn ? train_flops_per_token(mc, true) : 6.0 * p.params) * p.tokens;
+    if (metric == "val") {
+      p.loss = r.final_eval_loss;
+    } else {
+      const size_t n = loss.size(), k = std::min<size_t>(n, static_cast<size_t>(last_k));
+      double s = 0;
+      for (size_t i = n - k; i < n; ++i) s += loss[i];
+      p.loss = s / static_cast<double>(k);
+    }
+    by_recipe[r.recipe].push_back(p);
+    sources[r.recipe].push_back(f + " (" + r.model + ", commit " + r.attr("git_commit") + ")");
+  }
+  if (by_recipe.empty()) throw Error("fit: no runs found in the given folders" + (prefix.empty() ? std::string() : " with prefix '" + prefix + "'"));
+  FitOptions opt;
+  opt.huber_delta = huber;
+  opt.bootstrap = bootstrap;
+  opt.coverage = coverage;
+  opt.seed = seed;
+  if (out.find('/') != std::string::npos) make_dirs(out.substr(0, out.rfind('/')));
+  H5Writer w(out);
+  std::string recipes;
+  std::stringstream fs(forms);
+  std::vector<std::string> form_names;
+  for (std::string s; std::getline(fs, s, ',');) form_names.push_back(s);
+  for (auto& [recipe, pts] : by_recipe) {
+    // Same order in every recipe (by size, then tokens): bootstrap draws pair the same runs.
+    std::sort(pts.begin(), pts.end(), [](const FitPoint& a, const FitPoint& b) { return a.params != b.params ? a.params < b.params : a.tokens != b.tokens ? a.tokens < b.tokens : a.seed < b.seed; });
+    recipes += (recipes.empty() ? "" : ",") + recipe;
+    std::vector<float> pt;
+    for (const auto& p : pts)
+      for (double v : {p.compute, p.params, p.tokens, p.loss}) pt.push_back(static_cast<float>(v));
+    w.write_f32("points/" + recipe, pt.data(), {static_cast<int64_t>(pts.size()), 4});
+    w.attr("columns", std::string("compute_flops,active_params,tokens,loss"), "points/" + recipe);
+    std::string src;
+    for (const auto& s : sources[recipe]) src += s + "\n";
+    w.attr("sources", src, "points/" + recipe);
+    for (const auto& fname : form_names) {
+      const FitForm form = parse_fit_form(fname);
+      FitResult r;
+      try {
+        r = fit_scaling_law(pts, form, opt);
+      } catch (const Error& e) {
+        if (form_names.size() > 1 && form == FitForm::kChinchilla) {  // the data may not vary N and D apart
+          std::cout << recipe << ": chinchilla form skipped: " << e.what() << "\n";
+          continue;
+        }
+        throw Error(recipe + ": " + e.what());
+      }
+      const std::string g = fname + "/" + recipe;
+      auto names = fit_param_names(form);
+      std::vector<float> est(r.params.begin(), r.params.end()), lo(r.lo.begin(), r.lo.end()), hi(r.hi.begin(), r.hi.end());
+      const int64_t np = static_cast<int64_t>(names.size());
+      w.write_f32(g + "/params", est.data(), {np});
+      w.write_f32(g + "/lo", lo.data(), {np});
+      w.write_f32(g + "/hi", hi.data(), {np});
+      std::vector<float> smp;
+      for (const auto& s : r.samples)
+        for (int64_t j = 0; j < np; ++j) smp.push_back(s.empty() ? NAN : static_cast<float>(s[static_cast<size_t>(j)]));
+      if (!smp.empty()) w.write_f32(g + "/samples", smp.data(), {static_cast<int64_t>(r.samples.size()), np});
+      std::string nm;
+      for (const auto& n : names) nm += (nm.empty() ? "" : ",") + n;
+      w.attr("names", nm, g + "/params");
+      w.attr("c0", r.c0, g + "/params");
+      w.attr("n0", r.n0, g + "/params");
+      w.attr("d0", r.d0, g + "/params");
+      w.attr("rmse", r.rmse, g + "/params");
+      w.attr("bootstrap_used", static_cast<int64_t>(r.bootstrap_used), g + "/params");
+      w.attr("bootstrap_skipped", static_cast<int64_t>(r.bootstrap_skipped), g + "/params");
+      std::printf("%-10s %-10s n=%zu rmse=%.4f", recipe.c_str(), fname.c_str(), pts.size(), r.rmse);
+      for (size_t j = 0; j < names.size(); ++j) std::printf("  %s=%.4g [%.4g, %.4g]", names[j].c_str(), r.params[j], r.lo[j], r.hi[j]);
+      std::printf("  (bootstrap %d used, %d skipped)\n", r.bootstrap_used, r.bootstrap_skipped);
+    }
+  }
+  w.attr("recipes", recipes);
+  w.attr("metric", metric == "val" ? std::string("final validation loss") : "mean training loss of the last " + std::to_string(last_k) + " steps");
+  w.attr("compute", std::string(attn ? "training FLOPs per token of our FLOP model (with attention) x tokens" : "6 x active parameters (embedding lookup excluded) x tokens"));
+  w.attr("huber_delta", huber);
+  w.attr("coverage", coverage);
+  w.attr("bootstrap", static_cast<int64_t>(bootstrap));
+  write_provenance(w);
+  w.commit();
+  std::cout << "written to " << out << "\n";
+  return 0;
+}
+
+}  // namespace ufp4

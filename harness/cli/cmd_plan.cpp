@@ -1,0 +1,213 @@
+// `ufp4 plan --model NAME`: parameters, FLOPs per token and memory of a model, whether or not it fits.
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <sstream>
+#include <iostream>
+
+#include "common/error.h"
+#include "common/fs.h"
+#include "common/log.h"
+#include "common/sha256.h"
+#include "harness/cli/cli.h"
+#include "harness/data/data.h"
+#include "harness/io/array_io.h"
+#include "harness/io/provenance.h"
+#include "harness/io/run_results.h"
+#include "harness/train/run_manifest.h"
+#include "harness/train/trainer.h"
+#include "models/model_config.h"
+#include "models/recipe.h"
+
+namespace ufp4 {
+
+namespace {
+
+std::string human(double v) {
+  char buf[32];
+  if (v >= 1e9) std::snprintf(buf, sizeof buf, "%.3f B", v / 1e9);
+  else std::snprintf(buf, sizeof buf, "%.1f M", v / 1e6);
+  return buf;
+}
+
+// Measured training speed (tokens/s) of committed runs, by device, model and recipe.
+struct SpeedIndex {
+  std::map<std::string, double> by_recipe, by_model;  // "device|model|recipe", "device|model" -> tokens/s
+  std::map<std::string, std::vector<double>> mfu;     // device -> MFU of every run
+  void add(const std::string& dir) {
+    std::vector<std::string> files;
+    if (is_dir(dir)) walk_files(dir, ".h5", files);
+    for (const auto& f : files) {
+      try {
+        if (!is_run_results(f)) continue;
+        const RunResults r = read_run_results(f, /*with_curves=*/false);
+        if (r.run_id.empty()) continue;
+        const double tps = r.tokens_per_s;
+        if (!(tps > 0)) continue;
+        const std::string& device = r.attr("device");
+        by_recipe[device + "|" + r.model + "|" + r.recipe] = tps;
+        by_model[device + "|" + r.model] = tps;
+        mfu[device].push_back(r.mfu);
+      } catch (const Error&) {
+      }
+    }
+  }
+  // Seconds for `tokens` of this run on `device`, with how it was estimated; -1 when nothing was measured.
+  std::pair<double, std::string> estimate(const std::string& device, const std::string& model, const std::string& recipe, double tokens,
+                                          double flops) const {
+    if (auto it = by_recipe.find(device + "|" + model + "|" + recipe); it != by_recipe.end()) return {tokens / it->second, ""};
+    if (auto it = by_model.find(device + "|" + model); it != by_model.end()) return {tokens / it->second, "~"};
+    auto it = mfu.find(device);
+    const double peak = peak_flops(device);
+    if (it != mfu.end() && peak > 0) {
+      std::vector<double> v = it->second;
+      std::sort(v.begin(), v.end());
+      const double med = v[v.size() / 2];
+      if (med > 0) return {flops / (med * peak), "≈"};
+    }
+    return {-1, ""};
+  }
+};
+
+// Why a run will (not) reuse an earlier result: the same id, or what changed since a result of the
+// same name (its stored identity against this one's).
+std::string reuse_reason(const RunManifest& m, const RunIdentity& id, const std::string& run_id) {
+  if (std::string f = find_results(m, run_id); !f.empty()) return "reused: " + f + " has this run id";
+  if (file_exists(checkpoint_path(m, run_id))) return "resumes: " + checkpoint_path(m, run_id);
+  if (!id.data_prepared) return "new: the data is not prepared yet (the run id is final once it is)";
+  std::vector<std::string> files;
+  walk_files(m.out_dir, ".h5", files);
+  std::sort(files.begin(), files.end());
+  for (const auto& f : files) {
+    const std::string base = f.substr(f.find_last_of('/') + 1);
+    if (base.rfind(m.name + "-", 0) != 0 || base.size() != m.name.size() + 1 + 16 + 3) continue;
+    RunResults r;
+    try {
+      if (!is_run_results(f)) continue;
+      r = read_run_results(f, /*with_curves=*/false);
+    } catch (const Error&) {
+      continue;
+    }
+    if (r.run_identity.empty()) return "new: " + f + " predates run ids that cover recipe, model and data contents";
+    std::vector<std::string> changed;
+    if (r.recipe_sha256 != id.recipe_sha256) changed.push_back("recipe content");
+    if (r.model_sha256 != id.model_sha256) changed.push_back("model configuration");
+    if (r.data_manifest_sha256 != id.data_sha256) changed.push_back("data (data.toml)");
+    // Manifest fields: the lines of the stored resolved manifest that differ from this one's.
+    std::set<std::string> now, before;
+    std::istringstream x(m.resolved()), y(r.manifest);
+    for (std::string l; std::getline(x, l);) now.insert(l);
+    for (std::string l; std::getline(y, l);) before.insert(l);
+    std::string fields;
+    for (const auto& l : now)
+      if (!before.count(l) && l.find(" = ") != std::string::npos) fields += (fields.empty() ? "" : ", ") + l.substr(0, l.find(" = "));
+    if (!fields.empty()) changed.push_back("fields " + fields);
+    std::string list;
+    for (const auto& c : changed) list += (list.empty() ? "" : "; ") + c;
+    return "new: differs from " + f + " in " + (list.empty() ? std::string("fields outside the manifest's resolved form") : list);
+  }
+  return "new: no earlier result of this name in " + m.out_dir;
+}
+
+}  // namespace
+
+int cmd_plan(const std::vector<std::string>& args) {
+  std::vector<std::string> models, manifests;
+  std::string device_name;
+  int64_t micro_batch = 1, seq = 0;
+  po::options_description d("options");
+  d.add_options()
+      ("model", po::value(&models)->multitoken(), "model names (or 'all')")
+      ("micro-batch", po::value(&micro_batch)->default_value(1), "sequences per micro-batch, for the activation estimate")
+      ("seq", po::value(&seq)->default_value(0), "sequence length (0: the model's)")
+      ("manifests", po::value(&manifests)->multitoken(), "manifests to expand into runs")
+      ("device-name", po::value(&device_name), "estimate times for this device (as results record it, e.g. \"NVIDIA H200\"); default: this machine's");
+  po::positional_options_description pos;
+  pos.add("manifests", -1);
+  auto vm = parse_command("plan", "--model NAME ... | MANIFEST ...", d, args, &pos);
+  if (!vm) return 0;
+  if (!manifests.empty()) {
+    // Each manifest is one run (sweeps and ablations arrive with the experiments planner).
+    std::vector<RunManifest> ms;
+    for (const auto& p : manifests)
+      for (auto& m : RunManifest::expand(p)) ms.push_back(m);
+    // GPU time at the measured speed of committed runs on this machine's kind of device.
+    SpeedIndex speed;
+    speed.add("results");
+    for (const auto& m : ms) speed.add(m.out_dir);
+    const std::string device = device_name.empty() ? provenance()["device"] : device_name;
+    std::printf("%-40s %-17s %-12s %-12s %8s %10s %7s %14s %10s %-9s %s\n", "run", "run id", "model", "recipe", "steps", "tokens", "epochs",
+                "train FLOPs", "est. time", "results", "differs from the base");
+    double total_s = 0;
+    std::vector<std::string> reasons;
+    for (const auto& m : ms) {
+      const RunIdentity id = m.identity();
+      const std::string run_id = sha256_hex(id.text).substr(0, 16);
+      reasons.push_back(m.name + ": " + reuse_reason(m, id, run_id));
+      ModelConfig c = model_config(m.model);
+      if (m.seq_len > 0) c.seq_len = m.seq_len;
+      c.validate();
+      const double tokens = static_cast<double>(m.steps) * m.batch * c.seq_len;
+      const std::string state = !find_results(m, run_id).empty() ? "exist" : (file_exists(checkpoint_path(m, run_id)) ? "partial" : "missing");
+      std::string recipe = m.recipe.substr(m.recipe.find_last_of('/') + 1);
+      const double flops = tokens * train_flops_per_token(c);
+      Recipe r = Recipe::load(m.recipe);
+      auto [sec, how] = speed.estimate(device, c.name, r.name, tokens, flops);
+      const std::string est = sec < 0 ? "-" : how + Progress::format_duration(sec);
+      if (sec > 0 && state != "exist") total_s += sec;
+      // Epochs of the run's training data, once the data exists ("?" before); over data.max_epochs `ufp4 run` refuses it.
+      std::string epochs = "?";
+      if (id.data_prepared) {
+        char e[32];
+        const double ep = tokens / static_cast<double>(count_train_tokens(load_data_info(m.data_path)));
+        std::snprintf(e, sizeof e, "%.3g%s", ep, ep > m.max_epochs ? "!" : "");
+        epochs = e;
+      }
+      std::printf("%-40s %-17s %-12s %-12s %8lld %10.3e %7s %14.3e %10s %-9s %s\n", m.name.c_str(), run_id.c_str(), c.name.c_str(), recipe.c_str(),
+                  static_cast<long long>(m.steps), tokens, epochs.c_str(), flops, est.c_str(), state.c_str(), m.differs.empty() ? "(base)" : m.differs.c_str());
+    }
+    std::printf("\nest. time: at the measured tokens/s of committed runs of the same model and recipe on this device (%s); "
+                "~ same model, other recipe; ≈ FLOPs at the median MFU measured here; - nothing measured (runs that shared a GPU recorded their shared speed). Missing runs: %s one at a time.\n"
+                "epochs: training tokens over the data's; ! above data.max_epochs (ufp4 run refuses the run); ? data not prepared yet.\n",
+                device.c_str(), Progress::format_duration(total_s).c_str());
+    std::printf("\nreuse (a run id hashes every manifest field that changes the result, the recipe's resolved content, the model's "
+                "configuration and the data manifest's SHA-256):\n");
+    for (const auto& r : reasons) std::printf("  %s\n", r.c_str());
+    return 0;
+  }
+  if (models.empty()) throw Error("plan: give --model NAME (allowed: all, " + [] {
+    std::string s;
+    for (const auto& n : model_names()) s += (s.empty() ? "" : ", ") + n;
+    return s;
+  }() + ")");
+  if (models.size() == 1 && models[0] == "all") models = model_names();
+  std::printf("%-12s %12s %12s %12s %14s %10s %10s %10s\n", "model", "total", "active", "quantized", "train FLOP/tok",
+              "weights GB", "grad+opt", "act GB/mb");
+  for (const auto& name : models) {
+    ModelConfig c = model_config(name);
+    if (seq > 0) c.seq_len = seq;
+    c.validate();
+    ParamCount p = count_params(c);
+    MemoryEstimate m = estimate_memory(c, micro_batch);
+    std::printf("%-12s %12s %12s %12s %14.3e %10.2f %10.2f %10.2f\n", c.name.c_str(), human(p.total).c_str(), human(p.active).c_str(),
+                human(p.quantized_total).c_str(), train_flops_per_token(c), m.weights_gb, m.grads_gb + m.optimizer_gb, m.activations_gb);
+  }
+  if (models.size() == 1) {
+    const ModelConfig& c = model_config(models[0]);
+    std::cout << "\n" << c.name << ": " << c.notes << "\n"
+              << "  d_model " << c.d_model << ", layers " << c.n_layers << ", heads " << c.n_heads << " (KV " << c.n_kv_heads
+              << "), head_dim " << c.head_dim() << ", SwiGLU " << c.ffn_hidden << ", vocab " << c.vocab << ", seq " << (seq ? seq : c.seq_len);
+    if (c.is_moe())
+      std::cout << "\n  MoE: " << c.n_experts << " experts of hidden " << c.expert_hidden << ", top-" << c.top_k << ", "
+                << c.n_shared_experts << " shared, first " << c.dense_layers << " layer(s) dense, "
+                << (c.capacity_factor == 0 ? std::string("dropless") : "capacity factor " + std::to_string(c.capacity_factor));
+    MemoryEstimate m = estimate_memory(c, micro_batch);
+    std::printf("\n  memory: weights %.2f GB (FP32 master + BF16 copy), grads %.2f GB, Adam %.2f GB, activations %.2f GB "
+                "(micro-batch %lld, no recompute): %.2f GB in all\n",
+                m.weights_gb, m.grads_gb, m.optimizer_gb, m.activations_gb, static_cast<long long>(micro_batch), m.total_gb());
+  }
+  return 0;
+}
+
+}  // namespace ufp4

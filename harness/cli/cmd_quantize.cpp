@@ -1,0 +1,193 @@
+// `ufp4 quantize`: run the quantizer on a dataset from .npy or HDF5 and write the dequantized
+// values (.npy, in the input's shape) or everything (.h5: dequantized values, codes, scales, amax).
+#include <cmath>
+#include <iostream>
+#include <sstream>
+
+#include "common/error.h"
+#include "common/fs.h"
+#include "common/log.h"
+#include "harness/cli/cli.h"
+#include "harness/io/array_io.h"
+#include "harness/io/provenance.h"
+#include "models/quant_ops.h"
+#ifdef UFP4_WITH_CUDA
+#include "kernels/quantize_cuda.h"
+#endif
+
+namespace ufp4 {
+
+namespace {
+
+bool is_h5(const std::string& p) { return ends_with(p, ".h5") || ends_with(p, ".hdf5"); }
+
+torch::ScalarType parse_dtype(const std::string& key, const std::string& v) {
+  if (v == "f32" || v == "float32") return torch::kFloat32;
+  if (v == "bf16" || v == "bfloat16") return torch::kBFloat16;
+  throw Error(key + ": '" + v + "' is not allowed (allowed: f32, bf16)");
+}
+
+std::vector<int64_t> shape_of(const torch::Tensor& t) { return std::vector<int64_t>(t.sizes().begin(), t.sizes().end()); }
+
+// "synthetic:KIND:ROWSxCOLS[:SEED]" with KIND gaussian, laplace, student3 or outliers (Gaussian with
+// 1% of entries scaled by 30, like the outlier-heavy linear_fc2 inputs of the paper).
+ArrayF32 synthetic_input(const std::string& spec) {
+  std::vector<std::string> f;
+  std::stringstream ss(spec);
+  std::string tok;
+  while (std::getline(ss, tok, ':')) f.push_back(tok);
+  const std::string allowed = "(allowed: synthetic:gaussian|laplace|student3|outliers:ROWSxCOLS[:SEED])";
+  if (f.size() < 3 || f[2].find('x') == std::string::npos) throw Error("--in: '" + spec + "' " + allowed);
+  int64_t rows = 0, cols = 0;
+  try {
+    rows = std::stoll(f[2].substr(0, f[2].find('x')));
+    cols = std::stoll(f[2].substr(f[2].find('x') + 1));
+  } catch (const std::exception&) {
+    throw Error("--in: bad shape '" + f[2] + "' " + allowed);
+  }
+  if (rows <= 0 || cols <= 0) throw Error("--in: bad shape '" + f[2] + "' " + allowed);
+  torch::manual_seed(f.size() > 3 ? std::stoull(f[3]) : 0);
+  torch::Tensor x;
+  if (f[1] == "gaussian") x = torch::randn({rows, cols});
+  else if (f[1] == "laplace") x = -torch::sign(torch::rand({rows, cols}) - 0.5) * torch::log1p(-2 * (torch::rand({rows, cols}) - 0.5).abs());
+  else if (f[1] == "student3") x = torch::randn({rows, cols}) / torch::sqrt((torch::randn({rows, cols, 3}).pow(2)).sum(2) / 3);
+  else if (f[1] == "outliers") x = torch::randn({rows, cols}) * torch::where(torch::rand({rows, cols}) < 0.01, torch::full({1}, 30.0f), torch::ones({1}));
+  else throw Error("--in: unknown synthetic kind '" + f[1] + "' " + allowed);
+  ArrayF32 a;
+  a.shape = {rows, cols};
+  x = x.contiguous();
+  a.data.assign(x.data_ptr<float>(), x.data_ptr<float>() + x.numel());
+  return a;
+}
+
+// One line of fidelity statistics against the (rotated) input: SQNR and NMSE (Eq. 7), alpha (Eq. 3)
+// and the effective bucket ratio (Eq. 6, K = 8 magnitude buckets including zero).
+std::string stats_line(const torch::Tensor& target, const QuantizedTensor& q, const QuantSpec& spec) {
+  torch::Tensor t = target.to(torch::kFloat64).cpu(), d = q.dequant.to(torch::kFloat64).cpu();
+  const double energy = t.pow(2).sum().item<double>();
+  const double nmse = (d - t).pow(2).sum().item<double>() / energy;
+  const double alpha = (d * t).sum().item<double>() / energy;
+  char buf[256];
+  std::string beff = "n/a";
+  if (spec.grid.symmetric()) {
+    torch::Tensor c = q.codes.cpu();
+    torch::Tensor mags = torch::cat({c.bitwise_and(7), c.bitwise_right_shift(4).bitwise_and(7)}).flatten().to(torch::kInt64);
+    const int64_t L = q.dequant.size(1);
+    if (L % 2) mags = torch::cat({c.bitwise_and(7).flatten(), c.bitwise_right_shift(4).bitwise_and(7).slice(1, 0, L / 2).flatten()}).to(torch::kInt64);
+    torch::Tensor p = torch::bincount(mags, {}, 8).to(torch::kFloat64) / static_cast<double>(mags.numel());
+    const double h = -(p * torch::log(p + 1e-12)).sum().item<double>();
+    std::snprintf(buf, sizeof buf, "%.3f", std::exp(h) / 8);
+    beff = buf;
+  }
+  std::snprintf(buf, sizeof buf, "SQNR %.2f dB | NMSE %.3e | alpha %.5f | B_eff %s", -10 * std::log10(nmse), nmse, alpha, beff.c_str());
+  return buf;
+}
+
+}  // namespace
+
+int cmd_quantize(const std::vector<std::string>& args) {
+  std::string in, dataset, out, grid, scale, rounding, device, in_dtype, out_dtype;
+  double max_fpx = 0;
+  int block = 16, rht = 0;
+  uint64_t seed = 0, offset = 0, rht_seed = 0;
+  po::options_description d("options");
+  d.add_options()
+      ("in", po::value(&in)->required(), "input: .npy (float16/32/64), .h5/.hdf5 (with --dataset) or synthetic:KIND:ROWSxCOLS[:SEED]")
+      ("dataset", po::value(&dataset)->default_value("x"), "HDF5 dataset to read")
+      ("out", po::value(&out)->required(), "output: .npy (dequantized values, input shape) or .h5 (also codes, scales, amax)")
+      ("grid", po::value(&grid)->default_value("e2m1"), "e2m1, e1m2, int4, int4_tc, or magnitudes \"0,0.5,1,...\"")
+      ("max-fpx", po::value(&max_fpx)->default_value(0), "cap of the e2m1 grid: 2, 3, 4 or 6 (0 = 6)")
+      ("block", po::value(&block)->default_value(16), "block size: 16, 32, 64, 128")
+      ("block-2d", po::bool_switch(), "16x16 tiles (weights) instead of 1xB blocks")
+      ("scale", po::value(&scale)->default_value("fp32"), "fp32 (amax/gmax), nvfp4 (E4M3 + FP32 tensor scale), mx (E8M0), unit (1)")
+      ("rounding", po::value(&rounding)->default_value("rtne"), "rtne or sr")
+      ("seed", po::value(&seed)->default_value(0), "stochastic-rounding seed")
+      ("offset", po::value(&offset)->default_value(0), "stochastic-rounding offset (e.g. the step)")
+      ("rht", po::value(&rht)->default_value(0), "random Hadamard transform size: 0 (off), 16, 32, 64, 128")
+      ("rht-seed", po::value(&rht_seed)->default_value(0), "seed of the RHT sign vector")
+      ("columnwise", po::bool_switch(), "quantize along dim 0 (blocks down the columns)")
+      ("unfused", po::bool_switch(), "RHT into a temporary tensor, then quantize (the unfused path)")
+      ("device", po::value(&device)->default_value("auto"), "auto, cpu or cuda")
+      ("input-dtype", po::value(&in_dtype)->default_value("f32"), "cast the input to f32 or bf16 before quantizing")
+      ("out-dtype", po::value(&out_dtype)->default_value("f32"), "dequantized values in f32 or bf16 (stored as float32)")
+      ("stats", po::bool_switch(), "print SQNR, NMSE, alpha and bucket ratio against the (rotated) input");
+  auto vm = parse_command("quantize", "--in X --out Y [options]", d, args);
+  if (!vm) return 0;
+
+  QuantSpec spec;
+  spec.grid = Grid::parse(grid, max_fpx);
+  spec.block = block;
+  spec.block_2d = (*vm)["block-2d"].as<bool>();
+  spec.scale = parse_scale_kind(scale);
+  spec.rounding = parse_rounding(rounding);
+  spec.seed = seed;
+  spec.offset = offset;
+  spec.rht = rht;
+  spec.rht_seed = rht_seed;
+  spec.validate();
+  const bool columnwise = (*vm)["columnwise"].as<bool>();
+  const torch::Device dev = pick_device(device);
+  const torch::ScalarType idt = parse_dtype("--input-dtype", in_dtype), odt = parse_dtype("--out-dtype", out_dtype);
+  const bool stats = (*vm)["stats"].as<bool>();
+  if (out != "-" && !ends_with(out, ".npy") && !is_h5(out)) throw Error("--out: '" + out + "' must end in .npy, .h5 or .hdf5 (or be - for none)");
+
+  ArrayF32 a;
+  if (in.rfind("synthetic:", 0) == 0) a = synthetic_input(in);
+  else if (is_h5(in)) a = read_h5_f32(in, dataset);
+  else if (ends_with(in, ".npy")) a = read_npy(in);
+  else throw Error("--in: '" + in + "' must end in .npy, .h5 or .hdf5, or be synthetic:KIND:ROWSxCOLS");
+  if (a.shape.empty() || a.numel() == 0) throw Error("--in: " + in + " holds an empty or scalar array");
+  const int64_t cols = a.shape.back(), rows = a.numel() / cols;
+  torch::Tensor x = torch::from_blob(a.data.data(), {rows, cols}, torch::kFloat32).to(dev).to(idt);
+
+  QuantizeOptions opt;
+  opt.columnwise = columnwise;
+  opt.out_dtype = odt;
+  opt.unfused = (*vm)["unfused"].as<bool>();
+  log_info("quantize " + in + " [" + std::to_string(rows) + "x" + std::to_string(cols) + "] " + spec.describe() +
+           (columnwise ? " columnwise" : " rowwise") + " on " + (dev.is_cuda() ? "cuda" : "cpu"));
+  QuantizedTensor q = quantize(x, spec, opt);
+  if (stats) {
+    torch::Tensor target = spec.rht ? ufp4::rht(x, spec, columnwise) : (columnwise ? x.t() : x);
+    std::cout << spec.describe() << (columnwise ? " col" : " row") << " | " << stats_line(target, q, spec) << std::endl;
+  }
+  if (out == "-") return 0;
+  torch::Tensor deq = (columnwise ? q.dequant.t() : q.dequant).to(torch::kFloat32).cpu().contiguous();
+
+  ArrayF32 y;
+  y.shape = a.shape;
+  y.data.assign(deq.data_ptr<float>(), deq.data_ptr<float>() + deq.numel());
+  if (ends_with(out, ".npy")) {
+    write_npy(out, y);
+  } else {
+    H5Writer w(out);
+    w.write_f32("dequant", y.data.data(), y.shape);
+    if (q.codes.defined()) {
+      torch::Tensor codes = q.codes.cpu(), scales = q.scales.cpu(), amax = q.amax.cpu(), bits = q.scale_bits.cpu();
+      w.write_u8("codes", codes.data_ptr<uint8_t>(), shape_of(codes));
+      w.write_f32("scales", scales.data_ptr<float>(), shape_of(scales));
+      w.write_f32("amax", amax.data_ptr<float>(), shape_of(amax));
+      w.write_u8("scale_bits", bits.data_ptr<uint8_t>(), shape_of(bits));
+    }
+    torch::Tensor ta = q.tensor_amax.cpu();
+    w.write_f32("tensor_amax", ta.data_ptr<float>(), {1});
+    w.attr("grid", spec.grid.name());
+    w.attr("grid_levels", spec.grid.describe());
+    w.attr("block", static_cast<int64_t>(spec.block));
+    w.attr("block_2d", static_cast<int64_t>(spec.block_2d));
+    w.attr("scale", to_string(spec.scale));
+    w.attr("rounding", to_string(spec.rounding));
+    w.attr("seed", static_cast<int64_t>(spec.seed));
+    w.attr("offset", static_cast<int64_t>(spec.offset));
+    w.attr("rht", static_cast<int64_t>(spec.rht));
+    w.attr("rht_seed", static_cast<int64_t>(spec.rht_seed));
+    w.attr("layout", std::string(columnwise ? "columnwise (codes/scales are [cols, rows])" : "rowwise"));
+    w.attr("input", in);
+    write_provenance(w);
+    w.commit();
+  }
+  log_info("wrote " + out);
+  return 0;
+}
+
+}  // namespace ufp4

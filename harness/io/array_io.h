@@ -1,0 +1,54 @@
+// Reading and writing arrays: NumPy .npy files and HDF5 datasets (HDF5 C API), with atomic
+// writes (a temporary file renamed on success, nothing half-written on failure).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ufp4 {
+
+struct ArrayF32 {
+  std::vector<int64_t> shape;
+  std::vector<float> data;
+  int64_t numel() const;
+};
+
+ArrayF32 read_npy(const std::string& path);  // <f4, <f8 or <f2, C order
+void write_npy(const std::string& path, const ArrayF32& a);
+
+// Builds the file in memory; commit() writes it crash-safely (common/atomic_file.h). Nothing is
+// written without commit().
+class H5Writer {
+ public:
+  explicit H5Writer(const std::string& path);
+  ~H5Writer();
+  H5Writer(const H5Writer&) = delete;
+  H5Writer& operator=(const H5Writer&) = delete;
+  void write_f32(const std::string& name, const float* data, const std::vector<int64_t>& shape);
+  void write_f64(const std::string& name, const double* data, const std::vector<int64_t>& shape);
+  void write_u8(const std::string& name, const uint8_t* data, const std::vector<int64_t>& shape);
+  void write_i64(const std::string& name, const int64_t* data, const std::vector<int64_t>& shape);
+  // Attributes on the root group, or on a dataset when `object` is given.
+  void attr(const std::string& key, const std::string& value, const std::string& object = "/");
+  void attr(const std::string& key, double value, const std::string& object = "/");
+  void attr(const std::string& key, int64_t value, const std::string& object = "/");
+  void commit();
+
+ private:
+  std::string path_;
+  int64_t file_ = -1;
+  bool committed_ = false;
+};
+
+// Reads a dataset (any float or integer type) as FP32. Path "file.h5" with a dataset name.
+ArrayF32 read_h5_f32(const std::string& path, const std::string& dataset);
+std::vector<double> read_h5_f64(const std::string& path, const std::string& dataset);  // any numeric type, as FP64
+std::vector<uint8_t> read_h5_u8(const std::string& path, const std::string& dataset, std::vector<int64_t>* shape = nullptr);
+std::map<std::string, std::string> read_h5_string_attrs(const std::string& path, const std::string& object = "/");
+std::map<std::string, double> read_h5_numeric_attrs(const std::string& path, const std::string& object = "/");  // scalar ones
+// Every dataset in the file, full paths without the leading "/", in name order.
+std::vector<std::string> list_h5_datasets(const std::string& path);
+double read_h5_double_attr(const std::string& path, const std::string& key, const std::string& object = "/");
+
+}  // namespace ufp4

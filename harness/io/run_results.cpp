@@ -1,0 +1,187 @@
+#include "harness/io/run_results.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "harness/io/array_io.h"
+#include "harness/io/provenance.h"
+
+namespace ufp4 {
+
+namespace {
+
+constexpr int64_t kSchemaVersion = 2;
+
+std::string join_lines(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& k : v) s += k + "\n";
+  return s;
+}
+
+std::vector<std::string> split_lines(const std::string& s) {
+  std::vector<std::string> out;
+  for (size_t at = 0, nl; (nl = s.find('\n', at)) != std::string::npos; at = nl + 1) out.push_back(s.substr(at, nl - at));
+  return out;
+}
+
+}  // namespace
+
+double RunResults::tail_mean(int64_t k) const {
+  const auto& l = curves.loss;
+  const size_t n = l.size(), m = std::min(n, static_cast<size_t>(std::max<int64_t>(k, 1)));
+  if (m == 0) return NAN;
+  double s = 0;
+  for (size_t i = n - m; i < n; ++i) s += l[i];
+  return s / static_cast<double>(m);
+}
+
+const std::string& RunResults::attr(const std::string& key) const {
+  static const std::string none;
+  auto it = attrs.find(key);
+  return it == attrs.end() ? none : it->second;
+}
+
+void write_run_results(const std::string& path, const RunResults& r) {
+  const RunCurves& c = r.curves;
+  H5Writer w(path);
+  write_provenance(w);
+  w.attr("schema_version", kSchemaVersion);
+  w.attr("run_name", r.run_name);
+  w.attr("run_id", r.run_id);
+  w.attr("run_identity", r.run_identity);
+  w.attr("manifest", r.manifest);
+  w.attr("manifest_sha256", r.manifest_sha256);
+  w.attr("manifest_path", r.manifest_path);
+  w.attr("model", r.model);
+  w.attr("model_sha256", r.model_sha256);
+  w.attr("recipe", r.recipe);
+  w.attr("recipe_resolved", r.recipe_resolved);
+  w.attr("recipe_sha256", r.recipe_sha256);
+  w.attr("data_path", r.data_path);
+  w.attr("data_manifest_sha256", r.data_manifest_sha256);
+  w.attr("data_train_tokens", r.data_train_tokens);
+  w.attr("seed", r.seed);
+  w.attr("deterministic", static_cast<int64_t>(r.deterministic));
+  w.attr("utc_start", r.utc_start);
+  w.attr("utc_end", r.utc_end.empty() ? utc_now() : r.utc_end);
+  w.attr("device_name", r.device_name);
+  w.attr("weights_sha256", r.weights_sha256);
+  const int64_t n = static_cast<int64_t>(c.step.size());
+  auto put = [&](const std::string& name, const std::vector<double>& v, const std::string& unit) {
+    w.write_f64(name, v.data(), {static_cast<int64_t>(v.size())});
+    w.attr("units", unit, name);
+  };
+  std::vector<int64_t> steps(c.step.begin(), c.step.end()), tokens(c.tokens.begin(), c.tokens.end());
+  w.write_i64("train/step", steps.data(), {n});
+  w.attr("units", std::string("optimizer steps (0-based)"), "train/step");
+  w.write_i64("train/tokens", tokens.data(), {n});
+  w.attr("units", std::string("tokens seen after the step"), "train/tokens");
+  put("train/loss", c.loss, "nats per token (mean next-token cross entropy)");
+  put("train/lr", c.lr, "learning rate");
+  put("train/grad_norm", c.grad_norm, "L2 norm before clipping");
+  put("train/time", c.time_s, "seconds of training since the run started, summed over resumed processes");
+  std::vector<int64_t> es(c.eval_step.begin(), c.eval_step.end());
+  w.write_i64("eval/step", es.data(), {static_cast<int64_t>(es.size())});
+  put("eval/loss", c.eval_loss, "nats per token on the validation split");
+  if (!c.alpha.empty()) {
+    std::vector<double> a;
+    for (const auto& row : c.alpha) a.insert(a.end(), row.begin(), row.end());
+    w.write_f64("telemetry/alpha", a.data(), {static_cast<int64_t>(c.alpha.size()), static_cast<int64_t>(c.alpha_keys.size())});
+    w.attr("keys", join_lines(c.alpha_keys), "telemetry/alpha");
+    w.attr("units", std::string("alpha (Eq. 3) of each quantized operand; rows: telemetry/alpha_step"), "telemetry/alpha");
+    put("telemetry/alpha_step", c.alpha_step, "optimizer step");
+  }
+  const int64_t k = std::max<int64_t>(1, std::min<int64_t>(1000, n / 10));
+  w.attr("final_loss", n ? c.loss.back() : NAN);
+  w.attr("mean_loss_last_k", n ? r.tail_mean(k) : NAN);
+  w.attr("last_k", k);
+  w.attr("final_eval_loss", c.eval_loss.empty() ? NAN : c.eval_loss.back());
+  w.attr("diverged", static_cast<int64_t>(r.diverged));
+  w.attr("diverged_step", r.diverged_step);
+  w.attr("steps_done", n);
+  const double tokens_done = n ? c.tokens.back() : 0.0;
+  w.attr("epochs", r.data_train_tokens > 0 ? tokens_done / static_cast<double>(r.data_train_tokens) : 0.0);
+  w.attr("tokens_per_s", r.tokens_per_s);
+  w.attr("mfu", r.mfu);
+  w.attr("flops_per_token", r.flops_per_token);
+  w.attr("peak_memory_gb", r.peak_memory_gb);
+  w.commit();
+}
+
+std::vector<NamedCurve> named_curves(const RunResults& r) {
+  std::vector<double> alpha;
+  for (const auto& row : r.curves.alpha) alpha.insert(alpha.end(), row.begin(), row.end());
+  return {{"train/loss", r.curves.loss, &r.curves.step},
+          {"train/grad_norm", r.curves.grad_norm, nullptr},
+          {"eval/loss", r.curves.eval_loss, &r.curves.eval_step},
+          {"telemetry/alpha", alpha, nullptr}};
+}
+
+bool is_run_results(const std::string& path) { return read_h5_string_attrs(path).count("run_name") > 0; }
+
+RunResults read_run_results(const std::string& path, bool with_curves) {
+  RunResults r;
+  r.path = path;
+  r.attrs = read_h5_string_attrs(path);
+  if (!r.attrs.count("run_name")) throw Error(path + ": not a run's results (no run_name attribute)");
+  const std::map<std::string, double> num = read_h5_numeric_attrs(path);
+  auto s = [&](const char* key) { return r.attr(key); };
+  auto d = [&](const char* key, double missing) {
+    auto it = num.find(key);
+    return it == num.end() ? missing : it->second;
+  };
+  auto i = [&](const char* key, int64_t missing) { return static_cast<int64_t>(d(key, static_cast<double>(missing))); };
+  r.run_name = s("run_name");
+  r.run_id = s("run_id");
+  r.run_identity = s("run_identity");
+  r.manifest = s("manifest");
+  r.manifest_sha256 = s("manifest_sha256");
+  r.manifest_path = s("manifest_path");
+  r.model = s("model");
+  r.model_sha256 = s("model_sha256");
+  r.recipe = s("recipe");
+  r.recipe_resolved = s("recipe_resolved");
+  r.recipe_sha256 = s("recipe_sha256");
+  r.data_path = s("data_path");
+  r.data_manifest_sha256 = s("data_manifest_sha256");
+  r.utc_start = s("utc_start");
+  r.utc_end = s("utc_end");
+  r.device_name = s("device_name");
+  r.weights_sha256 = s("weights_sha256");
+  r.data_train_tokens = i("data_train_tokens", 0);
+  r.seed = i("seed", 1);
+  r.deterministic = i("deterministic", 0) != 0;
+  r.diverged = i("diverged", 0) != 0;
+  r.diverged_step = i("diverged_step", -1);
+  r.tokens_per_s = d("tokens_per_s", NAN);
+  r.mfu = d("mfu", NAN);
+  r.flops_per_token = d("flops_per_token", NAN);
+  r.peak_memory_gb = d("peak_memory_gb", NAN);
+  r.steps_done = i("steps_done", 0);
+  r.last_k = i("last_k", 0);
+  r.final_loss = d("final_loss", NAN);
+  r.mean_loss_last_k = d("mean_loss_last_k", NAN);
+  r.final_eval_loss = d("final_eval_loss", NAN);
+  r.epochs = d("epochs", NAN);
+  if (!with_curves) return r;
+  const std::vector<std::string> datasets = list_h5_datasets(path);
+  auto has = [&](const char* name) { return std::find(datasets.begin(), datasets.end(), name) != datasets.end(); };
+  RunCurves& c = r.curves;
+  for (const auto& col : std::vector<std::pair<const char*, std::vector<double>*>>{
+           {"train/step", &c.step}, {"train/tokens", &c.tokens}, {"train/loss", &c.loss}, {"train/lr", &c.lr},
+           {"train/grad_norm", &c.grad_norm}, {"train/time", &c.time_s}, {"eval/step", &c.eval_step}, {"eval/loss", &c.eval_loss},
+           {"telemetry/alpha_step", &c.alpha_step}})
+    if (has(col.first)) *col.second = read_h5_f64(path, col.first);
+  if (has("telemetry/alpha")) {
+    c.alpha_keys = split_lines(read_h5_string_attrs(path, "telemetry/alpha")["keys"]);
+    const std::vector<double> flat = read_h5_f64(path, "telemetry/alpha");
+    const size_t width = c.alpha_keys.size();
+    for (size_t row = 0; width && (row + 1) * width <= flat.size(); ++row)
+      c.alpha.emplace_back(flat.begin() + static_cast<std::ptrdiff_t>(row * width), flat.begin() + static_cast<std::ptrdiff_t>((row + 1) * width));
+  }
+  return r;
+}
+
+}  // namespace ufp4

@@ -1,0 +1,299 @@
+// The shrinkage-bias analysis report: paper Figures 2, 4-7, 12 from `ufp4 analyze tensors` output, and
+// the attenuation chain (Eq. 5) from `ufp4 analyze chain` output. Our assumption for the figure
+// numbering (the paper's captions are not all recovered): Fig. 4/5 per-tensor SQNR with and without
+// RHT for E2M1/E1M2, Fig. 6/7 per-GEMM output SQNR for E2M1/E1M2, Fig. 2 bucket-ratio change vs
+// Delta SQNR, Fig. 12 Delta SQNR over layers and tensor families.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "common/error.h"
+#include "common/fs.h"
+#include "harness/io/array_io.h"
+#include "harness/report/plot.h"
+#include "harness/report/report.h"
+
+namespace ufp4 {
+
+namespace {
+
+struct Row {
+  std::string layer, family, what, grid, transform;  // what: fwd_x / fwd_w / bwd_dy, or fwd_y / bwd_dx / bwd_dw
+  std::vector<double> v;
+};
+
+std::vector<Row> read_rows(const std::string& file, const std::string& ds) {
+  ArrayF32 a = read_h5_f32(file, ds);
+  const std::string rows = read_h5_string_attrs(file, ds)["rows"];
+  const size_t cols = a.shape.size() > 1 ? static_cast<size_t>(a.shape[1]) : 1;
+  std::vector<Row> out;
+  std::istringstream in(rows);
+  size_t i = 0;
+  for (std::string line; std::getline(in, line); ++i) {
+    Row r;
+    std::stringstream f(line);
+    std::getline(f, r.layer, '\t');
+    std::getline(f, r.family, '\t');
+    std::getline(f, r.what, '\t');
+    std::getline(f, r.grid, '\t');
+    std::getline(f, r.transform, '\t');
+    for (size_t c = 0; c < cols; ++c) r.v.push_back(a.data[i * cols + c]);
+    out.push_back(r);
+  }
+  if (out.size() * cols != a.data.size()) throw Error(file + ": " + ds + ": row labels do not match the data");
+  return out;
+}
+
+// value[(layer, family/what, grid, transform)] for one column.
+using Key = std::tuple<std::string, std::string, std::string, std::string>;
+std::map<Key, double> index(const std::vector<Row>& rows, size_t col) {
+  std::map<Key, double> m;
+  for (const auto& r : rows) m[{r.layer, r.family + "/" + r.what, r.grid, r.transform}] = r.v[col];
+  return m;
+}
+
+// Mean +- sd over layers of one (family/what, grid, transform).
+std::pair<double, double> over_layers(const std::map<Key, double>& m, const std::string& fw, const std::string& grid, const std::string& tr) {
+  std::vector<double> v;
+  for (const auto& [k, x] : m)
+    if (std::get<1>(k) == fw && std::get<2>(k) == grid && std::get<3>(k) == tr) v.push_back(x);
+  return mean_sd(v);
+}
+
+std::string pm(std::pair<double, double> v, const char* f = "%.2f") { return fmt(f, v.first) + " ± " + fmt(f, v.second); }
+
+std::string verdict(bool paper, bool ours) {
+  return std::string("paper: ") + (paper ? "yes" : "no") + ", ours: **" + (ours ? "yes" : "no") + "**" + (paper == ours ? " (agrees)" : " (disagrees)");
+}
+
+std::string figure_line(const std::string& figures, const std::string& name, const Figure& f, std::vector<std::string>& notes) {
+  if (figures.empty()) return "";
+  make_dirs(figures);
+  const std::string svg = figures + "/" + name + ".svg";
+  const std::string why = render_svg(f, svg);
+  if (!why.empty()) {
+    notes.push_back(name + ": " + why);
+    return "_(figure skipped: " + why + ")_\n\n";
+  }
+  return "![" + f.title + "](figures/" + name + ".svg)\n\n";
+}
+
+}  // namespace
+
+std::string report_analysis(const std::string& root, const std::string& tensors_h5, const std::vector<std::string>& chain_h5,
+                            const std::string& figures) {
+  toml::table paper = load_paper(root + "/reports/paper/analysis.toml");
+  if (!file_exists(tensors_h5)) throw Error("analysis: no tensor analysis at " + tensors_h5 + " (make reproduce-figure-4 creates it)");
+  std::vector<Row> tr = read_rows(tensors_h5, "tensors"), gr = read_rows(tensors_h5, "gemms");
+  auto ta = read_h5_string_attrs(tensors_h5);
+  auto sq = index(tr, 1), beff = index(tr, 3), gsq = index(gr, 0);
+  std::set<std::string> fams, gemm_keys, layers;
+  for (const auto& r : tr) fams.insert(r.family + "/" + r.what), layers.insert(r.layer);
+  for (const auto& r : gr) gemm_keys.insert(r.family + "/" + r.what);
+  std::vector<std::string> notes, sources;
+  sources.push_back(rel(tensors_h5) + " (from " + rel(ta["capture"]) + "; capture commit " + ta["capture_git_commit"] + ", " + ta["capture_device"] +
+                   "; analysis commit " + ta["git_commit"] + ", " + ta["device"] + ")");
+
+  std::ostringstream os;
+  os << "# Shrinkage-bias analysis: Figures 2, 4-7, 12 and the attenuation chain\n\n"
+     << "Operands captured from our own training run (" << rel(ta["capture"]) << "), " << layers.size()
+     << " linears; each tensor quantized by " << ta["spec"] << ". SQNR = -10 log10 NMSE (Eq. 7), Delta SQNR = SQNR(H16) - SQNR(I), "
+     << "B_eff = exp(H) / K over the K = 8 magnitude buckets including zero (Eq. 6). Values are means ± standard deviation over "
+     << "layers. Paper: " << paper["source"].value_or<std::string>("") << ".\n\n";
+
+  // ---- paper comparison ----
+  os << "## Our numbers beside the paper's\n\n| tensor | quantity | ours | paper |\n|---|---|---|---|\n";
+  auto prow = [&](const std::string& fw, const std::string& q, const std::string& ours, double p) {
+    os << "| " << fw << " | " << q << " | " << ours << " | " << (std::isnan(p) ? std::string("-") : fmt("%.3f", p)) << " |\n";
+  };
+  const std::string fc2 = "linear_fc2/fwd_x", fc1 = "linear_fc1/fwd_x";
+  auto P = [&](const char* t, const char* k) { return paper[t][k].value_or(NAN); };
+  for (const auto& [fw, t] : std::vector<std::pair<std::string, const char*>>{{fc2, "fc2_fwd_x"}, {fc1, "fc1_fwd_x"}}) {
+    prow(fw, "SQNR E2M1, I (dB)", pm(over_layers(sq, fw, "e2m1", "I")), P(t, "e2m1_I"));
+    prow(fw, "SQNR E2M1, H16 (dB)", pm(over_layers(sq, fw, "e2m1", "H16")), P(t, "e2m1_H16"));
+    prow(fw, "SQNR E1M2, I (dB)", pm(over_layers(sq, fw, "e1m2", "I")), P(t, "e1m2_I"));
+    prow(fw, "SQNR E1M2, H16 (dB)", pm(over_layers(sq, fw, "e1m2", "H16")), P(t, "e1m2_H16"));
+    for (const char* g : {"e2m1", "e1m2"}) {
+      const double d = over_layers(sq, fw, g, "H16").first - over_layers(sq, fw, g, "I").first;
+      prow(fw, std::string("Delta SQNR ") + g + " (dB)", fmt("%+.3f", d), P(t, (std::string("delta_") + g).c_str()));
+    }
+    for (const char* g : {"e2m1", "e1m2"}) {
+      prow(fw, std::string("B_eff ") + g + ", I", pm(over_layers(beff, fw, g, "I"), "%.3f"), std::string(g) == "e2m1" ? P(t, "beff_I") : NAN);
+      prow(fw, std::string("B_eff ") + g + ", H16", pm(over_layers(beff, fw, g, "H16"), "%.3f"), std::string(g) == "e2m1" ? P(t, "beff_H16") : NAN);
+    }
+  }
+  os << "\nThe paper's B_eff pair (0.56 -> 0.97) is shown beside our E2M1 buckets; the paper does not say which grid it counts.\n\n";
+
+  // ---- verdicts ----
+  auto m = [&](const std::string& fw, const char* g, const char* t) { return over_layers(sq, fw, g, t).first; };
+  os << "## Do the paper's directions hold on our tensors?\n\n";
+  os << "- linear_fc2/fwd_x, E2M1 loses SQNR under RHT: " << verdict(true, m(fc2, "e2m1", "H16") < m(fc2, "e2m1", "I")) << "\n";
+  os << "- linear_fc2/fwd_x, E1M2 gains SQNR under RHT: " << verdict(true, m(fc2, "e1m2", "H16") > m(fc2, "e1m2", "I")) << "\n";
+  os << "- linear_fc2/fwd_x, E2M1 above E1M2 without RHT and below it with RHT: "
+     << verdict(true, m(fc2, "e2m1", "I") > m(fc2, "e1m2", "I") && m(fc2, "e2m1", "H16") < m(fc2, "e1m2", "H16")) << "\n";
+  os << "- linear_fc2/fwd_x, RHT raises the bucket ratio: "
+     << verdict(true, over_layers(beff, fc2, "e2m1", "H16").first > over_layers(beff, fc2, "e2m1", "I").first) << "\n";
+  const double d1e = m(fc1, "e2m1", "H16") - m(fc1, "e2m1", "I"), d1u = m(fc1, "e1m2", "H16") - m(fc1, "e1m2", "I");
+  os << "- linear_fc1/fwd_x is well behaved (|Delta SQNR| < 0.1 dB for both grids): " << verdict(true, std::fabs(d1e) < 0.1 && std::fabs(d1u) < 0.1)
+     << " (ours " << fmt("%+.3f", d1e) << " / " << fmt("%+.3f", d1u) << " dB)\n";
+  {
+    const double de = over_layers(gsq, "linear_fc2/fwd_y", "e2m1", "H16").first - over_layers(gsq, "linear_fc2/fwd_y", "e2m1", "I").first;
+    os << "- E2M1 loses output SQNR on linear_fc2 FPROP under RHT: " << verdict(true, de < 0) << " (" << fmt("%+.3f", de) << " dB)\n";
+    int better = 0, total = 0;
+    for (const auto& k : gemm_keys) {
+      const double du = over_layers(gsq, k, "e1m2", "H16").first - over_layers(gsq, k, "e1m2", "I").first;
+      const double d2 = over_layers(gsq, k, "e2m1", "H16").first - over_layers(gsq, k, "e2m1", "I").first;
+      better += du > d2;
+      ++total;
+    }
+    os << "- E1M2 gains more from RHT than E2M1 on GEMM outputs: " << verdict(true, better * 2 > total) << " (" << better << " of " << total
+       << " family/GEMM pairs)\n\n";
+  }
+
+  // ---- Figure 2 ----
+  os << "## Figure 2: bucket-ratio change vs Delta SQNR\n\nEach point is one tensor of one layer.\n\n";
+  Figure f2;
+  f2.title = "Bucket ratio gain vs Delta SQNR (RHT-16)";
+  f2.xlabel = "B_eff(H16) - B_eff(I)";
+  f2.ylabel = "Delta SQNR (dB)";
+  os << "| grid | points | mean B_eff gain | mean Delta SQNR (dB) | correlation |\n|---|---|---|---|---|\n";
+  for (const char* g : {"e2m1", "e1m2"}) {
+    Series s;
+    s.title = g;
+    s.style = "points";
+    for (const auto& [k, v] : sq) {
+      if (std::get<2>(k) != g || std::get<3>(k) != "I") continue;
+      Key h = {std::get<0>(k), std::get<1>(k), g, "H16"};
+      s.x.push_back(beff[h] - beff[k]);
+      s.y.push_back(sq[h] - v);
+    }
+    double mx = mean_sd(s.x).first, my = mean_sd(s.y).first, sxy = 0, sxx = 0, syy = 0;
+    for (size_t i = 0; i < s.x.size(); ++i) sxy += (s.x[i] - mx) * (s.y[i] - my), sxx += (s.x[i] - mx) * (s.x[i] - mx), syy += (s.y[i] - my) * (s.y[i] - my);
+    os << "| " << g << " | " << s.x.size() << " | " << fmt("%+.3f", mx) << " | " << fmt("%+.3f", my) << " | " << fmt("%+.2f", sxy / std::sqrt(sxx * syy))
+       << " |\n";
+    f2.series.push_back(s);
+  }
+  os << "\n" << figure_line(figures, "analysis-figure2", f2, notes);
+
+  // ---- Figures 4, 5 (tensors) and 6, 7 (GEMMs) ----
+  auto bars = [&](const char* fig, const char* grid, const std::map<Key, double>& src, const std::set<std::string>& keys, const std::string& what) {
+    Figure f;
+    f.kind = Figure::Kind::kBars;
+    f.title = std::string("Figure ") + fig + ": " + what + " SQNR, " + grid + ", without / with RHT-16";
+    f.ylabel = "SQNR (dB)";
+    Series a, b;
+    a.title = "I";
+    b.title = "H16";
+    os << "## Figure " << fig << ": " << what << " SQNR, " << grid << "\n\n| tensor | SQNR I (dB) | SQNR H16 (dB) | Delta (dB) |\n|---|---|---|---|\n";
+    for (const auto& k : keys) {
+      auto i = over_layers(src, k, grid, "I"), h = over_layers(src, k, grid, "H16");
+      os << "| " << k << " | " << pm(i) << " | " << pm(h) << " | " << fmt("%+.3f", h.first - i.first) << " |\n";
+      f.categories.push_back(k);
+      a.y.push_back(i.first);
+      b.y.push_back(h.first);
+    }
+    f.series = {a, b};
+    f.extra = "set yrange [*:*]";
+    os << "\n" << figure_line(figures, std::string("analysis-figure") + fig, f, notes);
+  };
+  bars("4", "e2m1", sq, fams, "per-tensor");
+  bars("5", "e1m2", sq, fams, "per-tensor");
+  bars("6", "e2m1", gsq, gemm_keys, "per-GEMM output");
+  bars("7", "e1m2", gsq, gemm_keys, "per-GEMM output");
+
+  // ---- Figure 12 ----
+  os << "## Figure 12: Delta SQNR over layers and tensor families\n\n";
+  std::vector<std::string> lv(layers.begin(), layers.end());
+  std::sort(lv.begin(), lv.end(), [](const std::string& a, const std::string& b) {
+    auto num = [](const std::string& s) { size_t p = s.find_first_of("0123456789"); return p == std::string::npos ? -1 : std::atoi(s.c_str() + p); };
+    return num(a) != num(b) ? num(a) < num(b) : a < b;
+  });
+  // Rows: transformer blocks ("layers.N"), whatever sub-module holds the linear.
+  auto block_of = [](const std::string& l) {
+    size_t a = l.find('.');
+    size_t b = a == std::string::npos ? a : l.find('.', a + 1);
+    return b == std::string::npos ? l : l.substr(0, b);
+  };
+  std::vector<std::string> blocks;
+  for (const auto& l : lv)
+    if (std::find(blocks.begin(), blocks.end(), block_of(l)) == blocks.end()) blocks.push_back(block_of(l));
+  std::map<Key, double> by_block;  // (block, family/what, grid, transform)
+  for (const auto& [k, v] : sq) by_block[{block_of(std::get<0>(k)), std::get<1>(k), std::get<2>(k), std::get<3>(k)}] = v;
+  for (const char* g : {"e2m1", "e1m2"}) {
+    Figure f;
+    f.kind = Figure::Kind::kHeatmap;
+    f.title = std::string("Delta SQNR (dB), ") + g + ": blue = RHT helps";
+    f.categories.assign(fams.begin(), fams.end());
+    os << "| " << g << " | " ;
+    for (const auto& c : f.categories) os << c << " | ";
+    os << "\n|---|";
+    for (size_t i = 0; i < f.categories.size(); ++i) os << "---|";
+    os << "\n";
+    for (const auto& b : blocks) {
+      f.row_labels.push_back(b);
+      std::vector<double> row;
+      os << "| " << b << " | ";
+      for (const auto& c : f.categories) {
+        Key i = {b, c, g, "I"}, h = {b, c, g, "H16"};
+        double d = by_block.count(i) && by_block.count(h) ? by_block[h] - by_block[i] : NAN;
+        row.push_back(d);
+        os << fmt("%+.2f", d) << " | ";
+      }
+      f.matrix.push_back(row);
+      os << "\n";
+    }
+    os << "\n" << figure_line(figures, std::string("analysis-figure12-") + g, f, notes);
+  }
+
+  // ---- chain ----
+  os << "## Signal attenuation through stacked quantized GEMMs (Eq. 5)\n\n";
+  if (chain_h5.empty()) os << "No chain results given.\n\n";
+  for (const auto& c : chain_h5) {
+    if (!file_exists(c)) throw Error("analysis: no chain results at " + c + " (ufp4 analyze chain --out FILE)");
+    auto a = read_h5_string_attrs(c);
+    sources.push_back(rel(c) + " (commit " + a["git_commit"] + ", " + a["device"] + ")");
+    os << "Weights: " << a["weights"] << "; input: " << a["input"] << ". eta_K = projection of the quantized chain's output on the "
+       << "exact output after K GEMMs; predicted = exp(-sum delta_k), delta_k = 1 - alpha_x alpha_w.\n\n";
+    os << "| grid | A | K | eta_K (measured) | exp(-sum delta) (Eq. 5) |\n|---|---|---|---|---|\n";
+    std::map<std::string, double> last;
+    Figure f;
+    f.title = "Attenuation: measured eta_K (points) and Eq. 5 (lines)";
+    f.xlabel = "K (stacked GEMMs)";
+    f.ylabel = "eta_K";
+    for (const char* g : {"e2m1", "e1m2"})
+      for (const char* t : {"I", "H16"}) {
+        ArrayF32 d = read_h5_f32(c, std::string("chain/") + g + "/" + t);
+        const size_t n = static_cast<size_t>(d.shape[0]);
+        Series meas, pred;
+        meas.title = std::string(g) + " " + t + " measured";
+        meas.style = "points";
+        pred.title = std::string(g) + " " + t + " Eq. 5";
+        pred.style = "lines";
+        for (size_t i = 0; i < n; ++i) {
+          meas.x.push_back(d.data[i * 4]), meas.y.push_back(d.data[i * 4 + 1]);
+          pred.x.push_back(d.data[i * 4]), pred.y.push_back(d.data[i * 4 + 2]);
+        }
+        os << "| " << g << " | " << t << " | " << n << " | " << fmt("%.4f", meas.y.back()) << " | " << fmt("%.4f", pred.y.back()) << " |\n";
+        last[std::string(g) + t] = meas.y.back();
+        f.series.push_back(meas);
+        f.series.push_back(pred);
+      }
+    os << "\n- E2M1 attenuates faster than E1M2 (lower eta_K, no RHT): **" << (last["e2m1I"] < last["e1m2I"] ? "yes" : "no") << "** ("
+       << fmt("%.4f", last["e2m1I"]) << " vs " << fmt("%.4f", last["e1m2I"]) << ")\n";
+    os << "- RHT amplifies E2M1's attenuation: **" << (last["e2m1H16"] < last["e2m1I"] ? "yes" : "no") << "** (" << fmt("%.4f", last["e2m1H16"])
+       << " vs " << fmt("%.4f", last["e2m1I"]) << ")\n\n";
+    std::string stem = c.substr(c.rfind('/') + 1);
+    stem = stem.substr(0, stem.rfind('.'));
+    os << figure_line(figures, "analysis-" + stem, f, notes);
+  }
+  for (const auto& n : notes) os << "- note: " << n << "\n";
+  std::string cmd = "build/ufp4 report analysis --tensors " + rel(tensors_h5);
+  for (const auto& c : chain_h5) cmd += " --chain " + rel(c);
+  os << footer(cmd, sources);
+  return os.str();
+}
+
+}  // namespace ufp4

@@ -1,0 +1,429 @@
+// Benchmark report (Figure 11 and the training-step targets) from `ufp4 bench` output.
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <sstream>
+
+#include "common/error.h"
+#include "common/fs.h"
+#include "harness/io/array_io.h"
+#include "harness/report/plot.h"
+#include "harness/report/report.h"
+
+namespace ufp4 {
+
+namespace {
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string t;
+  while (std::getline(ss, t, sep)) out.push_back(t);
+  return out;
+}
+
+struct KRow {
+  std::string kind, grid, rounding, layout, shape;
+  int64_t rows = 0, cols = 0;
+  double us = NAN, sd = NAN, bytes = 0;
+};
+
+std::vector<KRow> load_kernels(const std::string& path) {
+  const auto names = split(read_h5_string_attrs(path, "kernels/time_us")["names"], '\n');
+  const ArrayF32 t = read_h5_f32(path, "kernels/time_us"), sd = read_h5_f32(path, "kernels/time_us_sd"),
+                 b = read_h5_f32(path, "kernels/bytes");
+  std::vector<KRow> v;
+  for (size_t i = 0; i < names.size() && i < t.data.size(); ++i) {
+    const auto f = split(names[i], '/');
+    KRow r;
+    if (f.size() == 2 && f[0] == "copy") r.kind = "copy";
+    else if (f.size() == 6 && f[0] == "quantize") { r.kind = f[1]; r.grid = f[2]; r.rounding = f[3]; r.layout = f[4]; }
+    else continue;
+    r.shape = f.back();
+    const auto d = split(r.shape, 'x');
+    if (d.size() != 2) continue;
+    r.rows = std::stoll(d[0]);
+    r.cols = std::stoll(d[1]);
+    r.us = t.data[i];
+    r.sd = sd.data[i];
+    r.bytes = b.data[i];
+    v.push_back(r);
+  }
+  if (v.empty()) throw Error(path + ": no kernel benchmarks in kernels/time_us");
+  return v;
+}
+
+struct SRow {
+  std::string model, impl, recipe, note;
+  double ms = NAN, sd = NAN, tps = NAN, mfu = NAN, mem = NAN;
+  int64_t batch = 0, seq = 0, steps = 0;
+};
+
+std::vector<SRow> load_steps(const std::string& path) {
+  const auto rows = split(read_h5_string_attrs(path, "step/step_ms")["rows"], '\n');
+  const ArrayF32 ms = read_h5_f32(path, "step/step_ms"), sd = read_h5_f32(path, "step/step_ms_sd"),
+                 tps = read_h5_f32(path, "step/tokens_per_s"), mfu = read_h5_f32(path, "step/mfu"),
+                 mem = read_h5_f32(path, "step/peak_memory_gb"), batch = read_h5_f32(path, "step/batch"),
+                 seq = read_h5_f32(path, "step/seq_len"), steps = read_h5_f32(path, "step/steps");
+  std::vector<SRow> v;
+  for (size_t i = 0; i < rows.size() && i < ms.data.size(); ++i) {
+    const auto f = split(rows[i], '|');
+    if (f.size() < 3) continue;
+    SRow r;
+    r.model = f[0]; r.impl = f[1]; r.recipe = f[2]; r.note = f.size() > 3 ? f[3] : "";
+    r.ms = ms.data[i]; r.sd = sd.data[i]; r.tps = tps.data[i]; r.mfu = mfu.data[i]; r.mem = mem.data[i];
+    r.batch = static_cast<int64_t>(batch.data[i]); r.seq = static_cast<int64_t>(seq.data[i]); r.steps = static_cast<int64_t>(steps.data[i]);
+    v.push_back(r);
+  }
+  return v;
+}
+
+std::string verdict(bool ok) { return ok ? "**met**" : "**not met**"; }
+
+// The figures the report takes from one Nsight Compute log (ncu-<kernel name>_<R>x<C>.log).
+struct NcuStats {
+  double us = NAN, dram = NAN, sm = NAN, regs = NAN, occupancy = NAN, cycles_per_issue = NAN, instr_per_elem = NAN;
+  double issue_use = NAN;  // warp instructions per scheduler per active cycle
+  double active = NAN;     // SM active cycles / elapsed cycles (1 - the tail's idle share)
+};
+
+NcuStats load_ncu(const std::string& path, const std::string& name) {
+  const std::string text = read_text_file(path);
+  auto metric = [&](const std::string& key) {
+    const auto at = text.find(key);
+    if (at == std::string::npos) return static_cast<double>(NAN);
+    std::string line = text.substr(at, text.find('\n', at) - at);
+    std::string num = line.substr(line.find_last_of(' ') + 1);
+    num.erase(std::remove(num.begin(), num.end(), ','), num.end());
+    try { return std::stod(num); } catch (...) { return static_cast<double>(NAN); }
+  };
+  const auto d = split(name.substr(name.rfind('_') + 1), 'x');
+  const double elems = d.size() == 2 ? std::stod(d[0]) * std::stod(d[1]) : NAN;
+  NcuStats s;
+  s.us = metric("Duration");
+  s.dram = metric("DRAM Throughput");
+  s.sm = metric("Compute (SM) Throughput");
+  s.regs = metric("Registers Per Thread");
+  s.occupancy = metric("Achieved Occupancy");
+  s.cycles_per_issue = metric("Warp Cycles Per Issued Instruction");
+  const double instr = metric("  Executed Instructions "), active = metric("SM Active Cycles"), sms = metric("# SMs");
+  s.instr_per_elem = instr * 32 / elems;  // warp instructions x 32 lanes
+  s.issue_use = instr / (4 * sms) / active;  // four schedulers an SM
+  s.active = active / metric("Elapsed Cycles");
+  return s;
+}
+
+std::string provenance_line(const std::string& path) {
+  auto a = read_h5_string_attrs(path);
+  return rel(path) + ": " + a["device"] + ", commit " + a["git_commit"] + ", torch " + a["torch"] + ", CUDA " + a["cuda"] + ", " +
+         a["utc"];
+}
+
+// "## Targets not met": for each failed bar, the measured facts behind it and what would close it.
+std::string unmet_section(bool bw, bool fs, bool uf, bool sr, const std::map<std::string, std::pair<double, std::string>>& sr_worst,
+                          const std::map<std::string, NcuStats>& ncu, const std::vector<std::string>& unmet_step,
+                          const std::map<std::string, std::map<std::string, double>>& recipe_ms, const std::map<std::string, double>& bf16_ms,
+                          const std::map<std::string, double>& ref_ms, const std::map<std::string, double>& libtorch_ops_ms,
+                          const std::string& tune_log, const std::string& experiments_log) {
+  std::vector<std::string> ref_unmet;
+  for (const auto& kv : bf16_ms)
+    if (ref_ms.count(kv.first) && kv.second > ref_ms.at(kv.first)) ref_unmet.push_back(kv.first);
+  if (!bw && !fs && !uf && !sr && unmet_step.empty() && ref_unmet.empty()) return "";
+  std::ostringstream md;
+  md << "## Targets not met: where the time goes and what would close it\n\n";
+  // The four fused E2M1 kernels of the profiled shape, when Nsight Compute saw them all.
+  std::string shape;
+  for (const auto& kv : ncu)
+    if (kv.first.rfind("quantize_fused_e2m1_sr_col_", 0) == 0) shape = kv.first.substr(std::string("quantize_fused_e2m1_sr_col_").size());
+  auto stats = [&](const char* rounding, const char* layout) -> const NcuStats* {
+    auto it = ncu.find(std::string("quantize_fused_e2m1_") + rounding + "_" + layout + "_" + shape);
+    return it == ncu.end() ? nullptr : &it->second;
+  };
+  const NcuStats *rr = stats("rtne", "row"), *sr_r = stats("sr", "row"), *rc = stats("rtne", "col"), *sc = stats("sr", "col");
+  if (sr) {
+    md << "### SR throughput / RTNE throughput\n\nRowwise worst " << fmt("%.1f%%", 100 * sr_worst.at("row").first) << " ("
+       << sr_worst.at("row").second << "), columnwise worst " << fmt("%.1f%%", 100 * sr_worst.at("col").first) << " ("
+       << sr_worst.at("col").second << ").";
+    if (rr && sr_r && rc && sc) {
+      md << "\n\n| E2M1, " << shape << " | µs | instructions per element | issue slots used | SM active share | warp cycles per issue "
+         << "| achieved occupancy | registers | SM throughput | DRAM throughput |\n|---|---|---|---|---|---|---|---|---|---|\n";
+      for (auto k : {std::make_pair("RTNE rowwise", rr), std::make_pair("SR rowwise", sr_r), std::make_pair("RTNE columnwise", rc),
+                     std::make_pair("SR columnwise", sc)})
+        md << "| " << k.first << " | " << fmt("%.1f", k.second->us) << " | " << fmt("%.1f", k.second->instr_per_elem) << " | "
+           << fmt("%.0f%%", 100 * k.second->issue_use) << " | " << fmt("%.1f%%", 100 * k.second->active) << " | "
+           << fmt("%.2f", k.second->cycles_per_issue) << " | " << fmt("%.1f%%", k.second->occupancy) << " | " << fmt("%.0f", k.second->regs)
+           << " | " << fmt("%.1f%%", k.second->sm) << " | " << fmt("%.1f%%", k.second->dram) << " |\n";
+      // time ~ instructions / (issue use x active share): the three factors of SR columnwise against RTNE columnwise.
+      const double f_instr = rc->instr_per_elem / sc->instr_per_elem, f_issue = sc->issue_use / rc->issue_use,
+                   f_active = sc->active / rc->active;
+      md << "\nWhile SM throughput exceeds DRAM throughput the kernels are issue-bound: time follows instructions executed "
+         << "over the share of issue slots used while active and the share of the run the SMs are active (the last wave's "
+         << "idle tail). SR adds one Philox4x32-10 call per 16 elements (10 rounds of two wide 32-bit multiplies and two "
+         << "three-input XORs: about 2.5 instructions an element) and the rounding in the float's low bits: rowwise SR "
+         << "executes " << fmt("%+.1f", sr_r->instr_per_elem - rr->instr_per_elem) << " instructions an element over rowwise "
+         << "RTNE, columnwise SR " << fmt("%+.1f", sc->instr_per_elem - rc->instr_per_elem) << " over columnwise RTNE. Columnwise "
+         << "SR against columnwise RTNE, as throughput factors: instructions " << fmt("%.3f", f_instr) << ", issue use "
+         << fmt("%.3f", f_issue) << ", active share " << fmt("%.3f", f_active) << "; product " << fmt("%.3f", f_instr * f_issue * f_active)
+         << " (Nsight Compute's clocks; the table above times the kernels without a profiler).\n\nWhat would close it: ";
+      const double need = 0.9 / (f_issue * f_active);  // the instruction factor that would reach 90% at these rates
+      if (f_instr < need)
+        md << "the columnwise SR kernel at " << fmt("%.1f", rc->instr_per_elem / need) << " instructions an element or fewer at "
+           << "these rates (" << fmt("%.1f", sc->instr_per_elem) << " now). Gathering a column pair (a 4-byte load and its "
+           << "address a row) costs " << fmt("%+.1f", sc->instr_per_elem - sr_r->instr_per_elem) << " instructions an "
+           << "element over rowwise SR, which loads 16-byte pieces of its chunks. ";
+      if (f_active < 0.995)
+        md << "A shorter tail: its blocks walk two row tiles each, so the last wave idles longer than RTNE's (a grid "
+           << "whose blocks walked tiles until the work ran out lost more to DRAM locality: logs/col-sr-experiments.log). ";
+      if (f_issue < 0.995)
+        md << "A higher issue rate: more resident warps (" << fmt("%.0f", sc->regs) << " registers a thread now) without "
+           << "spilling, or more independent work per warp to cover its loads (only the Philox draws run while they are in "
+           << "flight). ";
+      md << "\n\n";
+      if (!tune_log.empty())
+        md << "The columnwise SR kernel's compile-time knobs swept with `tools/tune-hot.sh` (blocks an SM, which caps "
+           << "registers: 80 at 6, 72 at 7, 64 at 8, 48 at 10; the other fields as each sweep's header says), SR / RTNE per shape:\n\n```\n"
+           << tune_log << (tune_log.back() == '\n' ? "" : "\n") << "```\n\n";
+      if (!experiments_log.empty())
+        md << "Designs of the columnwise SR kernel tried on other leases, each measured against the others in the same run "
+           << "(`logs/col-sr-experiments.log`; its second round found the kernel above):\n\n```\n"
+           << experiments_log << (experiments_log.back() == '\n' ? "" : "\n") << "```\n\n";
+    } else {
+      md << " Nsight Compute logs of the four fused E2M1 kernels of one shape (tools/gpu-bench.sh) show where the time goes.\n\n";
+    }
+  }
+  if (bw || fs || uf) {
+    md << "### Fused kernel bandwidth and latency\n\n";
+    if (bw) md << "- Fused / copy bandwidth under 80%: the per-shape table shows which shapes; Nsight Compute's DRAM throughput "
+               << "of the fused kernels says how far from the memory ceiling they run. More bytes in flight per SM (wider or "
+               << "deeper loads) would close it where DRAM throughput is low, fewer instructions where SM throughput is high.\n";
+    if (fs) md << "- Fused / standalone over 1.03: the RHT's 64 additions per 16 elements are hidden only while the kernel "
+               << "waits on memory; an issue-bound fused kernel pays them. Fewer instructions an element (signs and scale folded "
+               << "into the butterflies, as now) or more memory parallelism would close it.\n";
+    if (uf) md << "- Unfused / fused under 1.6: the unfused path's extra traffic (a BF16 temporary written and read) is what "
+               << "the fusion saves; a ratio under 1.6 means the fused kernel is far from the bandwidth the unfused pair reaches.\n";
+    md << "\n";
+  }
+  for (const auto& m : unmet_step) {
+    const auto& r = recipe_ms.at(m);
+    auto ms = [&](const char* k) { return r.count(k) ? r.at(k) : NAN; };
+    md << "### ufp4 step / bf16 step, " << m << "\n\nufp4 " << fmt("%.2f", ms("ufp4")) << " ms, bf16 " << fmt("%.2f", ms("bf16")) << " ms";
+    if (r.count("ufp4_rht_none")) md << "; without the RHT " << fmt("%.2f", ms("ufp4_rht_none")) << " ms";
+    if (r.count("ufp4_no_sr")) md << "; without SR " << fmt("%.2f", ms("ufp4_no_sr")) << " ms";
+    md << ". What would close it: the quantization kernels of the GEMM operands (Figure 11) are the difference; "
+       << "quantizing each operand once for the GEMMs that share it, or fusing it into the producer's epilogue, removes "
+       << "passes over the activations.\n\n";
+  }
+  for (const auto& m : ref_unmet) {
+    md << "### bf16 step / PyTorch eager step, " << m << "\n\nOurs " << fmt("%.2f", bf16_ms.at(m)) << " ms, eager "
+       << fmt("%.2f", ref_ms.at(m)) << " ms.";
+    if (libtorch_ops_ms.count(m))
+      md << " Without the fused RMSNorm, SwiGLU and loss kernels ours takes " << fmt("%.2f", libtorch_ops_ms.at(m)) << " ms.";
+    md << " Both launch the same cuBLAS GEMMs, flash attention and fused AdamW; the rest of a step is memory-bound "
+       << "elementwise work that LibTorch composes from many passes over the activations (an RMSNorm is a chain of eight "
+       << "operations forward, each a pass over FP32 or BF16 activations, and their gradients backward; the loss "
+       << "materializes FP32 copies of the logits over the whole vocabulary). What would close it: single-pass kernels for "
+       << "those chains — "
+       << (libtorch_ops_ms.count(m) ? "beyond RMSNorm, SwiGLU and the loss, RoPE and the residual adds.\n\n"
+                                    : "RMSNorm and the loss first, then SwiGLU's gate and RoPE.\n\n");
+  }
+  return md.str();
+}
+
+}  // namespace
+
+std::string report_bench(const std::string& root, const std::string& dir, const std::string& figures) {
+  const std::string kpath = dir + "/kernels.h5", spath = dir + "/step.h5";
+  if (!file_exists(kpath) && !file_exists(spath))
+    throw Error("report bench: no kernels.h5 or step.h5 in " + dir + " (run `ufp4 bench all --out-dir " + rel(dir) + "` on a GPU)");
+  const toml::table paper = load_paper(root + "/reports/paper/figure11.toml");
+  const double big = paper["large_bytes"].value_or(64.0 * 1024 * 1024);
+  std::ostringstream md;
+  md << "# Kernel and training-step benchmarks (paper Figure 11)\n\n"
+     << "Every ratio compares timings measured in the same command on the same GPU. Kernel times are the median over "
+     << "repetitions of CUDA-event times of the launches alone, with L2 flushed before each repeat; BF16 input, BF16 "
+     << "dequantized output (what the training path feeds its GEMMs), FP32 1x16 scales. `standalone`: quantization "
+     << "without RHT; `fused`: RHT-16 inside the quantizer; `unfused`: an RHT kernel writes a BF16 temporary that the "
+     << "quantizer reads. Bandwidth counts bytes read + written; the copy is a device-to-device copy of the same bytes.\n\n";
+  std::vector<std::string> sources;
+  std::ostringstream targets;
+  // What the "not met" section needs: which bars failed and the facts behind them.
+  bool unmet_bw = false, unmet_fs = false, unmet_uf = false, unmet_sr = false;
+  std::map<std::string, std::pair<double, std::string>> sr_worst = {{"row", {1e9, ""}}, {"col", {1e9, ""}}};
+  std::vector<std::string> unmet_step;  // dense models over the ufp4 / bf16 bar
+  std::map<std::string, double> bf16_ms, ref_ms, libtorch_ops_ms;
+  std::map<std::string, std::map<std::string, double>> nondet_ms;  // model -> recipe -> ms without deterministic mode
+  std::map<std::string, std::map<std::string, double>> recipe_ms;  // model -> recipe -> ms (our rows)
+  targets << "## Targets\n\n| target | bar | measured | verdict |\n|---|---|---|---|\n";
+
+  if (file_exists(kpath)) {
+    const auto rows = load_kernels(kpath);
+    sources.push_back(provenance_line(kpath));
+    std::map<std::string, double> copy_us;
+    std::map<std::string, const KRow*> by;
+    for (const auto& r : rows) {
+      if (r.kind == "copy") copy_us[r.shape] = r.us;
+      else by[r.kind + "/" + r.grid + "/" + r.rounding + "/" + r.layout + "/" + r.shape] = &r;
+    }
+    std::vector<std::string> shapes;
+    for (const auto& r : rows)
+      if (r.kind == "copy") shapes.push_back(r.shape);
+    // Worst cases over the large shapes.
+    double worst_bw = 1e9, worst_fs = 0, worst_uf = 1e9, worst_sr = 1e9;
+    std::string at_bw, at_fs, at_uf, at_sr;
+    std::ostringstream table;
+    table << "## Figure 11: per shape\n\n| shape | grid | rounding | layout | standalone µs | fused µs | unfused µs | fused TB/s | "
+             "fused / copy BW | fused / standalone | unfused / fused |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
+    Figure fig;
+    fig.kind = Figure::Kind::kBars;
+    fig.title = "Fused RHT-16 + quantize + dequantize, bandwidth as a fraction of the copy (E2M1, RTNE)";
+    fig.ylabel = "fraction of copy bandwidth";
+    Series frow{"rowwise", {}, {}, "histograms"}, fcol{"columnwise", {}, {}, "histograms"};
+    for (const auto& sh : shapes) {
+      const double cu = copy_us[sh];
+      for (const char* grid : {"e2m1", "e1m2"})
+        for (const char* rounding : {"rtne", "sr"})
+          for (const char* layout : {"row", "col"}) {
+            const std::string key = std::string(grid) + "/" + rounding + "/" + layout + "/" + sh;
+            auto s = by.find("standalone/" + key), f = by.find("fused/" + key), u = by.find("unfused/" + key);
+            if (s == by.end() || f == by.end() || u == by.end()) continue;
+            const KRow &S = *s->second, &F = *f->second, &U = *u->second;
+            const double bw = F.bytes / (F.us * 1e-6), frac = cu / F.us, fs = F.us / S.us, uf = U.us / F.us;
+            table << "| " << sh << " | " << grid << " | " << rounding << " | " << layout << " | " << fmt("%.1f", S.us) << " | "
+                  << fmt("%.1f", F.us) << " | " << fmt("%.1f", U.us) << " | " << fmt("%.2f", bw * 1e-12) << " | "
+                  << fmt("%.0f%%", 100 * frac) << " | " << fmt("%.3f", fs) << " | " << fmt("%.2f", uf) << " |\n";
+            if (std::string(grid) == "e2m1" && std::string(rounding) == "rtne") {
+              if (std::string(layout) == "row") { fig.categories.push_back(sh); frow.y.push_back(frac); }
+              else fcol.y.push_back(frac);
+            }
+            const std::string where = sh + " " + grid + " " + rounding + " " + layout;
+            if (F.bytes / 2 < big) continue;  // the bars apply to inputs of >= 64 MiB (BF16 in + out: input bytes = bytes / 2)
+            if (std::string(rounding) == "rtne" && frac < worst_bw) { worst_bw = frac; at_bw = where; }
+            if (fs > worst_fs) { worst_fs = fs; at_fs = where; }
+            if (uf < worst_uf) { worst_uf = uf; at_uf = where; }
+            if (std::string(rounding) == "sr") {
+              auto rt = by.find("fused/" + std::string(grid) + "/rtne/" + layout + "/" + sh);
+              if (rt != by.end()) {
+                const double ratio = rt->second->us / F.us;  // throughput SR / RTNE
+                if (ratio < worst_sr) { worst_sr = ratio; at_sr = sh + " " + grid + " " + layout; }
+                auto& w = sr_worst[layout];
+                if (ratio < w.first) w = {ratio, sh + " " + grid};
+              }
+            }
+          }
+    }
+    fig.series = {frow, fcol};
+    const double p_fs = paper["fused_over_standalone_sm90"].value_or(NAN), p_uf = paper["unfused_over_fused_sm90"].value_or(NAN);
+    if (worst_bw < 1e9) {
+      unmet_bw = worst_bw < 0.80;
+      unmet_fs = worst_fs > 1.03;
+      unmet_uf = worst_uf < 1.6;
+      unmet_sr = worst_sr < 0.90;
+      targets << "| fused RHT-16 + quantize + dequantize, RTNE, rowwise and columnwise, >= 64 MiB | >= 80% of copy bandwidth | worst "
+              << fmt("%.0f%%", 100 * worst_bw) << " (" << at_bw << ") | " << verdict(worst_bw >= 0.80) << " |\n";
+      targets << "| fused / standalone latency, >= 64 MiB | <= 1.03 (paper SM90: " << fmt("%.2f", p_fs) << ") | worst "
+              << fmt("%.3f", worst_fs) << " (" << at_fs << ") | " << verdict(worst_fs <= 1.03) << " |\n";
+      targets << "| unfused / fused latency, >= 64 MiB | >= 1.6 (paper SM90: " << fmt("%.2f", p_uf) << ") | worst "
+              << fmt("%.2f", worst_uf) << " (" << at_uf << ") | " << verdict(worst_uf >= 1.6) << " |\n";
+      targets << "| SR throughput / RTNE throughput (fused), >= 64 MiB | >= 90% | worst " << fmt("%.1f%%", 100 * worst_sr) << " ("
+              << at_sr << ") | " << verdict(worst_sr >= 0.90) << " |\n";
+    }
+    std::ostringstream copies;
+    copies << "\nDevice-to-device copy (the bandwidth ceiling, same bytes):";
+    for (const auto& sh : shapes) {
+      const auto it = std::find_if(rows.begin(), rows.end(), [&](const KRow& r) { return r.kind == "copy" && r.shape == sh; });
+      copies << " " << sh << " " << fmt("%.2f", it->bytes / (it->us * 1e-6) * 1e-12) << " TB/s;";
+    }
+    md << "@@TARGETS@@" << table.str() << copies.str() << "\n\n" << figure_markdown(figures, "figure11_bandwidth", fig);
+    md << "Paper (Figure 11, shapes not listed): fused / standalone " << fmt("%.2f", p_fs) << " on SM90, "
+       << fmt("%.2f", paper["fused_over_standalone_sm100"].value_or(NAN)) << " on SM100; unfused / fused " << fmt("%.2f", p_uf)
+       << " on SM90, " << fmt("%.2f", paper["unfused_over_fused_sm100"].value_or(NAN)) << " on SM100.\n\n";
+  }
+
+  if (file_exists(spath)) {
+    const auto rows = load_steps(spath);
+    sources.push_back(provenance_line(spath));
+    md << "## Training step\n\nForward + backward + gradient clipping + AdamW on FP32 master weights, BF16 activations, "
+       << "fixed random tokens; median of the timed steps after warm-up (CUDA events). MFU: model FLOPs per token (ours, "
+       << "attention included) x tokens/s over the " << fmt("%.1f", read_h5_double_attr(spath, "mfu_peak_flops") * 1e-12)
+       << " TFLOP/s dense BF16 peak (the benchmark file's `mfu_peak_flops`). The PyTorch rows run "
+       << "`harness/bench/reference_step.py`: the same BF16 model in plain eager PyTorch (autocast), fused or foreach AdamW. "
+       << "`ufp4-libtorch-ops`: our step with RMSNorm, SwiGLU and the loss as LibTorch compositions instead of the fused kernels "
+       << "(`models/fused_ops.h`), what the fusion buys. `ufp4` rows run in deterministic mode, as training does "
+       << "(`harness/train/determinism.h`); `ufp4-nondeterministic` rows time the same step without it, in the same process.\n\n"
+       << "| model | implementation | recipe | batch x seq | step ms (sd) | tokens/s | MFU | peak GB | vs own bf16 |\n"
+       << "|---|---|---|---|---|---|---|---|---|\n";
+    for (const auto& r : rows) {
+      if (r.impl == "ufp4") recipe_ms[r.model][r.recipe] = r.ms;
+      if (r.impl == "ufp4-libtorch-ops" && r.recipe == "bf16") libtorch_ops_ms[r.model] = r.ms;
+      if (r.impl == "ufp4-nondeterministic") nondet_ms[r.model][r.recipe] = r.ms;
+      if (r.impl == "ufp4" && r.recipe == "bf16") bf16_ms[r.model] = r.ms;
+      if (r.impl.rfind("pytorch-eager", 0) == 0) ref_ms[r.model] = ref_ms.count(r.model) ? std::min(ref_ms[r.model], r.ms) : r.ms;
+    }
+    for (const auto& r : rows) {
+      const double base = bf16_ms.count(r.model) ? bf16_ms[r.model] : NAN;
+      md << "| " << r.model << " | " << r.impl << " | " << r.recipe << " | " << r.batch << " x " << r.seq << " | " << fmt("%.2f", r.ms)
+         << " (" << fmt("%.2f", r.sd) << ") | " << fmt("%.0f", r.tps) << " | " << fmt("%.1f%%", 100 * r.mfu) << " | "
+         << fmt("%.1f", r.mem) << " | " << fmt("%.3f", r.ms / base) << " |\n";
+    }
+    for (const auto& r : rows)
+      if (!r.note.empty()) { md << "\nReference: " << r.note << ".\n"; break; }
+    md << "\n";
+    for (const auto& kv : bf16_ms) {
+      for (const auto& r : rows)
+        if (r.model == kv.first && r.impl == "ufp4" && r.recipe == "ufp4") {
+          const double ratio = r.ms / kv.second;
+          targets << "| ufp4 step / bf16 step, " << kv.first << " | <= 1.20 | " << fmt("%.3f", ratio) << " | "
+                  << (kv.first.rfind("dense", 0) == 0 ? verdict(ratio <= 1.20) : "(MoE: reported)") << " |\n";
+          if (kv.first.rfind("dense", 0) == 0 && ratio > 1.20) unmet_step.push_back(kv.first);
+        }
+      for (const auto& nd : nondet_ms[kv.first]) {
+        const double det = recipe_ms[kv.first][nd.first], ratio = det / nd.second;
+        targets << "| deterministic / non-deterministic step, " << kv.first << ", " << nd.first << " | <= 1.05 | " << fmt("%.3f", ratio)
+                << " | " << (kv.first.rfind("dense", 0) == 0 ? verdict(ratio <= 1.05) : "(MoE: reported)") << " |\n";
+      }
+      if (ref_ms.count(kv.first)) {
+        const double ratio = kv.second / ref_ms[kv.first];
+        targets << "| bf16 step / PyTorch eager step (faster optimizer variant), " << kv.first << " | <= 1.0 | " << fmt("%.3f", ratio)
+                << " | " << verdict(ratio <= 1.0) << " |\n";
+      }
+    }
+  }
+  // Profile evidence: Nsight Compute logs beside the results (tools/gpu-bench.sh writes them).
+  std::vector<std::string> logs;
+  std::map<std::string, NcuStats> ncu;  // by kernel name (quantize_fused_<grid>_<rounding>_<layout>_<shape>)
+  if (is_dir(dir + "/ncu")) walk_files(dir + "/ncu", ".log", logs);
+  std::sort(logs.begin(), logs.end());
+  if (!logs.empty()) {
+    md << "## Where the kernel time goes (Nsight Compute)\n\n| kernel | duration µs | DRAM throughput | SM throughput | registers | "
+          "achieved occupancy | warp cycles per issue | instructions per element |\n|---|---|---|---|---|---|---|---|\n";
+    for (const auto& f : logs) {
+      std::string name = f.substr(f.rfind('/') + 1);
+      name = name.substr(4, name.size() - 8);  // ncu-<name>.log
+      const NcuStats n = ncu[name] = load_ncu(f, name);
+      md << "| " << name << " | " << fmt("%.1f", n.us) << " | " << fmt("%.1f%%", n.dram) << " | " << fmt("%.1f%%", n.sm) << " | "
+         << fmt("%.0f", n.regs) << " | " << fmt("%.1f%%", n.occupancy) << " | " << fmt("%.2f", n.cycles_per_issue) << " | "
+         << fmt("%.0f", n.instr_per_elem) << " |\n";
+      sources.push_back(rel(f));
+    }
+    md << "\n";
+  }
+  // Optional logs beside the results, shown verbatim and listed as sources.
+  auto optional_log = [&](const std::string& name) {
+    const std::string path = dir + "/logs/" + name;
+    const std::string text = file_exists(path) ? read_text_file(path) : "";
+    if (!text.empty()) sources.push_back(rel(path));
+    return text;
+  };
+  const std::string tune_log = optional_log("tune-hot.log");
+  const std::string experiments_log = optional_log("col-sr-experiments.log");
+  md << unmet_section(unmet_bw, unmet_fs, unmet_uf, unmet_sr, sr_worst, ncu, unmet_step, recipe_ms, bf16_ms, ref_ms, libtorch_ops_ms,
+                      tune_log, experiments_log);
+  std::string out = md.str();
+  const auto at = out.find("@@TARGETS@@");
+  const std::string t = targets.str() + "\n";
+  if (at != std::string::npos) out.replace(at, 11, t);
+  else out += t;
+  return out + footer("build/ufp4 report bench --results " + rel(dir), sources);
+}
+
+}  // namespace ufp4

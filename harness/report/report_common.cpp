@@ -1,0 +1,91 @@
+// Pieces shared by the report renderers.
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "common/error.h"
+#include "common/fs.h"
+#include "harness/io/array_io.h"
+#include "harness/io/provenance.h"
+#include "harness/io/run_results.h"
+#include "harness/report/plot.h"
+#include "harness/report/report.h"
+
+namespace ufp4 {
+
+toml::table load_paper(const std::string& path) {
+  try {
+    return toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    throw Error(path + ":" + std::to_string(e.source().begin.line) + ": " + std::string(e.description()));
+  } catch (const std::exception&) {
+    throw Error(path + ": cannot read the paper's numbers");
+  }
+}
+
+// Lower case, no parentheses, without the filler words "only" and "uniform".
+std::string rel(const std::string& p) {
+  const std::string root = std::string(UFP4_SOURCE_DIR) + "/";
+  return p.rfind(root, 0) == 0 ? p.substr(root.size()) : p;
+}
+
+std::string footer(const std::string& command, const std::vector<std::string>& sources) {
+  std::ostringstream os;
+  os << "\n## Provenance\n\n- rendered by ufp4 " << version() << " (commit " << git_commit() << ") at " << utc_now() << "\n";
+  for (const auto& s : sources) os << "- " << s << "\n";
+  os << "- regenerate: `" << command << "`\n";
+  return os.str();
+}
+
+RunSummary summarize(const std::string& path, int64_t k) {
+  const RunResults res = read_run_results(path);
+  RunSummary r;
+  r.name = res.run_name;
+  r.path = path;
+  r.recipe = res.recipe;
+  r.model = res.model;
+  r.commit = res.attr("git_commit");
+  r.device = res.attr("device");
+  // The curve as FP32, as the reports have always averaged it.
+  r.loss.assign(res.curves.loss.begin(), res.curves.loss.end());
+  for (double& v : r.loss) v = static_cast<float>(v);
+  r.steps = static_cast<int64_t>(r.loss.size());
+  r.k = std::min<int64_t>(k, r.steps);
+  double s = 0;
+  for (int64_t i = r.steps - r.k; i < r.steps; ++i) s += static_cast<float>(r.loss[static_cast<size_t>(i)]);
+  r.tail_mean = s / static_cast<double>(r.k);
+  r.final_eval = res.final_eval_loss;
+  r.seed = res.seed;
+  if (!std::isnan(res.epochs)) r.epochs = res.epochs;  // NaN: results written before runs knew their epochs
+  return r;
+}
+
+std::string regenerate_command(const std::string& name, const std::vector<std::string>& dirs) {
+  std::string cmd = "build/ufp4 report " + name;
+  for (const auto& d : dirs) cmd += " --results " + rel(d);
+  return cmd;
+}
+
+std::string fmt(const char* printf_format, double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, printf_format, v);
+  return b;
+}
+
+std::string figure_markdown(const std::string& figures, const std::string& name, const Figure& fig) {
+  if (figures.empty()) return "";
+  make_dirs(figures);
+  const std::string why = render_svg(fig, figures + "/" + name + ".svg");
+  return why.empty() ? "![" + fig.title + "](figures/" + name + ".svg)\n\n" : "_(figure skipped: " + why + ")_\n\n";
+}
+
+std::pair<double, double> mean_sd(const std::vector<double>& v) {
+  if (v.empty()) return {NAN, NAN};
+  double s = 0, ss = 0;
+  for (double x : v) s += x;
+  const double m = s / static_cast<double>(v.size());
+  for (double x : v) ss += (x - m) * (x - m);
+  return {m, v.size() > 1 ? std::sqrt(ss / static_cast<double>(v.size() - 1)) : 0.0};
+}
+
+}  // namespace ufp4

@@ -1,0 +1,572 @@
+// Training reports: Table 1 (recipes), Table 2 (UFP4 component ablation), Figure 8 (BF16-relative gap).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "common/error.h"
+#include "common/fs.h"
+#include "harness/analysis/stats.h"
+#include "harness/io/array_io.h"
+#include "harness/io/run_results.h"
+#include "harness/report/plot.h"
+#include "harness/report/report.h"
+#include "models/recipe.h"
+
+namespace ufp4 {
+
+namespace {
+
+std::string normalize(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  std::string out, word;
+  std::istringstream in(s);
+  while (in >> word) {
+    word.erase(std::remove(word.begin(), word.end(), '('), word.end());
+    word.erase(std::remove(word.begin(), word.end(), ')'), word.end());
+    if (word == "only" || word == "uniform" || word.empty()) continue;
+    out += (out.empty() ? "" : " ") + word;
+  }
+  return out;
+}
+
+bool cell_matches(const std::string& ours, const std::string& paper) {
+  size_t start = 0;
+  while (start <= paper.size()) {
+    size_t slash = paper.find(" / ", start);
+    std::string alt = paper.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
+    if (normalize(alt) == normalize(ours)) return true;
+    if (slash == std::string::npos) break;
+    start = slash + 3;
+  }
+  return false;
+}
+
+// Paths as the repository names them.
+}  // namespace
+
+std::string report_table1(const std::string& root) {
+  toml::table paper = load_paper(root + "/reports/paper/table1.toml");
+  std::vector<Recipe> rs;
+  std::vector<std::string> names;
+  for (auto&& n : *paper["recipes"].as_array()) names.push_back(n.value_or<std::string>(""));
+  for (const auto& n : names) rs.push_back(Recipe::load(n));
+  // Our rows, parsed back from the Markdown table the recipes command prints.
+  std::map<std::string, std::vector<std::string>> ours;
+  std::istringstream t(Recipe::table1(rs));
+  std::string line;
+  while (std::getline(t, line)) {
+    if (line.rfind("| ", 0) != 0 || line.rfind("| |", 0) == 0) continue;
+    std::vector<std::string> cells;
+    size_t p = 1;
+    while (p < line.size()) {
+      size_t q = line.find('|', p);
+      if (q == std::string::npos) break;
+      std::string c = line.substr(p, q - p);
+      c.erase(0, c.find_first_not_of(' '));
+      c.erase(c.find_last_not_of(' ') + 1);
+      cells.push_back(c);
+      p = q + 1;
+    }
+    ours[cells[0]] = std::vector<std::string>(cells.begin() + 1, cells.end());
+  }
+  std::ostringstream os;
+  os << "# Table 1: the recipes\n\nOurs: the resolved presets `models/recipes/{" << names[0] << "," << names[1]
+     << "}.toml`. Paper: " << paper["source"].value_or<std::string>("") << " (`reports/paper/table1.toml`).\n\n";
+  os << "| | " << names[0] << " (ours) | " << names[0] << " (paper) | " << names[1] << " (ours) | " << names[1] << " (paper) | match |\n";
+  os << "|---|---|---|---|---|---|\n";
+  int mismatches = 0;
+  for (auto&& key : *paper["order"].as_array()) {  // the paper's row order
+    std::string row = key.value_or<std::string>("");
+    std::vector<std::string> p;
+    if (auto cells = paper["rows"][row].as_array())
+      for (auto&& e : *cells) p.push_back(e.value_or<std::string>(""));
+    if (p.size() != 2) throw Error("reports/paper/table1.toml: rows." + row + ": expected two cells");
+    const auto& o = ours[row];
+    bool m = o.size() == 2 && cell_matches(o[0], p[0]) && cell_matches(o[1], p[1]);
+    mismatches += !m;
+    os << "| " << row << " | " << (o.size() > 0 ? o[0] : "?") << " | " << p[0] << " | " << (o.size() > 1 ? o[1] : "?") << " | " << p[1]
+       << " | " << (m ? "yes" : "**no**") << " |\n";
+  }
+  os << "\n**Verdict:** " << (mismatches ? std::to_string(mismatches) + " field(s) differ from the paper's Table 1"
+                                         : "every field of the presets matches the paper's Table 1")
+     << " (cells compared case-insensitively, ignoring parentheses and the words \"only\" and \"uniform\"; a paper cell "
+        "with alternatives such as \"E1M2 / INT4\" matches either).\n";
+  std::string src0 = rs[0].source, src1 = rs[1].source;
+  for (std::string* src : {&src0, &src1})
+    for (size_t at; (at = src->find(std::string(UFP4_SOURCE_DIR) + "/")) != std::string::npos;) src->erase(at, std::string(UFP4_SOURCE_DIR).size() + 1);
+  os << footer("make reproduce-table-1", {"recipes: " + src0 + "; " + src1});
+  if (mismatches) throw RuntimeError("table1: " + std::to_string(mismatches) + " field(s) differ from the paper");
+  return os.str();
+}
+
+std::string report_figure8(const std::string& root, const std::vector<std::string>& dirs, int64_t k, const std::string& figures) {
+  toml::table paper = load_paper(root + "/reports/paper/figure8.toml");
+  std::vector<std::string> files;
+  for (const auto& d : dirs) walk_files(d, ".h5", files);
+  // model -> recipe -> seed -> run. Seeds shared by all three recipes are paired.
+  std::map<std::string, std::map<std::string, std::map<int64_t, RunSummary>>> seeds;
+  for (const auto& f : files) {
+    RunSummary s = summarize(f, k);
+    if (s.recipe == "bf16" || s.recipe == "e2m1_ref" || s.recipe == "ufp4") {
+      if (s.steps < 100) continue;  // short smoke runs say nothing about the gap
+      seeds[s.model][s.recipe][s.seed] = s;
+    }
+  }
+  std::map<std::string, std::map<std::string, RunSummary>> by_model;  // model -> recipe -> first seed (curves, provenance)
+  for (auto& [m, rs] : seeds)
+    for (auto& [r, ss] : rs) by_model[m][r] = ss.begin()->second;
+  std::ostringstream os;
+  os << "# Figure 8: BF16-relative loss gap\n\nMetric: (L - L_bf16) / L_bf16 in percent, per seed, with L the mean training loss of "
+        "the last K steps (K = "
+     << k << " here; the paper averages the last 1000 steps of much longer runs and reports |L - L_bf16| / L_bf16), and the same "
+             "for the final validation loss. Recipes share each seed's initial weights and batches, so gaps and their differences are "
+             "paired by seed. Intervals: 95% Student-t over seeds (`harness/analysis/stats.h`); how to read them: `reports/README.md`. Paper: "
+     << paper["source"].value_or<std::string>("") << ".\n\n";
+  os << "| model | recipe | seeds | steps | epochs | train loss, last K | gap (ours) | final val loss | val gap (ours) | paper model | gap (paper) |\n";
+  os << "|---|---|---|---|---|---|---|---|---|---|---|\n";
+  std::vector<std::string> sources, verdicts;
+  auto pct = [](const Interval& i) { return format_interval(i, "%.3f") + (i.n ? "%" : ""); };
+  for (auto& [model, rs] : seeds) {
+    if (!rs.count("bf16")) continue;
+    const std::string kind = model.rfind("moe", 0) == 0 ? "moe" : "dense";
+    // Seeds every recipe present has: the pairs.
+    std::vector<int64_t> common;
+    for (const auto& [seed, r] : rs["bf16"]) {
+      bool all = true;
+      for (const auto& [recipe, ss] : rs) all = all && ss.count(seed);
+      if (all) common.push_back(seed);
+    }
+    std::map<std::string, std::vector<double>> gaps, vgaps;  // recipe -> gap per common seed
+    std::map<std::string, double> tail_sd;
+    for (const char* recipe : {"bf16", "e2m1_ref", "ufp4"}) {
+      if (!rs.count(recipe)) continue;
+      std::vector<double> tail, val, gap, vgap;
+      double epochs = NAN;
+      for (int64_t seed : common) {
+        const RunSummary& r = rs[recipe][seed];
+        const RunSummary& b = rs["bf16"][seed];
+        tail.push_back(r.tail_mean), val.push_back(r.final_eval);
+        gap.push_back(100 * (r.tail_mean - b.tail_mean) / b.tail_mean);
+        vgap.push_back(100 * (r.final_eval - b.final_eval) / b.final_eval);
+        epochs = r.epochs;
+        sources.push_back(rel(r.path) + " (commit " + r.commit + ", " + r.device + ")");
+      }
+      gaps[recipe] = gap, vgaps[recipe] = vgap;
+      const Interval ti = mean_interval(tail);
+      tail_sd[recipe] = ti.sd;
+      const bool base = std::string(recipe) == "bf16";
+      const double pg = paper[kind][recipe].value_or(NAN);
+      os << "| " << model << " | " << recipe << " | " << common.size() << " | " << rs[recipe].begin()->second.steps << " | "
+         << (std::isnan(epochs) ? std::string("?") : fmt("%.2f", epochs)) << " | " << format_interval(ti) << " | "
+         << (base ? "-" : pct(mean_interval(gap))) << " | " << format_interval(mean_interval(val)) << " | "
+         << (base ? "-" : pct(mean_interval(vgap))) << " | " << paper[kind]["model"].value_or<std::string>("-") << " | "
+         << (std::isnan(pg) ? std::string("-") : fmt("%.4f", pg) + "%") << " |\n";
+    }
+    if (!gaps["e2m1_ref"].empty() && !gaps["ufp4"].empty()) {
+      const double pu = paper[kind]["ufp4"].value_or(NAN), pe = paper[kind]["e2m1_ref"].value_or(NAN);
+      for (const bool val : {false, true}) {
+        auto& g = val ? vgaps : gaps;
+        const Interval d = paired_difference(g["ufp4"], g["e2m1_ref"]);
+        const Verdict v = verdict(d, -1);
+        const double mdd = minimal_detectable_difference(d.sd, d.n);
+        verdicts.push_back("- " + model + (val ? " (final validation loss)" : " (training loss, last K)") +
+                           ": \"UFP4's gap is below E2M1's\" — **" + verdict_name(v) + "**. Paired difference ufp4 - e2m1_ref: " +
+                           format_interval(d, "%+.3f") + " percentage points over " + std::to_string(d.n) + " seed(s)" +
+                           (d.defined() ? "; minimal detectable difference at this many seeds (95%, 80% power): " + fmt("%.3f", mdd) + " pp"
+                                        : "; one seed gives no interval, so no verdict") +
+                           "; paper: " + fmt("%+.3f", pu - pe) + " pp (" + fmt("%.3f", pu) + "% vs " + fmt("%.3f", pe) + "%).");
+      }
+      verdicts.push_back("- " + model + ": seed-to-seed standard deviation of the training loss (last K): bf16 " + fmt("%.4f", tail_sd["bf16"]) +
+                         ", e2m1_ref " + fmt("%.4f", tail_sd["e2m1_ref"]) + ", ufp4 " + fmt("%.4f", tail_sd["ufp4"]) + " nats.");
+    }
+  }
+  if (by_model.empty()) throw Error("figure8: no bf16/e2m1_ref/ufp4 runs found in the given folders");
+  // Loss curves: training loss smoothed over 50 steps, one figure per model.
+  if (!figures.empty()) {
+    os << "\n## Loss curves\n\n";
+    for (auto& [model, rs] : by_model) {
+      Figure f;
+      f.title = model + ": training loss (moving average of 50 steps)";
+      f.xlabel = "step";
+      f.ylabel = "loss";
+      f.extra = "set yrange [*:*]";
+      for (const char* recipe : {"bf16", "e2m1_ref", "ufp4"}) {
+        if (!rs.count(recipe)) continue;
+        Series sr;
+        sr.title = recipe;
+        sr.style = "lines";
+        const auto& l = rs[recipe].loss;
+        double acc = 0;
+        for (size_t i = 0; i < l.size(); ++i) {
+          acc += l[i] - (i >= 50 ? l[i - 50] : 0.0);
+          if (i >= 49) sr.x.push_back(static_cast<double>(i)), sr.y.push_back(acc / 50);
+        }
+        f.series.push_back(sr);
+      }
+      make_dirs(figures);
+      const std::string name = "figure8-" + model;
+      const std::string why = render_svg(f, figures + "/" + name + ".svg");
+      os << (why.empty() ? "![" + f.title + "](figures/" + name + ".svg)" : "_(figure skipped: " + why + ")_") << "\n\n";
+    }
+  }
+  os << "\n## Verdicts\n\n";
+  for (const auto& v : verdicts) os << v << "\n";
+  bool have_moe = false;
+  for (const auto& kv : by_model) have_moe = have_moe || kv.first.rfind("moe", 0) == 0;
+  if (!have_moe) os << "- " << paper["moe"]["model"].value_or<std::string>("") << ": not reproduced yet at one epoch with seeds (the MoE proxy campaign is pending; the earlier multi-epoch runs are in results/archive/).\n";
+  os << "- " << paper["moe_large"]["model"].value_or<std::string>("") << ": no proxy of its own; the MoE proxy stands for both MoE sizes.\n";
+  os << footer(regenerate_command("figure8", dirs), sources);
+  return os.str();
+}
+
+std::string report_table2(const std::string& root, const std::vector<std::string>& dirs, int64_t k, const std::string& figures) {
+  toml::table paper = load_paper(root + "/reports/paper/table2.toml");
+  std::vector<std::string> files;
+  for (const auto& d : dirs) walk_files(d, ".h5", files);
+  // The table2 sweep's runs, and the full-UFP4 runs of the same model and length (the Figure 8
+  // campaign's ufp4 member): recipe -> seed -> run.
+  std::vector<RunSummary> all;
+  std::map<std::string, int> models;
+  for (const auto& f : files) {
+    all.push_back(summarize(f, k));
+    if (all.back().name.rfind("table2", 0) == 0 && all.back().steps >= 100) ++models[all.back().model + "/" + std::to_string(all.back().steps)];
+  }
+  if (models.empty()) throw Error("table2: no Table 2 runs found (train them with: build/ufp4 run experiments/table2/proxy.toml)");
+  const std::string key = std::max_element(models.begin(), models.end(), [](auto& a, auto& b) { return a.second < b.second; })->first;
+  std::map<std::string, std::map<int64_t, RunSummary>> runs;
+  std::string model;
+  int64_t steps = 0;
+  for (const auto& r : all) {
+    if (r.model + "/" + std::to_string(r.steps) != key) continue;
+    if (r.name.rfind("table2", 0) != 0 && r.recipe != "ufp4") continue;
+    runs[r.recipe][r.seed] = r;
+    model = r.model, steps = r.steps;
+  }
+  // Seeds every setting has: the pairs.
+  std::vector<int64_t> seeds;
+  for (const auto& [seed, r] : runs.begin()->second) {
+    bool everywhere = true;
+    for (const auto& [recipe, ss] : runs) everywhere = everywhere && ss.count(seed);
+    if (everywhere) seeds.push_back(seed);
+  }
+  auto values = [&](const std::string& recipe, bool val) {
+    std::vector<double> v;
+    if (runs.count(recipe))
+      for (int64_t s : seeds) v.push_back(val ? runs[recipe][s].final_eval : runs[recipe][s].tail_mean);
+    return v;
+  };
+  auto row_recipe = [&](const std::string& row) { return paper["rows"][row]["recipe"].value_or<std::string>(""); };
+  std::ostringstream os;
+  os << "# Table 2: UFP4 component ablation (RHT scope x SR)\n\nOurs: " << model << ", " << steps << " steps (experiments/table2/proxy.toml; the "
+     << "full-UFP4 row is the ufp4 run of the Figure 8 campaign), " << seeds.size() << " seeds paired across settings (same initial weights and "
+     << "batches); loss = mean training loss of the last K = " << k << " steps, mean over seeds with its 95% Student-t interval; delta = the "
+     << "paired per-seed difference from the row it is measured against, with its interval. How to read intervals and verdicts: "
+     << "`reports/README.md`. Paper: Dense 1.5B, E1M2, >100B tokens, mean LM loss (" << paper["source"].value_or<std::string>("") << ").\n\n";
+  os << "| setting | SR | fwd_y | bwd_dx | bwd_dw | epochs | loss (ours) | delta (ours) | final val loss (ours) | loss (paper) | delta (paper) |\n";
+  os << "|---|---|---|---|---|---|---|---|---|---|---|\n";
+  std::map<std::string, Interval> delta;
+  std::map<std::string, double> paper_delta, sd;
+  std::vector<std::string> sources;
+  std::set<std::string> listed;
+  for (auto&& key_node : *paper["order"].as_array()) {
+    const std::string row = key_node.value_or<std::string>("");
+    auto t = paper["rows"][row];
+    const std::string recipe = row_recipe(row), against = t["against"].value_or<std::string>("");
+    auto mark = [](bool b) { return b ? "x" : ""; };
+    auto rht = t["rht"].as_array();
+    const std::string head = "| " + t["setting"].value_or<std::string>("") + " | " + (t["sr"].value_or(false) ? "yes" : "no") + " | " +
+                             mark((*rht)[0].value_or(false)) + " | " + mark((*rht)[1].value_or(false)) + " | " + mark((*rht)[2].value_or(false)) + " | ";
+    if (!runs.count(recipe) || seeds.empty()) {
+      os << head << " | not run | | | | |\n";
+      continue;
+    }
+    const Interval loss = mean_interval(values(recipe, false));
+    sd[row] = loss.sd;
+    paper_delta[row] = t["delta"].value_or(NAN);
+    const bool base = row == against;
+    if (!base && runs.count(row_recipe(against))) delta[row] = paired_difference(values(recipe, false), values(row_recipe(against), false));
+    os << head << fmt("%.2f", runs[recipe].begin()->second.epochs) << " | " << format_interval(loss, "%.4f") << " | "
+       << (base ? "-" : delta.count(row) ? format_interval(delta[row], "%+.4f") : "?") << " | "
+       << format_interval(mean_interval(values(recipe, true)), "%.4f") << " | " << fmt("%.5f", t["loss"].value_or(NAN)) << " | "
+       << fmt("%+.5f", paper_delta[row]) << " |\n";
+    if (listed.insert(recipe).second)
+      for (int64_t s : seeds) sources.push_back(rel(runs[recipe][s].path) + " (commit " + runs[recipe][s].commit + ", " + runs[recipe][s].device + ")");
+  }
+  {
+    Figure f;
+    f.kind = Figure::Kind::kBars;
+    f.title = "Table 2: loss delta of each setting (negative = better), mean over seeds";
+    f.ylabel = "delta loss";
+    Series o, pp;
+    o.title = "ours";
+    pp.title = "paper";
+    for (auto&& key_node : *paper["order"].as_array()) {
+      const std::string row = key_node.value_or<std::string>("");
+      if (!delta.count(row)) continue;
+      f.categories.push_back(paper["rows"][row]["setting"].value_or(std::string(row)));
+      o.y.push_back(delta[row].mean);
+      pp.y.push_back(paper_delta[row]);
+    }
+    f.series = {o, pp};
+    os << "\n" << figure_markdown(figures, "table2", f);
+  }
+  // Verdicts: each claim a paired comparison of two settings (or several, all of which must hold).
+  os << "\n## Verdicts\n\n";
+  auto compare = [&](const std::string& a, const std::string& b) {  // loss(a) - loss(b), per seed
+    return paired_difference(values(row_recipe(a), false), values(row_recipe(b), false));
+  };
+  auto line = [&](const std::string& what, const Interval& d, double paper_effect) {
+    return what + ": " + format_interval(d, "%+.4f") + " nats (" + verdict_name(verdict(d, -1)) + "; detectable at " +
+           std::to_string(d.n) + " seeds: " + fmt("%.4f", minimal_detectable_difference(d.sd, d.n)) + "; paper " + fmt("%+.5f", paper_effect) + ")";
+  };
+  auto claim = [&](const std::string& text, const std::vector<std::pair<std::string, std::string>>& pairs) {
+    std::vector<std::string> parts;
+    int holds = 0, contradicted = 0;
+    for (const auto& [a, b] : pairs) {
+      if (!runs.count(row_recipe(a)) || !runs.count(row_recipe(b))) {
+        os << "- \"" << text << "\": needs the rows " << a << " and " << b << ".\n";
+        return;
+      }
+      const Interval d = compare(a, b);
+      const Verdict v = verdict(d, -1);
+      holds += v == Verdict::kHolds;
+      contradicted += v == Verdict::kContradicted;
+      const double pe = paper["rows"][a]["loss"].value_or(NAN) - paper["rows"][b]["loss"].value_or(NAN);
+      parts.push_back(line(paper["rows"][a]["setting"].value_or(a) + " minus " + paper["rows"][b]["setting"].value_or(b), d, pe));
+    }
+    const char* v = contradicted ? "contradicted" : holds == static_cast<int>(pairs.size()) ? "holds" : "inconclusive";
+    os << "- \"" << text << "\" — **" << v << "**.";
+    for (const auto& p : parts) os << "\n  - " << p;
+    os << "\n";
+  };
+  claim("every RHT scope improves on no RHT", {{"rht_dw", "no_rht"}, {"rht_dx_dw", "no_rht"}, {"rht_y_dw", "no_rht"}, {"full", "no_rht"}});
+  claim("full RHT gives the lowest loss of the RHT scopes", {{"full", "no_rht"}, {"full", "rht_dw"}, {"full", "rht_dx_dw"}, {"full", "rht_y_dw"}});
+  claim("adding fwd_y to bwd_dw helps more than adding bwd_dx", {{"rht_y_dw", "rht_dx_dw"}});
+  claim("SR on dY improves full RHT", {{"full_sr", "full_no_sr"}});
+  os << "- Seed-to-seed standard deviation of the loss:";
+  for (const auto& [row, v] : sd)
+    if (row != "full_sr") os << " " << row << " " << fmt("%.4f", v) << ";";
+  os << " nats. A claim holds when each of its paired intervals lies below zero, is contradicted when one lies above, and is "
+        "inconclusive otherwise.\n";
+  os << footer(regenerate_command("table2", dirs), sources);
+  return os.str();
+}
+
+namespace {
+
+// Runs of `dirs` whose name starts with `prefix`, summarized.
+std::vector<RunSummary> runs_named(const std::vector<std::string>& dirs, const std::string& prefix, int64_t k) {
+  std::vector<std::string> files;
+  for (const auto& d : dirs) walk_files(d, ".h5", files);
+  std::vector<RunSummary> out;
+  for (const auto& f : files) {
+    if (is_run_results(f) && read_run_results(f, /*with_curves=*/false).run_name.rfind(prefix, 0) == 0) out.push_back(summarize(f, k));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string report_table3(const std::string& root, const std::vector<std::string>& dirs, int64_t k, const std::string& figures) {
+  toml::table paper = load_paper(root + "/reports/paper/table3.toml");
+  std::vector<RunSummary> all = runs_named(dirs, "table3", k);
+  if (all.empty()) throw Error("table3: no Table 3 runs found (train them with: make reproduce-table-3)");
+  const std::string base_recipe = paper["base"].value_or<std::string>("e2m1_ref");
+  // The campaign with the most runs (model and length), recipe -> seed -> run.
+  std::map<std::string, int> groups;
+  for (const auto& r : all) ++groups[r.model + "/" + std::to_string(r.steps)];
+  const std::string group = std::max_element(groups.begin(), groups.end(), [](auto& a, auto& b) { return a.second < b.second; })->first;
+  std::map<std::string, std::map<int64_t, RunSummary>> runs;
+  std::string model;
+  for (const auto& r : all)
+    if (r.model + "/" + std::to_string(r.steps) == group) runs[r.recipe][r.seed] = r, model = r.model;
+  if (!runs.count(base_recipe)) throw Error("table3: the base run (" + base_recipe + ") is missing");
+  std::vector<int64_t> seeds;  // seeds every level has: the pairs
+  for (const auto& [seed, r] : runs[base_recipe]) {
+    bool everywhere = true;
+    for (const auto& [recipe, ss] : runs) everywhere = everywhere && ss.count(seed);
+    if (everywhere) seeds.push_back(seed);
+  }
+  auto loss = [&](const std::string& recipe, bool val = false) {
+    std::vector<double> v;
+    for (int64_t s : seeds) v.push_back(val ? runs[recipe][s].final_eval : runs[recipe][s].tail_mean);
+    return v;
+  };
+  const RunSummary& base = runs[base_recipe].begin()->second;
+  std::ostringstream os;
+  os << "# Table 3: the E2M1 reference's one-factor search\n\nOurs: " << model << ", " << base.steps << " steps ("
+     << (std::isnan(base.epochs) ? std::string("epochs not recorded") : fmt("%.2f", base.epochs) + " epochs") << "), each factor changed alone from the base (the E2M1 reference), " << seeds.size() << " seed(s) paired across levels (same "
+     << "initial weights and batches); loss = mean training loss of the last K = " << base.k << " steps, mean over seeds with its 95% "
+     << "Student-t interval; delta = the paired per-seed difference from the base (`reports/README.md`). Paper: Dense 1.5B, 200B tokens, "
+     << "winner = lowest mean loss over the final 1,000 steps (" << paper["source"].value_or<std::string>("") << "); it publishes the "
+     << "choice, not the losses.\n\n";
+  std::vector<std::string> sources, verdicts;
+  for (auto&& fk : *paper["order"].as_array()) {
+    const std::string factor = fk.value_or<std::string>("");
+    auto f = paper["factors"][factor];
+    const std::string chosen = f["chosen"].value_or<std::string>("");
+    os << "## " << factor << " (searched: " << f["searched"].value_or<std::string>("") << ")\n\n| level | recipe | loss (ours) | delta vs base | "
+       << "final val loss | paper's choice |\n|---|---|---|---|---|---|\n";
+    const toml::table* labels = f["labels"].as_table();
+    std::string best;
+    double best_loss = INFINITY;
+    int present = 0;
+    for (auto&& [rk, lv] : *labels) {
+      const std::string recipe(rk.str());
+      const bool is_chosen = recipe == chosen;
+      if (!runs.count(recipe) || seeds.empty()) {
+        os << "| " << lv.value_or<std::string>("") << " | " << recipe << " | not run | | | " << (is_chosen ? "**chosen**" : "") << " |\n";
+        continue;
+      }
+      ++present;
+      const Interval l = mean_interval(loss(recipe));
+      if (l.mean < best_loss) best_loss = l.mean, best = recipe;
+      os << "| " << lv.value_or<std::string>("") << " | " << recipe << " | " << format_interval(l, "%.4f") << " | "
+         << (recipe == base_recipe ? std::string("0 (base)") : format_interval(paired_difference(loss(recipe), loss(base_recipe)), "%+.4f")) << " | "
+         << format_interval(mean_interval(loss(recipe, true)), "%.4f") << " | " << (is_chosen ? "**chosen**" : "") << " |\n";
+      if (recipe != base_recipe)
+        for (int64_t s : seeds) sources.push_back(rel(runs[recipe][s].path) + " (commit " + runs[recipe][s].commit + ", " + runs[recipe][s].device + ")");
+    }
+    os << "\nPaper: " << f["remark"].value_or<std::string>("") << ".\n\n";
+    if (present != static_cast<int>(labels->size())) {
+      verdicts.push_back("- " + factor + ": " + std::to_string(present) + " of " + std::to_string(labels->size()) + " levels run; no verdict yet");
+      continue;
+    }
+    // "The paper's choice is the best level": the choice minus each other level, per seed. Holds when
+    // every interval lies below zero, contradicted when one lies above, inconclusive otherwise.
+    int holds = 0, against = 0, others = 0;
+    std::string worst_detail;
+    double widest_mdd = 0;
+    for (auto&& [rk, lv] : *labels) {
+      const std::string recipe(rk.str());
+      if (recipe == chosen) continue;
+      ++others;
+      const Interval d = paired_difference(loss(chosen), loss(recipe));
+      const Verdict v = verdict(d, -1);
+      holds += v == Verdict::kHolds;
+      if (v == Verdict::kContradicted) {
+        ++against;
+        worst_detail += " " + lv.value_or<std::string>("") + " is lower by " + format_interval(d, "%+.4f") + ";";
+      }
+      widest_mdd = std::max(widest_mdd, minimal_detectable_difference(d.sd, d.n));
+    }
+    const char* v = against ? "contradicted" : holds == others ? "holds" : "inconclusive";
+    verdicts.push_back("- " + factor + ": \"the paper's choice (" + (*labels)[chosen].value_or(std::string(chosen)) + ") is the best level\" — **" + v +
+                       "**. Our lowest mean: \"" + (*labels)[best].value_or(std::string(best)) + "\"; the choice is below " + std::to_string(holds) +
+                       " of " + std::to_string(others) + " other levels with 95% confidence;" + worst_detail +
+                       (seeds.size() < 2 ? std::string(" one seed: no interval.")
+                                         : " detectable differences up to " + fmt("%.4f", widest_mdd) + " nats at " + std::to_string(seeds.size()) + " seeds."));
+  }
+  for (int64_t s : seeds) sources.insert(sources.begin(), rel(runs[base_recipe][s].path) + " (commit " + runs[base_recipe][s].commit + ", " + runs[base_recipe][s].device + ")");
+  {
+    Figure f;
+    f.kind = Figure::Kind::kBars;
+    f.title = "Table 3: loss delta of each level against the E2M1 reference (negative = better), mean over seeds";
+    f.ylabel = "delta loss";
+    Series d;
+    d.title = "ours";
+    for (auto&& fk : *paper["order"].as_array()) {
+      const std::string factor = fk.value_or<std::string>("");
+      for (auto&& [rk, lv] : *paper["factors"][factor]["labels"].as_table()) {
+        const std::string recipe(rk.str());
+        if (recipe == base_recipe || !runs.count(recipe) || seeds.empty()) continue;
+        f.categories.push_back(factor + ": " + lv.value_or<std::string>(""));
+        d.y.push_back(paired_difference(loss(recipe), loss(base_recipe)).mean);
+      }
+    }
+    f.series = {d};
+    os << figure_markdown(figures, "table3", f);
+  }
+  os << "## Verdicts\n\n";
+  if (seeds.size() < 2)
+    os << "One seed per level: differences have no interval, so no claim can hold or be contradicted here (results made before seeds "
+          "were an axis; experiments/table3/proxy.toml now runs three).\n\n";
+  for (const auto& v : verdicts) os << v << "\n";
+  os << footer(regenerate_command("table3", dirs), sources);
+  return os.str();
+}
+
+std::string report_figure10(const std::string& root, const std::vector<std::string>& dirs, int64_t k, const std::string& figures) {
+  toml::table paper = load_paper(root + "/reports/paper/figure10.toml");
+  // The E2M1 range-restricted runs and, by content, the bf16 / e2m1_ref runs of the same model and
+  // length: "model/steps" -> recipe -> seed -> run.
+  std::vector<RunSummary> all = runs_named(dirs, "", k);
+  std::map<std::string, std::map<std::string, std::map<int64_t, RunSummary>>> by;
+  for (const auto& r : all)
+    if (r.recipe == "bf16" || r.recipe == "e2m1_ref" || r.recipe == "e2m1_rr") {
+      if (r.name.rfind("figure9", 0) == 0 || r.name.rfind("table", 0) == 0 || r.name.rfind("analysis", 0) == 0) continue;
+      auto& slot = by[r.model + "/" + std::to_string(r.steps)][r.recipe][r.seed];
+      if (slot.path.empty() || r.name.rfind("figure10", 0) == 0) slot = r;
+    }
+  std::ostringstream os;
+  os << "# Figure 10: range-restricted E2M1\n\nOurs: E2M1 with max_fpx 2 and RHT-16 on all three GEMMs (`ablations/e2m1_rr.toml`) "
+     << "against the E2M1 reference and BF16, paired by seed (same initial weights and batches); loss = mean training loss of the last "
+     << "K = " << k << " steps, gap = (L - L_bf16) / L_bf16, each the mean over seeds with its 95% Student-t interval (`reports/README.md`). "
+     << "Paper: " << paper["source"].value_or<std::string>("") << " (claim only; values not recovered).\n\n";
+  os << "| model | steps | seeds | epochs | bf16 | e2m1_ref | gap | e2m1_rr | gap |\n|---|---|---|---|---|---|---|---|---|\n";
+  std::vector<std::string> sources, verdicts;
+  std::map<std::string, std::pair<double, double>> bars;  // key -> mean gaps (ref, rr)
+  for (auto& [key, rs] : by) {
+    if (!rs.count("e2m1_rr")) continue;
+    std::vector<int64_t> seeds;  // seeds every recipe present has
+    for (const auto& [seed, r] : rs["e2m1_rr"]) {
+      bool all_have = true;
+      for (const auto& [rec, ss] : rs) all_have = all_have && ss.count(seed);
+      if (all_have) seeds.push_back(seed);
+    }
+    auto loss = [&](const std::string& rec) {
+      std::vector<double> v;
+      if (rs.count(rec))
+        for (int64_t s : seeds) v.push_back(rs[rec][s].tail_mean);
+      return v;
+    };
+    auto gap = [&](const std::string& rec) {
+      std::vector<double> v;
+      if (rs.count(rec) && rs.count("bf16"))
+        for (int64_t s : seeds) v.push_back(100 * (rs[rec][s].tail_mean - rs["bf16"][s].tail_mean) / rs["bf16"][s].tail_mean);
+      return v;
+    };
+    const RunSummary& rr = rs["e2m1_rr"].begin()->second;
+    const bool have_ref = rs.count("e2m1_ref") > 0, have_b = rs.count("bf16") > 0;
+    auto cell = [](const std::vector<double>& v, const char* f, const char* unit) { return v.empty() ? std::string("-") : format_interval(mean_interval(v), f) + unit; };
+    os << "| " << rr.model << " | " << rr.steps << " | " << seeds.size() << " | " << fmt("%.2f", rr.epochs) << " | " << cell(loss("bf16"), "%.4f", "")
+       << " | " << cell(loss("e2m1_ref"), "%.4f", "") << " | " << cell(gap("e2m1_ref"), "%+.3f", "%") << " | " << cell(loss("e2m1_rr"), "%.4f", "")
+       << " | " << cell(gap("e2m1_rr"), "%+.3f", "%") << " |\n";
+    for (const auto& [rec, ss] : rs)
+      for (int64_t s : seeds) sources.push_back(rel(ss.at(s).path) + " (commit " + ss.at(s).commit + ", " + ss.at(s).device + ")");
+    if (have_ref) {
+      const Interval d = paired_difference(loss("e2m1_rr"), loss("e2m1_ref"));
+      verdicts.push_back("- " + rr.model + ": \"" + paper["claim"].value_or<std::string>("") + "\" — **" + verdict_name(verdict(d, +1)) +
+                         "**. Paired difference e2m1_rr - e2m1_ref: " + format_interval(d, "%+.4f") + " nats over " + std::to_string(d.n) +
+                         " seed(s); minimal detectable difference: " + fmt("%.4f", minimal_detectable_difference(d.sd, d.n)) +
+                         " nats; paper: worse (no value recovered).");
+      if (have_b) bars[key] = {mean_interval(gap("e2m1_ref")).mean, mean_interval(gap("e2m1_rr")).mean};
+    }
+  }
+  if (sources.empty()) throw Error("figure10: no e2m1_rr runs found (train them with: make reproduce-figure-10)");
+  {
+    Figure f;
+    f.kind = Figure::Kind::kBars;
+    f.title = "Figure 10: BF16-relative gap of the E2M1 reference and range-restricted E2M1 (mean over seeds)";
+    f.ylabel = "gap (%)";
+    Series a, b;
+    a.title = "e2m1_ref";
+    b.title = "e2m1_rr (max_fpx 2, full RHT)";
+    for (const auto& [key, g] : bars) {
+      f.categories.push_back(key);
+      a.y.push_back(g.first);
+      b.y.push_back(g.second);
+    }
+    f.series = {a, b};
+    os << "\n" << figure_markdown(figures, "figure10", f);
+  }
+  os << "\n## Verdicts\n\n";
+  for (const auto& v : verdicts) os << v << "\n";
+  os << footer(regenerate_command("figure10", dirs), sources);
+  return os.str();
+}
+
+}  // namespace ufp4

@@ -1,0 +1,83 @@
+// A run manifest: one TOML table per concern ([model], [recipe], [data], [train], [eval], [capture],
+// [outputs]), `extends = "other.toml"` with field-level override, and optionally [sweep] (fields with
+// lists of values: every combination) or [ablation.<factor>] (field, levels: each changed alone).
+// Validated before anything runs; errors read "file:line: key: message (allowed: ...)". The resolved
+// form (every field, defaults filled in) is hashed into the run id.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ufp4 {
+
+// What makes two runs the same run, hashed into the run id: every manifest field that changes the
+// result, with the recipe, model and data named by their content (the resolved recipe without its
+// name, the model's configuration, the data manifest's SHA-256), not by name or path. Editing a
+// recipe file or re-preparing data gives a new id; the ufp4 version is recorded but not hashed.
+struct RunIdentity {
+  std::string text;  // what the id hashes
+  std::string recipe_sha256, model_sha256, data_sha256;
+  bool data_prepared = false;  // false: the id changes once the data exists
+};
+
+struct RunManifest {
+  std::string path;
+  // [model]
+  std::string model = "tiny";
+  int64_t seq_len = 0;  // 0: the model's
+  // [recipe]
+  std::string recipe = "bf16";
+  // [data]
+  std::string data_path = "data/ci";
+  std::string data_prepare = "";  // "", "ci" or "default": what to prepare when data_path lacks data
+  std::string tokenizer = "bpe";
+  int64_t vocab_size = 32768;
+  // A run may see its training data at most this many times (1: one epoch). Not part of the run's
+  // identity; above 1 a manifest says why in a comment; never above 4.
+  double max_epochs = 1.0;
+  // [train]
+  int64_t steps = 100, batch = 8, micro_batch = 8;
+  double lr = 3e-3, min_lr = 3e-4, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, grad_clip = 1.0;
+  int64_t warmup = 10;
+  std::string schedule = "cosine";  // cosine | wsd
+  double decay_fraction = 0.2;      // wsd: the final fraction of steps that decays
+  int64_t seed = 1, checkpoint_every = 100, log_every = 10;
+  double divergence_factor = 3.0;   // a loss above factor x the best smoothed loss (after warmup) stops the run
+  std::string device = "auto";
+  bool deterministic = true;        // bit-identical GPU runs (harness/train/determinism.h); false only when asked
+  // [eval]
+  int64_t eval_every = 50, eval_batches = 4;
+  // [capture]
+  std::vector<int64_t> capture_steps;
+  std::vector<std::string> capture_layers;
+  int64_t capture_tokens = 2048;  // token-indexed operands keep their first N tokens (0: all)
+  int64_t telemetry_every = 0;
+  // [outputs]
+  std::string out_dir = "results/runs";
+  std::string name;     // default: the file's stem; expanded runs append what differs
+  std::string differs;  // for runs of a sweep or ablation: the fields changed from the base
+  std::map<std::string, std::string> where;  // "file:line" of the keys resolved later (recipe.name, data.path)
+
+  // The base run of a manifest (after `extends`). Throws ufp4::Error.
+  static RunManifest load(const std::string& path);
+  // Every run of a manifest: the cartesian product of its [sweep] fields, and for [ablation] the base
+  // plus each factor's levels changed alone (paper Appendix B style).
+  static std::vector<RunManifest> expand(const std::string& path);
+  std::string resolved() const;                      // canonical TOML of every field (results' "manifest")
+  RunIdentity identity() const;                      // reads the recipe, model registry and data manifest
+  std::string run_id() const;                        // first 16 hex digits of SHA-256(identity().text)
+  double lr_at(int64_t step) const;
+  // Loads the recipe (and checks the model) as a run will; errors name the manifest's file:line.
+  void check_resolvable() const;
+  // Tokens the run trains on (steps x batch x sequence length).
+  int64_t train_tokens() const;
+  // Throws Error (file:line of train.steps) when the run would exceed data.max_epochs of a corpus of
+  // `corpus_tokens` training tokens.
+  void check_epochs(int64_t corpus_tokens) const;
+
+ private:
+  std::string canonical(bool identity) const;
+};
+
+}  // namespace ufp4

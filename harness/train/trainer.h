@@ -1,0 +1,110 @@
+// The training engine: AdamW on FP32 master weights (BF16 compute on GPU, FP32 on CPU), warmup +
+// cosine or WSD, gradient clipping and accumulation, evaluation, checkpoints every N steps and on
+// SIGINT/SIGTERM with automatic resume, deterministic by default (the same manifest gives the same
+// bits on the same device, resumed or not), divergence stop, progress lines, and one HDF5 result per
+// run. Checkpoints and results are written crash-safely (common/atomic_file.h).
+#pragma once
+#include <torch/torch.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "harness/train/checkpoint.h"
+#include "harness/train/run_manifest.h"
+#include "harness/train/run_plan.h"
+#include "harness/io/run_results.h"
+#include "harness/train/token_stream.h"
+#include "models/transformer.h"
+
+namespace ufp4 {
+
+class Progress;
+
+struct RunOptions {
+  bool force = false;          // re-run even if the result exists
+  int64_t stop_after = -1;     // stop (as if signalled) after this step, for resume tests
+  std::string device;          // overrides the manifest's device when set
+};
+
+enum class RunStatus { kCompleted, kSkipped, kStopped, kDiverged };
+
+struct RunResult {
+  RunStatus status;
+  std::string results_path;
+  int64_t steps_done = 0;
+};
+
+// A run from its manifest: skips it when its results exist, prepares its data, plans it, trains it
+// (resuming its checkpoint), writes its results.
+RunResult run_training(const RunManifest& m, const RunOptions& opt);
+RunResult run_training(const RunPlan& plan, const RunOptions& opt);  // the data prepared, the plan made
+
+// The training loop of one planned run, on one device: steps, evaluation, checkpoints, the stop on a
+// signal or divergence. It owns the model, optimizer and data stream; its curves become the results.
+class Trainer {
+ public:
+  Trainer(const RunPlan& plan, const torch::Device& device, std::string device_name);
+  void resume(const std::string& checkpoint);  // continues from a checkpoint written by save()
+  void save(const std::string& checkpoint);
+  enum class Outcome { kFinished, kDiverged, kStopped };
+  // Trains up to the plan's last step; kStopped after a signal or at stop_after (a checkpoint is saved).
+  Outcome train(int64_t stop_after = -1);
+  RunResults results();  // the results file's contents so far
+  int64_t steps_done() const { return state_.step; }
+
+ private:
+  bool step_once(int64_t step);  // one optimizer step, recorded and shown; false when it diverged
+  double evaluate();
+  const RunPlan& plan_;
+  const RunManifest& m_;
+  torch::Device device_;
+  std::string device_name_, utc_start_;
+  std::shared_ptr<QuantContext> ctx_;
+  Transformer model_;
+  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  TokenStream train_;
+  LoopState state_;
+  int64_t start_ = 0;
+  double best_, smooth_, tokens_per_s_ = 0, mfu_ = 0;
+  bool diverged_ = false;
+  int64_t diverged_step_ = -1;
+  std::chrono::steady_clock::time_point t0_;
+  Progress* progress_ = nullptr;  // while train() runs
+};
+
+// Dense BF16 tensor-core peak FLOP/s of a device, by name (the device table; 0 when unknown or CPU),
+// used for MFU; peak memory the caching allocator handed out, GB (0 on CPU).
+double peak_flops(const std::string& device_name);
+double peak_flops(const torch::Device& d);
+double peak_memory_gb(const torch::Device& d);
+
+// AdamW over the model: weight decay on matrices (dim >= 2) only.
+std::unique_ptr<torch::optim::AdamW> make_optimizer(Transformer& model, const RunManifest& m);
+
+struct StepStats {
+  double loss = 0;       // mean LM loss over the micro-batches
+  double grad_norm = 0;  // L2 norm before clipping
+};
+
+// One optimizer step: zero grads, forward/backward over `accum` micro-batches from next_batch()
+// ([B, seq_len + 1] tokens on the model's device), clip, AdamW. On CUDA with LibTorch >= 2 the
+// clipping and the update run as multi-tensor kernels (foreach norm, fused AdamW) on the optimizer's
+// own state, so checkpoints are interchangeable with the per-tensor path.
+StepStats train_step(Transformer& model, torch::optim::AdamW& opt, const std::function<torch::Tensor()>& next_batch, int64_t accum,
+                     int64_t seq_len, double grad_clip);
+
+std::string results_path(const RunManifest& m);  // where a new result is written
+std::string results_path(const RunManifest& m, const std::string& run_id);
+// An existing result of this run: any "<name>-<run id>.h5" in the output folder (content-addressed:
+// the same run under another name counts). "" when none.
+std::string find_results(const RunManifest& m);
+std::string find_results(const RunManifest& m, const std::string& run_id);
+// The run's checkpoint, one file ("<name>-<run id>.ckpt"), present while the run is partial.
+std::string checkpoint_path(const RunManifest& m);
+std::string checkpoint_path(const RunManifest& m, const std::string& run_id);
+// Prepares the manifest's data folder when it holds no data and the manifest says how.
+void ensure_data(const RunManifest& m);
+
+}  // namespace ufp4
