@@ -21,8 +21,4 @@ std::string one_line(const std::string& msg) {
   return out;
 }
 
-void fail_check(const char* expr, const char* file, int line, const std::string& msg) {
-  throw RuntimeError(std::string(file) + ":" + std::to_string(line) + ": check failed (" + expr + "): " + msg);
-}
-
 }  // namespace ufp4

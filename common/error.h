@@ -1,6 +1,6 @@
 // Error convention: library code throws ufp4::Error (bad input: exit 2) or ufp4::RuntimeError
 // (runtime failure: exit 1) with a one-line message naming file, key and value; only main()
-// turns them into exit codes. UFP4_CHECK adds the source location for internal invariants.
+// turns them into exit codes.
 #pragma once
 #include <stdexcept>
 #include <string>
@@ -25,11 +25,4 @@ class RuntimeError : public std::runtime_error {
   explicit RuntimeError(const std::string& msg) : std::runtime_error(one_line(msg)) {}
 };
 
-[[noreturn]] void fail_check(const char* expr, const char* file, int line, const std::string& msg);
-
 }  // namespace ufp4
-
-#define UFP4_CHECK(cond, msg)                                                   \
-  do {                                                                          \
-    if (!(cond)) ::ufp4::fail_check(#cond, __FILE__, __LINE__, (msg));          \
-  } while (0)

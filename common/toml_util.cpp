@@ -49,4 +49,30 @@ std::string dir_of(const std::string& path) {
   return s == std::string::npos ? "." : path.substr(0, s);
 }
 
+toml::table load_extends_chain(const std::string& path, const ExtendsRules& rules, std::vector<std::string>& chain, SourceMap& sources) {
+  for (const auto& c : chain)
+    if (c == path) throw Error(path + ":1: extends forms a cycle (" + chain.front() + ")");
+  chain.push_back(path);
+  toml::table t = toml_parse(path);
+  if (rules.check) rules.check(path, t);
+  SourceMap own;
+  record_sources(t, path, own);
+  toml::table merged;
+  if (const toml::node* ext = t.get("extends")) {
+    merged = load_extends_chain(rules.parent_of(*ext, path, source_of(own, "extends", path)), rules, chain, sources);
+    for (const auto& key : rules.not_inherited) {
+      merged.erase(key);
+      if (rules.forget_not_inherited_sources)
+        for (auto it = sources.begin(); it != sources.end();)
+          it = (it->first == key || it->first.rfind(key + ".", 0) == 0) ? sources.erase(it) : std::next(it);
+    }
+    toml_merge(merged, t);
+    merged.erase("extends");
+  } else {
+    merged = std::move(t);
+  }
+  for (auto& kv : own) sources[kv.first] = kv.second;
+  return merged;
+}
+
 }  // namespace ufp4

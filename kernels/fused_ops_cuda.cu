@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "kernels/cuda_check.cuh"
 #include "kernels/fused_ops.h"
 
 namespace ufp4 {
@@ -267,11 +268,6 @@ __global__ void __launch_bounds__(256) swiglu_backward_kernel(const SwiGluIO io)
 unsigned elementwise_blocks(int64_t vectors) {
   const int64_t b = (vectors + 255) / 256;
   return static_cast<unsigned>(b < 132 * 32 ? (b > 0 ? b : 1) : 132 * 32);  // grid-stride beyond ~32 blocks an SM
-}
-
-void check_launch(const char* what) {
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) throw Error(std::string(what) + ": " + cudaGetErrorString(e));
 }
 
 void check_shape(int64_t last, const char* what) {

@@ -8,16 +8,13 @@
 #include <string>
 
 #include "common/error.h"
+#include "kernels/cuda_check.cuh"
 #include "kernels/float_bits.h"
 #include "kernels/philox.h"
 #include "kernels/quantize.h"
 #include "kernels/rounding.h"
 
 namespace ufp4 {
-
-inline void check_cuda(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw RuntimeError(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
-}
 
 template <bool kBf16>
 __device__ __forceinline__ float load1(const void* p, int64_t i) {

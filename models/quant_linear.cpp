@@ -148,7 +148,7 @@ torch::Tensor quant_linear(const torch::Tensor& x, const torch::Tensor& w, const
 }
 
 QuantLinearImpl::QuantLinearImpl(int64_t in_features, int64_t out_features, bool with_bias, const std::string& name,
-                                 std::shared_ptr<QuantContext> ctx, int64_t layer_id, int block, int n_blocks) {
+                                 std::shared_ptr<QuantContext> ctx, int64_t layer_id, int layer_index, int n_layers) {
   weight = register_parameter("weight", torch::empty({out_features, in_features}));
   torch::nn::init::kaiming_uniform_(weight, std::sqrt(5.0));
   if (with_bias) {
@@ -159,7 +159,7 @@ QuantLinearImpl::QuantLinearImpl(int64_t in_features, int64_t out_features, bool
   layer->name = name;
   layer->layer_id = layer_id;
   layer->ctx = std::move(ctx);
-  layer->bf16 = layer->ctx->recipe.layer_is_bf16(name, block, n_blocks);
+  layer->bf16 = layer->ctx->recipe.layer_is_bf16(name, layer_index, n_layers);
 }
 
 torch::Tensor QuantLinearImpl::forward(const torch::Tensor& x) { return quant_linear(x, weight, bias, layer); }

@@ -66,9 +66,9 @@ torch::Tensor quant_linear(const torch::Tensor& x, const torch::Tensor& w, const
 
 class QuantLinearImpl : public torch::nn::Module {
  public:
-  // block/n_blocks place the layer in the network for the first/last-blocks policy (-1: none).
+  // layer_index of n_layers: the transformer layer holding it, for the first/last-layers policy (-1: none).
   QuantLinearImpl(int64_t in_features, int64_t out_features, bool bias, const std::string& name,
-                  std::shared_ptr<QuantContext> ctx, int64_t layer_id, int block = -1, int n_blocks = 0);
+                  std::shared_ptr<QuantContext> ctx, int64_t layer_id, int layer_index = -1, int n_layers = 0);
   torch::Tensor forward(const torch::Tensor& x);
   torch::Tensor weight, bias;
   std::shared_ptr<LayerQuant> layer;

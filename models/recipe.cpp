@@ -153,33 +153,22 @@ std::string find_recipe(const std::string& name, const std::string& relative_to)
   throw Error("recipe: unknown recipe '" + name + "' (allowed: " + allowed + ", or a path to a .toml file)");
 }
 
-toml::table load_merged(const std::string& name, const std::string& relative_to, std::vector<std::string>& chain, SourceMap& sources) {
-  std::string path = find_recipe(name, relative_to);
-  for (const auto& c : chain)
-    if (c == path) throw Error(path + ": extends forms a cycle");
-  chain.push_back(path);
-  toml::table t = toml_parse(path);
-  validate_file(path, t);
-  SourceMap own;
-  record_sources(t, path, own);
-  std::string dir = path.substr(0, path.find_last_of('/'));
-  if (auto ext = t.get("extends")) {
-    toml::table base;
+// The recipe's table with its `extends` chain (a preset name or a path) merged in. A parent's name
+// and description are its own: a child does not inherit them.
+toml::table load_merged(const std::string& name, std::vector<std::string>& chain, SourceMap& sources) {
+  ExtendsRules rules;
+  rules.parent_of = [](const toml::node& v, const std::string& child, const std::string& where) {
     try {
-      base = load_merged(ext->value_or<std::string>(""), dir, chain, sources);
+      return find_recipe(v.value_or<std::string>(""), child.substr(0, child.find_last_of('/')));
     } catch (const Error& e) {
       const std::string msg = e.what();
-      if (msg.rfind("recipe:", 0) == 0) throw Error(source_of(own, "extends", path) + ": extends: " + msg.substr(8));
+      if (msg.rfind("recipe:", 0) == 0) throw Error(where + ": extends: " + msg.substr(8));
       throw;
     }
-    base.erase("name");
-    base.erase("description");
-    toml_merge(base, t);
-    for (auto& kv : own) sources[kv.first] = kv.second;
-    return base;
-  }
-  for (auto& kv : own) sources[kv.first] = kv.second;
-  return t;
+  };
+  rules.check = validate_file;
+  rules.not_inherited = {"name", "description"};
+  return load_extends_chain(find_recipe(name, ""), rules, chain, sources);
 }
 
 // Where an operand field was written: the operand's own table, else [defaults], else its GEMM table.
@@ -256,7 +245,7 @@ std::vector<std::string> Recipe::preset_names() { return {"bf16", "e2m1_ref", "u
 Recipe Recipe::load(const std::string& name_or_path) {
   std::vector<std::string> chain;
   SourceMap sources;
-  toml::table t = load_merged(name_or_path, "", chain, sources);
+  toml::table t = load_merged(name_or_path, chain, sources);
   const std::string file = chain.front();
   Recipe r;
   for (const auto& c : chain) r.source += (r.source.empty() ? "" : " <- ") + c;
@@ -293,10 +282,10 @@ Recipe Recipe::load(const std::string& name_or_path) {
   return r;
 }
 
-bool Recipe::layer_is_bf16(const std::string& layer_name, int block, int n_blocks) const {
+bool Recipe::layer_is_bf16(const std::string& layer_name, int layer_index, int n_layers) const {
   for (const auto& p : bf16_layers)
     if (fnmatch(p.c_str(), layer_name.c_str(), 0) == 0) return true;
-  if (block >= 0 && (block < bf16_first_blocks || block >= n_blocks - bf16_last_blocks)) return true;
+  if (layer_index >= 0 && (layer_index < bf16_first_blocks || layer_index >= n_layers - bf16_last_blocks)) return true;
   return false;
 }
 
@@ -327,7 +316,7 @@ std::string Recipe::content() const {
   return os.str();
 }
 
-std::string Recipe::table1(const std::vector<Recipe>& rs) {
+std::vector<Recipe::Table1Row> Recipe::table1_rows(const std::vector<Recipe>& rs) {
   // Rows as in the paper's Table 1. Values summarize the resolved recipe; mixed settings are listed.
   auto uniq = [](std::vector<std::string> v) {
     std::vector<std::string> out;
@@ -381,13 +370,18 @@ std::string Recipe::table1(const std::vector<Recipe>& rs) {
     rows[5].second.push_back(sr_scope.empty() ? "none" : sr_scope);
     rows[6].second.push_back(two_d ? "yes" : "no");
   }
+  return rows;
+}
+
+std::string Recipe::table1(const std::vector<Recipe>& rs) {
+  const std::vector<Table1Row> rows = table1_rows(rs);
   std::ostringstream os;
   os << "| |";
   for (const Recipe& r : rs) os << " " << r.name << " |";
   os << "\n|---|";
   for (size_t i = 0; i < rs.size(); ++i) os << "---|";
   os << "\n";
-  for (auto& row : rows) {
+  for (const auto& row : rows) {
     os << "| " << row.first << " |";
     for (auto& v : row.second) os << " " << v << " |";
     os << "\n";

@@ -50,12 +50,16 @@ struct Recipe {
   std::string to_toml() const;
   // What the recipe does: to_toml() without its name, description and source (run ids hash this).
   std::string content() const;
-  // Paper Table 1 rows for these recipes, side by side.
+  // Paper Table 1 for these recipes: one row a field ("grid", "quant block", ...), one cell a recipe.
+  using Table1Row = std::pair<std::string, std::vector<std::string>>;
+  static std::vector<Table1Row> table1_rows(const std::vector<Recipe>& recipes);
+  // The same rows as a Markdown table, recipes as columns.
   static std::string table1(const std::vector<Recipe>& recipes);
 
-  // Whether a layer keeps its GEMMs unquantized: name matches a bf16 pattern, or its block index is
-  // among the first/last N of n_blocks (block < 0: not in a block).
-  bool layer_is_bf16(const std::string& layer_name, int block, int n_blocks) const;
+  // Whether a layer keeps its GEMMs unquantized: name matches a bf16 pattern, or its transformer layer
+  // (layer_index of n_layers) is among the first/last N (bf16_first_blocks / bf16_last_blocks, the
+  // recipe files' names; layer_index < 0: not in a transformer layer, e.g. lm_head).
+  bool layer_is_bf16(const std::string& layer_name, int layer_index, int n_layers) const;
 };
 
 }  // namespace ufp4

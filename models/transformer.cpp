@@ -39,10 +39,10 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   return (xf * torch::rsqrt(xf.pow(2).mean(-1, true) + eps) * weight).to(x.scalar_type());
 }
 
-MlpImpl::MlpImpl(int64_t d, int64_t hidden, const std::string& prefix, const std::shared_ptr<QuantContext>& ctx, int64_t& id, int block,
-                 int n_blocks) {
-  fc1 = register_module("linear_fc1", QuantLinear(d, 2 * hidden, false, prefix + ".linear_fc1", ctx, id++, block, n_blocks));
-  fc2 = register_module("linear_fc2", QuantLinear(hidden, d, false, prefix + ".linear_fc2", ctx, id++, block, n_blocks));
+MlpImpl::MlpImpl(int64_t d, int64_t hidden, const std::string& prefix, const std::shared_ptr<QuantContext>& ctx, int64_t& id, int layer_index,
+                 int n_layers) {
+  fc1 = register_module("linear_fc1", QuantLinear(d, 2 * hidden, false, prefix + ".linear_fc1", ctx, id++, layer_index, n_layers));
+  fc2 = register_module("linear_fc2", QuantLinear(hidden, d, false, prefix + ".linear_fc2", ctx, id++, layer_index, n_layers));
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
@@ -53,12 +53,12 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
 }
 
 AttentionImpl::AttentionImpl(const ModelConfig& c, const std::string& prefix, const std::shared_ptr<QuantContext>& ctx, int64_t& id,
-                             int block)
+                             int layer_index)
     : n_heads(c.n_heads), n_kv_heads(c.n_kv_heads), head_dim(c.head_dim()) {
   const int n = static_cast<int>(c.n_layers);
   qkv = register_module("linear_qkv", QuantLinear(c.d_model, (c.n_heads + 2 * c.n_kv_heads) * head_dim, false,
-                                                  prefix + ".linear_qkv", ctx, id++, block, n));
-  proj = register_module("linear_proj", QuantLinear(c.n_heads * head_dim, c.d_model, false, prefix + ".linear_proj", ctx, id++, block, n));
+                                                  prefix + ".linear_qkv", ctx, id++, layer_index, n));
+  proj = register_module("linear_proj", QuantLinear(c.n_heads * head_dim, c.d_model, false, prefix + ".linear_proj", ctx, id++, layer_index, n));
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
@@ -81,15 +81,15 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   return proj(o.transpose(1, 2).reshape({B, S, n_heads * head_dim}));
 }
 
-MoeImpl::MoeImpl(const ModelConfig& c, const std::string& prefix, const std::shared_ptr<QuantContext>& ctx, int64_t& id, int block)
+MoeImpl::MoeImpl(const ModelConfig& c, const std::string& prefix, const std::shared_ptr<QuantContext>& ctx, int64_t& id, int layer_index)
     : top_k(c.top_k), capacity_factor(c.capacity_factor) {
   router = register_parameter("router", torch::randn({c.n_experts, c.d_model}) * (1.0 / std::sqrt(static_cast<double>(c.d_model))));
   const int n = static_cast<int>(c.n_layers);
   for (int64_t e = 0; e < c.n_experts; ++e)
     experts.push_back(register_module("expert" + std::to_string(e),
-                                      Mlp(c.d_model, c.expert_hidden, prefix + ".experts." + std::to_string(e), ctx, id, block, n)));
+                                      Mlp(c.d_model, c.expert_hidden, prefix + ".experts." + std::to_string(e), ctx, id, layer_index, n)));
   if (c.n_shared_experts > 0)
-    shared = register_module("shared_expert", Mlp(c.d_model, c.expert_hidden * c.n_shared_experts, prefix + ".shared_expert", ctx, id, block, n));
+    shared = register_module("shared_expert", Mlp(c.d_model, c.expert_hidden * c.n_shared_experts, prefix + ".shared_expert", ctx, id, layer_index, n));
 }
 
 torch::Tensor MoeImpl::forward(const torch::Tensor& x) {

@@ -23,8 +23,8 @@ TORCH_MODULE(RMSNorm);
 // SwiGLU MLP: linear_fc1 (d -> 2 hidden, gate and up), silu(gate) * up, linear_fc2 (hidden -> d).
 class MlpImpl : public torch::nn::Module {
  public:
-  MlpImpl(int64_t d, int64_t hidden, const std::string& prefix, const std::shared_ptr<QuantContext>& ctx, int64_t& layer_id, int block,
-          int n_blocks);
+  MlpImpl(int64_t d, int64_t hidden, const std::string& prefix, const std::shared_ptr<QuantContext>& ctx, int64_t& layer_id, int layer_index,
+          int n_layers);
   torch::Tensor forward(const torch::Tensor& x);
   QuantLinear fc1{nullptr}, fc2{nullptr};
   bool fused = true;  // the fused SwiGLU kernel on CUDA (models/fused_ops.h)
@@ -33,7 +33,7 @@ TORCH_MODULE(Mlp);
 
 class AttentionImpl : public torch::nn::Module {
  public:
-  AttentionImpl(const ModelConfig& c, const std::string& prefix, const std::shared_ptr<QuantContext>& ctx, int64_t& layer_id, int block);
+  AttentionImpl(const ModelConfig& c, const std::string& prefix, const std::shared_ptr<QuantContext>& ctx, int64_t& layer_id, int layer_index);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
   QuantLinear qkv{nullptr}, proj{nullptr};
   int64_t n_heads, n_kv_heads, head_dim;
@@ -45,7 +45,7 @@ TORCH_MODULE(Attention);
 // in token order, and the rest of its assignments are dropped (their weight is lost, as in Switch).
 class MoeImpl : public torch::nn::Module {
  public:
-  MoeImpl(const ModelConfig& c, const std::string& prefix, const std::shared_ptr<QuantContext>& ctx, int64_t& layer_id, int block);
+  MoeImpl(const ModelConfig& c, const std::string& prefix, const std::shared_ptr<QuantContext>& ctx, int64_t& layer_id, int layer_index);
   torch::Tensor forward(const torch::Tensor& x);  // accumulates aux_loss
   torch::Tensor router;                           // [experts, d], FP32, never quantized
   std::vector<Mlp> experts;

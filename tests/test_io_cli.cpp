@@ -302,9 +302,25 @@ TEST_CASE("reproduce Table 1: the presets match the paper's Table 1 field for fi
 
 TEST_CASE("Table 3 and Figure 10 at CI scale: run a subset, report it; plan estimates time from measured runs", "[cli]") {
   const std::string dir = temp_dir();
-  REQUIRE(run_cli("run experiments/table3/ci.toml --only table3_ci").code == 0);
-  REQUIRE(run_cli("run experiments/table3/ci.toml --only table3_ci-max_fpx-e2m1_fpx4").code == 0);
-  Result t = run_cli("report table3 --results build/ci/table3 --out " + dir + "/table3.md");
+  // Copies of the CI manifests (a child would not inherit their [ablation] and [sweep]) with their
+  // outputs in this test's folder: build/ci/ belongs to the regression entry.
+  const std::string root = UFP4_SOURCE_DIR;
+  auto here = [&](const std::string& name, const std::string& manifest) {
+    std::ifstream in(root + "/" + manifest);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    auto swap = [&](const std::string& from, const std::string& to) {
+      const size_t at = text.find(from);
+      REQUIRE(at != std::string::npos);
+      text.replace(at, from.size(), to);
+    };
+    swap("extends = \"../ci/", "extends = \"" + root + "/experiments/ci/");
+    swap("dir = \"build/ci/" + name + "\"", "dir = \"" + dir + "/" + name + "\"");
+    return test::write_manifest(dir, name, text);
+  };
+  const std::string t3 = here("table3", "experiments/table3/ci.toml"), f10 = here("figure10", "experiments/figure10/ci.toml");
+  REQUIRE(run_cli("run " + t3 + " --only table3_ci").code == 0);
+  REQUIRE(run_cli("run " + t3 + " --only table3_ci-max_fpx-e2m1_fpx4").code == 0);
+  Result t = run_cli("report table3 --results " + dir + "/table3 --out " + dir + "/table3.md");
   INFO(t.out);
   REQUIRE(t.code == 0);
   CHECK(t.out.find("## max_fpx (searched: 4 / 6)") != std::string::npos);
@@ -312,17 +328,17 @@ TEST_CASE("Table 3 and Figure 10 at CI scale: run a subset, report it; plan esti
   CHECK(t.out.find("- max_fpx: \"the paper's choice (6) is the best level\" — **inconclusive**") != std::string::npos);
   CHECK(t.out.find("## Provenance") != std::string::npos);
   for (const char* r : {"figure10_ci-e2m1_ref", "figure10_ci-e2m1_rr"})
-    REQUIRE(run_cli(std::string("run experiments/figure10/ci.toml --only ") + r).code == 0);
-  Result f = run_cli("report figure10 --results build/ci/figure10 --out " + dir + "/figure10.md");
+    REQUIRE(run_cli("run " + f10 + " --only " + r).code == 0);
+  Result f = run_cli("report figure10 --results " + dir + "/figure10 --out " + dir + "/figure10.md");
   INFO(f.out);
   REQUIRE(f.code == 0);
   // One seed: a difference but no interval, so no verdict beyond inconclusive.
   CHECK(f.out.find("tiny: \"range-restricted E2M1 is worse than the E2M1 reference\" — **inconclusive**") != std::string::npos);
   CHECK(f.out.find("(one seed)") != std::string::npos);
-  Result p = run_cli("plan experiments/table3/ci.toml");
+  Result p = run_cli("plan " + t3);
   REQUIRE(p.code == 0);
   CHECK(p.out.find("est. time") != std::string::npos);
-  CHECK(run_cli("report table3 --results " + dir).code == 2);  // no runs there: a one-line error
+  CHECK(run_cli("report table3 --results " + dir + "/figure10").code == 2);  // no Table 3 runs there: a one-line error
 }
 
 TEST_CASE("seeds as a sweep axis: Figure 8 pairs them across recipes into intervals and a verdict", "[cli]") {

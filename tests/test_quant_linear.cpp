@@ -17,8 +17,7 @@ using namespace ufp4;
 namespace {
 
 std::string temp_recipe(const std::string& text) {
-  char tmpl[] = "/tmp/ufp4-linear-XXXXXX";
-  std::string p = std::string(mkdtemp(tmpl)) + "/r.toml";
+  std::string p = test::temp_dir() + "/r.toml";
   std::ofstream(p) << text;
   return p;
 }
@@ -163,8 +162,7 @@ dy = { quantize = true, rounding = "sr" }
 }
 
 TEST_CASE("capture writes operands before and after quantization; telemetry records alpha", "[linear]") {
-  char tmpl[] = "/tmp/ufp4-capture-XXXXXX";
-  std::string dir = mkdtemp(tmpl);
+  std::string dir = test::temp_dir();
   auto L = make_layer(Recipe::load("ufp4"));
   L->ctx->capture = std::make_shared<OperandCapture>(std::set<int64_t>{5}, std::vector<std::string>{"*linear_fc1"});
   L->ctx->telemetry = true;

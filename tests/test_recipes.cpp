@@ -5,16 +5,14 @@
 #include "common/error.h"
 #include "models/recipe.h"
 #include "tests/catch.h"
+#include "tests/helpers.h"
 
 using namespace ufp4;
 
 namespace {
 
 std::string write_temp(const std::string& name, const std::string& text) {
-  static std::string dir = [] {
-    char tmpl[] = "/tmp/ufp4-recipes-XXXXXX";
-    return std::string(mkdtemp(tmpl));
-  }();
+  static const std::string dir = test::temp_dir();
   std::string p = dir + "/" + name;
   std::ofstream(p) << text;
   return p;

@@ -125,7 +125,8 @@ std::string report_analysis(const std::string& root, const std::string& tensors_
       prow(fw, std::string("B_eff ") + g + ", H16", pm(over_layers(beff, fw, g, "H16"), "%.3f"), std::string(g) == "e2m1" ? P(t, "beff_H16") : NAN);
     }
   }
-  os << "\nThe paper's B_eff pair (0.56 -> 0.97) is shown beside our E2M1 buckets; the paper does not say which grid it counts.\n\n";
+  os << "\nThe paper's B_eff pair (" << fmt("%.2f", P("fc2_fwd_x", "beff_I")) << " -> " << fmt("%.2f", P("fc2_fwd_x", "beff_H16"))
+     << ") is shown beside our E2M1 buckets; the paper does not say which grid it counts.\n\n";
 
   // ---- verdicts ----
   auto m = [&](const std::string& fw, const char* g, const char* t) { return over_layers(sq, fw, g, t).first; };

@@ -53,25 +53,9 @@ std::string report_table1(const std::string& root) {
   std::vector<std::string> names;
   for (auto&& n : *paper["recipes"].as_array()) names.push_back(n.value_or<std::string>(""));
   for (const auto& n : names) rs.push_back(Recipe::load(n));
-  // Our rows, parsed back from the Markdown table the recipes command prints.
+  // Our rows, as the recipes command prints them.
   std::map<std::string, std::vector<std::string>> ours;
-  std::istringstream t(Recipe::table1(rs));
-  std::string line;
-  while (std::getline(t, line)) {
-    if (line.rfind("| ", 0) != 0 || line.rfind("| |", 0) == 0) continue;
-    std::vector<std::string> cells;
-    size_t p = 1;
-    while (p < line.size()) {
-      size_t q = line.find('|', p);
-      if (q == std::string::npos) break;
-      std::string c = line.substr(p, q - p);
-      c.erase(0, c.find_first_not_of(' '));
-      c.erase(c.find_last_not_of(' ') + 1);
-      cells.push_back(c);
-      p = q + 1;
-    }
-    ours[cells[0]] = std::vector<std::string>(cells.begin() + 1, cells.end());
-  }
+  for (auto& row : Recipe::table1_rows(rs)) ours[row.first] = std::move(row.second);
   std::ostringstream os;
   os << "# Table 1: the recipes\n\nOurs: the resolved presets `models/recipes/{" << names[0] << "," << names[1]
      << "}.toml`. Paper: " << paper["source"].value_or<std::string>("") << " (`reports/paper/table1.toml`).\n\n";

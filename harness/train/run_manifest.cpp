@@ -74,31 +74,19 @@ struct Reader {
 namespace {
 
 // The manifest's table with its `extends` chain merged in (parents first), and where each value
-// was written (a child's positions replace its parent's).
+// was written. A parent's [sweep] and [ablation] are its own: a child does not inherit them.
 toml::table load_chain(const std::string& path, std::vector<std::string>& chain, SourceMap& sources) {
-  for (const auto& c : chain)
-    if (c == path) throw Error(path + ":1: extends forms a cycle (" + chain.front() + ")");
-  chain.push_back(path);
-  toml::table t = toml_parse(path);
-  SourceMap own;
-  record_sources(t, path, own);
-  if (auto ext = t.get("extends")) {
-    if (!ext->is_string()) Reader{path, &own}.bad(*ext, "extends", "expected a path to another manifest");
-    std::string parent = ext->value_or<std::string>("");
-    if (!parent.empty() && parent[0] != '/') parent = dir_of(path) + "/" + parent;
-    if (!file_exists(parent) || is_dir(parent)) throw Error(source_of(own, "extends", path) + ": extends: '" + parent + "' not found");
-    toml::table base = load_chain(parent, chain, sources);
-    base.erase("sweep");
-    base.erase("ablation");
-    for (auto it = sources.begin(); it != sources.end();)
-      it = (it->first.rfind("sweep", 0) == 0 || it->first.rfind("ablation", 0) == 0) ? sources.erase(it) : std::next(it);
-    toml_merge(base, t);
-    base.erase("extends");
-    for (auto& kv : own) sources[kv.first] = kv.second;
-    return base;
-  }
-  for (auto& kv : own) sources[kv.first] = kv.second;
-  return t;
+  ExtendsRules rules;
+  rules.parent_of = [](const toml::node& v, const std::string& child, const std::string& where) {
+    if (!v.is_string()) throw Error(where + ": extends: expected a path to another manifest");
+    std::string parent = v.value_or<std::string>("");
+    if (!parent.empty() && parent[0] != '/') parent = dir_of(child) + "/" + parent;
+    if (!file_exists(parent) || is_dir(parent)) throw Error(where + ": extends: '" + parent + "' not found");
+    return parent;
+  };
+  rules.not_inherited = {"sweep", "ablation"};
+  rules.forget_not_inherited_sources = true;
+  return load_extends_chain(path, rules, chain, sources);
 }
 
 RunManifest from_table(const toml::table& t, const std::string& path, const SourceMap& sources);
