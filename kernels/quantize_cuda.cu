@@ -6,6 +6,7 @@
 // (build without fast-math: divisions must be IEEE).
 #include "kernels/quantize_cuda.h"
 #include "kernels/quantize_device.cuh"
+#include "kernels/kernel_path.h"
 #include "kernels/quantize_hot.h"
 
 namespace ufp4 {
@@ -190,13 +191,6 @@ __global__ void __launch_bounds__(kFastThreads, 2) quantize16_kernel(const Kerne
   }
 }
 
-// Whether quantize16_kernel covers this call.
-bool fast_path(const KernelSpec& s, const QuantizeIO& io) {
-  const int64_t L = io.columnwise ? io.rows : io.cols;
-  return s.block == 16 && !s.block_2d && (s.rht == 0 || s.rht == 16) && L % 16 == 0 && (!io.columnwise || io.cols % 4 == 0) &&
-         aligned16(io.in) && aligned16(io.dequant) && aligned16(io.codes);
-}
-
 template <bool kInBf16, bool kOutBf16, bool kCol>
 void launch_fast(const KernelSpec& s, const QuantizeIO& io, cudaStream_t stream) {
   const int64_t R = kCol ? io.cols : io.rows, L = kCol ? io.rows : io.cols;
@@ -270,11 +264,12 @@ void cuda_quantize(const KernelSpec& s, const QuantizeIO& io, cudaStream_t strea
     check_cuda(cudaMemsetAsync(io.tensor_amax, 0, sizeof(float), stream), "memset");
     dispatch<kTensorAmax>(s, io, false, nullptr, stream);
   }
-  if (hot_path_applies(s, io)) {
+  const KernelPath path = select_path(s, io);  // the one decision (kernels/kernel_path.h)
+  if (path == KernelPath::kHot) {
     cuda_quantize_hot(s, io, stream);
     return;
   }
-  if (fast_path(s, io)) {
+  if (path == KernelPath::kFast16) {
     const bool ib = io.in_dtype == DType::kBF16, ob = io.out_dtype == DType::kBF16;
 #define UFP4_FAST(I, O) (io.columnwise ? launch_fast<I, O, true>(s, io, stream) : launch_fast<I, O, false>(s, io, stream))
     if (ib) { if (ob) UFP4_FAST(true, true); else UFP4_FAST(true, false); }

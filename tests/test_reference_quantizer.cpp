@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "kernels/float_bits.h"
+#include "kernels/kernel_path.h"
 #include "kernels/philox.h"
 #include "kernels/quantize_hot.h"
 #include "kernels/rounding.h"
@@ -406,6 +407,40 @@ TEST_CASE("The hot kernel's chunk arithmetic equals the reference bit for bit, o
       if (++bad <= 3) FAIL_CHECK("tiny " << xt << " / " << d << ": " << got << " vs " << want);
   }
   CHECK(bad == 0);
+}
+
+TEST_CASE("select_path: which CUDA kernel each kind of call runs (the dispatcher's one decision)", "[quantizer]") {
+  QuantSpec s;
+  s.grid = Grid::from_name("e2m1");
+  s.rht = 16;
+  s.rounding = Rounding::kSr;
+  std::vector<uint16_t> buf(64 * 32 + 8);
+  QuantizeIO io;
+  io.in = buf.data();
+  io.dequant = buf.data();
+  io.in_dtype = io.out_dtype = DType::kBF16;
+  io.rows = 64;
+  io.cols = 32;
+  REQUIRE((reinterpret_cast<uintptr_t>(buf.data()) & 15u) == 0);
+  auto path = [&](auto&& change) {
+    QuantSpec s2 = s;
+    QuantizeIO io2 = io;
+    change(s2, io2);
+    return select_path(make_kernel_spec(s2), io2);
+  };
+  CHECK(path([](QuantSpec&, QuantizeIO&) {}) == KernelPath::kHot);  // the training path
+  CHECK(path([](QuantSpec&, QuantizeIO& i) { i.columnwise = true; }) == KernelPath::kHot);
+  // 1x16 calls the hot kernel declines, with whole 16-element chunks: the 1x16 kernel.
+  CHECK(path([](QuantSpec&, QuantizeIO& i) { i.in_dtype = DType::kF32; }) == KernelPath::kFast16);
+  CHECK(path([&](QuantSpec&, QuantizeIO& i) { i.codes = reinterpret_cast<uint8_t*>(buf.data()); }) == KernelPath::kFast16);
+  CHECK(path([](QuantSpec& q, QuantizeIO&) { q.scale = ScaleKind::kNvfp4; }) == KernelPath::kFast16);
+  CHECK(path([](QuantSpec& q, QuantizeIO&) { q.grid = Grid::from_name("int4_tc"); }) == KernelPath::kFast16);
+  // Everything else: the general kernel.
+  CHECK(path([](QuantSpec& q, QuantizeIO&) { q.rht = 32; }) == KernelPath::kGeneral);
+  CHECK(path([](QuantSpec& q, QuantizeIO&) { q.block = 32; }) == KernelPath::kGeneral);
+  CHECK(path([](QuantSpec&, QuantizeIO& i) { i.cols = 24; }) == KernelPath::kGeneral);
+  CHECK(path([](QuantSpec&, QuantizeIO& i) { i.in = reinterpret_cast<const uint8_t*>(i.in) + 2; }) == KernelPath::kGeneral);  // unaligned
+  CHECK(std::string(kernel_path_name(KernelPath::kFast16)) == "fast16");
 }
 
 TEST_CASE("The hot kernel covers the training path's activation quantizations and nothing it cannot do", "[quantizer]") {
