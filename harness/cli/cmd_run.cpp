@@ -106,8 +106,8 @@ int cmd_run(const std::vector<std::string>& args) {
   if (gpus > 0) {
     std::mutex mu;
     size_t next = 0;
-    std::vector<int> load(static_cast<size_t>(gpus), 0);
-    std::set<pid_t> children;  // runs in flight  // runs in flight per GPU: each new run goes to the least loaded
+    std::vector<int> load(static_cast<size_t>(gpus), 0);  // runs in flight per GPU: each new run goes to the least loaded
+    std::set<pid_t> children;                             // the runs in flight, to pass a stop signal on
     const std::string exe = executable_dir() + "/ufp4";
     auto worker = [&]() {
       for (;;) {
