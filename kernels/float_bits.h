@@ -65,6 +65,24 @@ UFP4_HD int floor_log2(float a) {
 }
 
 // Canonical quiet NaN, so NaN results are bitwise reproducible across host and device.
+// fminf / fmaxf (a NaN operand yields the other): the intrinsics on the GPU; inline selects on the
+// host, where libm's are out-of-line calls that dominate per-element loops.
+UFP4_HD float min_hd(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return fminf(a, b);
+#else
+  const float m = b < a ? b : a;  // minss: branch-free
+  return a != a ? b : m;
+#endif
+}
+UFP4_HD float max_hd(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return fmaxf(a, b);
+#else
+  const float m = b > a ? b : a;  // maxss
+  return a != a ? b : m;
+#endif
+}
 UFP4_HD float canonical_nan() { return bits_f32(0x7fc00000u); }
 
 // Max of non-negative values that propagates NaN (as the canonical NaN): exact, associative
@@ -85,7 +103,10 @@ UFP4_HD float rint_even(float x) {
 #if defined(__CUDA_ARCH__)
   return rintf(x);
 #else
-  return std::nearbyint(x);  // default FE_TONEAREST
+  // Below 2^23, adding and subtracting 2^23 rounds to an integer, ties to even (FE_TONEAREST); at or
+  // above it (and for inf, NaN) x is already integral. Inline: libm's nearbyintf is a call.
+  const float m = std::fabs(x);
+  return m < 0x1p23f ? std::copysign((m + 0x1p23f) - 0x1p23f, x) : x;
 #endif
 }
 

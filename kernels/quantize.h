@@ -58,6 +58,10 @@ void check_quantize_shape(const KernelSpec& s, const QuantizeIO& io);
 // The oracle: plain loops on host memory.
 void reference_quantize(const KernelSpec& s, const QuantizeIO& io);
 
+// The CPU path of training and the CLI (quantize_cpu.cpp): the oracle's results bit for bit, with the
+// kernels' rounding arithmetic (several times faster).
+void cpu_quantize(const KernelSpec& s, const QuantizeIO& io);
+
 // RHT of each length-n segment of each row of a row-major [rows, cols] FP32 array, in place
 // (the butterfly order defines the rounding; the kernels use the same order). inverse=true applies
 // the transpose (H then signs).

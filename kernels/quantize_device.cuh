@@ -1,5 +1,5 @@
-// Device helpers shared by the quantizer kernels: loads and stores, the RHT-16 butterflies, block
-// scaling and per-element rounding in the reference's exact arithmetic (kernels/quantize.h).
+// Device helpers shared by the quantizer kernels: loads and stores, the RHT-16 butterflies, and the
+// chunk's rounding and stores around quantize_element.h (block scale and element rounding, host and device).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -12,6 +12,7 @@
 #include "kernels/float_bits.h"
 #include "kernels/philox.h"
 #include "kernels/quantize.h"
+#include "kernels/quantize_element.h"
 #include "kernels/rounding.h"
 
 namespace ufp4 {
@@ -102,60 +103,6 @@ __device__ __forceinline__ float chunk_amax(const float* x) {
   return mbits > 0x7f800000u ? canonical_nan() : bits_f32(mbits);
 }
 
-// One block's scaling, as the chunk's elements need it.
-struct ChunkScale {
-  int state = 0;         // 0 normal, 1 zero block, 2 NaN block
-  bool multiply = false; // nvfp4: v = x * factor; else v = x / factor
-  bool fast_div = false; // x / factor through rcp (div_by_scale)
-  float factor = 1.0f, rcp = 1.0f, decode = 0.0f;
-  int zero_idx = 0;
-};
-
-// Rounds one element to its dequantized value and code. kClass picks the arithmetic path of
-// rounding.h or the threshold search; all give the reference's levels.
-template <int kClass>
-__device__ __forceinline__ float round_element(const KernelSpec& s, const float* sh_level, const uint8_t* sh_code, const ChunkScale& cs,
-                                              bool sr, bool want_codes, float x, uint32_t k, uint32_t& code_out) {
-  const GridParams& g = s.grid;
-  const bool neg = (f32_bits(x) >> 31) != 0;
-  int idx = cs.zero_idx;
-  float dq;
-  if (cs.state == 2) {
-    dq = canonical_nan();
-  } else if (cs.state == 1) {
-    dq = 0.0f;
-  } else {
-    float v;
-    if (cs.multiply) {
-      v = x * cs.factor;
-    } else if (cs.fast_div) {
-      v = div_by_scale(x, cs.factor, cs.rcp);
-    } else {
-      v = rare_div(x, cs.factor);
-    }
-    const float a = g.symmetric ? fabsf(v) : v;
-    float level;
-    if (kClass == kGridUniform) {
-      const float t = sr ? stochastic_uniform(s.fast, a, k) : nearest_uniform(s.fast, a);
-      level = t * s.fast.step;
-      idx = static_cast<int>(t);
-    } else if (kClass == kGridE2M1) {
-      level = sr ? stochastic_e2m1(s.fast, a, k) : nearest_e2m1(s.fast, a);
-      if (want_codes) idx = e2m1_index(level);
-    } else {
-      idx = sr ? round_stochastic(g, sh_level, a, k) : round_nearest(g, a);
-      level = sh_level[idx];
-    }
-    dq = level * cs.decode;
-  }
-  if (g.symmetric && neg && cs.state != 2) dq = -dq;
-  if (want_codes) {
-    const uint32_t c = kClass == kGridGeneric || cs.state != 0 ? sh_code[idx] : static_cast<uint32_t>(idx);
-    code_out = g.symmetric && cs.state != 2 ? (c | (neg ? 8u : 0u)) : c;
-  }
-  return dq;
-}
-
 // Rounds a chunk four elements at a time and stores as it goes. The loop over the four groups is
 // not unrolled: one copy of the rounding code per grid class keeps the kernel small enough for the
 // instruction cache (fully unrolled it ran at a quarter of the speed).
@@ -239,44 +186,8 @@ __device__ __forceinline__ void round_and_store(const KernelSpec& s, const Quant
 template <bool kOutBf16>
 __device__ __forceinline__ void finish_chunk(const KernelSpec& s, const QuantizeIO& io, const float* sh_level, const uint8_t* sh_code,
                                              const float* x, float m, int64_t r, int64_t L, int64_t j0, int nvalid) {
-  const GridParams& g = s.grid;
-  // Block scale (see kernels/quantize.h).
-  ChunkScale cs;
-  const float gmax = g.gmax;
-  float bm = m;
-  if (s.scale_kind == 1) {
-    const float ta = *io.tensor_amax;
-    if (!is_finite(ta)) bm = canonical_nan();
-  }
   uint8_t bits = 0;
-  if (!is_finite(bm)) {
-    cs.state = 2; cs.decode = canonical_nan(); bits = s.scale_kind == 2 ? 0xff : 0x7f;
-  } else if (s.scale_kind == 0) {
-    float sc = bm / gmax;
-    if (sc == 0.0f) cs.state = 1;
-    cs.factor = sc; cs.decode = sc;
-  } else if (s.scale_kind == 1) {
-    const float ta = *io.tensor_amax;
-    float s_enc = fminf(448.0f * gmax / ta, FLT_MAX);
-    if (ta == 0.0f || s_enc == 0.0f) s_enc = 1.0f;
-    float e4m3 = round_to_e4m3(fminf(bm * (s_enc * (1.0f / gmax)), FLT_MAX));
-    float s_dec = 1.0f / s_enc;
-    cs.multiply = true;
-    cs.factor = fminf(1.0f / (e4m3 * s_dec), FLT_MAX);
-    cs.decode = e4m3 * s_dec;
-    bits = e4m3_code(e4m3);
-  } else if (s.scale_kind == 3) {
-    cs.factor = 1.0f; cs.decode = 1.0f;
-  } else {
-    int e = bm == 0.0f ? -127 : floor_log2(bm) - floor_log2(gmax);
-    e = e < -127 ? -127 : (e > 127 ? 127 : e);
-    cs.factor = exp2_int(e); cs.decode = cs.factor; bits = e8m0_code(e);
-  }
-  if (cs.state == 0 && !cs.multiply && cs.factor >= 0x1p-100f && cs.factor <= 0x1p100f) {
-    cs.fast_div = true;
-    cs.rcp = 1.0f / cs.factor;
-  }
-
+  const ChunkScale cs = chunk_scale(s, m, s.scale_kind == 1 ? *io.tensor_amax : 0.0f, bits);
   const int64_t nblk = (L + s.block - 1) / s.block;
   if (j0 % s.block == 0) {
     const int64_t bi = r * nblk + j0 / s.block;
@@ -285,7 +196,6 @@ __device__ __forceinline__ void finish_chunk(const KernelSpec& s, const Quantize
     if (io.scale_bits) io.scale_bits[bi] = bits;
   }
 
-  cs.zero_idx = g.symmetric ? 0 : round_nearest(g, 0.0f);
   if (s.fast.kind == kGridUniform) round_and_store<kGridUniform, kOutBf16>(s, io, sh_level, sh_code, cs, x, r, L, j0, nvalid);
   else if (s.fast.kind == kGridE2M1) round_and_store<kGridE2M1, kOutBf16>(s, io, sh_level, sh_code, cs, x, r, L, j0, nvalid);
   else round_and_store<kGridGeneric, kOutBf16>(s, io, sh_level, sh_code, cs, x, r, L, j0, nvalid);

@@ -75,19 +75,24 @@ inline FastGrid classify_grid(const GridParams& g) {
 
 // RTNE on a uniform grid: a * inv_step is exact, rint rounds ties to the even index (= even code).
 UFP4_HD float nearest_uniform(const FastGrid& f, float a) {
-  return fminf(rint_even(a * f.inv_step), f.top * f.inv_step);  // the level's index, as a float
+  return min_hd(rint_even(a * f.inv_step), f.top * f.inv_step);  // the level's index, as a float
 }
 
 // RNE of 0 <= a < 2^100 to E2M1's spacing 2^(E-1), E = max(floor(log2 a), 0), without saturation:
 // adding c = 2^(E+22) leaves exactly that spacing, ties go to the even multiple (= the even code), and
 // subtracting c again is exact.
 UFP4_HD float round_e2m1_spacing(float a) {
-  const float c = fmaxf(bits_f32(f32_bits(a) & 0x7f800000u), 1.0f);
+  const float c = max_hd(bits_f32(f32_bits(a) & 0x7f800000u), 1.0f);
+#if defined(__CUDA_ARCH__)
   return fmaf(c, -0x1p22f, fmaf(c, 0x1p22f, a));
+#else
+  const float k = c * 0x1p22f;  // exact (a power of two), so each FMA above is this one rounded add
+  return (a + k) - k;
+#endif
 }
 
 // RTNE to E2M1 magnitudes (ties to even code), saturated at f.top (<= 6, so a >= 16 may be clamped first).
-UFP4_HD float nearest_e2m1(const FastGrid& f, float a) { return fminf(round_e2m1_spacing(fminf(a, 16.0f)), f.top); }
+UFP4_HD float nearest_e2m1(const FastGrid& f, float a) { return min_hd(round_e2m1_spacing(min_hd(a, 16.0f)), f.top); }
 
 // Index (= code) of an E2M1 magnitude level.
 UFP4_HD int e2m1_index(float level) {

@@ -25,7 +25,7 @@ void run(const KernelSpec& ks, QuantizeIO& io, const torch::Tensor& like) {
     cuda_quantize(ks, io, at::cuda::getCurrentCUDAStream(like.device().index()).stream());
 #endif
   } else {
-    reference_quantize(ks, io);
+    cpu_quantize(ks, io);
   }
 }
 
