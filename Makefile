@@ -4,12 +4,12 @@ JOBS ?= $(shell nproc)
 CMAKE_ARGS ?=
 GEN := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 
-.PHONY: all build setup configure test test-gpu check-gpu demo bench reproduce-figure-11 report gpu-deps gpu clean help
+.PHONY: all build setup configure test test-quick test-gpu check-gpu demo bench reproduce-figure-11 report gpu-deps gpu clean help
 
 all: build
 
 help:
-	@echo "make setup | build | test | test-gpu | check-gpu | demo | bench | report | reproduce-table-N | reproduce-figure-N | gpu-deps | gpu | clean"
+	@echo "make setup | build | test | test-quick | test-gpu | check-gpu | demo | bench | report | reproduce-table-N | reproduce-figure-N | gpu-deps | gpu | clean"
 
 setup:
 	@bash tools/setup.sh
@@ -25,6 +25,10 @@ build: configure
 test: setup
 	@$(MAKE) --no-print-directory build
 	cd $(BUILD) && ctest --output-on-failure -j 2
+
+# While iterating: every entry but the [slow] ones (training, CLI end to end, crash, fuzz, campaigns).
+test-quick: build
+	cd $(BUILD) && ctest --output-on-failure -j 2 -LE slow
 
 test-gpu: build
 	cd $(BUILD) && UFP4_REQUIRE_GPU=1 ctest --output-on-failure -L cuda

@@ -5,6 +5,7 @@
 #include "harness/data/data.h"
 
 #include <stdlib.h>
+#include <unistd.h>
 #include <sys/wait.h>
 
 #include <array>
@@ -91,6 +92,13 @@ CliResult run_cli(const std::string& args) {
   while (fgets(buf.data(), buf.size(), p)) out += buf.data();
   int status = pclose(p);
   return {WEXITSTATUS(status), out};
+}
+
+std::string ci_fixture(const std::string& sub) {
+  const std::string dir = std::string(UFP4_SOURCE_DIR) + "/build/ci/" + sub;
+  if (access(dir.c_str(), F_OK) != 0)
+    throw std::runtime_error(dir + " is missing: it is made by the CTest fixture (cd build && ctest -R ci-train, or ctest -R <entry>, which runs it first)");
+  return dir;
 }
 
 std::string temp_dir() {

@@ -27,6 +27,9 @@ std::string temp_dir();
 // Training fixtures: a byte-level CI data folder prepared once per test binary (through the data
 // tool), a manifest file written into `dir`, and a tiny-model CPU manifest (`extra`: more [train] lines).
 const std::string& ci_data();
+// build/ci/<sub> (runs, analysis) of the CTest fixture ci-train (cmake/ci_train.cmake), which trains the
+// CI-scale runs once per test run; throws, saying how to make it, when it is missing.
+std::string ci_fixture(const std::string& sub);
 std::string write_manifest(const std::string& dir, const std::string& name, const std::string& body);
 std::string tiny_manifest(const std::string& dir, const std::string& recipe, int steps, const std::string& extra = "",
                           const std::string& model = "tiny");

@@ -164,10 +164,9 @@ TEST_CASE("analyze and report: bias --json, tensors and chain on a CI capture, t
   CHECK(bad.out.find("allowed: uniform, gaussian, laplace, student-t") != std::string::npos);
 
   const std::string dir = test::temp_dir();
+  // The capture run is the fixture's (ci-train): experiments/analysis/ci.toml into build/ci/analysis.
   const std::string manifest = std::string(UFP4_SOURCE_DIR) + "/experiments/analysis/ci.toml";
-  auto run = test::run_cli("run " + manifest);
-  REQUIRE(run.code == 0);
-  const std::string cap = std::string(UFP4_SOURCE_DIR) + "/build/ci/analysis/analysis_bf16-" + [&] {
+  const std::string cap = test::ci_fixture("analysis") + "/analysis_bf16-" + [&] {
     auto p = test::run_cli("plan " + manifest);
     size_t at = p.out.find("analysis_bf16 ");
     return p.out.substr(p.out.find_first_not_of(' ', at + 14), 16);

@@ -58,7 +58,7 @@ std::string compare(const torch::Tensor& x_f32, const Config& c) {
 
 }  // namespace
 
-TEST_CASE("CUDA == CPU: shapes with padding, real model shapes, layouts and input regimes", "[cuda]") {
+TEST_CASE("CUDA == CPU: shapes with padding, real model shapes, layouts and input regimes", "[quantizer][cuda]") {
   UFP4_NEED_GPU();
   const std::vector<std::pair<int64_t, int64_t>> shapes = {{128, 128}, {304, 304}, {256, 272}, {1, 16}, {97, 160}, {8192, 5120}};
   const char* regimes[] = {"zeros", "subnormal", "normal", "near_overflow", "mixed"};
@@ -95,7 +95,7 @@ TEST_CASE("CUDA == CPU: shapes with padding, real model shapes, layouts and inpu
   CHECK(checked == 120);
 }
 
-TEST_CASE("CUDA == CPU: every grid, scale kind, rounding, RHT size and block size", "[cuda]") {
+TEST_CASE("CUDA == CPU: every grid, scale kind, rounding, RHT size and block size", "[quantizer][cuda]") {
   UFP4_NEED_GPU();
   torch::Tensor x = test::make_input("outliers", 256, 384, 7);
   int n = 0;
@@ -126,7 +126,7 @@ TEST_CASE("CUDA == CPU: every grid, scale kind, rounding, RHT size and block siz
     }
 }
 
-TEST_CASE("CUDA standalone RHT == CPU, bitwise; the unfused path matches too", "[cuda]") {
+TEST_CASE("CUDA standalone RHT == CPU, bitwise; the unfused path matches too", "[quantizer][cuda]") {
   UFP4_NEED_GPU();
   for (const char* regime : {"dyadic", "normal"})
     for (int n : {16, 32, 64, 128})
@@ -156,7 +156,7 @@ TEST_CASE("CUDA standalone RHT == CPU, bitwise; the unfused path matches too", "
   }
 }
 
-TEST_CASE("CUDA == CPU on the hot kernel: BF16 dequantized values of the training path, declined blocks included", "[cuda]") {
+TEST_CASE("CUDA == CPU on the hot kernel: BF16 dequantized values of the training path, declined blocks included", "[quantizer][cuda]") {
   UFP4_NEED_GPU();
   int n = 0;
   for (const char* g : {"e2m1", "e2m1_max4", "e2m1_max2", "e1m2", "int4"})

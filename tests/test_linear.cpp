@@ -180,7 +180,7 @@ TEST_CASE("capture writes operands before and after quantization; telemetry reco
   for (const auto& kv : L->ctx->alpha) CHECK(std::fabs(kv.second - 1.0) < 0.1);
 }
 
-TEST_CASE("CUDA == CPU: the linear layer's quantized operands, bit for bit", "[cuda]") {
+TEST_CASE("CUDA == CPU: the linear layer's quantized operands, bit for bit", "[linear][cuda]") {
   UFP4_NEED_GPU();
   for (const char* name : {"e2m1_ref", "ufp4", "nvfp4_nvidia"}) {
     std::map<std::string, torch::Tensor> after[2];
@@ -231,7 +231,7 @@ TEST_CASE("keys: SR keys per layer and step, RHT signs shared / per layer / per 
   CHECK(operand_spec(*s2, Gemm::kDgrad, 0, 10).seed != operand_spec(*a, Gemm::kDgrad, 0, 10).seed);
 }
 
-TEST_CASE("BF16 rounding of dequantized operands moves results far less than 4-bit quantization does", "[cuda]") {
+TEST_CASE("BF16 rounding of dequantized operands moves results far less than 4-bit quantization does", "[linear][cuda]") {
   UFP4_NEED_GPU();
   // With FP32 block scales, q * s needs up to 24 bits; BF16 keeps 8 (<= 2^-9 relative per element).
   // The BF16 GEMM's effect must be small against the quantization error itself.

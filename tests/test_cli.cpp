@@ -1,4 +1,4 @@
-// Array I/O and the CLI as a user meets it: exit codes, one-line errors, quantize round trips.
+// The CLI as a user meets it: help, exit codes, one-line errors, quantize round trips, check, bench.
 #include <sys/stat.h>
 #include <torch/torch.h>
 #include <unistd.h>
@@ -30,103 +30,6 @@ int lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), 
 bool exists(const std::string& p) { return access(p.c_str(), F_OK) == 0; }
 
 }  // namespace
-
-TEST_CASE(".npy and HDF5 round trips", "[io]") {
-  std::string dir = temp_dir();
-  ArrayF32 a;
-  a.shape = {3, 5};
-  for (int i = 0; i < 15; ++i) a.data.push_back(i * 0.5f - 3);
-  write_npy(dir + "/a.npy", a);
-  ArrayF32 b = read_npy(dir + "/a.npy");
-  CHECK(b.shape == a.shape);
-  CHECK(b.data == a.data);
-  {
-    H5Writer w(dir + "/a.h5");
-    w.write_f32("x", a.data.data(), a.shape);
-    w.attr("note", std::string("hello"));
-    w.attr("pi", 3.25);
-    w.commit();
-  }
-  ArrayF32 c = read_h5_f32(dir + "/a.h5", "x");
-  CHECK(c.data == a.data);
-  CHECK(read_h5_string_attrs(dir + "/a.h5")["note"] == "hello");
-  CHECK(read_h5_double_attr(dir + "/a.h5", "pi") == 3.25);
-  {  // an uncommitted writer leaves nothing behind
-    H5Writer w(dir + "/never.h5");
-    w.write_f32("x", a.data.data(), a.shape);
-  }
-  CHECK(!exists(dir + "/never.h5"));
-  CHECK_THROWS_AS(read_npy(dir + "/missing.npy"), Error);
-  CHECK_THROWS_AS(read_h5_f32(dir + "/a.h5", "nope"), Error);
-}
-
-TEST_CASE("a run's results: what write_run_results writes, read_run_results reads back", "[io]") {
-  const std::string dir = test::temp_dir();
-  RunResults r;
-  r.run_name = "rt";
-  r.run_id = "0123456789abcdef";
-  r.recipe = "ufp4";
-  r.model = "tiny";
-  r.seed = 3;
-  r.deterministic = true;
-  r.data_train_tokens = 1000;
-  r.weights_sha256 = "feed";
-  r.device_name = "cpu";
-  r.diverged_step = -1;
-  r.tokens_per_s = 12.5;
-  RunCurves& c = r.curves;
-  for (int i = 0; i < 30; ++i) {
-    c.step.push_back(i);
-    c.tokens.push_back(10.0 * (i + 1));
-    c.loss.push_back(5.0 - 0.1 * i);
-    c.lr.push_back(1e-3);
-    c.grad_norm.push_back(0.5 + i);
-    c.time_s.push_back(0.25 * i);
-  }
-  c.eval_step = {9, 19, 29};
-  c.eval_loss = {4.5, 3.5, 2.25};
-  c.alpha_step = {0, 10};
-  c.alpha_keys = {"a/fprop.x", "b/fprop.w"};
-  c.alpha = {{1.0, NAN}, {0.5, 0.75}};
-  write_run_results(dir + "/rt.h5", r);
-  REQUIRE(is_run_results(dir + "/rt.h5"));
-  const RunResults b = read_run_results(dir + "/rt.h5");
-  CHECK(b.run_name == r.run_name);
-  CHECK(b.run_id == r.run_id);
-  CHECK(b.recipe == r.recipe);
-  CHECK(b.seed == 3);
-  CHECK(b.deterministic);
-  CHECK(b.data_train_tokens == 1000);
-  CHECK(b.weights_sha256 == "feed");
-  CHECK(b.tokens_per_s == 12.5);
-  CHECK(b.curves.step == c.step);
-  CHECK(b.curves.tokens == c.tokens);
-  CHECK(b.curves.loss == c.loss);
-  CHECK(b.curves.grad_norm == c.grad_norm);
-  CHECK(b.curves.time_s == c.time_s);
-  CHECK(b.curves.eval_loss == c.eval_loss);
-  CHECK(b.curves.alpha_keys == c.alpha_keys);
-  REQUIRE(b.curves.alpha.size() == 2);
-  CHECK(std::isnan(b.curves.alpha[0][1]));
-  CHECK(b.curves.alpha[1] == c.alpha[1]);
-  // The summary, written from the curves: the last tenth (3 steps) and 300 of 1000 tokens.
-  CHECK(b.steps_done == 30);
-  CHECK(b.last_k == 3);
-  CHECK(b.mean_loss_last_k == r.tail_mean(3));
-  CHECK(b.final_eval_loss == 2.25);
-  CHECK(b.epochs == 0.3);
-  CHECK(!b.attr("git_commit").empty());  // provenance
-  const RunResults header = read_run_results(dir + "/rt.h5", /*with_curves=*/false);
-  CHECK(header.curves.loss.empty());
-  CHECK(header.run_name == "rt");
-  {
-    H5Writer w(dir + "/other.h5");
-    w.attr("note", std::string("not a run"));
-    w.commit();
-  }
-  CHECK(!is_run_results(dir + "/other.h5"));
-  CHECK_THROWS_AS(read_run_results(dir + "/other.h5"), Error);
-}
 
 TEST_CASE("ufp4 --help lists the subcommands; --version names the commit", "[cli]") {
   Result r = run_cli("--help");
@@ -298,71 +201,6 @@ TEST_CASE("reproduce Table 1: the presets match the paper's Table 1 field for fi
   Result bad = run_cli("report table9");
   CHECK(bad.code == 2);
   CHECK(bad.out.find("allowed: table1, table2, table3, figure8, figure10, analysis, figure9") != std::string::npos);
-}
-
-TEST_CASE("Table 3 and Figure 10 at CI scale: run a subset, report it; plan estimates time from measured runs", "[cli]") {
-  const std::string dir = temp_dir();
-  // Copies of the CI manifests (a child would not inherit their [ablation] and [sweep]) with their
-  // outputs in this test's folder: build/ci/ belongs to the regression entry.
-  const std::string root = UFP4_SOURCE_DIR;
-  auto here = [&](const std::string& name, const std::string& manifest) {
-    std::ifstream in(root + "/" + manifest);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    auto swap = [&](const std::string& from, const std::string& to) {
-      const size_t at = text.find(from);
-      REQUIRE(at != std::string::npos);
-      text.replace(at, from.size(), to);
-    };
-    swap("extends = \"../ci/", "extends = \"" + root + "/experiments/ci/");
-    swap("dir = \"build/ci/" + name + "\"", "dir = \"" + dir + "/" + name + "\"");
-    return test::write_manifest(dir, name, text);
-  };
-  const std::string t3 = here("table3", "experiments/table3/ci.toml"), f10 = here("figure10", "experiments/figure10/ci.toml");
-  REQUIRE(run_cli("run " + t3 + " --only table3_ci").code == 0);
-  REQUIRE(run_cli("run " + t3 + " --only table3_ci-max_fpx-e2m1_fpx4").code == 0);
-  Result t = run_cli("report table3 --results " + dir + "/table3 --out " + dir + "/table3.md");
-  INFO(t.out);
-  REQUIRE(t.code == 0);
-  CHECK(t.out.find("## max_fpx (searched: 4 / 6)") != std::string::npos);
-  // One seed: the claim about the paper's choice can be neither held nor contradicted.
-  CHECK(t.out.find("- max_fpx: \"the paper's choice (6) is the best level\" — **inconclusive**") != std::string::npos);
-  CHECK(t.out.find("## Provenance") != std::string::npos);
-  for (const char* r : {"figure10_ci-e2m1_ref", "figure10_ci-e2m1_rr"})
-    REQUIRE(run_cli("run " + f10 + " --only " + r).code == 0);
-  Result f = run_cli("report figure10 --results " + dir + "/figure10 --out " + dir + "/figure10.md");
-  INFO(f.out);
-  REQUIRE(f.code == 0);
-  // One seed: a difference but no interval, so no verdict beyond inconclusive.
-  CHECK(f.out.find("tiny: \"range-restricted E2M1 is worse than the E2M1 reference\" — **inconclusive**") != std::string::npos);
-  CHECK(f.out.find("(one seed)") != std::string::npos);
-  Result p = run_cli("plan " + t3);
-  REQUIRE(p.code == 0);
-  CHECK(p.out.find("est. time") != std::string::npos);
-  CHECK(run_cli("report table3 --results " + dir + "/figure10").code == 2);  // no Table 3 runs there: a one-line error
-}
-
-TEST_CASE("seeds as a sweep axis: Figure 8 pairs them across recipes into intervals and a verdict", "[cli]") {
-  const std::string dir = temp_dir();
-  const std::string manifest = test::write_manifest(dir, "f8", "extends = \"" + std::string(UFP4_SOURCE_DIR) + "/experiments/ci/bf16.toml\"\n"
-                                                         "[data]\npath = \"" + test::ci_data() + "\"\n[outputs]\ndir = \"" + dir + "/runs\"\nname = \"f8\"\n"
-                                                         "[sweep]\n\"recipe.name\" = [\"bf16\", \"e2m1_ref\", \"ufp4\"]\n\"train.seed\" = [1, 2, 3]\n");
-  Result plan = run_cli("plan " + manifest);
-  REQUIRE(plan.code == 0);
-  CHECK(plan.out.find("f8-ufp4-3") != std::string::npos);
-  REQUIRE(run_cli("run " + manifest).code == 0);
-  Result r = run_cli("report figure8 --results " + dir + "/runs --out " + dir + "/figure8.md");
-  INFO(r.out);
-  REQUIRE(r.code == 0);
-  const std::string md = read_text_file(dir + "/figure8.md");
-  CHECK(md.find("| tiny | ufp4 | 3 | 100 | ") != std::string::npos);
-  CHECK(md.find(" [") != std::string::npos);  // intervals
-  const std::string marker = "tiny (training loss, last K): \"UFP4's gap is below E2M1's\" — **";
-  const size_t v = md.find(marker);
-  REQUIRE(v != std::string::npos);
-  const std::string verdict = md.substr(v + marker.size(), 14);
-  CHECK((verdict.rfind("holds", 0) == 0 || verdict.rfind("contradicted", 0) == 0 || verdict.rfind("inconclusive", 0) == 0));
-  CHECK(md.find("over 3 seed(s); minimal detectable difference at this many seeds") != std::string::npos);
-  CHECK(md.find("seed-to-seed standard deviation") != std::string::npos);
 }
 
 TEST_CASE("ufp4 bench step on CPU writes step.h5 with provenance and report bench renders it", "[cli]") {

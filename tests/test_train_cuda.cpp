@@ -46,7 +46,7 @@ void require_identical(const Outcome& a, const Outcome& b) {
 
 }  // namespace
 
-TEST_CASE("GPU training is bit-identical across reruns and a stop-and-resume (tiny, tiny-moe)", "[cuda][train]") {
+TEST_CASE("GPU training is bit-identical across reruns and a stop-and-resume (tiny, tiny-moe)", "[train][cuda]") {
   UFP4_NEED_GPU();
   const std::string d = test::temp_dir();
   for (const char* model : {"tiny", "tiny-moe"}) {

@@ -1,3 +1,4 @@
+// Progress lines: step, tokens, loss, tokens/s and ETA, also after a resume.
 #include <chrono>
 #include <string>
 #include <thread>

@@ -223,7 +223,7 @@ std::string cross_entropy_mismatch(const torch::Tensor& z, const torch::Tensor& 
 
 }  // namespace
 
-TEST_CASE("CUDA RMSNorm == CPU reference, bitwise: y, r, dx, dw", "[cuda]") {
+TEST_CASE("CUDA RMSNorm == CPU reference, bitwise: y, r, dx, dw", "[fused][cuda]") {
   UFP4_NEED_GPU();
   // d covers every register variant (1, 2, 3, 4, 6 and 8 vectors a lane); rows cover partial groups.
   for (auto dtype : {torch::kBFloat16, torch::kFloat32})
@@ -237,7 +237,7 @@ TEST_CASE("CUDA RMSNorm == CPU reference, bitwise: y, r, dx, dw", "[cuda]") {
     }
 }
 
-TEST_CASE("CUDA cross entropy == CPU reference, bitwise: loss, lse, gradient (ignored, out-of-range, -inf and NaN rows)", "[cuda]") {
+TEST_CASE("CUDA cross entropy == CPU reference, bitwise: loss, lse, gradient (ignored, out-of-range, -inf and NaN rows)", "[fused][cuda]") {
   UFP4_NEED_GPU();
   for (auto dtype : {torch::kBFloat16, torch::kFloat32})
     for (auto shape : std::vector<std::pair<int64_t, int64_t>>{{7, 32768}, {100, 256}, {3, 50000}, {9, 8}}) {
@@ -254,7 +254,7 @@ TEST_CASE("CUDA cross entropy == CPU reference, bitwise: loss, lse, gradient (ig
     }
 }
 
-TEST_CASE("CUDA SwiGLU == CPU reference, bitwise: output and both gradient halves", "[cuda]") {
+TEST_CASE("CUDA SwiGLU == CPU reference, bitwise: output and both gradient halves", "[fused][cuda]") {
   UFP4_NEED_GPU();
   for (auto dtype : {torch::kBFloat16, torch::kFloat32})
     for (auto shape : std::vector<std::pair<int64_t, int64_t>>{{1000, 2048}, {3, 8}, {77, 704}}) {
@@ -285,7 +285,7 @@ TEST_CASE("CUDA SwiGLU == CPU reference, bitwise: output and both gradient halve
     }
 }
 
-TEST_CASE("tiny model on CUDA: fused ops change loss and gradients only by rounding", "[cuda]") {
+TEST_CASE("tiny model on CUDA: fused ops change loss and gradients only by rounding", "[fused][cuda]") {
   UFP4_NEED_GPU();
   auto ctx = std::make_shared<QuantContext>();
   ctx->recipe = Recipe::load("bf16");

@@ -1,0 +1,91 @@
+// The paper's experiments at CI scale, end to end through the CLI: runs (the fixture's, or a subset
+// trained here), their reports, intervals and verdicts, and plan's time estimates.
+#include <sys/stat.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+
+#include "common/error.h"
+#include "common/fs.h"
+#include "harness/io/array_io.h"
+#include "harness/io/run_results.h"
+#include <hdf5.h>
+#include "models/quant_ops.h"
+#include "tests/catch.h"
+#include "tests/helpers.h"
+
+using namespace ufp4;
+
+namespace {
+
+using Result = test::CliResult;
+using test::run_cli;
+using test::temp_dir;
+
+}  // namespace
+
+TEST_CASE("Table 3 and Figure 10 at CI scale: run a subset, report it; plan estimates time from measured runs", "[campaign]") {
+  const std::string dir = temp_dir();
+  // Copies of the CI manifests (a child would not inherit their [ablation] and [sweep]) with their
+  // outputs in this test's folder: build/ci/ belongs to the fixture ci-train.
+  const std::string root = UFP4_SOURCE_DIR;
+  auto here = [&](const std::string& name, const std::string& manifest) {
+    std::ifstream in(root + "/" + manifest);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    auto swap = [&](const std::string& from, const std::string& to) {
+      const size_t at = text.find(from);
+      REQUIRE(at != std::string::npos);
+      text.replace(at, from.size(), to);
+    };
+    swap("extends = \"../ci/", "extends = \"" + root + "/experiments/ci/");
+    swap("dir = \"build/ci/" + name + "\"", "dir = \"" + dir + "/" + name + "\"");
+    return test::write_manifest(dir, name, text);
+  };
+  const std::string t3 = here("table3", "experiments/table3/ci.toml"), f10 = here("figure10", "experiments/figure10/ci.toml");
+  REQUIRE(run_cli("run " + t3 + " --only table3_ci").code == 0);
+  REQUIRE(run_cli("run " + t3 + " --only table3_ci-max_fpx-e2m1_fpx4").code == 0);
+  Result t = run_cli("report table3 --results " + dir + "/table3 --out " + dir + "/table3.md");
+  INFO(t.out);
+  REQUIRE(t.code == 0);
+  CHECK(t.out.find("## max_fpx (searched: 4 / 6)") != std::string::npos);
+  // One seed: the claim about the paper's choice can be neither held nor contradicted.
+  CHECK(t.out.find("- max_fpx: \"the paper's choice (6) is the best level\" — **inconclusive**") != std::string::npos);
+  CHECK(t.out.find("## Provenance") != std::string::npos);
+  for (const char* r : {"figure10_ci-e2m1_ref", "figure10_ci-e2m1_rr"})
+    REQUIRE(run_cli("run " + f10 + " --only " + r).code == 0);
+  Result f = run_cli("report figure10 --results " + dir + "/figure10 --out " + dir + "/figure10.md");
+  INFO(f.out);
+  REQUIRE(f.code == 0);
+  // One seed: a difference but no interval, so no verdict beyond inconclusive.
+  CHECK(f.out.find("tiny: \"range-restricted E2M1 is worse than the E2M1 reference\" — **inconclusive**") != std::string::npos);
+  CHECK(f.out.find("(one seed)") != std::string::npos);
+  Result p = run_cli("plan " + t3);
+  REQUIRE(p.code == 0);
+  CHECK(p.out.find("est. time") != std::string::npos);
+  CHECK(run_cli("report table3 --results " + dir + "/figure10").code == 2);  // no Table 3 runs there: a one-line error
+}
+
+TEST_CASE("Figure 8 at CI scale: the fixture's three recipes x seeds 1-3, paired into intervals and a verdict", "[campaign]") {
+  const std::string dir = temp_dir();
+  // Seeds as a sweep axis: experiments/ci/seeds.toml adds seeds 2 and 3 to the seed-1 CI runs.
+  Result plan = run_cli("plan experiments/ci/seeds.toml");
+  REQUIRE(plan.code == 0);
+  CHECK(plan.out.find("ci_seeds-ufp4-3") != std::string::npos);
+  Result r = run_cli("report figure8 --results " + test::ci_fixture("runs") + " --out " + dir + "/figure8.md");
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  const std::string md = read_text_file(dir + "/figure8.md");
+  CHECK(md.find("| tiny | ufp4 | 3 | 100 | ") != std::string::npos);
+  CHECK(md.find(" [") != std::string::npos);  // intervals
+  const std::string marker = "tiny (training loss, last K): \"UFP4's gap is below E2M1's\" — **";
+  const size_t v = md.find(marker);
+  REQUIRE(v != std::string::npos);
+  const std::string verdict = md.substr(v + marker.size(), 14);
+  CHECK((verdict.rfind("holds", 0) == 0 || verdict.rfind("contradicted", 0) == 0 || verdict.rfind("inconclusive", 0) == 0));
+  CHECK(md.find("over 3 seed(s); minimal detectable difference at this many seeds") != std::string::npos);
+  CHECK(md.find("seed-to-seed standard deviation") != std::string::npos);
+}

@@ -1,0 +1,124 @@
+// Array I/O: .npy and HDF5 round trips, the typed run-results writer and reader, progress lines.
+#include <sys/stat.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+
+#include "common/error.h"
+#include "common/fs.h"
+#include "harness/io/array_io.h"
+#include "harness/io/run_results.h"
+#include <hdf5.h>
+#include "models/quant_ops.h"
+#include "tests/catch.h"
+#include "tests/helpers.h"
+
+using namespace ufp4;
+
+namespace {
+
+using test::temp_dir;
+bool exists(const std::string& p) { return access(p.c_str(), F_OK) == 0; }
+
+}  // namespace
+
+TEST_CASE(".npy and HDF5 round trips", "[io]") {
+  std::string dir = temp_dir();
+  ArrayF32 a;
+  a.shape = {3, 5};
+  for (int i = 0; i < 15; ++i) a.data.push_back(i * 0.5f - 3);
+  write_npy(dir + "/a.npy", a);
+  ArrayF32 b = read_npy(dir + "/a.npy");
+  CHECK(b.shape == a.shape);
+  CHECK(b.data == a.data);
+  {
+    H5Writer w(dir + "/a.h5");
+    w.write_f32("x", a.data.data(), a.shape);
+    w.attr("note", std::string("hello"));
+    w.attr("pi", 3.25);
+    w.commit();
+  }
+  ArrayF32 c = read_h5_f32(dir + "/a.h5", "x");
+  CHECK(c.data == a.data);
+  CHECK(read_h5_string_attrs(dir + "/a.h5")["note"] == "hello");
+  CHECK(read_h5_double_attr(dir + "/a.h5", "pi") == 3.25);
+  {  // an uncommitted writer leaves nothing behind
+    H5Writer w(dir + "/never.h5");
+    w.write_f32("x", a.data.data(), a.shape);
+  }
+  CHECK(!exists(dir + "/never.h5"));
+  CHECK_THROWS_AS(read_npy(dir + "/missing.npy"), Error);
+  CHECK_THROWS_AS(read_h5_f32(dir + "/a.h5", "nope"), Error);
+}
+
+TEST_CASE("a run's results: what write_run_results writes, read_run_results reads back", "[io]") {
+  const std::string dir = test::temp_dir();
+  RunResults r;
+  r.run_name = "rt";
+  r.run_id = "0123456789abcdef";
+  r.recipe = "ufp4";
+  r.model = "tiny";
+  r.seed = 3;
+  r.deterministic = true;
+  r.data_train_tokens = 1000;
+  r.weights_sha256 = "feed";
+  r.device_name = "cpu";
+  r.diverged_step = -1;
+  r.tokens_per_s = 12.5;
+  RunCurves& c = r.curves;
+  for (int i = 0; i < 30; ++i) {
+    c.step.push_back(i);
+    c.tokens.push_back(10.0 * (i + 1));
+    c.loss.push_back(5.0 - 0.1 * i);
+    c.lr.push_back(1e-3);
+    c.grad_norm.push_back(0.5 + i);
+    c.time_s.push_back(0.25 * i);
+  }
+  c.eval_step = {9, 19, 29};
+  c.eval_loss = {4.5, 3.5, 2.25};
+  c.alpha_step = {0, 10};
+  c.alpha_keys = {"a/fprop.x", "b/fprop.w"};
+  c.alpha = {{1.0, NAN}, {0.5, 0.75}};
+  write_run_results(dir + "/rt.h5", r);
+  REQUIRE(is_run_results(dir + "/rt.h5"));
+  const RunResults b = read_run_results(dir + "/rt.h5");
+  CHECK(b.run_name == r.run_name);
+  CHECK(b.run_id == r.run_id);
+  CHECK(b.recipe == r.recipe);
+  CHECK(b.seed == 3);
+  CHECK(b.deterministic);
+  CHECK(b.data_train_tokens == 1000);
+  CHECK(b.weights_sha256 == "feed");
+  CHECK(b.tokens_per_s == 12.5);
+  CHECK(b.curves.step == c.step);
+  CHECK(b.curves.tokens == c.tokens);
+  CHECK(b.curves.loss == c.loss);
+  CHECK(b.curves.grad_norm == c.grad_norm);
+  CHECK(b.curves.time_s == c.time_s);
+  CHECK(b.curves.eval_loss == c.eval_loss);
+  CHECK(b.curves.alpha_keys == c.alpha_keys);
+  REQUIRE(b.curves.alpha.size() == 2);
+  CHECK(std::isnan(b.curves.alpha[0][1]));
+  CHECK(b.curves.alpha[1] == c.alpha[1]);
+  // The summary, written from the curves: the last tenth (3 steps) and 300 of 1000 tokens.
+  CHECK(b.steps_done == 30);
+  CHECK(b.last_k == 3);
+  CHECK(b.mean_loss_last_k == r.tail_mean(3));
+  CHECK(b.final_eval_loss == 2.25);
+  CHECK(b.epochs == 0.3);
+  CHECK(!b.attr("git_commit").empty());  // provenance
+  const RunResults header = read_run_results(dir + "/rt.h5", /*with_curves=*/false);
+  CHECK(header.curves.loss.empty());
+  CHECK(header.run_name == "rt");
+  {
+    H5Writer w(dir + "/other.h5");
+    w.attr("note", std::string("not a run"));
+    w.commit();
+  }
+  CHECK(!is_run_results(dir + "/other.h5"));
+  CHECK_THROWS_AS(read_run_results(dir + "/other.h5"), Error);
+}
