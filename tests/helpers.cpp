@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <csignal>
 #include <cstdio>
 #include <sstream>
 #include <stdexcept>
@@ -92,6 +93,34 @@ CliResult run_cli(const std::string& args) {
   while (fgets(buf.data(), buf.size(), p)) out += buf.data();
   int status = pclose(p);
   return {WEXITSTATUS(status), out};
+}
+
+SignalledRun run_and_signal(const std::string& command, const std::string& trigger, int sig) {
+  int fd[2];
+  if (pipe(fd) != 0) throw std::runtime_error("pipe failed");
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    dup2(fd[1], 1);
+    dup2(fd[1], 2);
+    close(fd[0]);
+    close(fd[1]);
+    execl("/bin/sh", "sh", "-c", ("exec " + command).c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(fd[1]);
+  SignalledRun r{-1, "", false};
+  FILE* in = fdopen(fd[0], "r");
+  std::array<char, 4096> buf;
+  while (fgets(buf.data(), buf.size(), in)) {
+    r.out += buf.data();
+    if (!r.signalled && r.out.find(trigger) != std::string::npos) r.signalled = kill(pid, sig) == 0;
+  }
+  fclose(in);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
 }
 
 std::string ci_fixture(const std::string& sub) {

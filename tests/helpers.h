@@ -21,6 +21,14 @@ struct CliResult {
 };
 // Runs the ufp4 binary from the repository root with `args` (a shell fragment); output and exit code.
 CliResult run_cli(const std::string& args);
+// Runs `command` (a shell command line) and sends it `sig` once a line of its output (stdout and
+// stderr) contains `trigger`: a signal that lands at a known point on any machine, however fast.
+struct SignalledRun {
+  int code;         // exit code, or 128 + the signal that ended it
+  std::string out;  // stdout and stderr
+  bool signalled;   // the trigger appeared and the signal was sent
+};
+SignalledRun run_and_signal(const std::string& command, const std::string& trigger, int sig);
 // A fresh folder under /tmp.
 std::string temp_dir();
 
