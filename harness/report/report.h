@@ -5,12 +5,22 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ufp4 {
 
 // Shared pieces.
 toml::table load_paper(const std::string& path);
+// A required string of a paper file; throws naming the file and key.
+std::string paper_string(const toml::table& paper, const std::string& key, const std::string& path);
+// A paper claim checked on our runs: holds when the loss of the first row of every pair is lower
+// (each paired interval below zero), contradicted when one lies above zero.
+struct PaperClaim {
+  std::string text;
+  std::vector<std::pair<std::string, std::string>> pairs;
+};
+std::vector<PaperClaim> paper_claims(const toml::table& paper, const std::string& path);  // [[claims]]
 std::string rel(const std::string& path);  // a path as the repository names it
 std::string footer(const std::string& command, const std::vector<std::string>& sources);
 // "build/ufp4 report NAME --results DIR ..." for the footer.

@@ -23,6 +23,33 @@ toml::table load_paper(const std::string& path) {
   }
 }
 
+std::string paper_string(const toml::table& paper, const std::string& key, const std::string& path) {
+  const std::optional<std::string> v = paper[key].value<std::string>();
+  if (!v) throw Error(path + ": " + key + " is missing (a string)");
+  return *v;
+}
+
+std::vector<PaperClaim> paper_claims(const toml::table& paper, const std::string& path) {
+  const toml::array* claims = paper["claims"].as_array();
+  if (!claims || claims->empty()) throw Error(path + ": [[claims]] is missing (each: text, pairs = [[\"row\", \"row\"], ...])");
+  std::vector<PaperClaim> out;
+  for (const toml::node& n : *claims) {
+    const toml::table* t = n.as_table();
+    const toml::array* pairs = t ? (*t)["pairs"].as_array() : nullptr;
+    const std::optional<std::string> text = t ? (*t)["text"].value<std::string>() : std::nullopt;
+    if (!text || !pairs || pairs->empty()) throw Error(path + ": claims: each needs text and pairs = [[\"row\", \"row\"], ...]");
+    PaperClaim c{*text, {}};
+    for (const toml::node& p : *pairs) {
+      const toml::array* ab = p.as_array();
+      if (!ab || ab->size() != 2 || !(*ab)[0].is_string() || !(*ab)[1].is_string())
+        throw Error(path + ": claims \"" + *text + "\": pairs: each pair is [\"row\", \"row\"] (the first row's loss claimed lower)");
+      c.pairs.emplace_back(*(*ab)[0].value<std::string>(), *(*ab)[1].value<std::string>());
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
 // Lower case, no parentheses, without the filler words "only" and "uniform".
 std::string rel(const std::string& p) {
   const std::string root = std::string(UFP4_SOURCE_DIR) + "/";

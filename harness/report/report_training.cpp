@@ -88,6 +88,7 @@ std::string report_table1(const std::string& root) {
 
 std::string report_figure8(const std::string& root, const std::vector<std::string>& dirs, int64_t k, const std::string& figures) {
   toml::table paper = load_paper(root + "/reports/paper/figure8.toml");
+  const std::string claim_text = paper_string(paper, "claim", root + "/reports/paper/figure8.toml");
   std::vector<std::string> files;
   for (const auto& d : dirs) walk_files(d, ".h5", files);
   // model -> recipe -> seed -> run. Seeds shared by all three recipes are paired.
@@ -157,7 +158,7 @@ std::string report_figure8(const std::string& root, const std::vector<std::strin
         const Verdict v = verdict(d, -1);
         const double mdd = minimal_detectable_difference(d.sd, d.n);
         verdicts.push_back("- " + model + (val ? " (final validation loss)" : " (training loss, last K)") +
-                           ": \"UFP4's gap is below E2M1's\" — **" + verdict_name(v) + "**. Paired difference ufp4 - e2m1_ref: " +
+                           ": \"" + claim_text + "\" — **" + verdict_name(v) + "**. Paired difference ufp4 - e2m1_ref: " +
                            format_interval(d, "%+.3f") + " percentage points over " + std::to_string(d.n) + " seed(s)" +
                            (d.defined() ? "; minimal detectable difference at this many seeds (95%, 80% power): " + fmt("%.3f", mdd) + " pp"
                                         : "; one seed gives no interval, so no verdict") +
@@ -326,10 +327,7 @@ std::string report_table2(const std::string& root, const std::vector<std::string
     for (const auto& p : parts) os << "\n  - " << p;
     os << "\n";
   };
-  claim("every RHT scope improves on no RHT", {{"rht_dw", "no_rht"}, {"rht_dx_dw", "no_rht"}, {"rht_y_dw", "no_rht"}, {"full", "no_rht"}});
-  claim("full RHT gives the lowest loss of the RHT scopes", {{"full", "no_rht"}, {"full", "rht_dw"}, {"full", "rht_dx_dw"}, {"full", "rht_y_dw"}});
-  claim("adding fwd_y to bwd_dw helps more than adding bwd_dx", {{"rht_y_dw", "rht_dx_dw"}});
-  claim("SR on dY improves full RHT", {{"full_sr", "full_no_sr"}});
+  for (const PaperClaim& c : paper_claims(paper, root + "/reports/paper/table2.toml")) claim(c.text, c.pairs);
   os << "- Seed-to-seed standard deviation of the loss:";
   for (const auto& [row, v] : sd)
     if (row != "full_sr") os << " " << row << " " << fmt("%.4f", v) << ";";
