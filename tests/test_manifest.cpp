@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "common/fs.h"
 #include "harness/io/provenance.h"
+#include "harness/train/manifest_fields.h"
 #include "harness/train/run_manifest.h"
 #include "harness/train/trainer.h"
 #include "models/recipe.h"
@@ -176,4 +177,22 @@ TEST_CASE("a run over data.max_epochs is refused before anything runs (exit 2); 
   CHECK(m.max_epochs == 2.0);
   CHECK_NOTHROW(m.check_epochs(2089215));
   CHECK(manifest_error(write(d, "five.toml", "[data]\nmax_epochs = 5\n")).rfind(d + "/five.toml:2: data.max_epochs: 5 is out of range", 0) == 0);
+}
+
+TEST_CASE("the field reference experiments/FIELDS.md is what ufp4 plan --fields prints, from the parser's own list", "[manifest]") {
+  std::ifstream in(std::string(UFP4_SOURCE_DIR) + "/experiments/FIELDS.md");
+  const std::string committed((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  INFO("regenerate: build/ufp4 plan --fields > experiments/FIELDS.md");
+  CHECK(committed == manifest_fields_markdown());
+  // Every key the list names parses; one it does not is refused with the list's keys as the allowed ones.
+  const std::string d = test::temp_dir();
+  for (const auto& f : manifest_fields())
+    CHECK(manifest_fields_markdown().find("| `" + std::string(f.key) + "` |") != std::string::npos);
+  const std::string bad = test::write_manifest(d, "bad", "[eval]\nevery = 5\nbogus = 1\n");
+  try {
+    RunManifest::load(bad);
+    FAIL("an unknown key loaded");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("eval.bogus: unknown key (allowed: batches, every)") != std::string::npos);
+  }
 }

@@ -15,6 +15,7 @@
 #include "harness/io/array_io.h"
 #include "harness/io/provenance.h"
 #include "harness/io/run_results.h"
+#include "harness/train/manifest_fields.h"
 #include "harness/train/run_manifest.h"
 #include "harness/train/trainer.h"
 #include "models/model_config.h"
@@ -116,17 +117,23 @@ int cmd_plan(const std::vector<std::string>& args) {
   std::vector<std::string> models, manifests;
   std::string device_name;
   int64_t micro_batch = 1, seq = 0;
+  bool fields = false;
   po::options_description d("options");
   d.add_options()
       ("model", po::value(&models)->multitoken(), "model names (or 'all')")
       ("micro-batch", po::value(&micro_batch)->default_value(1), "sequences per micro-batch, for the activation estimate")
       ("seq", po::value(&seq)->default_value(0), "sequence length (0: the model's)")
       ("manifests", po::value(&manifests)->multitoken(), "manifests to expand into runs")
-      ("device-name", po::value(&device_name), "estimate times for this device (as results record it, e.g. \"NVIDIA H200\"); default: this machine's");
+      ("device-name", po::value(&device_name), "estimate times for this device (as results record it, e.g. \"NVIDIA H200\"); default: this machine's")
+      ("fields", po::bool_switch(&fields), "print the reference of every manifest field (Markdown; experiments/FIELDS.md)");
   po::positional_options_description pos;
   pos.add("manifests", -1);
-  auto vm = parse_command("plan", "--model NAME ... | MANIFEST ...", d, args, &pos);
+  auto vm = parse_command("plan", "--model NAME ... | MANIFEST ... | --fields", d, args, &pos);
   if (!vm) return 0;
+  if (fields) {
+    std::fputs(manifest_fields_markdown().c_str(), stdout);
+    return 0;
+  }
   if (!manifests.empty()) {
     // Each manifest is one run (sweeps and ablations arrive with the experiments planner).
     std::vector<RunManifest> ms;

@@ -4,6 +4,8 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <type_traits>
+#include <variant>
 #include <toml++/toml.h>
 
 #include "common/error.h"
@@ -11,6 +13,7 @@
 #include "common/sha256.h"
 #include "common/toml_util.h"
 #include "harness/data/data.h"
+#include "harness/train/manifest_fields.h"
 #include "models/model_config.h"
 #include "models/recipe.h"
 
@@ -67,6 +70,41 @@ struct Reader {
       bad(*n, sec + "." + key, os.str());
     }
   }
+  // One field of the descriptor list into the manifest, checked against its type, range or allowed values.
+  void field(const toml::table& t, const ManifestField& f, RunManifest& m) const {
+    const std::string sec = f.section;
+    std::visit(
+        [&](auto member) {
+          auto& out = m.*member;
+          using T = std::decay_t<decltype(out)>;
+          if constexpr (std::is_same_v<T, std::string>) {
+            str(t, sec, f.key, out, std::set<std::string>(f.allowed.begin(), f.allowed.end()));
+          } else if constexpr (std::is_same_v<T, int64_t>) {
+            integer(t, sec, f.key, out, static_cast<int64_t>(f.lo), static_cast<int64_t>(f.hi));
+          } else if constexpr (std::is_same_v<T, double>) {
+            number(t, sec, f.key, out, f.lo, f.hi);
+          } else if constexpr (std::is_same_v<T, bool>) {
+            boolean(t, sec, f.key, out);
+          } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+            auto a = t.get(f.key);
+            if (!a) return;
+            if (!a->is_array()) bad(*a, f.name(), "expected an array of integers");
+            for (auto&& e : *a->as_array()) {
+              if (!e.is_integer() || e.value_or<int64_t>(-1) < 0) bad(e, f.name(), "expected an array of non-negative integers");
+              out.push_back(e.value_or<int64_t>(-1));
+            }
+          } else {
+            auto a = t.get(f.key);
+            if (!a) return;
+            if (!a->is_array()) bad(*a, f.name(), "expected an array of name patterns");
+            for (auto&& e : *a->as_array()) {
+              if (!e.is_string()) bad(e, f.name(), "expected an array of name patterns (strings)");
+              out.push_back(e.value_or<std::string>(""));
+            }
+          }
+        },
+        f.member);
+  }
 };
 
 }  // namespace
@@ -116,82 +154,32 @@ RunManifest from_table(const toml::table& t, const std::string& path, const Sour
     if (!v.is_table()) r.bad(v, s, "expected a table");
   }
   static const toml::table empty;
-  auto sec = [&](const char* s) -> const toml::table& { return t[s].as_table() ? *t[s].as_table() : empty; };
-  const toml::table& model = sec("model");
-  r.keys(model, "model", {"name", "seq_len"});
-  r.str(model, "model", "name", m.model);
-  try {
-    model_config(m.model);
-  } catch (const Error& e) {
-    if (auto n = model.get("name")) r.bad(*n, "model.name", e.what());
-    throw;
+  for (const char* sec : kManifestSections) {
+    const toml::table& st = t[sec].as_table() ? *t[sec].as_table() : empty;
+    std::set<std::string> keys;
+    for (const auto& f : manifest_fields())
+      if (std::string(f.section) == sec) keys.insert(f.key);
+    r.keys(st, sec, keys);
+    for (const auto& f : manifest_fields()) {
+      if (std::string(f.section) != sec) continue;
+      r.field(st, f, m);
+      if (f.name() == "model.name") {
+        try {
+          model_config(m.model);
+        } catch (const Error& e) {
+          if (auto n = st.get("name")) r.bad(*n, "model.name", e.what());
+          throw;
+        }
+      }
+    }
   }
-  r.integer(model, "model", "seq_len", m.seq_len, 0, 1 << 20);
-  const toml::table& recipe = sec("recipe");
-  r.keys(recipe, "recipe", {"name"});
-  r.str(recipe, "recipe", "name", m.recipe);
   for (const char* k : {"recipe.name", "data.path", "model.name", "train.steps", "data.max_epochs"}) m.where[k] = source_of(sources, k, path);
-  const toml::table& data = sec("data");
-  r.keys(data, "data", {"path", "prepare", "tokenizer", "vocab_size", "max_epochs"});
-  r.str(data, "data", "path", m.data_path);
-  r.str(data, "data", "prepare", m.data_prepare, {"", "ci", "default"});
-  r.str(data, "data", "tokenizer", m.tokenizer, {"bpe", "byte"});
-  r.integer(data, "data", "vocab_size", m.vocab_size, 300, 65536);
-  r.number(data, "data", "max_epochs", m.max_epochs, 1e-9, 4.0);
-  const toml::table& train = sec("train");
-  r.keys(train, "train", {"steps", "batch", "micro_batch", "lr", "min_lr", "warmup", "schedule", "decay_fraction", "weight_decay", "beta1",
-                          "beta2", "eps", "grad_clip", "seed", "checkpoint_every", "log_every", "divergence_factor", "device",
-                          "deterministic"});
-  r.integer(train, "train", "steps", m.steps, 1, int64_t(1) << 40);
-  r.integer(train, "train", "batch", m.batch, 1, 1 << 20);
-  r.integer(train, "train", "micro_batch", m.micro_batch, 1, 1 << 20);
-  r.number(train, "train", "lr", m.lr, 0, 10);
-  r.number(train, "train", "min_lr", m.min_lr, 0, 10);
-  r.integer(train, "train", "warmup", m.warmup, 0, int64_t(1) << 40);
-  r.str(train, "train", "schedule", m.schedule, {"cosine", "wsd"});
-  r.number(train, "train", "decay_fraction", m.decay_fraction, 0, 1);
-  r.number(train, "train", "weight_decay", m.weight_decay, 0, 10);
-  r.number(train, "train", "beta1", m.beta1, 0, 0.999999);
-  r.number(train, "train", "beta2", m.beta2, 0, 0.999999999);
-  r.number(train, "train", "eps", m.eps, 0, 1);
-  r.number(train, "train", "grad_clip", m.grad_clip, 0, 1e9);
-  r.integer(train, "train", "seed", m.seed, 0, int64_t(1) << 62);
-  r.integer(train, "train", "checkpoint_every", m.checkpoint_every, 0, int64_t(1) << 40);
-  r.integer(train, "train", "log_every", m.log_every, 1, int64_t(1) << 40);
-  r.number(train, "train", "divergence_factor", m.divergence_factor, 1, 1e9);
-  r.str(train, "train", "device", m.device, {"auto", "cpu", "cuda"});
-  r.boolean(train, "train", "deterministic", m.deterministic);
   if (m.batch % m.micro_batch != 0) {
-    const std::string key = train.get("micro_batch") ? "train.micro_batch" : "train.batch";
+    const toml::table* train = t["train"].as_table();
+    const std::string key = train && train->get("micro_batch") ? "train.micro_batch" : "train.batch";
     throw Error(source_of(sources, key, path) + ": train.micro_batch: " + std::to_string(m.micro_batch) + " must divide train.batch (" +
                 std::to_string(m.batch) + ")");
   }
-  const toml::table& ev = sec("eval");
-  r.keys(ev, "eval", {"every", "batches"});
-  r.integer(ev, "eval", "every", m.eval_every, 0, int64_t(1) << 40);
-  r.integer(ev, "eval", "batches", m.eval_batches, 1, 1 << 20);
-  const toml::table& cap = sec("capture");
-  r.keys(cap, "capture", {"steps", "layers", "tokens", "telemetry_every"});
-  if (auto a = cap.get("steps")) {
-    if (!a->is_array()) r.bad(*a, "capture.steps", "expected an array of integers");
-    for (auto&& e : *a->as_array()) {
-      if (!e.is_integer() || e.value_or<int64_t>(-1) < 0) r.bad(e, "capture.steps", "expected an array of non-negative integers");
-      m.capture_steps.push_back(e.value_or<int64_t>(-1));
-    }
-  }
-  if (auto a = cap.get("layers")) {
-    if (!a->is_array()) r.bad(*a, "capture.layers", "expected an array of name patterns");
-    for (auto&& e : *a->as_array()) {
-      if (!e.is_string()) r.bad(e, "capture.layers", "expected an array of name patterns (strings)");
-      m.capture_layers.push_back(e.value_or<std::string>(""));
-    }
-  }
-  r.integer(cap, "capture", "tokens", m.capture_tokens, 0, int64_t(1) << 40);
-  r.integer(cap, "capture", "telemetry_every", m.telemetry_every, 0, int64_t(1) << 40);
-  const toml::table& out = sec("outputs");
-  r.keys(out, "outputs", {"dir", "name"});
-  r.str(out, "outputs", "dir", m.out_dir);
-  r.str(out, "outputs", "name", m.name);
   return m;
 }
 
@@ -308,25 +296,20 @@ std::string RunManifest::resolved() const { return canonical(false); }
 
 std::string RunManifest::canonical(bool identity) const {
   std::ostringstream os;
-  os.precision(17);
-  // In the identity the recipe, model and data are named by their content (RunIdentity), not here.
-  if (!identity) os << "[model]\nname = \"" << model << "\"\nseq_len = " << seq_len << "\n\n[recipe]\nname = \"" << recipe << "\"\n\n";
-  else os << "[model]\nseq_len = " << seq_len << "\n\n";
-  os << "[data]\n";
-  if (!identity) os << "path = \"" << data_path << "\"\nprepare = \"" << data_prepare << "\"\ntokenizer = \"" << tokenizer << "\"\nvocab_size = " << vocab_size << "\n";
-  os << "\n[train]\nsteps = " << steps << "\nbatch = " << batch << "\nmicro_batch = " << micro_batch << "\nlr = " << lr
-     << "\nmin_lr = " << min_lr << "\nwarmup = " << warmup << "\nschedule = \"" << schedule << "\"\ndecay_fraction = " << decay_fraction
-     << "\nweight_decay = " << weight_decay << "\nbeta1 = " << beta1 << "\nbeta2 = " << beta2 << "\neps = " << eps
-     << "\ngrad_clip = " << grad_clip << "\nseed = " << seed << "\ndivergence_factor = " << divergence_factor
-     << "\ndeterministic = " << (deterministic ? "true" : "false") << "\n\n[eval]\nevery = " << eval_every << "\nbatches = " << eval_batches
-     << "\n\n[capture]\nsteps = [";
-  for (size_t i = 0; i < capture_steps.size(); ++i) os << (i ? ", " : "") << capture_steps[i];
-  os << "]\nlayers = [";
-  for (size_t i = 0; i < capture_layers.size(); ++i) os << (i ? ", " : "") << "\"" << capture_layers[i] << "\"";
-  os << "]\n";
-  if (!capture_steps.empty()) os << "tokens = " << capture_tokens << "\n";
-  os << "telemetry_every = " << telemetry_every << "\n";
-  // Not part of the run: device, checkpoint/log cadence, output folder and name.
+  bool first = true;
+  for (const char* sec : kManifestSections) {
+    std::string body;
+    for (const auto& f : manifest_fields()) {
+      if (std::string(f.section) != sec || f.role == FieldRole::kOperational) continue;
+      if (identity && f.role == FieldRole::kByContent) continue;  // the identity names these by content (RunIdentity)
+      if (f.name() == "capture.tokens" && capture_steps.empty()) continue;  // no capture: the token count does not matter
+      body += std::string(f.key) + " = " + field_value_text(f, *this) + "\n";
+    }
+    // [data] stays in the identity with no fields, as every run id so far has hashed it.
+    if (body.empty() && std::string(sec) != "data") continue;
+    os << (first ? "" : "\n") << "[" << sec << "]\n" << body;
+    first = false;
+  }
   return os.str();
 }
 

@@ -21,6 +21,8 @@ struct RunIdentity {
   bool data_prepared = false;  // false: the id changes once the data exists
 };
 
+// The members hold the fields' values and defaults; harness/train/manifest_fields.cpp describes each
+// (type, allowed values, role in the run id, meaning) for the parser, the resolved form and the docs.
 struct RunManifest {
   std::string path;
   // [model]
