@@ -173,7 +173,7 @@ toml::table load_merged(const std::string& name, std::vector<std::string>& chain
 
 // Where an operand field was written: the operand's own table, else [defaults], else its GEMM table.
 std::string operand_source(const SourceMap& sources, const std::string& key, const std::string& field, const std::string& file) {
-  for (const std::string k : {key + "." + field, "defaults." + field})
+  for (const std::string& k : {key + "." + field, "defaults." + field})
     if (sources.count(k)) return source_of(sources, k, file) + ": " + k;
   return source_of(sources, key, file) + ": " + key;
 }

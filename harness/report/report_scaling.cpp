@@ -109,7 +109,7 @@ std::string report_figure9(const std::string& root, const std::string& fits, con
     for (auto&& e : *t) {
       auto tt = e.as_table();
       // Same compute convention as the fit that produced `fits`.
-      const ModelConfig& mc = model_config((*tt)["model"].value_or<std::string>(""));
+      const ModelConfig mc = model_config((*tt)["model"].value_or<std::string>(""));
       const bool attn = attrs["compute"].find("with attention") != std::string::npos;
       at.push_back({(*tt)["name"].value_or<std::string>("") + " (extrapolated)", train_flops_per_token(mc, attn) * (*tt)["tokens"].value_or(NAN)});
     }
