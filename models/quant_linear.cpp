@@ -59,33 +59,18 @@ torch::Tensor prepare(const torch::Tensor& t, const LayerQuant& L, Gemm g, int s
   return out;
 }
 
+bool fp32_gemm(const torch::Tensor& x, const LayerQuant& L) { return !x.is_cuda() || L.ctx->recipe.gemm_precision == "fp32"; }
+
 struct QuantLinearFunction : public torch::autograd::Function<QuantLinearFunction> {
   // `bias` is a 0-element placeholder when has_bias is false: autograd needs defined inputs.
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& w,
                                const torch::Tensor& bias_in, bool has_bias, int64_t layer_ptr) {
-    const torch::Tensor bias = has_bias ? bias_in : torch::Tensor();
     const LayerQuant& L = *reinterpret_cast<const LayerQuant*>(layer_ptr);
-    const int64_t step = L.ctx->step;
-    const int64_t K = x.size(-1), N = w.size(0);
-    torch::Tensor x2 = x.reshape({-1, K});
-    const bool fp32_gemm = !x.is_cuda() || L.ctx->recipe.gemm_precision == "fp32";
-    const torch::ScalarType dq = fp32_gemm ? torch::kFloat32 : torch::kBFloat16;
-    torch::Tensor xq = prepare(x2, L, Gemm::kFprop, 0, step, false, dq);
-    torch::Tensor wq = prepare(w, L, Gemm::kFprop, 1, step, false, dq);
     ctx->save_for_backward({x, w});
-    ctx->saved_data["step"] = step;
+    ctx->saved_data["step"] = L.ctx->step;
     ctx->saved_data["layer"] = layer_ptr;
     ctx->saved_data["has_bias"] = has_bias;
-    // Untouched operands: exactly LibTorch's linear, on the caller's shape.
-    if (xq.is_same(x2) && wq.is_same(w)) {
-      const auto t = x.scalar_type();
-      return torch::nn::functional::linear(x, w.to(t), bias.defined() ? bias.to(t) : bias);
-    }
-    const auto cdt = fp32_gemm ? torch::kFloat32 : torch::kBFloat16;
-    torch::Tensor y2 = torch::nn::functional::linear(xq.to(cdt), wq.to(cdt), bias.defined() ? bias.to(cdt) : bias).to(x.scalar_type());
-    std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
-    shape.back() = N;
-    return y2.view(shape);
+    return quant_fprop(x, w, has_bias ? bias_in : torch::Tensor(), L, L.ctx->step);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grads) {
@@ -96,23 +81,9 @@ struct QuantLinearFunction : public torch::autograd::Function<QuantLinearFunctio
     const int64_t K = x.size(-1), N = w.size(0);
     torch::Tensor dy2 = grads[0].reshape({-1, N});
     torch::Tensor x2 = x.reshape({-1, K});
-    const bool fp32_gemm = !x.is_cuda() || L.ctx->recipe.gemm_precision == "fp32";
-    const torch::ScalarType dq = fp32_gemm ? torch::kFloat32 : torch::kBFloat16;
-    const auto cdt = fp32_gemm ? torch::kFloat32 : torch::kBFloat16;
     torch::Tensor dx, dw, db;
-    if (ctx->needs_input_grad(0)) {  // DGRAD: dX = dY W, reduction over N
-      torch::Tensor a = prepare(dy2, L, Gemm::kDgrad, 0, step, false, dq);
-      torch::Tensor bt = prepare(w, L, Gemm::kDgrad, 1, step, true, dq);  // [K, N]
-      if (a.is_same(dy2) && bt.is_alias_of(w)) dx = dy2.mm(w.to(dy2.scalar_type())).to(x.scalar_type());
-      else dx = a.to(cdt).mm(bt.to(cdt).t()).to(x.scalar_type());
-      dx = dx.view(x.sizes());
-    }
-    if (ctx->needs_input_grad(1)) {  // WGRAD: dW = dY^T X, reduction over M
-      torch::Tensor at = prepare(dy2, L, Gemm::kWgrad, 0, step, true, dq);  // [N, M]
-      torch::Tensor bt = prepare(x2, L, Gemm::kWgrad, 1, step, true, dq);   // [K, M]
-      if (at.is_alias_of(dy2) && bt.is_alias_of(x2)) dw = dy2.t().mm(x2.to(dy2.scalar_type())).to(w.scalar_type());
-      else dw = at.to(cdt).mm(bt.to(cdt).t()).to(w.scalar_type());
-    }
+    if (ctx->needs_input_grad(0)) dx = quant_dgrad(dy2, w, L, step).to(x.scalar_type()).view(x.sizes());
+    if (ctx->needs_input_grad(1)) dw = quant_wgrad(dy2, x2, L, step).to(w.scalar_type());
     if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)) db = dy2.sum(0).to(w.scalar_type());
     return {dx, dw, db, torch::Tensor(), torch::Tensor()};
   }
@@ -136,6 +107,48 @@ QuantSpec operand_spec(const LayerQuant& L, Gemm g, int slot, int64_t step) {
   s.seed = mix64(L.ctx->run_seed ^ mix64(static_cast<uint64_t>(L.layer_id) + 1));
   s.offset = static_cast<uint64_t>(step) * 8 + static_cast<uint64_t>(g) * 2 + static_cast<uint64_t>(slot);
   return s;
+}
+
+bool gemm_untouched(const LayerQuant& L, Gemm g) {
+  if (L.bf16) return true;
+  const GemmRecipe& r = L.ctx->recipe.at(g);
+  return !r.rht && !r.op[0].quantize && !r.op[1].quantize;
+}
+
+torch::Tensor quant_fprop(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& bias, const LayerQuant& L, int64_t step) {
+  const int64_t K = x.size(-1), N = w.size(0);
+  torch::Tensor x2 = x.reshape({-1, K});
+  const bool fp32 = fp32_gemm(x, L);
+  const torch::ScalarType dq = fp32 ? torch::kFloat32 : torch::kBFloat16;
+  torch::Tensor xq = prepare(x2, L, Gemm::kFprop, 0, step, false, dq);
+  torch::Tensor wq = prepare(w, L, Gemm::kFprop, 1, step, false, dq);
+  // Untouched operands: exactly LibTorch's linear, on the caller's shape.
+  if (xq.is_same(x2) && wq.is_same(w)) {
+    const auto t = x.scalar_type();
+    return torch::nn::functional::linear(x, w.to(t), bias.defined() ? bias.to(t) : bias);
+  }
+  torch::Tensor y2 = torch::nn::functional::linear(xq.to(dq), wq.to(dq), bias.defined() ? bias.to(dq) : bias).to(x.scalar_type());
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+  shape.back() = N;
+  return y2.view(shape);
+}
+
+torch::Tensor quant_dgrad(const torch::Tensor& dy2, const torch::Tensor& w, const LayerQuant& L, int64_t step) {
+  // dX = dY W, reduction over N
+  const torch::ScalarType dq = fp32_gemm(dy2, L) ? torch::kFloat32 : torch::kBFloat16;
+  torch::Tensor a = prepare(dy2, L, Gemm::kDgrad, 0, step, false, dq);
+  torch::Tensor bt = prepare(w, L, Gemm::kDgrad, 1, step, true, dq);  // [K, N]
+  if (a.is_same(dy2) && bt.is_alias_of(w)) return dy2.mm(w.to(dy2.scalar_type()));
+  return a.to(dq).mm(bt.to(dq).t());
+}
+
+torch::Tensor quant_wgrad(const torch::Tensor& dy2, const torch::Tensor& x2, const LayerQuant& L, int64_t step) {
+  // dW = dY^T X, reduction over M
+  const torch::ScalarType dq = fp32_gemm(dy2, L) ? torch::kFloat32 : torch::kBFloat16;
+  torch::Tensor at = prepare(dy2, L, Gemm::kWgrad, 0, step, true, dq);  // [N, M]
+  torch::Tensor bt = prepare(x2, L, Gemm::kWgrad, 1, step, true, dq);   // [K, M]
+  if (at.is_alias_of(dy2) && bt.is_alias_of(x2)) return dy2.t().mm(x2.to(dy2.scalar_type()));
+  return at.to(dq).mm(bt.to(dq).t());
 }
 
 torch::Tensor quant_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& bias,

@@ -60,6 +60,18 @@ uint64_t rht_sign_seed(uint64_t recipe_seed, uint64_t run_seed);
 // + slot), RHT signs from rht_sign_seed (shared, or re-drawn per layer / per step).
 QuantSpec operand_spec(const LayerQuant& layer, Gemm g, int slot, int64_t step);
 
+// The three GEMMs of one quantized linear, each operand prepared as the recipe says (quantized,
+// rotated or untouched) with the layer's keys for `step`; QuantLinear runs them, and the grouped expert
+// linear (models/grouped_linear.h) runs them expert by expert. Results in the compute dtype.
+// FPROP: x [..., K], w [N, K] -> [..., N]
+torch::Tensor quant_fprop(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& bias, const LayerQuant& layer, int64_t step);
+// DGRAD: dY [M, N], w [N, K] -> dX [M, K]
+torch::Tensor quant_dgrad(const torch::Tensor& dy2, const torch::Tensor& w, const LayerQuant& layer, int64_t step);
+// WGRAD: dY [M, N], x [M, K] -> dW [N, K]
+torch::Tensor quant_wgrad(const torch::Tensor& dy2, const torch::Tensor& x2, const LayerQuant& layer, int64_t step);
+// True when the recipe leaves both operands of GEMM g of this layer as they are (no quantizer, no RHT).
+bool gemm_untouched(const LayerQuant& layer, Gemm g);
+
 // Functional form (autograd-aware).
 torch::Tensor quant_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& bias,
                            const std::shared_ptr<LayerQuant>& layer);

@@ -33,7 +33,7 @@ void write_kernel_bench(const std::string& path, const std::vector<KernelBenchRo
 // One training-step measurement.
 struct StepBenchRow {
   // "ufp4" (this harness, deterministic as the trainer runs), "ufp4-nondeterministic", "ufp4-libtorch-ops"
-  // (no fused ops) or "pytorch-eager[-<optimizer>]" (harness/bench/reference_step.py)
+  // (no fused ops) or "pytorch-{eager,compiled}-<optimizer>" (harness/bench/reference_step.py)
   std::string impl;
   std::string model, recipe;
   int64_t batch = 0, seq_len = 0, steps = 0;
@@ -49,7 +49,8 @@ struct StepBenchOptions {
   int64_t batch = 16, seq_len = 2048;
   int warmup = 3, steps = 10;
   std::string device = "auto";
-  std::string reference = "eager";  // eager (plain PyTorch, first dense model) | none
+  // The plain-PyTorch peer of the first dense and the first MoE model: "eager", "compiled" or "none".
+  std::vector<std::string> reference = {"eager", "compiled"};
   std::string python = "python3";
   bool nondeterministic = true;     // also time bf16 and ufp4 without deterministic mode (its cost)
 };

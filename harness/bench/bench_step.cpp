@@ -1,6 +1,7 @@
 // Training-step benchmark: forward + backward + clipping + AdamW of a model at a fixed batch, timed
 // per step with CUDA events (host clock on CPU) after warm-up steps, through the trainer's own
-// train_step; then the plain-PyTorch eager reference of the same BF16 model in the same call.
+// train_step; then the plain-PyTorch peer of the same BF16 model (dense and MoE, eager and compiled)
+// in the same call.
 #include <toml++/toml.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <tuple>
 
 #include "common/error.h"
@@ -114,49 +116,51 @@ StepBenchRow bench_ours(const std::string& model, const std::string& recipe, con
   return r;
 }
 
-// harness/bench/reference_step.py: the same BF16 model in plain PyTorch; it writes its timings as TOML.
-std::vector<StepBenchRow> bench_reference(const std::string& model, const StepBenchOptions& o) {
+// harness/bench/reference_step.py: the same BF16 model (dense or MoE) in plain PyTorch, eager or
+// compiled, with fused or foreach AdamW; it writes its timings as TOML. nullopt when it failed.
+std::optional<StepBenchRow> bench_reference(const std::string& model, const StepBenchOptions& o, bool compiled, const char* optimizer) {
   const ModelConfig mc = model_config(model);
-  std::vector<StepBenchRow> rows;
-  if (mc.n_experts > 0) throw Error("bench step: the PyTorch reference covers dense models only (got " + model + ")");
-  for (const char* optimizer : {"fused", "foreach"}) {
-    const std::string out = "/tmp/ufp4-reference-step-" + std::to_string(::getpid()) + ".toml";
-    char cmd[1024];
-    std::snprintf(cmd, sizeof cmd,
-                  "%s %s/harness/bench/reference_step.py --d-model %lld --layers %lld --heads %lld --kv-heads %lld --ffn %lld --vocab %lld "
-                  "--seq %lld --batch %lld --warmup %d --steps %d --optimizer %s --norm-eps 1e-6 --rope-theta %g%s --out %s",
-                  o.python.c_str(), UFP4_SOURCE_DIR, static_cast<long long>(mc.d_model), static_cast<long long>(mc.n_layers),
-                  static_cast<long long>(mc.n_heads), static_cast<long long>(mc.n_kv_heads), static_cast<long long>(mc.ffn_hidden),
-                  static_cast<long long>(mc.vocab), static_cast<long long>(o.seq_len), static_cast<long long>(o.batch), o.warmup,
-                  o.steps, optimizer, mc.rope_theta, mc.tied_embeddings ? " --tied" : "", out.c_str());
-    log_info("bench step: PyTorch eager reference (" + std::string(optimizer) + " AdamW)");
-    const int rc = std::system(cmd);
-    if (rc != 0 || !file_exists(out)) {
-      log_warn("bench step: the PyTorch reference failed (exit " + std::to_string(rc) + "); it is left out");
-      std::remove(out.c_str());
-      return rows;
-    }
-    toml::table t = toml::parse_file(out);
+  const std::string out = "/tmp/ufp4-reference-step-" + std::to_string(::getpid()) + ".toml";
+  char moe[256] = "";
+  if (mc.is_moe())
+    std::snprintf(moe, sizeof moe, " --experts %lld --top-k %lld --expert-ffn %lld --shared %lld --dense-layers %lld --aux-coeff %g",
+                  static_cast<long long>(mc.n_experts), static_cast<long long>(mc.top_k), static_cast<long long>(mc.expert_hidden),
+                  static_cast<long long>(mc.n_shared_experts), static_cast<long long>(mc.dense_layers), mc.aux_loss_coeff);
+  char cmd[2048];
+  std::snprintf(cmd, sizeof cmd,
+                "%s %s/harness/bench/reference_step.py --d-model %lld --layers %lld --heads %lld --kv-heads %lld --ffn %lld --vocab %lld "
+                "--seq %lld --batch %lld --warmup %d --steps %d --optimizer %s --norm-eps 1e-6 --rope-theta %g%s%s%s --out %s",
+                o.python.c_str(), UFP4_SOURCE_DIR, static_cast<long long>(mc.d_model), static_cast<long long>(mc.n_layers),
+                static_cast<long long>(mc.n_heads), static_cast<long long>(mc.n_kv_heads), static_cast<long long>(mc.ffn_hidden),
+                static_cast<long long>(mc.vocab), static_cast<long long>(o.seq_len), static_cast<long long>(o.batch), o.warmup, o.steps,
+                optimizer, mc.rope_theta, mc.tied_embeddings ? " --tied" : "", moe, compiled ? " --compile" : "", out.c_str());
+  const std::string impl = std::string(compiled ? "pytorch-compiled-" : "pytorch-eager-") + optimizer;
+  log_info("bench step: PyTorch reference " + model + " " + impl);
+  const int rc = std::system(cmd);
+  if (rc != 0 || !file_exists(out)) {
+    log_warn("bench step: the PyTorch reference " + impl + " failed (exit " + std::to_string(rc) + "); it is left out");
     std::remove(out.c_str());
-    StepBenchRow r;
-    r.impl = std::string("pytorch-eager-") + optimizer;
-    r.model = model;
-    r.recipe = "bf16";
-    r.batch = o.batch;
-    r.seq_len = o.seq_len;
-    r.steps = o.steps;
-    r.step_ms = t["step_ms_median"].value_or(0.0);
-    r.step_ms_mean = t["step_ms_mean"].value_or(0.0);
-    r.step_ms_sd = t["step_ms_sd"].value_or(0.0);
-    r.tokens_per_s = static_cast<double>(o.batch * o.seq_len) / (r.step_ms * 1e-3);
-    r.mfu = r.tokens_per_s * train_flops_per_token(mc) / peak_flops(torch::Device(torch::kCUDA));
-    r.peak_memory_gb = t["peak_memory_gb"].value_or(0.0);
-    r.loss = t["loss"].value_or(0.0);
-    r.note = "torch " + t["torch"].value_or(std::string("?")) + ", python " + t["python"].value_or(std::string("?")) + ", " +
-             t["device"].value_or(std::string("?"));
-    rows.push_back(r);
+    return std::nullopt;
   }
-  return rows;
+  toml::table t = toml::parse_file(out);
+  std::remove(out.c_str());
+  StepBenchRow r;
+  r.impl = impl;
+  r.model = model;
+  r.recipe = "bf16";
+  r.batch = o.batch;
+  r.seq_len = o.seq_len;
+  r.steps = o.steps;
+  r.step_ms = t["step_ms_median"].value_or(0.0);
+  r.step_ms_mean = t["step_ms_mean"].value_or(0.0);
+  r.step_ms_sd = t["step_ms_sd"].value_or(0.0);
+  r.tokens_per_s = static_cast<double>(o.batch * o.seq_len) / (r.step_ms * 1e-3);
+  r.mfu = r.tokens_per_s * train_flops_per_token(mc) / peak_flops(torch::Device(torch::kCUDA));
+  r.peak_memory_gb = t["peak_memory_gb"].value_or(0.0);
+  r.loss = t["loss"].value_or(0.0);
+  r.note = "torch " + t["torch"].value_or(std::string("?")) + ", python " + t["python"].value_or(std::string("?")) + ", " +
+           t["device"].value_or(std::string("?"));
+  return r;
 }
 
 }  // namespace
@@ -183,14 +187,29 @@ std::vector<StepBenchRow> run_step_benchmarks(const StepBenchOptions& o) {
         if (std::find(recipes.begin(), recipes.end(), rc) != recipes.end()) report(bench_ours(o.models[i], rc, o, device, true, false));
   }
   set_deterministic(true);
-  if (o.reference == "eager") {
-    std::string dense;
-    for (const auto& mname : o.models)
-      if (model_config(mname).n_experts == 0) { dense = mname; break; }
-    if (dense.empty()) log_warn("bench step: no dense model in --models: the PyTorch reference is skipped");
-    else for (const auto& r : bench_reference(dense, o)) report(r);
-  } else if (o.reference != "none") {
-    throw Error("--reference: '" + o.reference + "' is not allowed (allowed: eager, none)");
+  // The plain-PyTorch peers: the first dense and the first MoE model of --models, eager (fused and
+  // foreach AdamW; MoE fused only) and compiled (fused AdamW), as --reference asks.
+  bool eager = false, compiled = false;
+  for (const auto& part : o.reference) {
+    if (part == "eager") eager = true;
+    else if (part == "compiled") compiled = true;
+    else if (part != "none") throw Error("--reference: '" + part + "' is not allowed (allowed: eager, compiled, eager,compiled, none)");
+  }
+  if (eager || compiled) {
+    std::string dense, moe;
+    for (const auto& mname : o.models) {
+      std::string& first = model_config(mname).is_moe() ? moe : dense;
+      if (first.empty()) first = mname;
+    }
+    for (const auto& mname : {dense, moe}) {
+      if (mname.empty()) continue;
+      std::vector<std::pair<bool, const char*>> runs;
+      if (eager) runs.push_back({false, "fused"});
+      if (eager && mname == dense) runs.push_back({false, "foreach"});
+      if (compiled) runs.push_back({true, "fused"});
+      for (const auto& run : runs)
+        if (auto r = bench_reference(mname, o, run.first, run.second)) report(*r);
+    }
   }
   return rows;
 }

@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
-"""The BF16 dense transformer of models/transformer.cpp written in plain PyTorch (eager), for timing
-only: `ufp4 bench step` runs it in the same call as its own steps and compares step times.
+"""The BF16 transformer of models/transformer.cpp (dense or MoE) written in plain PyTorch, eager or
+under torch.compile, for timing only: `ufp4 bench step` runs it in the same call as its own steps and
+compares step times.
 
 Same architecture and dtype flow as ours: FP32 master weights, BF16 activations (autocast; the
 embedding output cast to BF16), RMSNorm in FP32, rotate-half RoPE, grouped-query attention through
 scaled_dot_product_attention (causal), SwiGLU with one fused gate/up projection, untied LM head,
 cross entropy in FP32; AdamW (weight decay on matrices), gradient clipping at 1.0, loss read every
-step. Writes its timings as TOML to --out.
+step. MoE layers (all but the first `--dense-layers`) as a plain PyTorch MoE is written today: FP32
+router and softmax, top-k renormalized, the (token, slot) pairs sorted by expert, one gather, the
+experts' SwiGLU as two torch._grouped_mm calls on stacked weights, an index_add_ combine, the
+load-balancing loss, and a shared expert as a dense MLP. Writes its timings as TOML to --out.
 """
 import argparse
 import math
@@ -36,15 +40,52 @@ def rotate(x, cos, sin):
     return torch.cat([a * c - b * s, b * c + a * s], -1)
 
 
-class Block(nn.Module):
+class Moe(nn.Module):
     def __init__(self, a):
+        super().__init__()
+        d, h, e = a.d_model, a.expert_ffn, a.experts
+        self.k, self.e = a.top_k, e
+        self.router = nn.Parameter(torch.randn(e, d) / math.sqrt(d))
+        self.w1 = nn.Parameter(torch.randn(e, 2 * h, d) / math.sqrt(d))
+        self.w2 = nn.Parameter(torch.randn(e, d, h) / math.sqrt(h))
+        self.shared = None
+        if a.shared:
+            self.shared = nn.ModuleList([nn.Linear(d, 2 * h * a.shared, bias=False), nn.Linear(h * a.shared, d, bias=False)])
+
+    def forward(self, x):
+        shape = x.shape
+        x = x.reshape(-1, shape[-1])
+        probs = torch.softmax(F.linear(x.float(), self.router), -1)
+        w, idx = probs.topk(self.k, -1)
+        w = w / w.sum(-1, keepdim=True)
+        flat = idx.flatten()
+        counts = torch.histc(flat.float(), bins=self.e, min=0, max=self.e - 1)
+        aux = self.e * ((counts / flat.numel()) * probs.mean(0)).sum()
+        order = torch.argsort(flat, stable=True)
+        token = order // self.k
+        offs = torch.cumsum(counts, 0).to(torch.int32)
+        xs = x[token].to(torch.bfloat16)
+        g, u = torch._grouped_mm(xs, self.w1.to(torch.bfloat16).transpose(1, 2), offs=offs).chunk(2, -1)
+        ys = torch._grouped_mm(F.silu(g) * u, self.w2.to(torch.bfloat16).transpose(1, 2), offs=offs)
+        ys = ys * w.flatten()[order].unsqueeze(1).to(ys.dtype)
+        out = torch.zeros_like(x, dtype=ys.dtype).index_add_(0, token, ys)
+        if self.shared is not None:
+            sg, su = self.shared[0](x).chunk(2, -1)
+            out = out + self.shared[1](F.silu(sg) * su)
+        return out.view(shape), aux
+
+
+class Block(nn.Module):
+    def __init__(self, a, moe=False):
         super().__init__()
         self.h, self.kv, self.hd = a.heads, a.kv_heads, a.d_model // a.heads
         self.norm1, self.norm2 = RMSNorm(a.d_model, a.norm_eps), RMSNorm(a.d_model, a.norm_eps)
         self.qkv = nn.Linear(a.d_model, (a.heads + 2 * a.kv_heads) * self.hd, bias=False)
         self.proj = nn.Linear(a.heads * self.hd, a.d_model, bias=False)
-        self.fc1 = nn.Linear(a.d_model, 2 * a.ffn, bias=False)
-        self.fc2 = nn.Linear(a.ffn, a.d_model, bias=False)
+        self.moe = Moe(a) if moe else None
+        if not moe:
+            self.fc1 = nn.Linear(a.d_model, 2 * a.ffn, bias=False)
+            self.fc2 = nn.Linear(a.ffn, a.d_model, bias=False)
 
     def forward(self, x, cos, sin):
         B, S, _ = x.shape
@@ -57,8 +98,11 @@ class Block(nn.Module):
             v = v.repeat_interleave(self.h // self.kv, 1)
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.proj(o.transpose(1, 2).reshape(B, S, self.h * self.hd))
+        if self.moe is not None:
+            y, aux = self.moe(self.norm2(x))
+            return x + y, aux
         g, u = self.fc1(self.norm2(x)).chunk(2, -1)
-        return x + self.fc2(F.silu(g) * u)
+        return x + self.fc2(F.silu(g) * u), None
 
 
 class Transformer(nn.Module):
@@ -66,7 +110,8 @@ class Transformer(nn.Module):
         super().__init__()
         self.embedding = nn.Embedding(a.vocab, a.d_model)
         nn.init.normal_(self.embedding.weight, 0.0, 0.02)
-        self.blocks = nn.ModuleList([Block(a) for _ in range(a.layers)])
+        self.blocks = nn.ModuleList([Block(a, a.experts > 0 and i >= a.dense_layers) for i in range(a.layers)])
+        self.aux_coeff = a.aux_coeff
         self.final_norm = RMSNorm(a.d_model, a.norm_eps)
         self.lm_head = None if a.tied else nn.Linear(a.d_model, a.vocab, bias=False)
         half = (a.d_model // a.heads) // 2
@@ -78,17 +123,25 @@ class Transformer(nn.Module):
     def forward(self, tokens, targets):
         h = self.embedding(tokens).to(torch.bfloat16)
         S = tokens.shape[1]
+        aux = []
         for b in self.blocks:
-            h = b(h, self.cos[:S], self.sin[:S])
+            h, a = b(h, self.cos[:S], self.sin[:S])
+            if a is not None:
+                aux.append(a)
         h = self.final_norm(h)
         logits = self.lm_head(h) if self.lm_head is not None else F.linear(h, self.embedding.weight)
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+        return loss + self.aux_coeff * sum(aux) / len(aux) if aux else loss
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     for k in ("d-model", "layers", "heads", "kv-heads", "ffn", "vocab", "seq", "batch"):
         p.add_argument("--" + k, type=int, required=True)
+    for k in ("experts", "top-k", "expert-ffn", "shared", "dense-layers"):
+        p.add_argument("--" + k, type=int, default=0)
+    p.add_argument("--aux-coeff", type=float, default=0.01)
+    p.add_argument("--compile", action="store_true", help="the model under torch.compile (the optimizer step stays eager)")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--optimizer", choices=["fused", "foreach"], default="fused")
@@ -103,6 +156,7 @@ def main():
     dev = torch.device("cuda")
     torch.manual_seed(1)
     model = Transformer(a).to(dev)
+    forward = torch.compile(model) if a.compile else model
     decay = [q for q in model.parameters() if q.dim() >= 2]
     no_decay = [q for q in model.parameters() if q.dim() < 2]
     kw = {"fused": True} if a.optimizer == "fused" else {"foreach": True}
@@ -117,7 +171,7 @@ def main():
         t0.record()
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            l = model(tokens[:, :-1], tokens[:, 1:])
+            l = forward(tokens[:, :-1], tokens[:, 1:])
         l.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -134,7 +188,7 @@ def main():
         f.write(f"step_ms_sd = {sd!r}\npeak_memory_gb = {torch.cuda.max_memory_allocated() / 1e9!r}\n")
         f.write(f"loss = {loss if math.isfinite(loss) else 0.0!r}\n")
         f.write(f'torch = "{torch.__version__}"\npython = "{platform.python_version()}"\n')
-        f.write(f'device = "{torch.cuda.get_device_name(0)}"\noptimizer = "{a.optimizer}"\n')
+        f.write(f'device = "{torch.cuda.get_device_name(0)}"\noptimizer = "{a.optimizer}"\ncompiled = {str(a.compile).lower()}\n')
     return 0
 
 

@@ -44,7 +44,8 @@ int cmd_bench(const std::vector<std::string>& args) {
       ("warmup", po::value(&so.warmup)->default_value(3), "step: untimed steps first")
       ("steps", po::value(&so.steps)->default_value(10), "step: timed steps")
       ("device", po::value(&device)->default_value("auto"), "step: auto | cpu | cuda")
-      ("reference", po::value(&reference)->default_value("eager"), "step: eager (plain PyTorch, harness/bench/reference_step.py) | none")
+      ("reference", po::value(&reference)->default_value("eager,compiled"),
+       "step: comma list of eager, compiled (the plain-PyTorch peer, harness/bench/reference_step.py), or none")
       ("python", po::value(&so.python)->default_value("python3"), "step: the Python that has torch")
       ("no-nondeterministic", "step: skip the rows that time bf16 and ufp4 without deterministic mode");
   po::positional_options_description pos;
@@ -59,7 +60,7 @@ int cmd_bench(const std::vector<std::string>& args) {
   so.recipes = comma_list(recipes);
   so.extra_recipes = comma_list(extra);
   so.device = device;
-  so.reference = reference;
+  so.reference = comma_list(reference);
   ko.filter = filter;
   make_dirs(out_dir);
   if (what == "kernels" || what == "all") {

@@ -1,0 +1,146 @@
+#include "models/grouped_linear.h"
+
+#include <cmath>
+
+#include "common/error.h"
+
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8)
+#define UFP4_GROUPED_MM 1
+#endif
+
+namespace ufp4 {
+
+namespace {
+
+// The segment starts on the device: 0, ends[0], ..., ends[E - 2].
+torch::Tensor segment_starts(const torch::Tensor& ends) {
+  return torch::cat({torch::zeros({1}, ends.options()), ends.slice(0, 0, ends.size(0) - 1)});
+}
+
+torch::Tensor grouped_mm(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& ends) {
+#ifdef UFP4_GROUPED_MM
+  return at::_grouped_mm(a, b, ends);
+#else
+  (void)a, (void)b, (void)ends;
+  throw Error("grouped GEMM: this LibTorch has no _grouped_mm");
+#endif
+}
+
+struct GroupedLinearFunction : public torch::autograd::Function<GroupedLinearFunction> {
+  // kept: [A] bool rows of kept assignments, or a 0-element placeholder when dropless.
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& ends,
+                               const torch::Tensor& kept, const torch::Tensor& host_ends, int64_t module_ptr) {
+    const auto& m = *reinterpret_cast<const GroupedLinearImpl*>(module_ptr);
+    const int64_t step = m.layers[0]->ctx->step;
+    ctx->save_for_backward({x, w});
+    ctx->saved_data["ends"] = ends;
+    ctx->saved_data["kept"] = kept;
+    ctx->saved_data["host_ends"] = host_ends;
+    ctx->saved_data["module"] = module_ptr;
+    ctx->saved_data["step"] = step;
+    // Decided now for the backward too: the recipe and the capture steps are those of this step.
+    ctx->saved_data["grouped_dgrad"] = m.runs_grouped(x, Gemm::kDgrad);
+    ctx->saved_data["grouped_wgrad"] = m.runs_grouped(x, Gemm::kWgrad);
+    const int64_t N = w.size(1);
+    if (m.runs_grouped(x, Gemm::kFprop)) {
+      torch::Tensor y = grouped_mm(x, w.to(x.scalar_type()).transpose(1, 2), ends);
+      if (kept.numel()) y.masked_fill_(kept.logical_not().unsqueeze(1), 0);  // rows past the last end are not written
+      return y;
+    }
+    torch::Tensor y = torch::zeros({x.size(0), N}, x.options());
+    const int64_t* end = host_ends.data_ptr<int64_t>();
+    for (int64_t e = 0, s = 0; e < w.size(0); s = end[e++])
+      if (end[e] > s) y.narrow(0, s, end[e] - s).copy_(quant_fprop(x.narrow(0, s, end[e] - s), w[e], torch::Tensor(), *m.layers[e], step));
+    return y;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grads) {
+    const auto& m = *reinterpret_cast<const GroupedLinearImpl*>(ctx->saved_data["module"].toInt());
+    const int64_t step = ctx->saved_data["step"].toInt();
+    auto saved = ctx->get_saved_variables();
+    const torch::Tensor &x = saved[0], &w = saved[1];
+    const torch::Tensor ends = ctx->saved_data["ends"].toTensor(), kept = ctx->saved_data["kept"].toTensor();
+    torch::Tensor dy = grads[0].contiguous();
+    const int64_t E = w.size(0);
+    torch::Tensor dx, dw;
+    const bool want_dx = ctx->needs_input_grad(0), want_dw = ctx->needs_input_grad(1);
+    if (want_dx && ctx->saved_data["grouped_dgrad"].toBool()) {
+      dx = grouped_mm(dy, w.to(dy.scalar_type()), ends);
+      if (kept.numel()) dx.masked_fill_(kept.logical_not().unsqueeze(1), 0);
+    }
+    if (want_dw && ctx->saved_data["grouped_wgrad"].toBool()) {
+      dw = grouped_mm(dy.t(), x, ends).to(w.scalar_type());
+      // An expert without rows has no GEMM to write its slice: its gradient is 0.
+      torch::Tensor idle = (ends - segment_starts(ends)) == 0;
+      dw.masked_fill_(idle.view({E, 1, 1}), 0);
+    }
+    const bool loop_dx = want_dx && !dx.defined(), loop_dw = want_dw && !dw.defined();
+    if (loop_dx || loop_dw) {
+      const torch::Tensor host_ends = ctx->saved_data["host_ends"].toTensor();
+      const int64_t* end = host_ends.data_ptr<int64_t>();
+      if (loop_dx) dx = torch::zeros_like(x);
+      if (loop_dw) dw = torch::zeros_like(w);
+      for (int64_t e = 0, s = 0; e < E; s = end[e++]) {
+        if (end[e] == s) continue;
+        const torch::Tensor dy_e = dy.narrow(0, s, end[e] - s);
+        if (loop_dx) dx.narrow(0, s, end[e] - s).copy_(quant_dgrad(dy_e, w[e], *m.layers[e], step));
+        if (loop_dw) dw[e].copy_(quant_wgrad(dy_e, x.narrow(0, s, end[e] - s), *m.layers[e], step));
+      }
+    }
+    return {dx, dw, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+bool grouped_mm_available() {
+#ifdef UFP4_GROUPED_MM
+  return true;
+#else
+  return false;
+#endif
+}
+
+GroupedLinearImpl::GroupedLinearImpl(int64_t experts, int64_t in_features, int64_t out_features, const std::string& prefix,
+                                     const std::string& linear, const std::shared_ptr<QuantContext>& ctx, int64_t first_layer_id,
+                                     int64_t id_stride, int layer_index, int n_layers) {
+  weight = register_parameter("weight", torch::empty({experts, out_features, in_features}));
+  for (int64_t e = 0; e < experts; ++e) {
+    auto L = std::make_shared<LayerQuant>();
+    L->name = prefix + ".experts." + std::to_string(e) + "." + linear;
+    L->layer_id = first_layer_id + e * id_stride;
+    L->ctx = ctx;
+    L->bf16 = ctx->recipe.layer_is_bf16(L->name, layer_index, n_layers);
+    layers.push_back(std::move(L));
+  }
+}
+
+void GroupedLinearImpl::init_expert(int64_t e) {
+  torch::NoGradGuard ng;
+  torch::Tensor slice = weight[e];
+  torch::nn::init::kaiming_uniform_(slice, std::sqrt(5.0));
+}
+
+bool GroupedLinearImpl::runs_grouped(const torch::Tensor& x, Gemm g) const {
+  if (!allow_grouped || !grouped_mm_available() || !x.is_cuda() || x.scalar_type() != torch::kBFloat16) return false;
+  // Grouped GEMMs need 16-byte rows: K and N multiples of 8 BF16 values.
+  if (weight.size(1) % 8 || weight.size(2) % 8) return false;
+  const QuantContext& ctx = *layers[0]->ctx;
+  for (const auto& L : layers) {
+    if (!gemm_untouched(*L, g)) return false;
+    if (ctx.capture && ctx.capture->wants(ctx.step, L->name)) return false;
+  }
+  return true;
+}
+
+torch::Tensor GroupedLinearImpl::forward(const torch::Tensor& x, const Routing& r) {
+  if (x.dim() != 2 || x.size(1) != weight.size(2))
+    throw Error("grouped linear " + layers[0]->name + ": input must be [rows, " + std::to_string(weight.size(2)) + "]");
+  bool loop = false;
+  for (Gemm g : kGemms) loop = loop || !runs_grouped(x, g);
+  // 0-element placeholders where there is nothing to pass (autograd needs defined inputs).
+  return GroupedLinearFunction::apply(x, weight, r.ends, r.kept.defined() ? r.kept : torch::empty({0}, r.ends.options().dtype(torch::kBool)),
+                                      loop ? r.host_ends() : torch::empty({0}, torch::kInt64), reinterpret_cast<int64_t>(this));
+}
+
+}  // namespace ufp4

@@ -1,0 +1,84 @@
+#include "models/layers.h"
+
+#include <cmath>
+#include <limits>
+
+#include "models/fused_ops.h"
+
+namespace ufp4 {
+
+namespace {
+
+torch::Tensor rotate(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  // x [B, H, S, hd]; rotate-half RoPE with cos/sin [S, hd/2].
+  auto halves = x.chunk(2, -1);
+  const torch::Tensor &a = halves[0], &b = halves[1];
+  torch::Tensor c = cos.to(x.scalar_type()), s = sin.to(x.scalar_type());
+  return torch::cat({a * c - b * s, b * c + a * s}, -1);
+}
+
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+#if TORCH_VERSION_MAJOR >= 2
+  return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
+#else
+  const int64_t S = q.size(-2);
+  torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));
+  torch::Tensor mask = torch::ones({S, S}, q.options().dtype(torch::kBool)).triu(1);
+  scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
+  return torch::matmul(torch::softmax(scores.to(torch::kFloat32), -1).to(q.scalar_type()), v);
+#endif
+}
+
+}  // namespace
+
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps_) : eps(eps_) { weight = register_parameter("weight", torch::ones({dim})); }
+
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  if (fused && x.is_cuda() && fused_rms_norm_applies(x)) return fused_rms_norm(x, weight, eps);
+  torch::Tensor xf = x.to(torch::kFloat32);
+  return (xf * torch::rsqrt(xf.pow(2).mean(-1, true) + eps) * weight).to(x.scalar_type());
+}
+
+MlpImpl::MlpImpl(int64_t d, int64_t hidden, const std::string& prefix, const std::shared_ptr<QuantContext>& ctx, int64_t& id, int layer_index,
+                 int n_layers) {
+  fc1 = register_module("linear_fc1", QuantLinear(d, 2 * hidden, false, prefix + ".linear_fc1", ctx, id++, layer_index, n_layers));
+  fc2 = register_module("linear_fc2", QuantLinear(hidden, d, false, prefix + ".linear_fc2", ctx, id++, layer_index, n_layers));
+}
+
+torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
+  torch::Tensor h = fc1(x);
+  if (fused && h.is_cuda() && fused_swiglu_applies(h)) return fc2(fused_swiglu(h));
+  auto gu = h.chunk(2, -1);
+  return fc2(torch::silu(gu[0]) * gu[1]);
+}
+
+AttentionImpl::AttentionImpl(const ModelConfig& c, const std::string& prefix, const std::shared_ptr<QuantContext>& ctx, int64_t& id,
+                             int layer_index)
+    : n_heads(c.n_heads), n_kv_heads(c.n_kv_heads), head_dim(c.head_dim()) {
+  const int n = static_cast<int>(c.n_layers);
+  qkv = register_module("linear_qkv", QuantLinear(c.d_model, (c.n_heads + 2 * c.n_kv_heads) * head_dim, false,
+                                                  prefix + ".linear_qkv", ctx, id++, layer_index, n));
+  proj = register_module("linear_proj", QuantLinear(c.n_heads * head_dim, c.d_model, false, prefix + ".linear_proj", ctx, id++, layer_index, n));
+}
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  const int64_t B = x.size(0), S = x.size(1);
+  auto parts = qkv(x).split({n_heads * head_dim, n_kv_heads * head_dim, n_kv_heads * head_dim}, -1);
+  torch::Tensor q = parts[0].view({B, S, n_heads, head_dim}).transpose(1, 2);
+  torch::Tensor k = parts[1].view({B, S, n_kv_heads, head_dim}).transpose(1, 2);
+  torch::Tensor v = parts[2].view({B, S, n_kv_heads, head_dim}).transpose(1, 2);
+  q = rotate(q, cos.slice(0, 0, S), sin.slice(0, 0, S));
+  k = rotate(k, cos.slice(0, 0, S), sin.slice(0, 0, S));
+  if (n_kv_heads != n_heads) {
+    // Grouped-query attention: each KV head serves its group of query heads. Broadcast, then copy: the
+    // backward is a plain sum over the group (deterministic and fast), where repeat_interleave's is an
+    // index_add that deterministic mode sorts.
+    const int64_t g = n_heads / n_kv_heads;
+    k = k.unsqueeze(2).expand({B, n_kv_heads, g, S, head_dim}).reshape({B, n_heads, S, head_dim});
+    v = v.unsqueeze(2).expand({B, n_kv_heads, g, S, head_dim}).reshape({B, n_heads, S, head_dim});
+  }
+  torch::Tensor o = causal_attention(q, k, v);  // attention BMMs stay unquantized
+  return proj(o.transpose(1, 2).reshape({B, S, n_heads * head_dim}));
+}
+
+}  // namespace ufp4

@@ -1,0 +1,103 @@
+#include "models/moe_routing.h"
+
+namespace ufp4 {
+
+namespace {
+
+// Rows of x in a new order: row r of the result is x[perm[r]]; the backward is the inverse gather.
+struct PermuteRows : public torch::autograd::Function<PermuteRows> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& perm,
+                               const torch::Tensor& inverse) {
+    ctx->saved_data["inverse"] = inverse;
+    return x.index_select(0, perm);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list g) {
+    return {g[0].index_select(0, ctx->saved_data["inverse"].toTensor()), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+// Columns of each row in a new order (result[t][j] = x[t][perm[t][j]]); the backward is the inverse
+// gather (LibTorch's gather backward would scatter-add).
+struct PermuteCols : public torch::autograd::Function<PermuteCols> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& perm) {
+    ctx->saved_data["inverse"] = torch::argsort(perm, /*dim=*/1, /*descending=*/false);
+    return x.gather(1, perm);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list g) {
+    return {g[0].gather(1, ctx->saved_data["inverse"].toTensor()), torch::Tensor()};
+  }
+};
+
+// Each token's row repeated for its k assignments, in the expert-sorted layout. The backward brings the
+// rows' gradients back to assignment order and sums each token's k of them, slot by slot.
+struct DispatchTokens : public torch::autograd::Function<DispatchTokens> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& token,
+                               const torch::Tensor& inverse, int64_t k) {
+    ctx->saved_data["inverse"] = inverse;
+    ctx->saved_data["k"] = k;
+    return x.index_select(0, token);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list g) {
+    const int64_t k = ctx->saved_data["k"].toInt();
+    torch::Tensor ga = g[0].index_select(0, ctx->saved_data["inverse"].toTensor());
+    ga = ga.view({ga.size(0) / k, k, ga.size(1)});
+    torch::Tensor dx = ga.select(1, 0);
+    for (int64_t j = 1; j < k; ++j) dx = dx + ga.select(1, j);
+    return {dx.contiguous(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor Routing::host_ends() const {
+  if (!host_ends_.defined()) host_ends_ = ends.to(torch::kCPU).to(torch::kInt64);
+  return host_ends_;
+}
+
+Routing route(const torch::Tensor& idx, const torch::Tensor& weights, int64_t experts, int64_t capacity) {
+  Routing r;
+  r.tokens = idx.size(0);
+  r.top_k = idx.size(1);
+  r.experts = experts;
+  const int64_t A = r.tokens * r.top_k;
+  // Slots in ascending expert order: the experts' contributions to a token are summed in that order.
+  auto by_expert = idx.sort(-1);
+  r.weights = PermuteCols::apply(weights, std::get<1>(by_expert));
+  torch::Tensor flat = std::get<0>(by_expert).flatten();  // [A], assignment a = t * k + slot
+  // Stable: within an expert, assignments stay in token order (capacity keeps the first ones).
+  auto sorted = flat.sort(/*stable=*/true, /*dim=*/0, /*descending=*/false);
+  torch::Tensor expert_of_row = std::get<0>(sorted), order = std::get<1>(sorted);
+  torch::Tensor ids = torch::arange(experts, flat.options());
+  torch::Tensor starts = torch::searchsorted(expert_of_row, ids, /*out_int32=*/false, /*right=*/false);
+  torch::Tensor ends = torch::searchsorted(expert_of_row, ids, /*out_int32=*/false, /*right=*/true);
+  r.assigned = ends - starts;
+  if (capacity > 0) {
+    // An assignment's place in its expert's queue; those past the capacity move behind every kept row.
+    torch::Tensor place = torch::arange(A, flat.options()) - starts.index_select(0, expert_of_row);
+    torch::Tensor keep = place < capacity;
+    torch::Tensor key = torch::where(keep, expert_of_row, torch::full_like(expert_of_row, experts));
+    torch::Tensor again = std::get<1>(key.sort(/*stable=*/true, /*dim=*/0, /*descending=*/false));
+    order = order.index_select(0, again);
+    r.kept = keep.index_select(0, again);
+    ends = torch::cumsum(torch::clamp_max(ends - starts, capacity), 0);
+  }
+  r.order = order;
+  r.inverse = torch::argsort(order, /*dim=*/0, /*descending=*/false);
+  r.ends = ends.to(torch::kInt32);
+  return r;
+}
+
+torch::Tensor dispatch_tokens(const torch::Tensor& x, const Routing& r) {
+  return DispatchTokens::apply(x, r.order.div(r.top_k, "floor"), r.inverse, r.top_k);
+}
+
+torch::Tensor combine_tokens(const torch::Tensor& y, const Routing& r) {
+  torch::Tensor rows = r.kept.defined() ? torch::where(r.kept.unsqueeze(1), y, torch::zeros({}, y.options())) : y;
+  torch::Tensor per_slot = PermuteRows::apply(rows, r.inverse, r.order).view({r.tokens, r.top_k, y.size(1)});
+  torch::Tensor w = r.weights.to(y.scalar_type());
+  torch::Tensor out = per_slot.select(1, 0) * w.select(1, 0).unsqueeze(1);
+  for (int64_t j = 1; j < r.top_k; ++j) out = out + per_slot.select(1, j) * w.select(1, j).unsqueeze(1);
+  return out;
+}
+
+}  // namespace ufp4

@@ -1,0 +1,40 @@
+// Token routing of a MoE layer without host synchronisation: every (token, slot) assignment is placed
+// in one expert-sorted layout by a stable sort, with the experts' segment ends kept on the device; the
+// tokens are gathered into that layout once and the experts' outputs combined back in a fixed order.
+// No floating-point atomics anywhere, forward or backward, so the layer is deterministic on the GPU.
+#pragma once
+#include <torch/torch.h>
+
+namespace ufp4 {
+
+struct Routing {
+  int64_t tokens = 0, top_k = 0, experts = 0;
+  // Each token's slots in ascending expert order (so the combine sums experts in ascending order).
+  torch::Tensor weights;  // [T, k] combine weights, in the input's floating dtype
+  // The expert-sorted layout has A = T * k rows: expert 0's assignments in token order, then expert
+  // 1's, ...; with a capacity, the dropped assignments come last (rows >= ends[E - 1]).
+  torch::Tensor order;    // [A] int64: the assignment (t * k + slot) each row holds
+  torch::Tensor inverse;  // [A] int64: the row of assignment a
+  torch::Tensor ends;     // [E] int32: cumulative end row of each expert's segment
+  torch::Tensor assigned; // [E] int64: assignments routed to each expert, before any drop
+  torch::Tensor kept;     // [A] bool per row, true where the row holds a kept assignment; undefined when dropless
+  // The segment ends on the host (one device synchronisation, then cached): for paths that loop over experts.
+  torch::Tensor host_ends() const;
+
+ private:
+  mutable torch::Tensor host_ends_;
+};
+
+// idx [T, k] int64 expert ids (distinct per token), weights [T, k]; capacity 0 = dropless, else each
+// expert keeps its first `capacity` assignments in token order.
+Routing route(const torch::Tensor& idx, const torch::Tensor& weights, int64_t experts, int64_t capacity);
+
+// [T, d] -> [A, d]: row r is token order[r] / k. Its backward sums each token's k rows (a gather and a
+// fixed-order sum, no atomics).
+torch::Tensor dispatch_tokens(const torch::Tensor& x, const Routing& r);
+
+// [A, d] expert outputs (dropped rows ignored) -> [T, d]: sum over each token's slots, in ascending
+// expert order, of weight * output. The backward gathers, no atomics.
+torch::Tensor combine_tokens(const torch::Tensor& y, const Routing& r);
+
+}  // namespace ufp4

@@ -1,0 +1,36 @@
+// The per-expert MoE formulation the grouped layer replaced (each expert's rows found with nonzero(),
+// one quant_linear pair per expert with the expert's own LayerQuant, outputs index_add-ed in expert
+// order), and a comparison of the two on one batch: forward, backward, capture and telemetry.
+#pragma once
+#include <torch/torch.h>
+
+#include <string>
+
+#include "models/model_config.h"
+
+namespace ufp4::test {
+
+struct MoeComparison {
+  bool output_equal = false;           // bit for bit
+  double output_rel = 0;               // max |a - b| / max |b|
+  bool expert_grads_equal = false;     // every routed expert's fc1 and fc2 gradient, bit for bit
+  double expert_grad_rel = 0;
+  bool idle_expert_grads_zero = false; // experts without rows: zero gradient
+  bool operands_equal = false;         // every captured operand (before and after quantization)
+  int64_t operands = 0;                // how many were compared
+  bool alpha_equal = false;            // the telemetry's alpha per operand
+  int64_t alphas = 0;                  // how many (0 where the recipe leaves the layer in BF16)
+  double input_grad_rel = 0, router_grad_rel = 0;
+  // "" when output, expert gradients, idle experts' zeros, operands (at least one) and alpha all hold
+  // bit for bit; else the names of those that do not.
+  std::string bit_mismatches() const;
+};
+
+// One MoE layer of config c under `recipe` on `device` with activations in `dtype`: the layer's
+// forward and backward against the per-expert reference on the same weights and batch.
+// allow_grouped=false forces the layer's expert-by-expert path; observe=false runs without telemetry
+// and capture (a captured layer runs expert by expert, so the grouped GEMMs run only without it).
+MoeComparison compare_moe(const ModelConfig& c, const std::string& recipe, torch::Device device, torch::ScalarType dtype,
+                          bool allow_grouped, bool observe = true);
+
+}  // namespace ufp4::test
