@@ -10,6 +10,9 @@
 
 namespace ufp4::test {
 
+// Catch2 checks of route() on `device` (tests/moe_reference.cpp says which).
+void check_routing(torch::Device device);
+
 struct MoeComparison {
   bool output_equal = false;           // bit for bit
   double output_rel = 0;               // max |a - b| / max |b|

@@ -13,6 +13,12 @@
 
 using namespace ufp4;
 
+TEST_CASE("routing on the GPU: the same layout as its definition", "[moe][cuda]") {
+  UFP4_NEED_GPU();
+  set_deterministic(true);
+  test::check_routing(torch::kCUDA);
+}
+
 TEST_CASE("MoE on the GPU: quantized operands equal the per-expert formulation; grouped BF16 GEMMs agree", "[moe][cuda]") {
   UFP4_NEED_GPU();
   set_deterministic(true);
@@ -22,6 +28,7 @@ TEST_CASE("MoE on the GPU: quantized operands equal the per-expert formulation; 
     for (const char* recipe : {"e2m1_ref", "ufp4", "nvfp4_nvidia"}) {
       INFO(recipe << " capacity factor " << cf);
       const test::MoeComparison m = test::compare_moe(c, recipe, torch::kCUDA, torch::kBFloat16, true);
+      INFO("output rel " << m.output_rel << ", expert gradients rel " << m.expert_grad_rel << ", operands " << m.operands);
       CHECK(m.bit_mismatches() == "");
     }
     INFO("bf16, grouped GEMMs, capacity factor " << cf);
