@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "models/fused_ops.h"
 #include "models/moe.h"
 #include "tests/catch.h"
 
@@ -33,8 +34,13 @@ torch::Tensor reference_forward(MoeImpl& m, const torch::Tensor& x, const Leaves
     if (sel.numel() > capacity) sel = sel.slice(0, 0, capacity);
     torch::Tensor tok = token_of.index_select(0, sel);
     torch::Tensor h = quant_linear(flat.index_select(0, tok), w.fc1[e], torch::Tensor(), m.fc1->layers[e]);
-    auto gu = h.chunk(2, -1);
-    torch::Tensor y = quant_linear(torch::silu(gu[0]) * gu[1], w.fc2[e], torch::Tensor(), m.fc2->layers[e]);
+    // SwiGLU as the per-expert MLP ran it: the fused kernel on CUDA, LibTorch's composition otherwise.
+    if (m.fused && h.is_cuda() && fused_swiglu_applies(h)) h = fused_swiglu(h);
+    else {
+      auto gu = h.chunk(2, -1);
+      h = torch::silu(gu[0]) * gu[1];
+    }
+    torch::Tensor y = quant_linear(h, w.fc2[e], torch::Tensor(), m.fc2->layers[e]);
     out.index_add_(0, tok, y * flat_w.index_select(0, sel).unsqueeze(1).to(y.scalar_type()));
   }
   if (m.shared) out = out + m.shared(flat);
