@@ -203,19 +203,6 @@ void launch_fast(const KernelSpec& s, const QuantizeIO& io, cudaStream_t stream)
   check_cuda(cudaGetLastError(), "quantize kernel launch");
 }
 
-// Amax of each 16x16 tile of the input, in input coordinates.
-template <bool kInBf16>
-__global__ void tile_amax_kernel(const void* in, int64_t rows, int64_t cols, float* out) {
-  const int64_t ntr = (rows + 15) / 16, ntc = (cols + 15) / 16;
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (t >= ntr * ntc) return;
-  const int64_t ti = t / ntc, tj = t % ntc;
-  float m = 0.0f;
-  for (int64_t i = ti * 16; i < rows && i < ti * 16 + 16; ++i)
-    for (int64_t j = tj * 16; j < cols && j < tj * 16 + 16; ++j) m = nan_max(m, fabsf(load1<kInBf16>(in, i * cols + j)));
-  out[t] = m;
-}
-
 template <bool kInBf16, bool kOutBf16, bool kCol, int kMode>
 void launch_mode(const KernelSpec& s, const QuantizeIO& io, void* rht_out, cudaStream_t stream) {
   const int64_t R = kCol ? io.cols : io.rows, L = kCol ? io.rows : io.cols;
@@ -254,11 +241,7 @@ void cuda_quantize(const KernelSpec& s, const QuantizeIO& io, cudaStream_t strea
   check_quantize_shape(s, io);
   if (s.block_2d) {
     if (!io.workspace) throw Error("quantize: block_2d needs a workspace");
-    const int64_t tiles = ((io.rows + 15) / 16) * ((io.cols + 15) / 16);
-    const unsigned blocks = static_cast<unsigned>((tiles + 255) / 256);
-    if (io.in_dtype == DType::kBF16) tile_amax_kernel<true><<<blocks, 256, 0, stream>>>(io.in, io.rows, io.cols, io.workspace);
-    else tile_amax_kernel<false><<<blocks, 256, 0, stream>>>(io.in, io.rows, io.cols, io.workspace);
-    check_cuda(cudaGetLastError(), "tile amax kernel launch");
+    launch_tile_amax(io.in, io.in_dtype, io.rows, io.cols, io.workspace, stream);
   }
   if (io.tensor_amax) {
     check_cuda(cudaMemsetAsync(io.tensor_amax, 0, sizeof(float), stream), "memset");

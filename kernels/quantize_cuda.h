@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "kernels/quantize.h"
+#include "kernels/quantize_segments.h"
 
 typedef struct CUstream_st* cudaStream_t;
 
@@ -18,6 +19,10 @@ void cuda_quantize(const KernelSpec& s, const QuantizeIO& io, cudaStream_t strea
 // The hot kernel alone (kernels/quantize_hot.h), for calls where hot_path_applies(); cuda_quantize
 // dispatches to it.
 void cuda_quantize_hot(const KernelSpec& s, const QuantizeIO& io, cudaStream_t stream);
+
+// Segmented quantize-dequantize (kernels/quantize_segments.h): G operands in one launch; `io` holds
+// device pointers (ends, lens, keys and tensor amax included). io.workspace as for cuda_quantize().
+void cuda_quantize_segments(const KernelSpec& s, const SegmentedQuantizeIO& io, cudaStream_t stream);
 
 // Standalone RHT of each length-n segment of each row: in [rows, cols] -> out [rows, cols]
 // (rowwise) or out [cols, rows] (columnwise: segments run along dim 0, written transposed).

@@ -212,4 +212,25 @@ __device__ __forceinline__ void rht16(const KernelSpec& s, float* x) {
   for (int i = 0; i < 16; ++i) x[i] *= s.rht_scale;
 }
 
+// Amax of each 16x16 tile of the input, in input coordinates (2D weight blocks).
+template <bool kInBf16>
+__global__ void tile_amax_kernel(const void* in, int64_t rows, int64_t cols, float* out) {
+  const int64_t ntr = (rows + 15) / 16, ntc = (cols + 15) / 16;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= ntr * ntc) return;
+  const int64_t ti = t / ntc, tj = t % ntc;
+  float m = 0.0f;
+  for (int64_t i = ti * 16; i < rows && i < ti * 16 + 16; ++i)
+    for (int64_t j = tj * 16; j < cols && j < tj * 16 + 16; ++j) m = nan_max(m, fabsf(load1<kInBf16>(in, i * cols + j)));
+  out[t] = m;
+}
+
+inline void launch_tile_amax(const void* in, DType in_dtype, int64_t rows, int64_t cols, float* out, cudaStream_t stream) {
+  const int64_t tiles = ((rows + 15) / 16) * ((cols + 15) / 16);
+  const unsigned blocks = static_cast<unsigned>((tiles + 255) / 256);
+  if (in_dtype == DType::kBF16) tile_amax_kernel<true><<<blocks, 256, 0, stream>>>(in, rows, cols, out);
+  else tile_amax_kernel<false><<<blocks, 256, 0, stream>>>(in, rows, cols, out);
+  check_cuda(cudaGetLastError(), "tile amax kernel launch");
+}
+
 }  // namespace ufp4

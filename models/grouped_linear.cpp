@@ -1,8 +1,10 @@
 #include "models/grouped_linear.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/error.h"
+#include "models/quant_ops.h"
 
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8)
 #define UFP4_GROUPED_MM 1
@@ -26,6 +28,11 @@ torch::Tensor grouped_mm(const torch::Tensor& a, const torch::Tensor& b, const t
 #endif
 }
 
+// Each expert's weight rows in the [E * N, K] view of the stacked weight: ends N, 2N, ..., EN.
+torch::Tensor weight_ends(int64_t E, int64_t N, torch::Device device) {
+  return torch::arange(1, E + 1, torch::TensorOptions().dtype(torch::kInt32).device(device)) * static_cast<int32_t>(N);
+}
+
 struct GroupedLinearFunction : public torch::autograd::Function<GroupedLinearFunction> {
   // kept: [A] bool rows of kept assignments, or a 0-element placeholder when dropless.
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& ends,
@@ -41,9 +48,12 @@ struct GroupedLinearFunction : public torch::autograd::Function<GroupedLinearFun
     // Decided now for the backward too: the recipe and the capture steps are those of this step.
     ctx->saved_data["grouped_dgrad"] = m.runs_grouped(x, Gemm::kDgrad);
     ctx->saved_data["grouped_wgrad"] = m.runs_grouped(x, Gemm::kWgrad);
-    const int64_t N = w.size(1);
+    const int64_t E = w.size(0), N = w.size(1), K = w.size(2);
     if (m.runs_grouped(x, Gemm::kFprop)) {
-      torch::Tensor y = grouped_mm(x, w.to(x.scalar_type()).transpose(1, 2), ends);
+      const torch::Tensor wrows = weight_ends(E, N, ends.device());
+      torch::Tensor xq = m.grouped_operand(x, Gemm::kFprop, 0, step, false, ends, torch::Tensor());
+      torch::Tensor wq = m.grouped_operand(w.view({E * N, K}), Gemm::kFprop, 1, step, false, wrows, torch::Tensor()).view({E, N, K});
+      torch::Tensor y = grouped_mm(xq.to(x.scalar_type()), wq.to(x.scalar_type()).transpose(1, 2), ends);
       if (kept.numel()) y.masked_fill_(kept.logical_not().unsqueeze(1), 0);  // rows past the last end are not written
       return y;
     }
@@ -64,12 +74,25 @@ struct GroupedLinearFunction : public torch::autograd::Function<GroupedLinearFun
     const int64_t E = w.size(0);
     torch::Tensor dx, dw;
     const bool want_dx = ctx->needs_input_grad(0), want_dw = ctx->needs_input_grad(1);
+    const int64_t N = w.size(1), K = w.size(2);
     if (want_dx && ctx->saved_data["grouped_dgrad"].toBool()) {
-      dx = grouped_mm(dy, w.to(dy.scalar_type()), ends);
+      const torch::Tensor wrows = weight_ends(E, N, ends.device());
+      torch::Tensor a = m.grouped_operand(dy, Gemm::kDgrad, 0, step, false, ends, torch::Tensor());
+      torch::Tensor b = m.grouped_operand(w.view({E * N, K}), Gemm::kDgrad, 1, step, true, wrows, torch::Tensor()).view({E, N, K});
+      dx = grouped_mm(a.to(dy.scalar_type()), b.to(dy.scalar_type()), ends);
       if (kept.numel()) dx.masked_fill_(kept.logical_not().unsqueeze(1), 0);
     }
     if (want_dw && ctx->saved_data["grouped_wgrad"].toBool()) {
-      dw = grouped_mm(dy.t(), x, ends).to(w.scalar_type());
+      if (gemm_untouched(*m.layers[0], Gemm::kWgrad)) {
+        dw = grouped_mm(dy.t(), x, ends).to(w.scalar_type());
+      } else {
+        // Blocks and RHT segments run along tokens inside each expert's rows: each expert's rows start
+        // on a whole group in a padded copy (wgrad_rows).
+        const GroupedRows rows = m.wgrad_rows(ends, x.size(0));
+        torch::Tensor a = m.grouped_operand(gather_rows(dy, rows.src), Gemm::kWgrad, 0, step, true, rows.ends, rows.lens);
+        torch::Tensor b = m.grouped_operand(gather_rows(x, rows.src), Gemm::kWgrad, 1, step, true, rows.ends, rows.lens);
+        dw = grouped_mm(a.to(dy.scalar_type()).t(), b.to(dy.scalar_type()), rows.ends).to(w.scalar_type());
+      }
       // An expert without rows has no GEMM to write its slice: its gradient is 0.
       torch::Tensor idle = (ends - segment_starts(ends)) == 0;
       dw.masked_fill_(idle.view({E, 1, 1}), 0);
@@ -92,6 +115,10 @@ struct GroupedLinearFunction : public torch::autograd::Function<GroupedLinearFun
 };
 
 }  // namespace
+
+torch::Tensor gather_rows(const torch::Tensor& t, const torch::Tensor& src) {
+  return t.index_select(0, src.clamp_min(0)).masked_fill_((src < 0).unsqueeze(1), 0);
+}
 
 bool grouped_mm_available() {
 #ifdef UFP4_GROUPED_MM
@@ -124,13 +151,69 @@ void GroupedLinearImpl::init_expert(int64_t e) {
 bool GroupedLinearImpl::runs_grouped(const torch::Tensor& x, Gemm g) const {
   if (!allow_grouped || !grouped_mm_available() || !x.is_cuda() || x.scalar_type() != torch::kBFloat16) return false;
   // Grouped GEMMs need 16-byte rows: K and N multiples of 8 BF16 values.
-  if (weight.size(1) % 8 || weight.size(2) % 8) return false;
+  const int64_t N = weight.size(1);
+  if (N % 8 || weight.size(2) % 8) return false;
   const QuantContext& ctx = *layers[0]->ctx;
   for (const auto& L : layers) {
-    if (!gemm_untouched(*L, g)) return false;
+    if (L->bf16 != layers[0]->bf16) return false;  // the layer policy treats experts alike, or they run one by one
     if (ctx.capture && ctx.capture->wants(ctx.step, L->name)) return false;
   }
+  if (gemm_untouched(*layers[0], g)) return true;
+  // Quantized operands in one segmented quantization per operand. Telemetry's alpha is per expert, and
+  // grouped GEMMs take BF16 operands only: those steps and recipes run expert by expert.
+  if (ctx.telemetry || ctx.recipe.gemm_precision == "fp32") return false;
+  const GemmRecipe& r = ctx.recipe.at(g);
+  for (const OperandRecipe& o : r.op)
+    if (r.rht && !o.quantize) return false;  // rotated but not quantized: no segmented form
+  // The weight's experts are segments of its [E * N, K] view: 16x16 tiles and, along N (DGRAD),
+  // blocks and RHT segments must not cross experts.
+  const OperandRecipe& w = r.op[1];
+  if (g == Gemm::kFprop && w.quantize && w.spec.block_2d && N % 16) return false;
+  if (g == Gemm::kDgrad && w.quantize && N % std::max({16, r.rht, w.spec.block})) return false;
   return true;
+}
+
+SegmentKeys GroupedLinearImpl::expert_keys(Gemm g, int slot, int64_t step) const {
+  SegmentKeys k;
+  for (const auto& L : layers) {
+    const QuantSpec s = operand_spec(*L, g, slot, step);
+    k.seeds.push_back(s.seed);
+    k.rht_seeds.push_back(s.rht_seed);
+  }
+  return k;
+}
+
+torch::Tensor GroupedLinearImpl::grouped_operand(const torch::Tensor& t, Gemm g, int slot, int64_t step, bool columnwise,
+                                                 const torch::Tensor& ends, const torch::Tensor& lens) const {
+  const LayerQuant& L = *layers[0];
+  if (L.bf16 || !L.ctx->recipe.at(g).op[slot].quantize) return t;
+  // The per-expert path's dequantized dtype: BF16 into the GPU's GEMMs, FP32 on CPU or when the recipe asks.
+  const bool fp32 = !t.is_cuda() || L.ctx->recipe.gemm_precision == "fp32";
+  return quantize_segments(t, operand_spec(L, g, slot, step), expert_keys(g, slot, step), ends, lens, columnwise,
+                           fp32 ? torch::kFloat32 : torch::kBFloat16);
+}
+
+GroupedRows GroupedLinearImpl::wgrad_rows(const torch::Tensor& ends, int64_t rows) const {
+  const GemmRecipe& r = layers[0]->ctx->recipe.at(Gemm::kWgrad);
+  const bool touched = !layers[0]->bf16;
+  const int rht = touched ? r.rht : 0;
+  int64_t align = std::max(16, rht);
+  for (const OperandRecipe& o : r.op)
+    if (touched && o.quantize) align = std::max<int64_t>(align, o.spec.block);
+  const int64_t E = ends.size(0);
+  const torch::Tensor starts = segment_starts(ends), counts = ends - starts;
+  GroupedRows out;
+  out.lens = rht ? (counts + (rht - 1)).div(rht, "floor").mul(rht).to(torch::kInt32) : counts;
+  out.ends = torch::cumsum((counts + (align - 1)).div(align, "floor").mul(align), 0).to(torch::kInt32);
+  // A bound on the padded rows that needs no look at the counts: each expert adds at most align - 1.
+  out.rows = rows + E * (align - 1);
+  const torch::Tensor at = torch::arange(out.rows, ends.options().dtype(torch::kInt64));
+  const torch::Tensor seg = torch::searchsorted(out.ends, at, /*out_int32=*/false, /*right=*/true);
+  const torch::Tensor g = seg.clamp_max(E - 1);
+  const torch::Tensor local = at - segment_starts(out.ends).to(torch::kInt64).index_select(0, g);
+  const torch::Tensor valid = (seg < E).logical_and(local < counts.to(torch::kInt64).index_select(0, g));
+  out.src = torch::where(valid, starts.to(torch::kInt64).index_select(0, g) + local, torch::full_like(local, -1));
+  return out;
 }
 
 torch::Tensor GroupedLinearImpl::forward(const torch::Tensor& x, const Routing& r) {

@@ -3,10 +3,15 @@
 // Each expert keeps its own LayerQuant (name "<prefix>.experts.<e>.<linear>", its own layer id), so
 // its SR keys, RHT signs, layer policy, telemetry and capture are those of a per-expert QuantLinear.
 //
-// A GEMM whose operands the recipe leaves as they are runs grouped, one at::_grouped_mm for all
-// experts (LibTorch >= 2.8, CUDA, BF16; segment ends read on the device, no host synchronisation).
-// Any other GEMM, and every GEMM on CPU or older LibTorch, runs expert by expert through the same
-// quant_fprop / quant_dgrad / quant_wgrad as QuantLinear, on the host copy of the segment ends.
+// On CUDA with LibTorch >= 2.8 a GEMM runs grouped, one at::_grouped_mm for all experts on BF16
+// operands with the segment ends read on the device (no host synchronisation); each quantized operand
+// is quantized for all experts in one segmented quantization (models/quant_ops.h), equal bit for bit
+// to the per-expert operands. WGRAD's blocks and RHT segments run along tokens, so its operands are
+// copied into a layout where each expert's rows start on a whole group (wgrad_rows).
+// The rest runs expert by expert through the same quant_fprop / quant_dgrad / quant_wgrad as
+// QuantLinear, on the host copy of the segment ends: CPU, older LibTorch, telemetry and capture steps
+// (their records are per expert), FP32 GEMMs, rotated-only operands, weights whose experts would
+// share a block.
 #pragma once
 #include <torch/torch.h>
 
@@ -15,12 +20,23 @@
 #include <vector>
 
 #include "models/moe_routing.h"
+#include "models/quant_ops.h"
 #include "models/quant_linear.h"
 
 namespace ufp4 {
 
 // True when this build can run grouped GEMMs (at::_grouped_mm) on CUDA tensors.
 bool grouped_mm_available();
+
+// A grouped layout of token rows: expert e's segment ends at ends[e]; its operand is the first lens[e]
+// rows of the segment (kernels/quantize_segments.h). src[i]: the source row of padded row i, -1 for padding.
+struct GroupedRows {
+  torch::Tensor ends, lens, src;  // int32 [E], int32 [E], int64 [rows]
+  int64_t rows = 0;
+};
+
+// Rows of t by index (GroupedRows::src), zero rows where the index is -1.
+torch::Tensor gather_rows(const torch::Tensor& t, const torch::Tensor& src);
 
 class GroupedLinearImpl : public torch::nn::Module {
  public:
@@ -33,6 +49,17 @@ class GroupedLinearImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, const Routing& r);
   // Whether GEMM g of this step would run grouped on x (else expert by expert).
   bool runs_grouped(const torch::Tensor& x, Gemm g) const;
+
+  // Operand `slot` of GEMM g for every expert in the segmented layout of (ends, lens), quantized with
+  // each expert's keys and dequantized to the per-expert path's dtype; t itself where the recipe leaves it.
+  torch::Tensor grouped_operand(const torch::Tensor& t, Gemm g, int slot, int64_t step, bool columnwise, const torch::Tensor& ends,
+                                const torch::Tensor& lens) const;
+  // WGRAD's layout for routing ends over `rows` rows: each expert's rows start on a multiple of the
+  // largest of 16, the RHT size and the quantized operands' blocks; lens = the rows rounded up to the
+  // RHT size (the per-expert path's zero rows). Computed on the device.
+  GroupedRows wgrad_rows(const torch::Tensor& ends, int64_t rows) const;
+  // Each expert's SR and RHT seeds for operand `slot` of GEMM g at `step`.
+  SegmentKeys expert_keys(Gemm g, int slot, int64_t step) const;
 
   torch::Tensor weight;
   std::vector<std::shared_ptr<LayerQuant>> layers;

@@ -16,49 +16,6 @@ uint64_t mix64(uint64_t x) {  // splitmix64 finalizer
   return x ^ (x >> 31);
 }
 
-// How an operand enters its GEMM: quantized (dequantized values), rotated only, or untouched.
-// `columnwise` quantizes along dim 0 and returns the transposed layout; untouched operands come back
-// as a transposed view, so the untouched path runs exactly the GEMMs LibTorch's own backward runs.
-torch::Tensor prepare(const torch::Tensor& t, const LayerQuant& L, Gemm g, int slot, int64_t step, bool columnwise,
-                      torch::ScalarType dq_dtype) {
-  const OperandRecipe& o = L.ctx->recipe.at(g).op[slot];
-  const int rht_size = L.ctx->recipe.at(g).rht;
-  torch::Tensor out;
-  QuantSpec spec;
-  const bool touched = !L.bf16 && (o.quantize || rht_size);
-  if (touched) spec = operand_spec(L, g, slot, step);
-  if (touched && columnwise && rht_size && t.size(0) % rht_size != 0) {
-    // Rotating along tokens needs whole segments: zero rows complete the last one. Both operands of
-    // the GEMM are padded alike, and zero rows add nothing to dY^T X.
-    const int64_t pad = rht_size - t.size(0) % rht_size;
-    return prepare(torch::cat({t, torch::zeros({pad, t.size(1)}, t.options())}), L, g, slot, step, columnwise, dq_dtype);
-  }
-  if (!touched) {
-    out = columnwise ? t.t() : t;
-  } else if (o.quantize) {
-    QuantizeOptions opt;
-    opt.columnwise = columnwise;
-    opt.out_dtype = dq_dtype;
-    opt.want_codes = false;
-    out = quantize(t, spec, opt).dequant;
-  } else {
-    out = rht(t, spec, columnwise, dq_dtype);
-  }
-  const std::string key = L.name + "/" + gemm_key(g) + "." + operand_key(g, slot);
-  const bool capture = L.ctx->capture && L.ctx->capture->wants(step, L.name);
-  if ((L.ctx->telemetry && o.quantize && !L.bf16) || capture) {
-    torch::NoGradGuard ng;
-    torch::Tensor ref = columnwise ? t.t() : t;
-    if (touched && rht_size) ref = rht(t, spec, columnwise, torch::kFloat32);
-    if (L.ctx->telemetry && o.quantize && !L.bf16) {
-      torch::Tensor r = ref.to(torch::kFloat64), q = out.to(torch::kFloat64);
-      L.ctx->alpha[key] = ((q * r).sum() / (r * r).sum()).item<double>();
-    }
-    if (capture) L.ctx->capture->add(key, ref, out);
-  }
-  return out;
-}
-
 bool fp32_gemm(const torch::Tensor& x, const LayerQuant& L) { return !x.is_cuda() || L.ctx->recipe.gemm_precision == "fp32"; }
 
 struct QuantLinearFunction : public torch::autograd::Function<QuantLinearFunction> {
@@ -115,13 +72,53 @@ bool gemm_untouched(const LayerQuant& L, Gemm g) {
   return !r.rht && !r.op[0].quantize && !r.op[1].quantize;
 }
 
+torch::Tensor prepare_operand(const torch::Tensor& t, const LayerQuant& L, Gemm g, int slot, int64_t step, bool columnwise,
+                      torch::ScalarType dq_dtype) {
+  const OperandRecipe& o = L.ctx->recipe.at(g).op[slot];
+  const int rht_size = L.ctx->recipe.at(g).rht;
+  torch::Tensor out;
+  QuantSpec spec;
+  const bool touched = !L.bf16 && (o.quantize || rht_size);
+  if (touched) spec = operand_spec(L, g, slot, step);
+  if (touched && columnwise && rht_size && t.size(0) % rht_size != 0) {
+    // Rotating along tokens needs whole segments: zero rows complete the last one. Both operands of
+    // the GEMM are padded alike, and zero rows add nothing to dY^T X.
+    const int64_t pad = rht_size - t.size(0) % rht_size;
+    return prepare_operand(torch::cat({t, torch::zeros({pad, t.size(1)}, t.options())}), L, g, slot, step, columnwise, dq_dtype);
+  }
+  if (!touched) {
+    out = columnwise ? t.t() : t;
+  } else if (o.quantize) {
+    QuantizeOptions opt;
+    opt.columnwise = columnwise;
+    opt.out_dtype = dq_dtype;
+    opt.want_codes = false;
+    out = quantize(t, spec, opt).dequant;
+  } else {
+    out = rht(t, spec, columnwise, dq_dtype);
+  }
+  const std::string key = L.name + "/" + gemm_key(g) + "." + operand_key(g, slot);
+  const bool capture = L.ctx->capture && L.ctx->capture->wants(step, L.name);
+  if ((L.ctx->telemetry && o.quantize && !L.bf16) || capture) {
+    torch::NoGradGuard ng;
+    torch::Tensor ref = columnwise ? t.t() : t;
+    if (touched && rht_size) ref = rht(t, spec, columnwise, torch::kFloat32);
+    if (L.ctx->telemetry && o.quantize && !L.bf16) {
+      torch::Tensor r = ref.to(torch::kFloat64), q = out.to(torch::kFloat64);
+      L.ctx->alpha[key] = ((q * r).sum() / (r * r).sum()).item<double>();
+    }
+    if (capture) L.ctx->capture->add(key, ref, out);
+  }
+  return out;
+}
+
 torch::Tensor quant_fprop(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& bias, const LayerQuant& L, int64_t step) {
   const int64_t K = x.size(-1), N = w.size(0);
   torch::Tensor x2 = x.reshape({-1, K});
   const bool fp32 = fp32_gemm(x, L);
   const torch::ScalarType dq = fp32 ? torch::kFloat32 : torch::kBFloat16;
-  torch::Tensor xq = prepare(x2, L, Gemm::kFprop, 0, step, false, dq);
-  torch::Tensor wq = prepare(w, L, Gemm::kFprop, 1, step, false, dq);
+  torch::Tensor xq = prepare_operand(x2, L, Gemm::kFprop, 0, step, false, dq);
+  torch::Tensor wq = prepare_operand(w, L, Gemm::kFprop, 1, step, false, dq);
   // Untouched operands: exactly LibTorch's linear, on the caller's shape.
   if (xq.is_same(x2) && wq.is_same(w)) {
     const auto t = x.scalar_type();
@@ -136,8 +133,8 @@ torch::Tensor quant_fprop(const torch::Tensor& x, const torch::Tensor& w, const 
 torch::Tensor quant_dgrad(const torch::Tensor& dy2, const torch::Tensor& w, const LayerQuant& L, int64_t step) {
   // dX = dY W, reduction over N
   const torch::ScalarType dq = fp32_gemm(dy2, L) ? torch::kFloat32 : torch::kBFloat16;
-  torch::Tensor a = prepare(dy2, L, Gemm::kDgrad, 0, step, false, dq);
-  torch::Tensor bt = prepare(w, L, Gemm::kDgrad, 1, step, true, dq);  // [K, N]
+  torch::Tensor a = prepare_operand(dy2, L, Gemm::kDgrad, 0, step, false, dq);
+  torch::Tensor bt = prepare_operand(w, L, Gemm::kDgrad, 1, step, true, dq);  // [K, N]
   if (a.is_same(dy2) && bt.is_alias_of(w)) return dy2.mm(w.to(dy2.scalar_type()));
   return a.to(dq).mm(bt.to(dq).t());
 }
@@ -145,8 +142,8 @@ torch::Tensor quant_dgrad(const torch::Tensor& dy2, const torch::Tensor& w, cons
 torch::Tensor quant_wgrad(const torch::Tensor& dy2, const torch::Tensor& x2, const LayerQuant& L, int64_t step) {
   // dW = dY^T X, reduction over M
   const torch::ScalarType dq = fp32_gemm(dy2, L) ? torch::kFloat32 : torch::kBFloat16;
-  torch::Tensor at = prepare(dy2, L, Gemm::kWgrad, 0, step, true, dq);  // [N, M]
-  torch::Tensor bt = prepare(x2, L, Gemm::kWgrad, 1, step, true, dq);   // [K, M]
+  torch::Tensor at = prepare_operand(dy2, L, Gemm::kWgrad, 0, step, true, dq);  // [N, M]
+  torch::Tensor bt = prepare_operand(x2, L, Gemm::kWgrad, 1, step, true, dq);   // [K, M]
   if (at.is_alias_of(dy2) && bt.is_alias_of(x2)) return dy2.t().mm(x2.to(dy2.scalar_type()));
   return at.to(dq).mm(bt.to(dq).t());
 }

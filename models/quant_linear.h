@@ -60,6 +60,14 @@ uint64_t rht_sign_seed(uint64_t recipe_seed, uint64_t run_seed);
 // + slot), RHT signs from rht_sign_seed (shared, or re-drawn per layer / per step).
 QuantSpec operand_spec(const LayerQuant& layer, Gemm g, int slot, int64_t step);
 
+// How operand `slot` of GEMM g enters its GEMM: quantized (dequantized values in dq_dtype), rotated
+// only, or untouched, with the layer's keys for `step`; records telemetry's alpha and capture. `columnwise`
+// quantizes along dim 0 and returns the transposed layout (zero rows complete the last RHT segment);
+// untouched operands come back as (a transposed view of) t itself, so the untouched path runs exactly
+// the GEMMs LibTorch's own backward runs.
+torch::Tensor prepare_operand(const torch::Tensor& t, const LayerQuant& layer, Gemm g, int slot, int64_t step, bool columnwise,
+                              torch::ScalarType dq_dtype);
+
 // The three GEMMs of one quantized linear, each operand prepared as the recipe says (quantized,
 // rotated or untouched) with the layer's keys for `step`; QuantLinear runs them, and the grouped expert
 // linear (models/grouped_linear.h) runs them expert by expert. Results in the compute dtype.

@@ -1,8 +1,11 @@
 #include "models/quant_ops.h"
 
+#include <cstring>
+
 #include "common/error.h"
 #include "kernels/float_bits.h"
 #include "kernels/quantize.h"
+#include "kernels/quantize_segments.h"
 #ifdef UFP4_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #include "kernels/quantize_cuda.h"
@@ -115,6 +118,61 @@ QuantizedTensor quantize(const torch::Tensor& x_in, const QuantSpec& spec, const
   if (ws_floats) io.workspace = ws.data_ptr<float>();
   run(ks, io, x);
   return q;
+}
+
+torch::Tensor quantize_segments(const torch::Tensor& x_in, const QuantSpec& spec, const SegmentKeys& keys, const torch::Tensor& ends,
+                                const torch::Tensor& lens, bool columnwise, torch::ScalarType out_dtype) {
+  check_input(x_in);
+  if (out_dtype != torch::kFloat32 && out_dtype != torch::kBFloat16) throw Error("quantize segments: output dtype must be float32 or bfloat16");
+  const int64_t G = ends.numel();
+  if (static_cast<int64_t>(keys.seeds.size()) != G || static_cast<int64_t>(keys.rht_seeds.size()) != G)
+    throw Error("quantize segments: " + std::to_string(G) + " segments need as many SR and RHT seeds");
+  auto check_index = [&](const torch::Tensor& t, const char* what) {
+    if (t.scalar_type() != torch::kInt32 || t.dim() != 1 || t.numel() != G || t.device() != x_in.device() || !t.is_contiguous())
+      throw Error(std::string("quantize segments: ") + what + " must be a contiguous int32 [segments] tensor on the input's device");
+  };
+  check_index(ends, "ends");
+  if (lens.defined()) check_index(lens, "lens");
+  torch::Tensor x = x_in.contiguous();
+  const KernelSpec ks = make_kernel_spec(spec);
+  // The keys as one int64 table: G SR seeds, then 4 G sign words (two to an int64).
+  torch::Tensor table = torch::empty({3 * G}, torch::kInt64);
+  int64_t* tp = table.data_ptr<int64_t>();
+  for (int64_t g = 0; g < G; ++g) {
+    tp[g] = static_cast<int64_t>(keys.seeds[g]);
+    uint32_t signs[4];
+    rht_sign_bits(keys.rht_seeds[g], signs);
+    std::memcpy(tp + G + 2 * g, signs, sizeof(signs));
+  }
+  if (x.is_cuda()) table = table.pin_memory().to(x.device(), /*non_blocking=*/true);
+  torch::Tensor out = torch::empty({x.size(0), x.size(1)}, x.options().dtype(out_dtype));
+  auto f32 = x.options().dtype(torch::kFloat32);
+  torch::Tensor tensor_amax = spec.scale == ScaleKind::kNvfp4 ? torch::empty({G}, f32) : torch::Tensor();
+  const int64_t ws_floats = quantize_workspace_floats(ks, x.size(0), x.size(1));
+  torch::Tensor ws = torch::empty({ws_floats}, f32);
+  SegmentedQuantizeIO io;
+  io.in = x.data_ptr();
+  io.in_dtype = dtype_of(x, "quantize input");
+  io.rows = x.size(0);
+  io.cols = x.size(1);
+  io.columnwise = columnwise;
+  io.dequant = out.data_ptr();
+  io.out_dtype = out_dtype == torch::kBFloat16 ? DType::kBF16 : DType::kF32;
+  io.segments = G;
+  io.ends = ends.data_ptr<int32_t>();
+  io.lens = lens.defined() ? lens.data_ptr<int32_t>() : nullptr;
+  io.seeds = reinterpret_cast<const uint64_t*>(table.data_ptr<int64_t>());
+  io.rht_signs = reinterpret_cast<const uint32_t*>(table.data_ptr<int64_t>() + G);
+  if (tensor_amax.defined()) io.tensor_amax = tensor_amax.data_ptr<float>();
+  io.workspace = ws.data_ptr<float>();
+  if (x.is_cuda()) {
+#ifdef UFP4_WITH_CUDA
+    cuda_quantize_segments(ks, io, at::cuda::getCurrentCUDAStream(x.device().index()).stream());
+#endif
+  } else {
+    reference_quantize_segments(ks, io);
+  }
+  return out;
 }
 
 torch::Tensor rht(const torch::Tensor& x_in, const QuantSpec& spec, bool columnwise, torch::ScalarType out_dtype, bool inverse) {

@@ -35,6 +35,19 @@ torch::Device pick_device(const std::string& d);
 // x: 2-D float32 or bfloat16 tensor on CPU or CUDA (made contiguous if needed).
 QuantizedTensor quantize(const torch::Tensor& x, const QuantSpec& spec, const QuantizeOptions& opt = {});
 
+// The keys of each operand of a segmented quantization: its SR seed and RHT sign seed (QuantSpec::seed
+// and ::rht_seed of the operand quantized alone).
+struct SegmentKeys {
+  std::vector<uint64_t> seeds, rht_seeds;
+};
+
+// Segmented quantization (kernels/quantize_segments.h, its layout) of x [rows, cols], float32 or
+// bfloat16 on CPU or CUDA: operand g quantized with `spec` and keys g. ends, lens: int32 [G] on x's
+// device (lens undefined: whole segments). Returns the dequantized [rows, cols] in out_dtype.
+// CPU runs the oracle (tests); CUDA one launch, no host synchronisation.
+torch::Tensor quantize_segments(const torch::Tensor& x, const QuantSpec& spec, const SegmentKeys& keys, const torch::Tensor& ends,
+                                const torch::Tensor& lens, bool columnwise, torch::ScalarType out_dtype);
+
 // RHT of each length-n segment along dim 1 (or dim 0 when columnwise, written transposed).
 // inverse=true undoes it (CPU only).
 torch::Tensor rht(const torch::Tensor& x, const QuantSpec& spec, bool columnwise = false,

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "models/fused_ops.h"
+#include "models/grouped_linear.h"
 #include "models/moe.h"
 #include "tests/catch.h"
 
@@ -192,6 +193,93 @@ MoeComparison compare_moe(const ModelConfig& c, const std::string& recipe, torch
     r.alpha_equal = r.alpha_equal && it != alpha_b.end() && std::memcmp(&kv.second, &it->second, sizeof(double)) == 0;
   }
   return r;
+}
+
+namespace {
+
+// Bit patterns, so that equal NaNs compare equal and +0 differs from -0.
+torch::Tensor bits(const torch::Tensor& t) {
+  torch::Tensor c = t.contiguous().cpu();
+  return c.scalar_type() == torch::kBFloat16 ? c.view(torch::kInt16) : c.view(torch::kInt32);
+}
+
+}  // namespace
+
+OperandComparison compare_grouped_operands(const Recipe& recipe, torch::Device device) {
+  OperandComparison out;
+  const int64_t E = 8, K = 128, N = 256;
+  auto ctx = std::make_shared<QuantContext>();
+  ctx->recipe = recipe;
+  ctx->run_seed = 7;
+  ctx->step = 5;
+  torch::manual_seed(11);
+  GroupedLinear m(E, K, N, "layers.1.mlp", "linear_fc1", ctx, /*first_layer_id=*/20, /*id_stride=*/2, /*layer_index=*/-1, 0);
+  for (int64_t e = 0; e < E; ++e) m->init_expert(e);
+  m->to(device);
+  // Expert rows: idle experts, a single row, rows that are and are not multiples of 16; 9 dropped rows at the end.
+  const std::vector<int32_t> counts = {17, 0, 70, 1, 32, 0, 45, 16};
+  std::vector<int32_t> ends_host;
+  int32_t total = 0;
+  for (int32_t n : counts) ends_host.push_back(total += n);
+  const int64_t A = total + 9;
+  const torch::Tensor ends = torch::tensor(ends_host, torch::kInt32).to(device);
+  const torch::ScalarType act = device.is_cuda() ? torch::kBFloat16 : torch::kFloat32;
+  // Activations with an outlier row and a zero row; gradients of another scale.
+  torch::Tensor x = torch::randn({A, K});
+  x[3] *= 40;
+  x[20].zero_();
+  torch::Tensor dy = torch::randn({A, N}) * 1e-3;
+  x = x.to(device, act);
+  dy = dy.to(device, act);
+  const torch::Tensor w = m->weight.detach();
+  const int64_t step = ctx->step;
+  auto fail = [&](const std::string& what) {
+    if (!out.mismatches.empty()) out.mismatches += "; ";
+    out.mismatches += what;
+  };
+  auto check = [&](const torch::Tensor& grouped, const torch::Tensor& expert, const std::string& what) {
+    ++out.operands;
+    if (grouped.sizes() != expert.sizes() || !torch::equal(bits(grouped), bits(expert))) fail(what);
+  };
+  auto zero_rows = [&](const torch::Tensor& t, int64_t from, int64_t to, const std::string& what) {
+    if (to > from && !torch::equal(bits(t.slice(0, from, to)), bits(torch::zeros_like(t.slice(0, from, to))))) fail(what + " padding");
+  };
+  const torch::Tensor wrows = torch::arange(1, E + 1, torch::TensorOptions().dtype(torch::kInt32).device(device)) * static_cast<int32_t>(N);
+  const torch::Tensor fx = m->grouped_operand(x, Gemm::kFprop, 0, step, false, ends, torch::Tensor());
+  const torch::Tensor fw = m->grouped_operand(w.view({E * N, K}), Gemm::kFprop, 1, step, false, wrows, torch::Tensor()).view({E, N, K});
+  const torch::Tensor ddy = m->grouped_operand(dy, Gemm::kDgrad, 0, step, false, ends, torch::Tensor());
+  const torch::Tensor dw = m->grouped_operand(w.view({E * N, K}), Gemm::kDgrad, 1, step, true, wrows, torch::Tensor()).view({E, N, K});
+  const GroupedRows rows = m->wgrad_rows(ends, A);
+  const torch::Tensor wdy = m->grouped_operand(gather_rows(dy, rows.src), Gemm::kWgrad, 0, step, true, rows.ends, rows.lens);
+  const torch::Tensor wx = m->grouped_operand(gather_rows(x, rows.src), Gemm::kWgrad, 1, step, true, rows.ends, rows.lens);
+  const torch::Tensor pends = rows.ends.cpu(), plens = rows.lens.cpu();
+  const torch::ScalarType dq = act;
+  int64_t begin = 0, pbegin = 0;
+  for (int64_t e = 0; e < E; begin = ends_host[e], pbegin = pends[e].item<int32_t>(), ++e) {
+    const LayerQuant& L = *m->layers[e];
+    const std::string ex = "expert " + std::to_string(e) + " ";
+    check(fw[e], prepare_operand(w[e], L, Gemm::kFprop, 1, step, false, dq), ex + "fprop.w");
+    check(dw[e], prepare_operand(w[e], L, Gemm::kDgrad, 1, step, true, dq).t(), ex + "dgrad.w");
+    const int64_t n = ends_host[e] - begin;
+    if (n == 0) continue;
+    check(fx.slice(0, begin, begin + n), prepare_operand(x.slice(0, begin, begin + n), L, Gemm::kFprop, 0, step, false, dq), ex + "fprop.x");
+    check(ddy.slice(0, begin, begin + n), prepare_operand(dy.slice(0, begin, begin + n), L, Gemm::kDgrad, 0, step, false, dq),
+          ex + "dgrad.dy");
+    const int64_t len = plens[e].item<int32_t>(), pend = pends[e].item<int32_t>();
+    check(wdy.slice(0, pbegin, pbegin + len), prepare_operand(dy.slice(0, begin, begin + n), L, Gemm::kWgrad, 0, step, true, dq).t(),
+          ex + "wgrad.dy");
+    check(wx.slice(0, pbegin, pbegin + len), prepare_operand(x.slice(0, begin, begin + n), L, Gemm::kWgrad, 1, step, true, dq).t(),
+          ex + "wgrad.x");
+    zero_rows(wdy, pbegin + len, pend, ex + "wgrad.dy");
+    zero_rows(wx, pbegin + len, pend, ex + "wgrad.x");
+  }
+  // Rows past the last segment: the dropped rows (rowwise) and the unused padded rows (WGRAD).
+  const torch::Tensor layout[] = {fx, ddy};
+  for (const torch::Tensor& t : layout)
+    if (!t.is_same(x) && !t.is_same(dy)) zero_rows(t, total, A, "dropped rows");
+  zero_rows(wdy, pends[E - 1].item<int32_t>(), rows.rows, "wgrad.dy tail");
+  zero_rows(wx, pends[E - 1].item<int32_t>(), rows.rows, "wgrad.x tail");
+  return out;
 }
 
 }  // namespace ufp4::test

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "models/model_config.h"
+#include "models/recipe.h"
 
 namespace ufp4::test {
 
@@ -35,5 +36,15 @@ struct MoeComparison {
 // and capture (a captured layer runs expert by expert, so the grouped GEMMs run only without it).
 MoeComparison compare_moe(const ModelConfig& c, const std::string& recipe, torch::Device device, torch::ScalarType dtype,
                           bool allow_grouped, bool observe = true);
+
+// The grouped path's quantized operands (GroupedLinear::grouped_operand, segmented quantization)
+// against the per-expert path's (prepare_operand on each expert's rows), bit for bit, for every
+// operand of the three GEMMs of one expert linear under `recipe` on `device`: expert segments of
+// 0 to 70 rows, ends short of the rows (capacity drops), layout padding zero.
+struct OperandComparison {
+  int64_t operands = 0;    // per-expert operands compared
+  std::string mismatches;  // "" when all equal, else which
+};
+OperandComparison compare_grouped_operands(const Recipe& recipe, torch::Device device);
 
 }  // namespace ufp4::test

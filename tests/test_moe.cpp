@@ -33,3 +33,39 @@ TEST_CASE("MoE layer equals the per-expert formulation bit for bit: output, expe
         CHECK(m.router_grad_rel < 1e-5);
       }
 }
+
+namespace {
+
+// The presets, and variants that reach the segmented quantizer's other paths: RHT-32 everywhere with
+// SR on every operand and per-layer signs; 1x64 blocks with RHT-128 on WGRAD and per-step signs.
+std::vector<Recipe> operand_recipes() {
+  std::vector<Recipe> out;
+  for (const char* name : {"e2m1_ref", "ufp4", "nvfp4_nvidia", "mxfp4", "ufp4_int4"}) out.push_back(Recipe::load(name));
+  Recipe a = Recipe::load("ufp4");
+  a.name = "ufp4 rht32 sr per_layer";
+  a.rht_signs = "per_layer";
+  for (Gemm g : kGemms) {
+    a.at(g).rht = 32;
+    for (auto& o : a.at(g).op) o.spec.rounding = Rounding::kSr;
+  }
+  out.push_back(a);
+  Recipe b = Recipe::load("e2m1_ref");
+  b.name = "e2m1 1x64 rht128 per_step";
+  b.rht_signs = "per_step";
+  b.at(Gemm::kWgrad).rht = 128;
+  for (Gemm g : kGemms)
+    for (auto& o : b.at(g).op) o.spec.block = 64;
+  out.push_back(b);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("grouped quantized operands equal the per-expert operands bit for bit", "[moe]") {
+  for (const Recipe& r : operand_recipes()) {
+    INFO(r.name);
+    const test::OperandComparison c = test::compare_grouped_operands(r, torch::kCPU);
+    CHECK(c.mismatches == "");
+    CHECK(c.operands > 30);
+  }
+}

@@ -189,3 +189,78 @@ TEST_CASE("CUDA == CPU on the hot kernel: BF16 dequantized values of the trainin
           }
   CHECK(n == 5 * 2 * 2 * 2 * 5 * 3);
 }
+
+TEST_CASE("CUDA segmented quantizer == its CPU oracle: segments of any length, padding, keys per operand", "[quantizer][cuda]") {
+  UFP4_NEED_GPU();
+  // 12 segments: empty ones, single rows, lengths that are and are not multiples of 16; then rows past the last end.
+  // Columnwise segments start on multiples of 128 (the largest block and RHT), their operands a multiple of the RHT size long.
+  const int64_t G = 12, cols = 384;
+  std::vector<int32_t> row_ends, col_ends, col_lens;
+  const int32_t counts[G] = {17, 0, 70, 1, 32, 0, 45, 16, 128, 3, 0, 200};
+  int32_t r = 0, c = 0;
+  for (int32_t n : counts) {
+    row_ends.push_back(r += n);
+    const int32_t len = ((n + 127) / 128) * 128;  // whole RHT-128 segments: the caller's zero rows
+    col_lens.push_back(len);
+    col_ends.push_back(c += len + (n % 3 == 0 ? 128 : 0));  // some segments with layout padding after the operand
+  }
+  SegmentKeys keys;
+  for (int64_t g = 0; g < G; ++g) {
+    keys.seeds.push_back(0x9e3779b97f4a7c15ULL * (g + 1));
+    keys.rht_seeds.push_back(1000 + g);
+  }
+  const int64_t rows_row = r + 9, rows_col = c + 40;
+  torch::Tensor xr = test::make_input("outliers", rows_row, cols, 3);
+  torch::Tensor xc = test::make_input("outliers", rows_col, cols, 4);
+  // The caller's zero rows complete each columnwise operand; other layout rows hold anything (not read).
+  {
+    int64_t begin = 0;
+    for (int64_t g = 0; g < G; begin = col_ends[g++]) xc.slice(0, begin + counts[g], begin + col_lens[g]).zero_();
+  }
+  int n = 0;
+  for (const char* grid : {"e2m1", "e1m2", "int4_tc"})
+    for (auto sc : {ScaleKind::kFp32, ScaleKind::kNvfp4, ScaleKind::kMx})
+      for (auto rd : {Rounding::kRtne, Rounding::kSr})
+        for (int rht : {0, 16, 128})
+          for (int block : {16, 64})
+            for (bool col : {false, true}) {
+              QuantSpec s;
+              s.grid = Grid::parse(grid);
+              s.scale = sc;
+              s.rounding = rd;
+              s.rht = rht;
+              s.block = block;
+              s.offset = 42;
+              const bool in_bf16 = (n % 2) == 0, out_bf16 = (n % 4) < 2;
+              ++n;
+              torch::Tensor x = (col ? xc : xr).to(in_bf16 ? torch::kBFloat16 : torch::kFloat32);
+              torch::Tensor ends = torch::tensor(col ? col_ends : row_ends, torch::kInt32);
+              torch::Tensor lens = col ? torch::tensor(col_lens, torch::kInt32) : torch::Tensor();
+              const auto out = out_bf16 ? torch::kBFloat16 : torch::kFloat32;
+              torch::Tensor a = quantize_segments(x, s, keys, ends, lens, col, out);
+              torch::Tensor b = quantize_segments(x.to(torch::kCUDA), s, keys, ends.to(torch::kCUDA),
+                                                  lens.defined() ? lens.to(torch::kCUDA) : lens, col, out).cpu();
+              INFO(grid << " scale=" << to_string(sc) << " " << to_string(rd) << " rht=" << rht << " block=" << block << (col ? " col" : " row")
+                        << (in_bf16 ? " in=bf16" : " in=f32") << (out_bf16 ? " out=bf16" : " out=f32"));
+              const int64_t i = test::first_bit_mismatch(a, b);
+              REQUIRE(i < 0);
+            }
+  // 16x16 2D weight tiles: 6 experts' [64, 200] weights stacked, both directions.
+  torch::Tensor w = test::make_input("mixed", 6 * 64, 200, 8);
+  torch::Tensor wends = torch::arange(1, 7, torch::kInt32) * 64;
+  SegmentKeys wkeys;
+  for (int g = 0; g < 6; ++g) {
+    wkeys.seeds.push_back(g * 77 + 1);
+    wkeys.rht_seeds.push_back(g);
+  }
+  for (auto sc : {ScaleKind::kFp32, ScaleKind::kNvfp4, ScaleKind::kMx})
+    for (bool col : {false, true}) {
+      QuantSpec s;
+      s.block_2d = true;
+      s.scale = sc;
+      torch::Tensor a = quantize_segments(w, s, wkeys, wends, torch::Tensor(), col, torch::kFloat32);
+      torch::Tensor b = quantize_segments(w.to(torch::kCUDA), s, wkeys, wends.to(torch::kCUDA), torch::Tensor(), col, torch::kFloat32).cpu();
+      INFO("2d scale=" << to_string(sc) << (col ? " col" : " row"));
+      CHECK(test::first_bit_mismatch(a, b) < 0);
+    }
+}

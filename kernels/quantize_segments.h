@@ -1,0 +1,50 @@
+// Segmented quantize-dequantize: G operands stacked along dim 0 (tokens, or weight rows) of one
+// row-major [rows, cols] tensor, each quantized exactly as kernels/quantize.h quantizes it alone, with
+// its own stochastic-rounding seed, RHT signs and (nvfp4) tensor amax. The grouped expert GEMMs of a
+// MoE layer use it: segment g holds expert g's rows, and one launch replaces G quantizer calls.
+//
+// Layout. Segment g occupies rows [begin_g, end_g) of the input and of the output, begin_0 = 0,
+// begin_g = end_{g-1}. Its operand is rows [begin_g, begin_g + len_g) (len_g <= end_g - begin_g);
+// the other rows of the segment, and rows past end_{G-1}, are layout padding: written as +0.
+// The output has the input's layout [rows, cols] in both directions:
+//   rowwise    : operand g is the [len_g, cols] tensor, blocks along cols. Its element (i, j) has
+//                quantize.h output index i * cols + j (its SR draw) and lands at (begin_g + i, j).
+//   columnwise : operand g is quantized along dim 0 (quantize.h's columnwise, output [cols, len_g]).
+//                Its element (j, i), output index j * len_g + i, lands at (begin_g + i, j): the
+//                token-major layout a grouped GEMM reducing over rows takes, with the segment ends as
+//                offsets. Blocks and RHT segments start at begin_g, so begin_g must be a multiple of
+//                max(16, block, rht), and len_g a multiple of rht (zero rows complete the last RHT
+//                segment: the caller's, as in the dense WGRAD).
+//   block_2d   : the 16x16 tiles of the input; begin_g must be a multiple of 16.
+// Alignment and lengths live on the device, so the kernels cannot check them: callers must.
+#pragma once
+#include <cstdint>
+
+#include "kernels/quantize.h"
+
+namespace ufp4 {
+
+struct SegmentedQuantizeIO {
+  const void* in = nullptr;
+  DType in_dtype = DType::kF32;
+  int64_t rows = 0, cols = 0;         // input and output [rows, cols], row-major, contiguous
+  bool columnwise = false;
+  void* dequant = nullptr;            // [rows, cols] in out_dtype
+  DType out_dtype = DType::kF32;
+  int64_t segments = 0;               // G
+  const int32_t* ends = nullptr;      // [G] non-decreasing segment ends, the last <= rows
+  const int32_t* lens = nullptr;      // [G] operand rows of each segment; null: the whole segment
+  const uint64_t* seeds = nullptr;    // [G] SR key of each operand (KernelSpec::seed)
+  const uint32_t* rht_signs = nullptr;  // [G * 4] RHT sign bits of each operand (KernelSpec::rht_signs); null when rht is off
+  float* tensor_amax = nullptr;       // [G] each operand's tensor amax after RHT; required for nvfp4, written if given
+  float* workspace = nullptr;         // block_2d: quantize_workspace_floats(s, rows, cols) floats
+};
+
+// Throws ufp4::Error for what can be checked on the host (sizes, pointers, RHT dividing cols when rowwise).
+void check_segments_shape(const KernelSpec& s, const SegmentedQuantizeIO& io);
+
+// The oracle, by definition: reference_quantize() of each operand with its own keys, placed in the
+// layout above (host memory). s.seed and s.rht_signs are ignored: io.seeds and io.rht_signs hold them.
+void reference_quantize_segments(const KernelSpec& s, const SegmentedQuantizeIO& io);
+
+}  // namespace ufp4
