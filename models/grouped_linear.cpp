@@ -189,8 +189,13 @@ torch::Tensor GroupedLinearImpl::grouped_operand(const torch::Tensor& t, Gemm g,
   if (L.bf16 || !L.ctx->recipe.at(g).op[slot].quantize) return t;
   // The per-expert path's dequantized dtype: BF16 into the GPU's GEMMs, FP32 on CPU or when the recipe asks.
   const bool fp32 = !t.is_cuda() || L.ctx->recipe.gemm_precision == "fp32";
-  return quantize_segments(t, operand_spec(L, g, slot, step), expert_keys(g, slot, step), ends, lens, columnwise,
-                           fp32 ? torch::kFloat32 : torch::kBFloat16);
+  const QuantSpec spec = operand_spec(L, g, slot, step);
+  // The experts' keys follow from expert 0's (the same run seed, recipe and step, fixed layer ids): the
+  // device table is rebuilt only when those change (every step with per-step RHT signs).
+  KeyTable& k = key_tables_[static_cast<int>(g) * 2 + slot];
+  if (!k.table.defined() || k.seed != spec.seed || k.rht_seed != spec.rht_seed || k.table.device() != t.device())
+    k = {spec.seed, spec.rht_seed, segment_key_table(expert_keys(g, slot, step), t.device())};
+  return quantize_segments(t, spec, k.table, ends, lens, columnwise, fp32 ? torch::kFloat32 : torch::kBFloat16);
 }
 
 GroupedRows GroupedLinearImpl::wgrad_rows(const torch::Tensor& ends, int64_t rows) const {

@@ -15,6 +15,7 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <array>
 #include <memory>
 #include <string>
 #include <vector>
@@ -64,6 +65,13 @@ class GroupedLinearImpl : public torch::nn::Module {
   torch::Tensor weight;
   std::vector<std::shared_ptr<LayerQuant>> layers;
   bool allow_grouped = true;  // false: always expert by expert (the equivalence tests' reference)
+
+ private:
+  struct KeyTable {
+    uint64_t seed = 0, rht_seed = 0;  // expert 0's keys when the table was made
+    torch::Tensor table;              // segment_key_table() of all experts
+  };
+  mutable std::array<KeyTable, 6> key_tables_;  // per (GEMM, operand slot)
 };
 TORCH_MODULE(GroupedLinear);
 

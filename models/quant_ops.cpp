@@ -120,22 +120,9 @@ QuantizedTensor quantize(const torch::Tensor& x_in, const QuantSpec& spec, const
   return q;
 }
 
-torch::Tensor quantize_segments(const torch::Tensor& x_in, const QuantSpec& spec, const SegmentKeys& keys, const torch::Tensor& ends,
-                                const torch::Tensor& lens, bool columnwise, torch::ScalarType out_dtype) {
-  check_input(x_in);
-  if (out_dtype != torch::kFloat32 && out_dtype != torch::kBFloat16) throw Error("quantize segments: output dtype must be float32 or bfloat16");
-  const int64_t G = ends.numel();
-  if (static_cast<int64_t>(keys.seeds.size()) != G || static_cast<int64_t>(keys.rht_seeds.size()) != G)
-    throw Error("quantize segments: " + std::to_string(G) + " segments need as many SR and RHT seeds");
-  auto check_index = [&](const torch::Tensor& t, const char* what) {
-    if (t.scalar_type() != torch::kInt32 || t.dim() != 1 || t.numel() != G || t.device() != x_in.device() || !t.is_contiguous())
-      throw Error(std::string("quantize segments: ") + what + " must be a contiguous int32 [segments] tensor on the input's device");
-  };
-  check_index(ends, "ends");
-  if (lens.defined()) check_index(lens, "lens");
-  torch::Tensor x = x_in.contiguous();
-  const KernelSpec ks = make_kernel_spec(spec);
-  // The keys as one int64 table: G SR seeds, then 4 G sign words (two to an int64).
+torch::Tensor segment_key_table(const SegmentKeys& keys, torch::Device device) {
+  const int64_t G = static_cast<int64_t>(keys.seeds.size());
+  if (static_cast<int64_t>(keys.rht_seeds.size()) != G) throw Error("quantize segments: as many SR as RHT seeds are needed");
   torch::Tensor table = torch::empty({3 * G}, torch::kInt64);
   int64_t* tp = table.data_ptr<int64_t>();
   for (int64_t g = 0; g < G; ++g) {
@@ -144,7 +131,30 @@ torch::Tensor quantize_segments(const torch::Tensor& x_in, const QuantSpec& spec
     rht_sign_bits(keys.rht_seeds[g], signs);
     std::memcpy(tp + G + 2 * g, signs, sizeof(signs));
   }
-  if (x.is_cuda()) table = table.pin_memory().to(x.device(), /*non_blocking=*/true);
+  if (device.is_cuda()) table = table.pin_memory().to(device, /*non_blocking=*/true);
+  return table;
+}
+
+torch::Tensor quantize_segments(const torch::Tensor& x, const QuantSpec& spec, const SegmentKeys& keys, const torch::Tensor& ends,
+                                const torch::Tensor& lens, bool columnwise, torch::ScalarType out_dtype) {
+  return quantize_segments(x, spec, segment_key_table(keys, x.device()), ends, lens, columnwise, out_dtype);
+}
+
+torch::Tensor quantize_segments(const torch::Tensor& x_in, const QuantSpec& spec, const torch::Tensor& key_table, const torch::Tensor& ends,
+                                const torch::Tensor& lens, bool columnwise, torch::ScalarType out_dtype) {
+  check_input(x_in);
+  if (out_dtype != torch::kFloat32 && out_dtype != torch::kBFloat16) throw Error("quantize segments: output dtype must be float32 or bfloat16");
+  const int64_t G = ends.numel();
+  if (key_table.scalar_type() != torch::kInt64 || key_table.numel() != 3 * G || key_table.device() != x_in.device())
+    throw Error("quantize segments: the key table must hold the keys of " + std::to_string(G) + " segments on the input's device");
+  auto check_index = [&](const torch::Tensor& t, const char* what) {
+    if (t.scalar_type() != torch::kInt32 || t.dim() != 1 || t.numel() != G || t.device() != x_in.device() || !t.is_contiguous())
+      throw Error(std::string("quantize segments: ") + what + " must be a contiguous int32 [segments] tensor on the input's device");
+  };
+  check_index(ends, "ends");
+  if (lens.defined()) check_index(lens, "lens");
+  torch::Tensor x = x_in.contiguous();
+  const KernelSpec ks = make_kernel_spec(spec);
   torch::Tensor out = torch::empty({x.size(0), x.size(1)}, x.options().dtype(out_dtype));
   auto f32 = x.options().dtype(torch::kFloat32);
   torch::Tensor tensor_amax = spec.scale == ScaleKind::kNvfp4 ? torch::empty({G}, f32) : torch::Tensor();
@@ -161,8 +171,8 @@ torch::Tensor quantize_segments(const torch::Tensor& x_in, const QuantSpec& spec
   io.segments = G;
   io.ends = ends.data_ptr<int32_t>();
   io.lens = lens.defined() ? lens.data_ptr<int32_t>() : nullptr;
-  io.seeds = reinterpret_cast<const uint64_t*>(table.data_ptr<int64_t>());
-  io.rht_signs = reinterpret_cast<const uint32_t*>(table.data_ptr<int64_t>() + G);
+  io.seeds = reinterpret_cast<const uint64_t*>(key_table.data_ptr<int64_t>());
+  io.rht_signs = reinterpret_cast<const uint32_t*>(key_table.data_ptr<int64_t>() + G);
   if (tensor_amax.defined()) io.tensor_amax = tensor_amax.data_ptr<float>();
   io.workspace = ws.data_ptr<float>();
   if (x.is_cuda()) {

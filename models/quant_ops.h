@@ -41,10 +41,17 @@ struct SegmentKeys {
   std::vector<uint64_t> seeds, rht_seeds;
 };
 
+// The keys as the segmented kernels read them: int64 [3 G] on `device` (G SR seeds, then the 4 G RHT sign
+// words two to an int64); copied without a host synchronisation. Callers may keep it across calls.
+torch::Tensor segment_key_table(const SegmentKeys& keys, torch::Device device);
+
 // Segmented quantization (kernels/quantize_segments.h, its layout) of x [rows, cols], float32 or
-// bfloat16 on CPU or CUDA: operand g quantized with `spec` and keys g. ends, lens: int32 [G] on x's
-// device (lens undefined: whole segments). Returns the dequantized [rows, cols] in out_dtype.
-// CPU runs the oracle (tests); CUDA one launch, no host synchronisation.
+// bfloat16 on CPU or CUDA: operand g quantized with `spec` and keys g of `key_table` (segment_key_table).
+// ends, lens: int32 [G] on x's device (lens undefined: whole segments). Returns the dequantized
+// [rows, cols] in out_dtype. CPU runs the oracle (tests); CUDA one launch, no host synchronisation.
+torch::Tensor quantize_segments(const torch::Tensor& x, const QuantSpec& spec, const torch::Tensor& key_table, const torch::Tensor& ends,
+                                const torch::Tensor& lens, bool columnwise, torch::ScalarType out_dtype);
+// The same with the keys given directly.
 torch::Tensor quantize_segments(const torch::Tensor& x, const QuantSpec& spec, const SegmentKeys& keys, const torch::Tensor& ends,
                                 const torch::Tensor& lens, bool columnwise, torch::ScalarType out_dtype);
 

@@ -206,25 +206,27 @@ TEST_CASE("reproduce Table 1: the presets match the paper's Table 1 field for fi
 TEST_CASE("ufp4 bench step on CPU writes step.h5 with provenance and report bench renders it", "[cli]") {
   const std::string dir = temp_dir();
   Result b = run_cli("bench step --models dense-20m --recipes bf16,ufp4 --batch 1 --seq 32 --warmup 0 --steps 2 --device cpu "
-                        "--reference none --out-dir " + dir);
+                        "--reference none --moe-layers tiny-moe --moe-layer-tokens 64 --out-dir " + dir);
   INFO(b.out);
   REQUIRE(b.code == 0);
   const auto attrs = read_h5_string_attrs(dir + "/step.h5");
   CHECK(attrs.count("git_commit") == 1);
   CHECK(attrs.count("device") == 1);
   const ArrayF32 ms = read_h5_f32(dir + "/step.h5", "step/step_ms");
-  REQUIRE(ms.data.size() == 2);
-  CHECK(ms.data[0] > 0);
-  CHECK(ms.data[1] > 0);
+  REQUIRE(ms.data.size() == 4);
+  for (float v : ms.data) CHECK(v > 0);
   const auto rows = read_h5_string_attrs(dir + "/step.h5", "step/step_ms").at("rows");
   CHECK(rows.find("dense-20m|ufp4|bf16|") != std::string::npos);
   CHECK(rows.find("dense-20m|ufp4|ufp4|") != std::string::npos);
+  CHECK(rows.find("tiny-moe|ufp4-moe-layer|ufp4|") != std::string::npos);
   Result r = run_cli("report bench --results " + dir + " --out " + dir + "/bench.md");
   INFO(r.out);
   REQUIRE(r.code == 0);
   const std::string md = read_text_file(dir + "/bench.md");
   CHECK(md.find("| ufp4 step / bf16 step, dense-20m | <= 1.20 |") != std::string::npos);
   CHECK(md.find("| dense-20m | ufp4 | ufp4 | 1 x 32 |") != std::string::npos);
+  CHECK(md.find("### One MoE layer at paper scale") != std::string::npos);
+  CHECK(md.find("| tiny-moe | ufp4 | 64 | ") != std::string::npos);
   // A bar not met gets its facts and what would close it; a met one does not.
   const size_t at = md.find("| ufp4 step / bf16 step, dense-20m | <= 1.20 | ");
   const bool unmet = md.substr(at, md.find('\n', at) - at).find("not met") != std::string::npos;

@@ -33,7 +33,7 @@ void write_kernel_bench(const std::string& path, const std::vector<KernelBenchRo
 // One training-step measurement.
 struct StepBenchRow {
   // "ufp4" (this harness, deterministic as the trainer runs), "ufp4-nondeterministic", "ufp4-libtorch-ops"
-  // (no fused ops) or "pytorch-{eager,compiled}-<optimizer>" (harness/bench/reference_step.py)
+  // (no fused ops), "ufp4-moe-layer" (one MoE layer forward + backward; batch 1, seq_len = its tokens) or "pytorch-{eager,compiled}-<optimizer>" (harness/bench/reference_step.py)
   std::string impl;
   std::string model, recipe;
   int64_t batch = 0, seq_len = 0, steps = 0;
@@ -53,6 +53,9 @@ struct StepBenchOptions {
   std::vector<std::string> reference = {"eager", "compiled"};
   std::string python = "python3";
   bool nondeterministic = true;     // also time bf16 and ufp4 without deterministic mode (its cost)
+  // One routed MoE layer of these models, forward + backward on moe_layer_tokens tokens (impl "ufp4-moe-layer").
+  std::vector<std::string> moe_layers;
+  int64_t moe_layer_tokens = 16384;
 };
 
 std::vector<StepBenchRow> run_step_benchmarks(const StepBenchOptions& o);

@@ -33,19 +33,21 @@ void check(cudaError_t e, const char* what) {
 
 struct Shape {
   int64_t rows, cols;
-  const char* of;  // which linear operand it is
+  const char* of;        // which linear operand it is
+  int64_t segments = 0;  // > 0: also the segmented quantizer over this many equal expert segments
 };
 
 // Tokens per micro-batch for activation shapes: 16,384 (8 x 2,048). MoE expert inputs get
 // tokens x top-k / experts of them.
 std::vector<Shape> shapes(bool quick) {
-  if (quick) return {{2048, 768, "smoke"}, {16384, 2048, "smoke"}};
+  if (quick) return {{2048, 768, "smoke"}, {16384, 2048, "smoke", 8}};
   return {{16384, 768, "dense-113m X of linear_qkv / linear_fc1"},
           {16384, 2048, "dense-113m X of linear_fc2; dense-1.5b X of linear_qkv / linear_fc1"},
           {768, 2048, "dense-113m W of linear_fc2 (hidden x ffn)"},
           {16384, 384, "moe-81m X of the router and shared expert"},
           {16384, 5632, "dense-1.5b X of linear_fc2"},
           {2048, 5632, "dense-1.5b W of linear_fc2 (hidden x ffn)"},
+          {131072, 384, "moe-81m routed X of linear_fc1 (32,768 tokens x top-4, 32 experts)", 32},
           {1536, 2048, "moe-7.9b expert X (16,384 x 6 / 64 tokens)"},
           {1536, 1024, "moe-7.9b expert X of linear_fc2"},
           {2048, 1024, "moe-7.9b expert W (hidden x expert ffn)"},
@@ -58,6 +60,11 @@ struct Device {
   cudaStream_t stream = nullptr;
   cudaEvent_t start = nullptr, stop = nullptr;
   int flushes = 0;
+  // Segment tables for up to kMaxSegments experts: ends, SR seeds, RHT sign words.
+  static constexpr int64_t kMaxSegments = 256;
+  int32_t* seg_ends = nullptr;
+  uint64_t* seg_seeds = nullptr;
+  uint32_t* seg_signs = nullptr;
 
   explicit Device(int64_t max_elems) {
     int dev = 0;
@@ -70,6 +77,17 @@ struct Device {
     check(cudaMalloc(&out, bytes), "cudaMalloc");
     check(cudaMalloc(&tmp, bytes), "cudaMalloc");
     check(cudaMalloc(&flush, flush_bytes), "cudaMalloc");
+    check(cudaMalloc(&seg_ends, kMaxSegments * sizeof(int32_t)), "cudaMalloc");
+    check(cudaMalloc(&seg_seeds, kMaxSegments * sizeof(uint64_t)), "cudaMalloc");
+    check(cudaMalloc(&seg_signs, kMaxSegments * 4 * sizeof(uint32_t)), "cudaMalloc");
+    std::vector<uint64_t> seeds(kMaxSegments);
+    std::vector<uint32_t> signs(kMaxSegments * 4);
+    for (int64_t g = 0; g < kMaxSegments; ++g) {
+      seeds[g] = 1000 + g;
+      rht_sign_bits(2000 + g, &signs[4 * g]);
+    }
+    check(cudaMemcpy(seg_seeds, seeds.data(), seeds.size() * sizeof(uint64_t), cudaMemcpyHostToDevice), "cudaMemcpy");
+    check(cudaMemcpy(seg_signs, signs.data(), signs.size() * sizeof(uint32_t), cudaMemcpyHostToDevice), "cudaMemcpy");
     check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
     check(cudaEventCreate(&start), "cudaEventCreate");
     check(cudaEventCreate(&stop), "cudaEventCreate");
@@ -82,6 +100,7 @@ struct Device {
   }
   ~Device() {
     cudaFree(in); cudaFree(out); cudaFree(tmp); cudaFree(flush);
+    cudaFree(seg_ends); cudaFree(seg_seeds); cudaFree(seg_signs);
     cudaEventDestroy(start); cudaEventDestroy(stop); cudaStreamDestroy(stream);
   }
   // Evicts the operands from L2 between repeats (not timed).
@@ -113,6 +132,23 @@ void launch(const Case& c, Device& d) {
     check(cudaMemcpyAsync(d.out, d.in, static_cast<size_t>(n) * 2, cudaMemcpyDeviceToDevice, d.stream), "copy");
     return;
   }
+  if (c.kind == "segments") {
+    const int64_t G = c.shape.segments;  // ends uploaded by upload_segment_ends()
+    SegmentedQuantizeIO io;
+    io.in = d.in;
+    io.in_dtype = DType::kBF16;
+    io.rows = R;
+    io.cols = C;
+    io.columnwise = c.columnwise;
+    io.dequant = d.out;
+    io.out_dtype = DType::kBF16;
+    io.segments = G;
+    io.ends = d.seg_ends;
+    io.seeds = d.seg_seeds;
+    io.rht_signs = d.seg_signs;
+    cuda_quantize_segments(spec_of(c, 16), io, d.stream);
+    return;
+  }
   QuantizeIO io;
   io.in_dtype = DType::kBF16;
   io.out_dtype = DType::kBF16;
@@ -133,8 +169,19 @@ void launch(const Case& c, Device& d) {
   cuda_quantize(spec_of(c, c.kind == "fused" ? 16 : 0), io, d.stream);
 }
 
+// Equal segments of whole 16-row groups (the expert layout of a balanced router), before the timing.
+void upload_segment_ends(const Case& c, Device& d) {
+  const int64_t G = c.shape.segments, R = c.shape.rows;
+  if (G > Device::kMaxSegments) throw Error("bench: too many segments");
+  std::vector<int32_t> ends(static_cast<size_t>(G));
+  for (int64_t g = 0; g < G; ++g) ends[g] = static_cast<int32_t>(((R * (g + 1) / G) / 16) * 16);
+  ends[G - 1] = static_cast<int32_t>(R);
+  check(cudaMemcpy(d.seg_ends, ends.data(), ends.size() * sizeof(int32_t), cudaMemcpyHostToDevice), "cudaMemcpy");
+}
+
 void time_case(benchmark::State& st, const Case& c, Device& d) {
   try {
+    if (c.kind == "segments") upload_segment_ends(c, d);
     launch(c, d);  // warm-up: module load, first-touch
     check(cudaStreamSynchronize(d.stream), "warm-up");
     for (auto _ : st) {
@@ -180,6 +227,18 @@ std::vector<Case> cases(bool quick) {
             // FLOPs: 4 butterfly adds + 1 scaling multiply per element for RHT-16; one divide and one
             // multiply (dequantize) per element for the quantizer.
             c.flops = n * (2 + (rht ? 5 : 0));
+            v.push_back(c);
+          }
+    // The segmented quantizer (RHT-16 fused, each segment with its own keys) beside the same tensor's "fused" rows.
+    if (sh.segments > 0)
+      for (const char* grid : {"e2m1", "e1m2"})
+        for (const char* rounding : {"rtne", "sr"})
+          for (bool col : {false, true}) {
+            Case c;
+            c.kind = "segments"; c.grid = grid; c.rounding = rounding; c.columnwise = col; c.shape = sh;
+            c.name = std::string("quantize/segments") + std::to_string(sh.segments) + "/" + grid + "/" + rounding + "/" + (col ? "col" : "row") + "/" + dims;
+            c.bytes = 4 * n;
+            c.flops = n * 7;
             v.push_back(c);
           }
   }

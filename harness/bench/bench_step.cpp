@@ -22,6 +22,7 @@
 #include "harness/train/determinism.h"
 #include "harness/train/trainer.h"
 #include "models/model_config.h"
+#include "models/moe.h"
 #include "models/quant_ops.h"
 #ifdef UFP4_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -116,6 +117,71 @@ StepBenchRow bench_ours(const std::string& model, const std::string& recipe, con
   return r;
 }
 
+// One routed MoE layer of `model` (layer 1, after the first dense layer) forward + backward on
+// o.moe_layer_tokens tokens of random BF16 activations, no optimizer: the layer alone, at paper scale.
+// MFU counts the active parameters: 6 x (router + (top-k + shared) experts' SwiGLU) FLOPs per token.
+StepBenchRow bench_moe_layer(const std::string& model, const std::string& recipe, const StepBenchOptions& o, const torch::Device& device) {
+  set_deterministic(true);
+  const ModelConfig mc = model_config(model);
+  if (!mc.is_moe()) throw Error("--moe-layers: " + model + " is not a MoE model");
+  torch::manual_seed(1);
+  auto ctx = std::make_shared<QuantContext>();
+  ctx->recipe = Recipe::load(recipe);
+  ctx->run_seed = 1;
+  reset_peak(device);
+  int64_t id = 0;
+  Moe layer(mc, "layers.1.mlp", ctx, id, 1);
+  layer->to(device);
+  const auto act = device.is_cuda() ? torch::kBFloat16 : torch::kFloat32;
+  const int64_t T = o.moe_layer_tokens;
+  torch::Tensor x = (torch::randn({1, T, mc.d_model}, torch::TensorOptions().device(device)) * 0.5).to(act).requires_grad_(true);
+  torch::Tensor g = (torch::randn({1, T, mc.d_model}, torch::TensorOptions().device(device)) * 1e-3).to(act);
+  std::vector<double> ms;
+  auto pass = [&] {
+    for (auto& p : layer->parameters()) p.mutable_grad() = torch::Tensor();
+    x.mutable_grad() = torch::Tensor();
+    torch::Tensor y = layer->forward(x);
+    ((y * g).sum() + layer->aux_loss).backward();
+  };
+  for (int s = 0; s < o.warmup + o.steps; ++s) {
+    ctx->step = s;
+    const bool timed = s >= o.warmup;
+#ifdef UFP4_WITH_CUDA
+    if (device.is_cuda()) {
+      at::cuda::CUDAEvent a(cudaEventDefault), b(cudaEventDefault);
+      auto stream = at::cuda::getCurrentCUDAStream();
+      a.record(stream);
+      pass();
+      b.record(stream);
+      b.synchronize();
+      if (timed) ms.push_back(a.elapsed_time(b));
+      continue;
+    }
+#endif
+    auto t0 = std::chrono::steady_clock::now();
+    pass();
+    if (timed) ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  StepBenchRow r;
+  r.impl = "ufp4-moe-layer";
+  r.model = model;
+  r.recipe = ctx->recipe.name;
+  r.batch = 1;
+  r.seq_len = T;
+  r.steps = o.steps;
+  const Stats st = stats(ms);
+  r.step_ms = st.median;
+  r.step_ms_mean = st.mean;
+  r.step_ms_sd = st.sd;
+  r.tokens_per_s = static_cast<double>(T) / (st.median * 1e-3);
+  const double d = static_cast<double>(mc.d_model), h = static_cast<double>(mc.expert_hidden);
+  const double active = d * static_cast<double>(mc.n_experts) + static_cast<double>(mc.top_k + mc.n_shared_experts) * 3.0 * d * h;
+  r.mfu = device.is_cuda() ? r.tokens_per_s * 6.0 * active / peak_flops(device) : 0.0;
+  r.peak_memory_gb = peak_memory_gb(device);
+  r.note = "";
+  return r;
+}
+
 // harness/bench/reference_step.py: the same BF16 model (dense or MoE) in plain PyTorch, eager or
 // compiled, with fused or foreach AdamW; it writes its timings as TOML. nullopt when it failed.
 std::optional<StepBenchRow> bench_reference(const std::string& model, const StepBenchOptions& o, bool compiled, const char* optimizer) {
@@ -186,6 +252,9 @@ std::vector<StepBenchRow> run_step_benchmarks(const StepBenchOptions& o) {
       for (const std::string rc : {"bf16", "ufp4"})
         if (std::find(recipes.begin(), recipes.end(), rc) != recipes.end()) report(bench_ours(o.models[i], rc, o, device, true, false));
   }
+  // One MoE layer at paper scale, per recipe.
+  for (const auto& mname : o.moe_layers)
+    for (const auto& rc : o.recipes) report(bench_moe_layer(mname, rc, o, device));
   set_deterministic(true);
   // The plain-PyTorch peers: the first dense and the first MoE model of --models, eager (fused and
   // foreach AdamW; MoE fused only) and compiled (fused AdamW), as --reference asks.

@@ -7,6 +7,7 @@
 #include "common/fs.h"
 #include "common/log.h"
 #include "harness/bench/bench.h"
+#include "models/quant_ops.h"
 #include "harness/cli/cli.h"
 
 namespace ufp4 {
@@ -25,7 +26,7 @@ std::vector<std::string> comma_list(const std::string& s) {
 }  // namespace
 
 int cmd_bench(const std::vector<std::string>& args) {
-  std::string what, out_dir, filter, models, recipes, extra, device, reference;
+  std::string what, out_dir, filter, models, recipes, extra, device, reference, moe_layers;
   KernelBenchOptions ko;
   StepBenchOptions so;
   po::options_description d("options");
@@ -47,7 +48,10 @@ int cmd_bench(const std::vector<std::string>& args) {
       ("reference", po::value(&reference)->default_value("eager,compiled"),
        "step: comma list of eager, compiled (the plain-PyTorch peer, harness/bench/reference_step.py), or none")
       ("python", po::value(&so.python)->default_value("python3"), "step: the Python that has torch")
-      ("no-nondeterministic", "step: skip the rows that time bf16 and ufp4 without deterministic mode");
+      ("no-nondeterministic", "step: skip the rows that time bf16 and ufp4 without deterministic mode")
+      ("moe-layers", po::value(&moe_layers)->default_value("auto"),
+       "step: comma list of MoE models whose routed layer is timed alone (forward + backward), none, or auto (moe-7.9b on a GPU)")
+      ("moe-layer-tokens", po::value(&so.moe_layer_tokens)->default_value(16384), "step: tokens through that layer");
   po::positional_options_description pos;
   pos.add("what", 1);
   auto vm = parse_command("bench", "kernels|step|all [--out-dir DIR] [options]", d, args, &pos);
@@ -61,6 +65,9 @@ int cmd_bench(const std::vector<std::string>& args) {
   so.extra_recipes = comma_list(extra);
   so.device = device;
   so.reference = comma_list(reference);
+  if (moe_layers == "auto") so.moe_layers = pick_device(device).is_cuda() ? std::vector<std::string>{"moe-7.9b"} : std::vector<std::string>{};
+  else if (moe_layers != "none") so.moe_layers = comma_list(moe_layers);
+  if (so.moe_layer_tokens < 1) throw Error("bench: --moe-layer-tokens must be >= 1");
   ko.filter = filter;
   make_dirs(out_dir);
   if (what == "kernels" || what == "all") {

@@ -361,6 +361,23 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
     md << "Paper (Figure 11, shapes not listed): fused / standalone " << fmt("%.2f", p_fs) << " on SM90, "
        << fmt("%.2f", paper["fused_over_standalone_sm100"].value_or(NAN)) << " on SM100; unfused / fused " << fmt("%.2f", p_uf)
        << " on SM90, " << fmt("%.2f", paper["unfused_over_fused_sm100"].value_or(NAN)) << " on SM100.\n\n";
+    std::ostringstream seg;
+    for (const auto& r : rows) {
+      if (r.kind.rfind("segments", 0) != 0) continue;
+      auto f = by.find("fused/" + r.grid + "/" + r.rounding + "/" + r.layout + "/" + r.shape);
+      const double fused_us = f == by.end() ? NAN : f->second->us;
+      const double cu = copy_us.count(r.shape) ? copy_us[r.shape] : NAN;
+      seg << "| " << r.shape << " | " << r.kind.substr(8) << " | " << r.grid << " | " << r.rounding << " | " << r.layout << " | "
+          << fmt("%.1f", r.us) << " | " << fmt("%.1f", fused_us) << " | " << fmt("%.2f", r.us / fused_us) << " | "
+          << fmt("%.2f", r.bytes / (r.us * 1e-6) * 1e-12) << " | " << fmt("%.0f%%", 100 * cu / r.us) << " |\n";
+    }
+    if (!seg.str().empty())
+      md << "## Segmented quantizer (the MoE experts' operands)\n\nOne launch quantizes G equal expert segments of a routed "
+         << "activation, each with its own SR seed and RHT signs (`kernels/quantize_segments.h`; RHT-16 fused), beside the "
+         << "`fused` kernel on the same whole tensor with one set of keys. Columnwise: quantized along the tokens of each segment, "
+         << "written token-major (WGRAD's layout).\n\n| shape | segments | grid | rounding | layout | segmented µs | fused µs | "
+         << "segmented / fused | segmented TB/s | / copy BW |\n|---|---|---|---|---|---|---|---|---|---|\n"
+         << seg.str() << "\n";
   }
 
   if (file_exists(spath)) {
@@ -386,6 +403,7 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
       if (r.impl.rfind("pytorch-compiled", 0) == 0) compiled_ms[r.model] = r.ms;
     }
     for (const auto& r : rows) {
+      if (r.impl == "ufp4-moe-layer") continue;  // its own table below
       const double base = bf16_ms.count(r.model) ? bf16_ms[r.model] : NAN;
       md << "| " << r.model << " | " << r.impl << " | " << r.recipe << " | " << r.batch << " x " << r.seq << " | " << fmt("%.2f", r.ms)
          << " (" << fmt("%.2f", r.sd) << ") | " << fmt("%.0f", r.tps) << " | " << fmt("%.1f%%", 100 * r.mfu) << " | "
@@ -394,6 +412,21 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
     for (const auto& r : rows)
       if (!r.note.empty()) { md << "\nReference: " << r.note << ".\n"; break; }
     md << "\n";
+    std::map<std::string, double> layer_bf16;
+    std::ostringstream layers;
+    for (const auto& r : rows)
+      if (r.impl == "ufp4-moe-layer" && r.recipe == "bf16") layer_bf16[r.model] = r.ms;
+    for (const auto& r : rows)
+      if (r.impl == "ufp4-moe-layer")
+        layers << "| " << r.model << " | " << r.recipe << " | " << r.seq << " | " << fmt("%.2f", r.ms) << " (" << fmt("%.2f", r.sd) << ") | "
+               << fmt("%.0f", r.tps) << " | " << fmt("%.1f%%", 100 * r.mfu) << " | " << fmt("%.1f", r.mem) << " | "
+               << fmt("%.3f", layer_bf16.count(r.model) ? r.ms / layer_bf16[r.model] : NAN) << " |\n";
+    if (!layers.str().empty())
+      md << "### One MoE layer at paper scale\n\nForward + backward of one routed MoE layer (FP32 router, top-k routing, grouped "
+         << "experts, shared experts, aux loss) on random BF16 activations, no optimizer, deterministic mode; median of the timed "
+         << "passes after warm-up (CUDA events). MFU counts active parameters: 6 x (router + (top-k + shared) x 3 x d x expert "
+         << "hidden) FLOPs a token, over the same peak.\n\n| model | recipe | tokens | ms (sd) | tokens/s | MFU (active) | peak GB | "
+         << "vs bf16 |\n|---|---|---|---|---|---|---|---|\n" << layers.str() << "\n";
     for (const auto& kv : bf16_ms) {
       const bool moe = kv.first.rfind("moe", 0) == 0;
       for (const auto& r : rows)
