@@ -201,9 +201,8 @@ __device__ __forceinline__ void finish_chunk(const KernelSpec& s, const Quantize
   else round_and_store<kGridGeneric, kOutBf16>(s, io, sh_level, sh_code, cs, x, r, L, j0, nvalid);
 }
 
-// RHT-16 of one chunk: signs of positions 0..15, butterflies, 1/4 (as the kernel above for n = 16).
-__device__ __forceinline__ void rht16(const KernelSpec& s, float* x) {
-  const uint32_t signs = s.rht_signs[0];
+// RHT-16 of one chunk with the sign bits `signs` of positions 0..15: signs, butterflies, 1/4.
+__device__ __forceinline__ void rht16_signs(const KernelSpec& s, uint32_t signs, float* x) {
 #pragma unroll
   for (int i = 0; i < 16; ++i)
     if ((signs >> i) & 1u) x[i] = -x[i];
@@ -211,6 +210,9 @@ __device__ __forceinline__ void rht16(const KernelSpec& s, float* x) {
 #pragma unroll
   for (int i = 0; i < 16; ++i) x[i] *= s.rht_scale;
 }
+
+// RHT-16 of one chunk with the spec's signs (as the general kernel does for n = 16).
+__device__ __forceinline__ void rht16(const KernelSpec& s, float* x) { rht16_signs(s, s.rht_signs[0], x); }
 
 // Amax of each 16x16 tile of the input, in input coordinates (2D weight blocks).
 template <bool kInBf16>

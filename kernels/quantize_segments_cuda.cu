@@ -1,10 +1,15 @@
-// CUDA kernels of the segmented quantizer (kernels/quantize_segments.h). The general kernel's scheme
-// (kernels/quantize_cuda.cu: one thread owns one 16-element chunk of an output row; the chunks of one
-// RHT segment or one scaling block exchange values through shared memory), with each chunk's operand
-// found from the segment ends on the device: its keys, its tensor amax, its SR indices and where its
-// values land. No host synchronisation: the launch sizes depend on the tensor's shape only.
+// CUDA kernels of the segmented quantizer (kernels/quantize_segments.h). Each chunk's operand is found
+// from the segment ends on the device: its keys, its tensor amax, its SR indices and where its values
+// land. No host synchronisation: the launch sizes depend on the tensor's shape only.
+// - The hot kernels: the training path's specs (kernels/quantize_hot.h: BF16, 1x16, FP32 scales, RHT
+//   off or 16, E2M1 or uniform grids) with the hot path's chunk arithmetic; chunks outside its proven
+//   range take the general arithmetic.
+// - The general kernel: every other spec, in the general kernel's scheme (kernels/quantize_cuda.cu: one
+//   thread owns one 16-element chunk of an output row; the chunks of one RHT segment or one scaling
+//   block exchange values through shared memory).
 #include "kernels/quantize_cuda.h"
 #include "kernels/quantize_device.cuh"
+#include "kernels/quantize_hot.h"
 #include "kernels/quantize_segments.h"
 
 namespace ufp4 {
@@ -228,11 +233,193 @@ void dispatch(const KernelSpec& s, const SegmentedQuantizeIO& io, cudaStream_t s
 #undef UFP4_LAUNCH
 }
 
+
+// ---- hot kernels ----------------------------------------------------------------------------------
+constexpr int kHotSegThreads = 256;
+constexpr int kHotMaxSegments = 1024;  // segment ends held in shared memory
+
+bool segments_hot_applies(const KernelSpec& s, const SegmentedQuantizeIO& io) {
+  const bool grid_ok = (s.fast.kind == kGridE2M1 || s.fast.kind == kGridUniform) && s.grid.gmax == s.fast.top;
+  return grid_ok && s.block == 16 && !s.block_2d && s.scale_kind == 0 && (s.rht == 0 || (s.rht == 16 && s.rht_scale == 0.25f)) &&
+         io.in_dtype == DType::kBF16 && io.out_dtype == DType::kBF16 && io.segments <= kHotMaxSegments &&
+         (io.columnwise ? io.cols % 2 == 0 : io.cols % 16 == 0) && aligned16(io.in) && aligned16(io.dequant);
+}
+
+// The draws of elements sr0 .. sr0 + 15 in hot_chunk_values' form (byte i: element i).
+__device__ __forceinline__ U32x4 chunk_draws(uint64_t seed, uint64_t offset, uint64_t sr0) {
+  if ((sr0 & 15) == 0) return sr_bytes16(seed, offset, sr0 >> 4);
+  U32x4 r{{0, 0, 0, 0}};
+#pragma unroll
+  for (int i = 0; i < 16; ++i) r.v[i >> 2] |= sr_draw(seed, offset, sr0 + i) << (8 * (i & 3));
+  return r;
+}
+
+// One chunk of raw values x (RHT signs not applied) in the general arithmetic: the chunks the hot
+// path declines (zero, non-finite, tiny or huge blocks). Elements from nvalid on are +0.
+template <int kClass, bool kSR>
+__device__ __forceinline__ void general_chunk(const KernelSpec& s, const float* sh_level, const uint8_t* sh_code, float (&x)[16], uint32_t signs,
+                                              uint64_t seed, uint64_t sr0, int nvalid, uint32_t (&out)[8]) {
+  if (s.rht) rht16_signs(s, signs, x);
+  uint8_t bits = 0;
+  const ChunkScale cs = chunk_scale(s, chunk_amax(x), 0.0f, bits);
+  float y[16];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    uint32_t code = 0;
+    const uint32_t k = kSR && i < nvalid ? sr_draw(seed, s.offset, sr0 + i) : 0u;
+    y[i] = i < nvalid ? round_element<kClass>(s, sh_level, sh_code, cs, kSR, false, x[i], k, code) : 0.0f;
+  }
+#pragma unroll
+  for (int k = 0; k < 8; ++k) out[k] = pack_bf16x2(y[2 * k], y[2 * k + 1], false);
+}
+
+// The segment of row t from the ends in shared memory.
+__device__ __forceinline__ int shared_segment_of(const int32_t* ends, int G, int64_t t) { return segment_of(ends, G, t); }
+
+// Rowwise: a thread owns one 16-element chunk of a row.
+template <int kClass, bool kSR, bool kRht>
+__global__ void __launch_bounds__(kHotSegThreads) segments_hot_row_kernel(const __grid_constant__ KernelSpec s,
+                                                                         const __grid_constant__ SegmentedQuantizeIO io,
+                                                                         const __grid_constant__ HotParams h) {
+  __shared__ int32_t sh_ends[kHotMaxSegments];
+  __shared__ float sh_level[16];
+  __shared__ uint8_t sh_code[16];
+  const int G = static_cast<int>(io.segments);
+  for (int i = threadIdx.x; i < G; i += kHotSegThreads) sh_ends[i] = io.ends[i];
+  if (threadIdx.x < 16) { sh_level[threadIdx.x] = s.grid.level[threadIdx.x]; sh_code[threadIdx.x] = s.grid.code[threadIdx.x]; }
+  __syncthreads();
+  const int64_t per_row = io.cols / 16;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kHotSegThreads + threadIdx.x;
+  const int64_t r = t / per_row, j0 = (t % per_row) * 16;
+  if (r >= io.rows) return;
+  uint4* dst = reinterpret_cast<uint4*>(static_cast<uint16_t*>(io.dequant) + r * io.cols + j0);
+  const int g = shared_segment_of(sh_ends, G, r);
+  const int64_t begin = g > 0 && g < G ? sh_ends[g - 1] : 0;
+  const int64_t pos = r - begin;
+  if (g == G || pos >= (io.lens ? io.lens[g] : sh_ends[g] - begin)) {  // layout padding
+    dst[0] = make_uint4(0, 0, 0, 0);
+    dst[1] = make_uint4(0, 0, 0, 0);
+    return;
+  }
+  const uint4* src = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(io.in) + r * io.cols + j0);
+  const uint4 a = src[0], b = src[1];
+  const uint32_t w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+  const uint32_t signs = kRht ? io.rht_signs[4 * g] : 0u;
+  float x[16];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const uint32_t flip = kRht && ((signs >> i) & 1u) ? 0x80000000u : 0u;
+    x[i] = bits_f32(((i & 1) ? (w[i / 2] & 0xffff0000u) : (w[i / 2] << 16)) ^ flip);
+  }
+  const uint64_t seed = kSR ? io.seeds[g] : 0, sr0 = static_cast<uint64_t>(pos * io.cols + j0);
+  uint32_t out[8];
+  if (!hot_chunk_values<kClass, kSR, kRht>(h, x, kSR ? sr_bytes16(seed, s.offset, sr0 >> 4) : U32x4{}, out)) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) x[i] = bits_f32((i & 1) ? (w[i / 2] & 0xffff0000u) : (w[i / 2] << 16));
+    general_chunk<kClass, kSR>(s, sh_level, sh_code, x, signs, seed, sr0, 16, out);
+  }
+  dst[0] = make_uint4(out[0], out[1], out[2], out[3]);
+  dst[1] = make_uint4(out[4], out[5], out[6], out[7]);
+}
+
+// Columnwise: a thread owns two adjacent columns of 16 token rows (4-byte loads and stores, a warp
+// covering 256 contiguous bytes of each row); each column is one chunk of its operand.
+template <int kClass, bool kSR, bool kRht>
+__global__ void __launch_bounds__(kHotSegThreads) segments_hot_col_kernel(const __grid_constant__ KernelSpec s,
+                                                                         const __grid_constant__ SegmentedQuantizeIO io,
+                                                                         const __grid_constant__ HotParams h) {
+  __shared__ int32_t sh_ends[kHotMaxSegments];
+  __shared__ float sh_level[16];
+  __shared__ uint8_t sh_code[16];
+  const int G = static_cast<int>(io.segments);
+  for (int i = threadIdx.x; i < G; i += kHotSegThreads) sh_ends[i] = io.ends[i];
+  if (threadIdx.x < 16) { sh_level[threadIdx.x] = s.grid.level[threadIdx.x]; sh_code[threadIdx.x] = s.grid.code[threadIdx.x]; }
+  __syncthreads();
+  const int64_t pairs = io.cols / 2;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kHotSegThreads + threadIdx.x;
+  const int64_t pair = t % pairs, j0 = (t / pairs) * 16;
+  if (j0 >= io.rows) return;
+  const int nstore = io.rows - j0 >= 16 ? 16 : static_cast<int>(io.rows - j0);
+  uint32_t* dst = static_cast<uint32_t*>(io.dequant) + j0 * pairs + pair;
+  const int g = shared_segment_of(sh_ends, G, j0);
+  const int64_t begin = g > 0 && g < G ? sh_ends[g - 1] : 0;
+  const int64_t pos = j0 - begin;
+  const int64_t len = g < G ? (io.lens ? io.lens[g] : sh_ends[g] - begin) : 0;
+  const int nvalid = pos >= len ? 0 : (len - pos >= 16 ? 16 : static_cast<int>(len - pos));
+  if (nvalid == 0) {  // layout padding
+#pragma unroll
+    for (int i = 0; i < 16; ++i)
+      if (i < nstore) dst[i * pairs] = 0u;
+    return;
+  }
+  const uint32_t* src = static_cast<const uint32_t*>(io.in) + j0 * pairs + pair;
+  uint32_t w[16];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) w[i] = i < nvalid ? src[i * pairs] : 0u;
+  const uint32_t signs = kRht ? io.rht_signs[4 * g] : 0u;  // operands start on whole RHT segments: position i
+  const uint64_t seed = kSR ? io.seeds[g] : 0;
+  uint32_t out[2][8];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float x[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const uint32_t flip = kRht && ((signs >> i) & 1u) ? 0x80000000u : 0u;
+      x[i] = bits_f32((half ? (w[i] & 0xffff0000u) : (w[i] << 16)) ^ flip);
+    }
+    const uint64_t sr0 = static_cast<uint64_t>((2 * pair + half) * len + pos);  // element (column, pos) of the [cols, len] operand
+    if (!hot_chunk_values<kClass, kSR, kRht>(h, x, kSR ? chunk_draws(seed, s.offset, sr0) : U32x4{}, out[half])) {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) x[i] = bits_f32(half ? (w[i] & 0xffff0000u) : (w[i] << 16));
+      general_chunk<kClass, kSR>(s, sh_level, sh_code, x, signs, seed, sr0, nvalid, out[half]);
+    }
+  }
+  // Element i of each column: the low (even i) or high half of word i / 2; the pair's word for row i.
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const uint32_t lo = (i & 1) ? out[0][i / 2] >> 16 : out[0][i / 2] & 0xffffu;
+    const uint32_t hi = (i & 1) ? out[1][i / 2] & 0xffff0000u : out[1][i / 2] << 16;
+    if (i < nstore) dst[i * pairs] = i < nvalid ? (lo | hi) : 0u;
+  }
+}
+
+template <bool kCol, int kClass, bool kSR, bool kRht>
+void launch_hot_segments(const KernelSpec& s, const SegmentedQuantizeIO& io, cudaStream_t stream) {
+  const int64_t threads = kCol ? (io.cols / 2) * ((io.rows + 15) / 16) : io.rows * (io.cols / 16);
+  const int64_t blocks = (threads + kHotSegThreads - 1) / kHotSegThreads;
+  if (blocks > 0x7fffffff) throw Error("quantize segments: tensor too large for one launch");
+  if (blocks == 0) return;
+  const HotParams h = make_hot_params(s);
+  if (kCol) segments_hot_col_kernel<kClass, kSR, kRht><<<static_cast<unsigned>(blocks), kHotSegThreads, 0, stream>>>(s, io, h);
+  else segments_hot_row_kernel<kClass, kSR, kRht><<<static_cast<unsigned>(blocks), kHotSegThreads, 0, stream>>>(s, io, h);
+  check_cuda(cudaGetLastError(), "quantize segments hot kernel launch");
+}
+
+template <bool kCol, int kClass>
+void launch_hot_segments_rounding(const KernelSpec& s, const SegmentedQuantizeIO& io, cudaStream_t stream) {
+  if (s.rounding == 1) { if (s.rht) launch_hot_segments<kCol, kClass, true, true>(s, io, stream); else launch_hot_segments<kCol, kClass, true, false>(s, io, stream); }
+  else { if (s.rht) launch_hot_segments<kCol, kClass, false, true>(s, io, stream); else launch_hot_segments<kCol, kClass, false, false>(s, io, stream); }
+}
+
+void dispatch_hot(const KernelSpec& s, const SegmentedQuantizeIO& io, cudaStream_t stream) {
+  if (io.columnwise) {
+    if (s.fast.kind == kGridE2M1) launch_hot_segments_rounding<true, kGridE2M1>(s, io, stream);
+    else launch_hot_segments_rounding<true, kGridUniform>(s, io, stream);
+  } else {
+    if (s.fast.kind == kGridE2M1) launch_hot_segments_rounding<false, kGridE2M1>(s, io, stream);
+    else launch_hot_segments_rounding<false, kGridUniform>(s, io, stream);
+  }
+}
+
 }  // namespace
 
 void cuda_quantize_segments(const KernelSpec& s, const SegmentedQuantizeIO& io, cudaStream_t stream) {
   check_segments_shape(s, io);
   if (io.segments > (1 << 30)) throw Error("quantize segments: too many segments");
+  if (segments_hot_applies(s, io)) {
+    dispatch_hot(s, io, stream);
+    return;
+  }
   if (s.block_2d) launch_tile_amax(io.in, io.in_dtype, io.rows, io.cols, io.workspace, stream);
   if (io.tensor_amax) {
     check_cuda(cudaMemsetAsync(io.tensor_amax, 0, sizeof(float) * io.segments, stream), "memset");

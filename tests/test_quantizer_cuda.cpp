@@ -245,6 +245,37 @@ TEST_CASE("CUDA segmented quantizer == its CPU oracle: segments of any length, p
               const int64_t i = test::first_bit_mismatch(a, b);
               REQUIRE(i < 0);
             }
+  // The training path's specs (the hot kernels: BF16, 1x16, FP32 scales, RHT off or 16) on every input
+  // regime, so that the chunks the hot arithmetic declines (zero, subnormal, huge, non-finite) are met.
+  for (const char* regime : {"outliers", "mixed", "subnormal", "near_overflow"}) {
+    torch::Tensor hr = test::make_input(regime, rows_row, cols, 5).to(torch::kBFloat16);
+    torch::Tensor hc = test::make_input(regime, rows_col, cols, 6);
+    int64_t begin = 0;
+    for (int64_t g = 0; g < G; begin = col_ends[g++]) hc.slice(0, begin + counts[g], begin + col_lens[g]).zero_();
+    hc = hc.to(torch::kBFloat16);
+    for (const char* grid : {"e2m1", "e1m2", "int4_tc"})
+      for (auto rd : {Rounding::kRtne, Rounding::kSr})
+        for (int rht : {0, 16})
+          for (bool col : {false, true}) {
+            QuantSpec s;
+            s.grid = Grid::parse(grid);
+            s.rounding = rd;
+            s.rht = rht;
+            s.offset = 9;
+            // Columnwise without RHT: operands of any length (SR indices off the 16-element groups).
+            std::vector<int32_t> lens = col_lens;
+            if (col && !rht)
+              for (int64_t g = 0; g < G; ++g) lens[g] = counts[g];
+            const torch::Tensor& x = col ? hc : hr;
+            torch::Tensor ends = torch::tensor(col ? col_ends : row_ends, torch::kInt32);
+            torch::Tensor ln = col ? torch::tensor(lens, torch::kInt32) : torch::Tensor();
+            torch::Tensor a = quantize_segments(x, s, keys, ends, ln, col, torch::kBFloat16);
+            torch::Tensor b = quantize_segments(x.to(torch::kCUDA), s, keys, ends.to(torch::kCUDA),
+                                                ln.defined() ? ln.to(torch::kCUDA) : ln, col, torch::kBFloat16).cpu();
+            INFO(regime << " " << grid << " " << to_string(rd) << " rht=" << rht << (col ? " col" : " row"));
+            REQUIRE(test::first_bit_mismatch(a, b) < 0);
+          }
+  }
   // 16x16 2D weight tiles: 6 experts' [64, 200] weights stacked, both directions.
   torch::Tensor w = test::make_input("mixed", 6 * 64, 200, 8);
   torch::Tensor wends = torch::arange(1, 7, torch::kInt32) * 64;
