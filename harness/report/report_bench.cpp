@@ -437,10 +437,14 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
           if (!moe && ratio > bar) unmet_step.push_back(kv.first);
           if (moe && ratio > bar)
             unmet_moe.push_back("### ufp4 step / bf16 step, " + kv.first + "\n\nufp4 " + fmt("%.2f", r.ms) + " ms, bf16 " +
-                                fmt("%.2f", kv.second) + " ms. What would close it: the 4-bit GEMMs of the experts run expert by "
-                                "expert (one quantizer launch per expert and operand, on the host copy of the segment ends), where "
-                                "the BF16 ones run as grouped GEMMs; grouped quantization of the experts' operands (per-segment "
-                                "keys, tensor amax and WGRAD padding) would let them run grouped too.\n\n");
+                                fmt("%.2f", kv.second) + " ms. The experts' operands are quantized for all experts at once "
+                                "(the segmented kernels, `kernels/quantize_segments.h`) and their GEMMs run grouped, as the BF16 "
+                                "ones do; the difference is the quantizers' traffic. The segmented kernels take longer than the hot "
+                                "kernel on the same tensor (the segmented-quantizer table: most with SR, columnwise), and WGRAD first "
+                                "copies dY and X into its padded token-major layout. What would close it: WGRAD's operands read in "
+                                "place (each expert's source rows passed to the kernel instead of a padded copy), the hot kernel's "
+                                "tiling for the columnwise SR case, and one pass that writes both FPROP's rowwise and WGRAD's "
+                                "columnwise operand of the same activation.\n\n");
         }
       for (const auto& nd : nondet_ms[kv.first]) {
         const double det = recipe_ms[kv.first][nd.first], ratio = det / nd.second;
