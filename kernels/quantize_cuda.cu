@@ -42,18 +42,7 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(const KernelSpec s, 
   if (row_ok && j0 < L) nvalid = L - j0 >= 16 ? 16 : static_cast<int>(L - j0);
 
   float x[16];
-  if (!kCol) {
-    const int64_t base = r * io.cols + j0;
-    if (nvalid == 16 && (io.cols % 8) == 0) {
-      load16<kInBf16>(io.in, base, x);
-    } else {
-#pragma unroll
-      for (int i = 0; i < 16; ++i) x[i] = i < nvalid ? load1<kInBf16>(io.in, base + i) : 0.0f;
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < 16; ++i) x[i] = i < nvalid ? load1<kInBf16>(io.in, (j0 + i) * io.cols + r) : 0.0f;
-  }
+  load_chunk<kInBf16, kCol>(io.in, io.cols, r, j0, nvalid, x);
 
   if (s.rht) {
 #pragma unroll
@@ -61,24 +50,7 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(const KernelSpec s, 
       int p = static_cast<int>((j0 + i) & (s.rht - 1));
       if ((s.rht_signs[p >> 5] >> (p & 31)) & 1u) x[i] = -x[i];
     }
-    butterfly16(x);
-    if (kGroup) {
-      for (int h = 1; h * 16 < s.rht; h <<= 1) {  // h counts chunks
-        __syncthreads();
-#pragma unroll
-        for (int i = 0; i < 16; ++i) sh_x[tid * 17 + i] = x[i];
-        __syncthreads();
-        const int partner = tid ^ (h * chunk_stride);
-        const bool lower = (c & h) == 0;
-#pragma unroll
-        for (int i = 0; i < 16; ++i) {
-          float other = sh_x[partner * 17 + i];
-          x[i] = lower ? x[i] + other : other - x[i];
-        }
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < 16; ++i) x[i] *= s.rht_scale;
+    rht_chunk_butterflies<kGroup>(s, sh_x, tid, chunk_stride, c, x);
   }
 
   if (kMode == kRhtOnly) {

@@ -214,6 +214,50 @@ __device__ __forceinline__ void rht16_signs(const KernelSpec& s, uint32_t signs,
 // RHT-16 of one chunk with the spec's signs (as the general kernel does for n = 16).
 __device__ __forceinline__ void rht16(const KernelSpec& s, float* x) { rht16_signs(s, s.rht_signs[0], x); }
 
+// One chunk's input: 16 values of output row r from position j0 along the quantized dimension
+// (nvalid of them; the rest 0). Rowwise they run along input row r, columnwise down input column r.
+template <bool kInBf16, bool kCol>
+__device__ __forceinline__ void load_chunk(const void* in, int64_t cols, int64_t r, int64_t j0, int nvalid, float* x) {
+  if (!kCol) {
+    const int64_t base = r * cols + j0;
+    if (nvalid == 16 && (cols % 8) == 0) {
+      load16<kInBf16>(in, base, x);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) x[i] = i < nvalid ? load1<kInBf16>(in, base + i) : 0.0f;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) x[i] = i < nvalid ? load1<kInBf16>(in, (j0 + i) * cols + r) : 0.0f;
+  }
+}
+
+// The RHT of one chunk after its signs: the 16-point butterflies, the butterflies across the chunks of
+// an RHT segment longer than 16 (kGroup; through sh_x, 17 floats a thread; every thread of the block
+// must call it), then the 1/sqrt(n) scaling. c: the chunk's index along the quantized dimension;
+// partners are chunk_stride threads apart per chunk.
+template <bool kGroup>
+__device__ __forceinline__ void rht_chunk_butterflies(const KernelSpec& s, float* sh_x, int tid, int chunk_stride, int64_t c, float* x) {
+  butterfly16(x);
+  if (kGroup) {
+    for (int h = 1; h * 16 < s.rht; h <<= 1) {  // h counts chunks
+      __syncthreads();
+#pragma unroll
+      for (int i = 0; i < 16; ++i) sh_x[tid * 17 + i] = x[i];
+      __syncthreads();
+      const int partner = tid ^ (h * chunk_stride);
+      const bool lower = (c & h) == 0;
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        const float other = sh_x[partner * 17 + i];
+        x[i] = lower ? x[i] + other : other - x[i];
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 16; ++i) x[i] *= s.rht_scale;
+}
+
 // Amax of each 16x16 tile of the input, in input coordinates (2D weight blocks).
 template <bool kInBf16>
 __global__ void tile_amax_kernel(const void* in, int64_t rows, int64_t cols, float* out) {

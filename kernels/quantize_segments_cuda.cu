@@ -118,18 +118,7 @@ __global__ void __launch_bounds__(kThreads) quantize_segments_kernel(const Kerne
   }
 
   float x[16];
-  if (!kCol) {
-    const int64_t base = r * io.cols + j0;
-    if (nvalid == 16 && (io.cols % 8) == 0) {
-      load16<kInBf16>(io.in, base, x);
-    } else {
-#pragma unroll
-      for (int i = 0; i < 16; ++i) x[i] = i < nvalid ? load1<kInBf16>(io.in, base + i) : 0.0f;
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < 16; ++i) x[i] = i < nvalid ? load1<kInBf16>(io.in, (j0 + i) * io.cols + r) : 0.0f;
-  }
+  load_chunk<kInBf16, kCol>(io.in, io.cols, r, j0, nvalid, x);
 
   if (s.rht) {
     if (nvalid > 0) {
@@ -141,24 +130,8 @@ __global__ void __launch_bounds__(kThreads) quantize_segments_kernel(const Kerne
         if ((signs[p >> 5] >> (p & 31)) & 1u) x[i] = -x[i];
       }
     }
-    butterfly16(x);
-    if (kGroup) {
-      for (int h = 1; h * 16 < s.rht; h <<= 1) {  // h counts chunks; segments start on whole groups
-        __syncthreads();
-#pragma unroll
-        for (int i = 0; i < 16; ++i) sh_x[tid * 17 + i] = x[i];
-        __syncthreads();
-        const int partner = tid ^ (h * chunk_stride);
-        const bool lower = (c & h) == 0;
-#pragma unroll
-        for (int i = 0; i < 16; ++i) {
-          const float other = sh_x[partner * 17 + i];
-          x[i] = lower ? x[i] + other : other - x[i];
-        }
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < 16; ++i) x[i] *= s.rht_scale;
+    // Operands start on whole RHT segments: the chunks of one segment are one operand's.
+    rht_chunk_butterflies<kGroup>(s, sh_x, tid, chunk_stride, c, x);
   }
 
   float m = chunk_amax(x);
@@ -273,8 +246,13 @@ __device__ __forceinline__ void general_chunk(const KernelSpec& s, const float* 
   for (int k = 0; k < 8; ++k) out[k] = pack_bf16x2(y[2 * k], y[2 * k + 1], false);
 }
 
-// The segment of row t from the ends in shared memory.
-__device__ __forceinline__ int shared_segment_of(const int32_t* ends, int G, int64_t t) { return segment_of(ends, G, t); }
+// The segment ends and the grid's levels and codes into shared memory (the whole block calls it).
+__device__ __forceinline__ void load_hot_tables(const KernelSpec& s, const SegmentedQuantizeIO& io, int32_t* sh_ends, float* sh_level,
+                                                uint8_t* sh_code) {
+  for (int i = threadIdx.x; i < io.segments; i += kHotSegThreads) sh_ends[i] = io.ends[i];
+  if (threadIdx.x < 16) { sh_level[threadIdx.x] = s.grid.level[threadIdx.x]; sh_code[threadIdx.x] = s.grid.code[threadIdx.x]; }
+  __syncthreads();
+}
 
 // Rowwise: a thread owns one 16-element chunk of a row.
 template <int kClass, bool kSR, bool kRht>
@@ -285,15 +263,13 @@ __global__ void __launch_bounds__(kHotSegThreads) segments_hot_row_kernel(const 
   __shared__ float sh_level[16];
   __shared__ uint8_t sh_code[16];
   const int G = static_cast<int>(io.segments);
-  for (int i = threadIdx.x; i < G; i += kHotSegThreads) sh_ends[i] = io.ends[i];
-  if (threadIdx.x < 16) { sh_level[threadIdx.x] = s.grid.level[threadIdx.x]; sh_code[threadIdx.x] = s.grid.code[threadIdx.x]; }
-  __syncthreads();
+  load_hot_tables(s, io, sh_ends, sh_level, sh_code);
   const int64_t per_row = io.cols / 16;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kHotSegThreads + threadIdx.x;
   const int64_t r = t / per_row, j0 = (t % per_row) * 16;
   if (r >= io.rows) return;
   uint4* dst = reinterpret_cast<uint4*>(static_cast<uint16_t*>(io.dequant) + r * io.cols + j0);
-  const int g = shared_segment_of(sh_ends, G, r);
+  const int g = segment_of(sh_ends, G, r);
   const int64_t begin = g > 0 && g < G ? sh_ends[g - 1] : 0;
   const int64_t pos = r - begin;
   if (g == G || pos >= (io.lens ? io.lens[g] : sh_ends[g] - begin)) {  // layout padding
@@ -332,16 +308,14 @@ __global__ void __launch_bounds__(kHotSegThreads) segments_hot_col_kernel(const 
   __shared__ float sh_level[16];
   __shared__ uint8_t sh_code[16];
   const int G = static_cast<int>(io.segments);
-  for (int i = threadIdx.x; i < G; i += kHotSegThreads) sh_ends[i] = io.ends[i];
-  if (threadIdx.x < 16) { sh_level[threadIdx.x] = s.grid.level[threadIdx.x]; sh_code[threadIdx.x] = s.grid.code[threadIdx.x]; }
-  __syncthreads();
+  load_hot_tables(s, io, sh_ends, sh_level, sh_code);
   const int64_t pairs = io.cols / 2;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kHotSegThreads + threadIdx.x;
   const int64_t pair = t % pairs, j0 = (t / pairs) * 16;
   if (j0 >= io.rows) return;
   const int nstore = io.rows - j0 >= 16 ? 16 : static_cast<int>(io.rows - j0);
   uint32_t* dst = static_cast<uint32_t*>(io.dequant) + j0 * pairs + pair;
-  const int g = shared_segment_of(sh_ends, G, j0);
+  const int g = segment_of(sh_ends, G, j0);
   const int64_t begin = g > 0 && g < G ? sh_ends[g - 1] : 0;
   const int64_t pos = j0 - begin;
   const int64_t len = g < G ? (io.lens ? io.lens[g] : sh_ends[g] - begin) : 0;

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <optional>
 #include <tuple>
 
@@ -57,6 +58,31 @@ void reset_peak(const torch::Device& d) {
 #endif
 }
 
+// Runs pass(0 .. warmup + steps - 1) and returns the milliseconds of the timed ones (after the
+// warm-up): CUDA events on the current stream on a GPU, the host clock on CPU.
+std::vector<double> time_passes(const torch::Device& device, const StepBenchOptions& o, const std::function<void(int)>& pass) {
+  std::vector<double> ms;
+  for (int s = 0; s < o.warmup + o.steps; ++s) {
+    const bool timed = s >= o.warmup;
+#ifdef UFP4_WITH_CUDA
+    if (device.is_cuda()) {
+      at::cuda::CUDAEvent a(cudaEventDefault), b(cudaEventDefault);
+      auto stream = at::cuda::getCurrentCUDAStream();
+      a.record(stream);
+      pass(s);
+      b.record(stream);
+      b.synchronize();
+      if (timed) ms.push_back(a.elapsed_time(b));
+      continue;
+    }
+#endif
+    auto t0 = std::chrono::steady_clock::now();
+    pass(s);
+    if (timed) ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return ms;
+}
+
 // fused_ops false: RMSNorm, SwiGLU and the loss as LibTorch compositions (the row that shows what the fused
 // kernels buy, measured in the same run).
 // deterministic false: the row that shows what deterministic mode (the trainer's default) costs.
@@ -78,27 +104,11 @@ StepBenchRow bench_ours(const std::string& model, const std::string& recipe, con
   auto opt = make_optimizer(net, m);
   // Fixed random tokens: the step's cost does not depend on the text.
   torch::Tensor tokens = torch::randint(0, mc.vocab, {o.batch, o.seq_len + 1}, torch::TensorOptions().dtype(torch::kInt64)).to(device);
-  std::vector<double> ms;
   double loss = 0;
-  for (int s = 0; s < o.warmup + o.steps; ++s) {
+  const std::vector<double> ms = time_passes(device, o, [&](int s) {
     ctx->step = s;
-    const bool timed = s >= o.warmup;
-#ifdef UFP4_WITH_CUDA
-    if (device.is_cuda()) {
-      at::cuda::CUDAEvent a(cudaEventDefault), b(cudaEventDefault);
-      auto stream = at::cuda::getCurrentCUDAStream();
-      a.record(stream);
-      loss = train_step(net, *opt, [&] { return tokens; }, 1, mc.seq_len, 1.0).loss;
-      b.record(stream);
-      b.synchronize();
-      if (timed) ms.push_back(a.elapsed_time(b));
-      continue;
-    }
-#endif
-    auto t0 = std::chrono::steady_clock::now();
     loss = train_step(net, *opt, [&] { return tokens; }, 1, mc.seq_len, 1.0).loss;
-    if (timed) ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  }
+  });
   StepBenchRow r;
   r.impl = !fused_ops ? "ufp4-libtorch-ops" : deterministic ? "ufp4" : "ufp4-nondeterministic";
   r.model = model;
@@ -136,32 +146,13 @@ StepBenchRow bench_moe_layer(const std::string& model, const std::string& recipe
   const int64_t T = o.moe_layer_tokens;
   torch::Tensor x = (torch::randn({1, T, mc.d_model}, torch::TensorOptions().device(device)) * 0.5).to(act).requires_grad_(true);
   torch::Tensor g = (torch::randn({1, T, mc.d_model}, torch::TensorOptions().device(device)) * 1e-3).to(act);
-  std::vector<double> ms;
-  auto pass = [&] {
+  const std::vector<double> ms = time_passes(device, o, [&](int s) {
+    ctx->step = s;
     for (auto& p : layer->parameters()) p.mutable_grad() = torch::Tensor();
     x.mutable_grad() = torch::Tensor();
     torch::Tensor y = layer->forward(x);
     ((y * g).sum() + layer->aux_loss).backward();
-  };
-  for (int s = 0; s < o.warmup + o.steps; ++s) {
-    ctx->step = s;
-    const bool timed = s >= o.warmup;
-#ifdef UFP4_WITH_CUDA
-    if (device.is_cuda()) {
-      at::cuda::CUDAEvent a(cudaEventDefault), b(cudaEventDefault);
-      auto stream = at::cuda::getCurrentCUDAStream();
-      a.record(stream);
-      pass();
-      b.record(stream);
-      b.synchronize();
-      if (timed) ms.push_back(a.elapsed_time(b));
-      continue;
-    }
-#endif
-    auto t0 = std::chrono::steady_clock::now();
-    pass();
-    if (timed) ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  }
+  });
   StepBenchRow r;
   r.impl = "ufp4-moe-layer";
   r.model = model;
