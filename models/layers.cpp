@@ -17,19 +17,26 @@ torch::Tensor rotate(const torch::Tensor& x, const torch::Tensor& cos, const tor
   return torch::cat({a * c - b * s, b * c + a * s}, -1);
 }
 
-torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+}  // namespace
+
+torch::Tensor grouped_causal_attention(const torch::Tensor& q, torch::Tensor k, torch::Tensor v) {
+  const int64_t B = q.size(0), H = q.size(1), KV = k.size(1), S = k.size(2), hd = k.size(3);
+  if (KV != H) {
+    // Grouped-query attention: each KV head serves its group of query heads. Broadcast, then copy: the
+    // backward is a plain sum over the group (deterministic and fast), where repeat_interleave's is an
+    // index_add that deterministic mode sorts.
+    k = k.unsqueeze(2).expand({B, KV, H / KV, S, hd}).reshape({B, H, S, hd});
+    v = v.unsqueeze(2).expand({B, KV, H / KV, S, hd}).reshape({B, H, S, hd});
+  }
 #if TORCH_VERSION_MAJOR >= 2
   return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
 #else
-  const int64_t S = q.size(-2);
   torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));
   torch::Tensor mask = torch::ones({S, S}, q.options().dtype(torch::kBool)).triu(1);
   scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
   return torch::matmul(torch::softmax(scores.to(torch::kFloat32), -1).to(q.scalar_type()), v);
 #endif
 }
-
-}  // namespace
 
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps_) : eps(eps_) { weight = register_parameter("weight", torch::ones({dim})); }
 
@@ -69,15 +76,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   torch::Tensor v = parts[2].view({B, S, n_kv_heads, head_dim}).transpose(1, 2);
   q = rotate(q, cos.slice(0, 0, S), sin.slice(0, 0, S));
   k = rotate(k, cos.slice(0, 0, S), sin.slice(0, 0, S));
-  if (n_kv_heads != n_heads) {
-    // Grouped-query attention: each KV head serves its group of query heads. Broadcast, then copy: the
-    // backward is a plain sum over the group (deterministic and fast), where repeat_interleave's is an
-    // index_add that deterministic mode sorts.
-    const int64_t g = n_heads / n_kv_heads;
-    k = k.unsqueeze(2).expand({B, n_kv_heads, g, S, head_dim}).reshape({B, n_heads, S, head_dim});
-    v = v.unsqueeze(2).expand({B, n_kv_heads, g, S, head_dim}).reshape({B, n_heads, S, head_dim});
-  }
-  torch::Tensor o = causal_attention(q, k, v);  // attention BMMs stay unquantized
+  torch::Tensor o = grouped_causal_attention(q, k, v);  // attention BMMs stay unquantized
   return proj(o.transpose(1, 2).reshape({B, S, n_heads * head_dim}));
 }
 

@@ -30,6 +30,11 @@ class MlpImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Mlp);
 
+// Causal attention of q [B, H, S, hd] over k, v [B, KV, S, hd] (KV divides H), unquantized: LibTorch's
+// scaled-dot-product attention (2.x), the plain composition before. What the model and the step
+// benchmark's attention rows run.
+torch::Tensor grouped_causal_attention(const torch::Tensor& q, torch::Tensor k, torch::Tensor v);
+
 class AttentionImpl : public torch::nn::Module {
  public:
   AttentionImpl(const ModelConfig& c, const std::string& prefix, const std::shared_ptr<QuantContext>& ctx, int64_t& layer_id, int layer_index);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "harness/io/run_results.h"
+#include "harness/train/determinism.h"
 #include "harness/train/run_manifest.h"
 #include "harness/train/trainer.h"
 #include "tests/catch.h"
@@ -76,4 +77,35 @@ TEST_CASE("GPU training is bit-identical across reruns and a stop-and-resume (ti
     REQUIRE(resumed.status == RunStatus::kCompleted);
     require_identical(a, outcome(resumed.results_path));
   }
+}
+
+// Deterministic mode leaves new memory unfilled (harness/train/determinism.h). That is sound only while
+// no kernel of the step reads memory nobody wrote: with the fill on, such a read would see NaN. So a
+// run with the fill on must give the same bits as one without.
+TEST_CASE("filling new memory changes no bit of a GPU run (tiny, tiny-moe; bf16, ufp4)", "[train][cuda]") {
+  UFP4_NEED_GPU();
+  const std::string d = test::temp_dir();
+  for (const char* model : {"tiny", "tiny-moe"})
+    for (const char* recipe : {"bf16", "ufp4"}) {
+      RunManifest m = RunManifest::load(test::tiny_manifest(d, recipe, 20, "", model));
+      m.device = "cuda";
+      m.telemetry_every = 5;
+      m.checkpoint_every = 0;
+      INFO(model << ", " << recipe);
+      RunOptions force;
+      force.force = true;
+      RunResult unfilled = run_training(m, force);
+      REQUIRE(unfilled.status == RunStatus::kCompleted);
+      const Outcome a = outcome(unfilled.results_path);
+      RunResult filled;
+      {
+        struct FillOn {  // off again even when the run throws
+          FillOn() { set_fill_uninitialized_memory(true); }
+          ~FillOn() { set_fill_uninitialized_memory(false); }
+        } fill;
+        filled = run_training(m, force);
+      }
+      REQUIRE(filled.status == RunStatus::kCompleted);
+      require_identical(a, outcome(filled.results_path));
+    }
 }

@@ -33,7 +33,9 @@ void write_kernel_bench(const std::string& path, const std::vector<KernelBenchRo
 // One training-step measurement.
 struct StepBenchRow {
   // "ufp4" (this harness, deterministic as the trainer runs), "ufp4-nondeterministic", "ufp4-libtorch-ops"
-  // (no fused ops), "ufp4-moe-layer" (one MoE layer forward + backward; batch 1, seq_len = its tokens) or "pytorch-{eager,compiled}-<optimizer>" (harness/bench/reference_step.py)
+  // (no fused ops), "ufp4-moe-layer" (one MoE layer forward + backward; batch 1, seq_len = its tokens),
+  // "attention" / "attention-nondeterministic" (the model's attention alone, forward + backward) or
+  // "pytorch-{eager,compiled}-<optimizer>" (harness/bench/reference_step.py)
   std::string impl;
   std::string model, recipe;
   int64_t batch = 0, seq_len = 0, steps = 0;

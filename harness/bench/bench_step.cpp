@@ -22,6 +22,7 @@
 #include "harness/report/report.h"
 #include "harness/train/determinism.h"
 #include "harness/train/trainer.h"
+#include "models/layers.h"
 #include "models/model_config.h"
 #include "models/moe.h"
 #include "models/quant_ops.h"
@@ -83,6 +84,25 @@ std::vector<double> time_passes(const torch::Device& device, const StepBenchOpti
   return ms;
 }
 
+// A row of our timings: identity, median / mean / sd of the timed passes, tokens/s, peak memory.
+StepBenchRow timed_row(const std::string& impl, const std::string& model, const std::string& recipe, int64_t batch, int64_t seq_len,
+                       int steps, const std::vector<double>& ms, const torch::Device& device) {
+  StepBenchRow r;
+  r.impl = impl;
+  r.model = model;
+  r.recipe = recipe;
+  r.batch = batch;
+  r.seq_len = seq_len;
+  r.steps = steps;
+  const Stats st = stats(ms);
+  r.step_ms = st.median;
+  r.step_ms_mean = st.mean;
+  r.step_ms_sd = st.sd;
+  r.tokens_per_s = static_cast<double>(batch * seq_len) / (st.median * 1e-3);
+  r.peak_memory_gb = peak_memory_gb(device);
+  return r;
+}
+
 // fused_ops false: RMSNorm, SwiGLU and the loss as LibTorch compositions (the row that shows what the fused
 // kernels buy, measured in the same run).
 // deterministic false: the row that shows what deterministic mode (the trainer's default) costs.
@@ -109,20 +129,9 @@ StepBenchRow bench_ours(const std::string& model, const std::string& recipe, con
     ctx->step = s;
     loss = train_step(net, *opt, [&] { return tokens; }, 1, mc.seq_len, 1.0).loss;
   });
-  StepBenchRow r;
-  r.impl = !fused_ops ? "ufp4-libtorch-ops" : deterministic ? "ufp4" : "ufp4-nondeterministic";
-  r.model = model;
-  r.recipe = ctx->recipe.name;
-  r.batch = o.batch;
-  r.seq_len = o.seq_len;
-  r.steps = o.steps;
-  const Stats st = stats(ms);
-  r.step_ms = st.median;
-  r.step_ms_mean = st.mean;
-  r.step_ms_sd = st.sd;
-  r.tokens_per_s = static_cast<double>(o.batch * o.seq_len) / (st.median * 1e-3);
+  StepBenchRow r = timed_row(!fused_ops ? "ufp4-libtorch-ops" : deterministic ? "ufp4" : "ufp4-nondeterministic", model, ctx->recipe.name,
+                             o.batch, o.seq_len, o.steps, ms, device);
   r.mfu = device.is_cuda() ? r.tokens_per_s * train_flops_per_token(mc) / peak_flops(device) : 0.0;
-  r.peak_memory_gb = peak_memory_gb(device);
   r.loss = loss;
   return r;
 }
@@ -153,23 +162,35 @@ StepBenchRow bench_moe_layer(const std::string& model, const std::string& recipe
     torch::Tensor y = layer->forward(x);
     ((y * g).sum() + layer->aux_loss).backward();
   });
-  StepBenchRow r;
-  r.impl = "ufp4-moe-layer";
-  r.model = model;
-  r.recipe = ctx->recipe.name;
-  r.batch = 1;
-  r.seq_len = T;
-  r.steps = o.steps;
-  const Stats st = stats(ms);
-  r.step_ms = st.median;
-  r.step_ms_mean = st.mean;
-  r.step_ms_sd = st.sd;
-  r.tokens_per_s = static_cast<double>(T) / (st.median * 1e-3);
+  StepBenchRow r = timed_row("ufp4-moe-layer", model, ctx->recipe.name, 1, T, o.steps, ms, device);
   const double d = static_cast<double>(mc.d_model), h = static_cast<double>(mc.expert_hidden);
   const double active = d * static_cast<double>(mc.n_experts) + static_cast<double>(mc.top_k + mc.n_shared_experts) * 3.0 * d * h;
   r.mfu = device.is_cuda() ? r.tokens_per_s * 6.0 * active / peak_flops(device) : 0.0;
-  r.peak_memory_gb = peak_memory_gb(device);
-  r.note = "";
+  return r;
+}
+
+// The model's attention alone (models/layers.h grouped_causal_attention: RoPE'd q, the KV heads
+// broadcast to the query heads, causal SDPA), forward + backward at the step's batch and sequence on
+// random BF16 inputs, with or without deterministic mode: where deterministic mode's cost goes.
+// MFU counts 7 x B x H x S^2 x hd FLOPs (two causal GEMMs forward, five backward).
+StepBenchRow bench_attention(const std::string& model, const StepBenchOptions& o, const torch::Device& device, bool deterministic) {
+  set_deterministic(deterministic);
+  const ModelConfig mc = model_config(model);
+  const int64_t B = o.batch, S = o.seq_len, H = mc.n_heads, KV = mc.n_kv_heads, hd = mc.head_dim();
+  torch::manual_seed(1);
+  const auto opt = torch::TensorOptions().device(device).dtype(device.is_cuda() ? torch::kBFloat16 : torch::kFloat32);
+  torch::Tensor q = torch::randn({B, H, S, hd}, opt).requires_grad_(true);
+  torch::Tensor k = torch::randn({B, KV, S, hd}, opt).requires_grad_(true);
+  torch::Tensor v = torch::randn({B, KV, S, hd}, opt).requires_grad_(true);
+  torch::Tensor g = torch::randn({B, H, S, hd}, opt);
+  reset_peak(device);
+  const std::vector<double> ms = time_passes(device, o, [&](int) {
+    for (auto* t : {&q, &k, &v}) t->mutable_grad() = torch::Tensor();
+    grouped_causal_attention(q, k, v).backward(g);
+  });
+  StepBenchRow r = timed_row(deterministic ? "attention" : "attention-nondeterministic", model, "bf16", B, S, o.steps, ms, device);
+  const double flops = 7.0 * static_cast<double>(B * H * hd) * static_cast<double>(S) * static_cast<double>(S);
+  r.mfu = device.is_cuda() ? flops / (r.step_ms * 1e-3) / peak_flops(device) : 0.0;
   return r;
 }
 
@@ -239,9 +260,12 @@ std::vector<StepBenchRow> run_step_benchmarks(const StepBenchOptions& o) {
     for (const auto& rc : recipes) report(bench_ours(o.models[i], rc, o, device));
     if (i == 0 && device.is_cuda()) report(bench_ours(o.models[i], "bf16", o, device, false));
     // Deterministic mode's cost, measured in the same process: the bf16 and ufp4 recipes again without it.
-    if (o.nondeterministic && device.is_cuda())
+    if (o.nondeterministic && device.is_cuda()) {
       for (const std::string rc : {"bf16", "ufp4"})
         if (std::find(recipes.begin(), recipes.end(), rc) != recipes.end()) report(bench_ours(o.models[i], rc, o, device, true, false));
+      // Where that cost goes: the model's attention alone, with and without deterministic mode.
+      for (const bool det : {true, false}) report(bench_attention(o.models[i], o, device, det));
+    }
   }
   // One MoE layer at paper scale, per recipe.
   for (const auto& mname : o.moe_layers)

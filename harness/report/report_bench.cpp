@@ -9,6 +9,7 @@
 #include "harness/io/array_io.h"
 #include "harness/report/plot.h"
 #include "harness/report/report.h"
+#include "models/model_config.h"
 
 namespace ufp4 {
 
@@ -403,7 +404,7 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
       if (r.impl.rfind("pytorch-compiled", 0) == 0) compiled_ms[r.model] = r.ms;
     }
     for (const auto& r : rows) {
-      if (r.impl == "ufp4-moe-layer") continue;  // its own table below
+      if (r.impl == "ufp4-moe-layer" || r.impl.rfind("attention", 0) == 0) continue;  // their own tables below
       const double base = bf16_ms.count(r.model) ? bf16_ms[r.model] : NAN;
       md << "| " << r.model << " | " << r.impl << " | " << r.recipe << " | " << r.batch << " x " << r.seq << " | " << fmt("%.2f", r.ms)
          << " (" << fmt("%.2f", r.sd) << ") | " << fmt("%.0f", r.tps) << " | " << fmt("%.1f%%", 100 * r.mfu) << " | "
@@ -427,6 +428,32 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
          << "passes after warm-up (CUDA events). MFU counts active parameters: 6 x (router + (top-k + shared) x 3 x d x expert "
          << "hidden) FLOPs a token, over the same peak.\n\n| model | recipe | tokens | ms (sd) | tokens/s | MFU (active) | peak GB | "
          << "vs bf16 |\n|---|---|---|---|---|---|---|---|\n" << layers.str() << "\n";
+    // Where deterministic mode's cost goes: the attention rows beside the step rows.
+    std::map<std::string, std::pair<double, double>> attention_ms;  // model -> (deterministic, not)
+    for (const auto& r : rows) {
+      if (r.impl == "attention") attention_ms[r.model].first = r.ms;
+      if (r.impl == "attention-nondeterministic") attention_ms[r.model].second = r.ms;
+    }
+    std::ostringstream det_cost;
+    for (const auto& kv : attention_ms) {
+      if (!bf16_ms.count(kv.first) || !nondet_ms[kv.first].count("bf16")) continue;
+      const double layers = static_cast<double>(model_config(kv.first).n_layers);
+      const double step_delta = bf16_ms[kv.first] - nondet_ms[kv.first]["bf16"];
+      const double attention_delta = layers * (kv.second.first - kv.second.second);
+      det_cost << "| " << kv.first << " | " << fmt("%.2f", bf16_ms[kv.first]) << " | " << fmt("%.2f", nondet_ms[kv.first]["bf16"]) << " | "
+               << fmt("%.2f", step_delta) << " | " << fmt("%.3f", kv.second.first) << " | " << fmt("%.3f", kv.second.second) << " | "
+               << fmt("%.0f", layers) << " | " << fmt("%.2f", attention_delta) << " | " << fmt("%.0f%%", 100 * attention_delta / step_delta)
+               << " |\n";
+    }
+    if (!det_cost.str().empty())
+      md << "### What deterministic mode costs, and where\n\nThe BF16 step with and without deterministic mode, and the model's "
+         << "attention alone (`grouped_causal_attention`, `models/layers.h`: forward + backward at the step's batch and sequence), "
+         << "with and without it. Deterministic mode leaves new memory unfilled (`harness/train/determinism.h`). In it LibTorch refuses "
+         << "cuDNN's fused attention, whose backward accumulates dQ with atomics, and runs flash attention's deterministic backward "
+         << "instead: the attention rows show what that costs a layer, the last columns how much of the step's difference it is.\n\n"
+         << "| model | bf16 step ms, deterministic | not | difference | attention ms, deterministic | not | layers | layers x "
+         << "attention difference | share of the step's difference |\n|---|---|---|---|---|---|---|---|---|\n"
+         << det_cost.str() << "\n";
     for (const auto& kv : bf16_ms) {
       const bool moe = kv.first.rfind("moe", 0) == 0;
       for (const auto& r : rows)
