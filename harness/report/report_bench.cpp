@@ -442,17 +442,17 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
       const double attention_delta = layers * (kv.second.first - kv.second.second);
       det_cost << "| " << kv.first << " | " << fmt("%.2f", bf16_ms[kv.first]) << " | " << fmt("%.2f", nondet_ms[kv.first]["bf16"]) << " | "
                << fmt("%.2f", step_delta) << " | " << fmt("%.3f", kv.second.first) << " | " << fmt("%.3f", kv.second.second) << " | "
-               << fmt("%.0f", layers) << " | " << fmt("%.2f", attention_delta) << " | " << fmt("%.0f%%", 100 * attention_delta / step_delta)
-               << " |\n";
+               << fmt("%.0f", layers) << " | " << fmt("%.2f", attention_delta) << " |\n";
     }
     if (!det_cost.str().empty())
       md << "### What deterministic mode costs, and where\n\nThe BF16 step with and without deterministic mode, and the model's "
          << "attention alone (`grouped_causal_attention`, `models/layers.h`: forward + backward at the step's batch and sequence), "
          << "with and without it. Deterministic mode leaves new memory unfilled (`harness/train/determinism.h`). In it LibTorch refuses "
          << "cuDNN's fused attention, whose backward accumulates dQ with atomics, and runs flash attention's deterministic backward "
-         << "instead: the attention rows show what that costs a layer, the last columns how much of the step's difference it is.\n\n"
-         << "| model | bf16 step ms, deterministic | not | difference | attention ms, deterministic | not | layers | layers x "
-         << "attention difference | share of the step's difference |\n|---|---|---|---|---|---|---|---|---|\n"
+         << "instead: the attention rows show what that costs a layer, timed alone. A step's two rows differ by less where other work "
+         << "overlaps the attention, and by noise where the difference is within the steps' spread (sd in the step table)."
+         << "\n\n| model | bf16 step ms, deterministic | not | difference | attention ms, deterministic | not | layers | layers x "
+         << "attention difference |\n|---|---|---|---|---|---|---|---|\n"
          << det_cost.str() << "\n";
     for (const auto& kv : bf16_ms) {
       const bool moe = kv.first.rfind("moe", 0) == 0;
