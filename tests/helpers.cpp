@@ -95,6 +95,15 @@ CliResult run_cli(const std::string& args) {
   return {WEXITSTATUS(status), out};
 }
 
+Shell sh(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  char buf[1024];
+  while (fgets(buf, sizeof buf, p)) out += buf;
+  const int st = pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), out};
+}
+
 SignalledRun run_and_signal(const std::string& command, const std::string& trigger, int sig) {
   int fd[2];
   if (pipe(fd) != 0) throw std::runtime_error("pipe failed");

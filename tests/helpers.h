@@ -29,6 +29,12 @@ struct SignalledRun {
   bool signalled;   // the trigger appeared and the signal was sent
 };
 SignalledRun run_and_signal(const std::string& command, const std::string& trigger, int sig);
+// Runs a shell command line; its exit code (128 + signal when killed) and stdout + stderr.
+struct Shell {
+  int code;
+  std::string out;
+};
+Shell sh(const std::string& cmd);
 // A fresh folder under /tmp.
 std::string temp_dir();
 

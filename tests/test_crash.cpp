@@ -22,18 +22,8 @@ using namespace ufp4;
 
 namespace {
 
-struct Shell {
-  int code;
-  std::string out;
-};
-Shell sh(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  char buf[1024];
-  while (fgets(buf, sizeof buf, p)) out += buf;
-  const int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), out};
-}
+using test::Shell;
+using test::sh;
 
 std::vector<std::string> temporaries(const std::string& dir) {
   std::vector<std::string> all, tmp;

@@ -4,7 +4,7 @@
 # Our H200 image (Ubuntu 24.04, PyTorch wheel) has everything else ufp4 needs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-packages=(libboost-program-options1.74-dev libboost-program-options1.74.0 libboost1.74-dev libtomlplusplus-dev)
+packages=(libboost-program-options1.74-dev libboost-program-options1.74.0 libboost1.74-dev libtomlplusplus-dev libgloo-dev)
 mkdir -p .gpu-deps/debs
 cd .gpu-deps/debs
 if [ "$(ls ./*.deb 2>/dev/null | wc -l)" -ge "${#packages[@]}" ]; then

@@ -4,7 +4,7 @@
 set -euo pipefail
 packages=(build-essential cmake ninja-build git pkg-config python3
           libtorch-dev libhdf5-dev libboost-program-options-dev catch2 libbenchmark-dev
-          libtomlplusplus-dev libsentencepiece-dev libeigen3-dev libceres-dev gnuplot-nox)
+          libtomlplusplus-dev libsentencepiece-dev libeigen3-dev libceres-dev gnuplot-nox libgloo-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

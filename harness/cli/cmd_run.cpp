@@ -1,6 +1,8 @@
 // `ufp4 run MANIFEST...`: trains what is missing, resumes what is partial, skips what exists.
 // Manifests with [sweep] or [ablation] expand into several runs; `--gpus N` runs them concurrently,
 // one child process per GPU slot (CUDA_VISIBLE_DEVICES), and a failed run does not stop the others.
+// Data parallelism: under torchrun or srun (harness/dist/launch_env.h), or with `--nproc-per-node N`
+// (which starts the N ranks itself), every rank trains each run with the others, one after another.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,6 +21,9 @@
 #include "common/fs.h"
 #include "common/log.h"
 #include "harness/cli/cli.h"
+#include "harness/dist/launch_env.h"
+#include "harness/dist/local_launch.h"
+#include "harness/dist/process_groups.h"
 #include "harness/data/data.h"
 #include "harness/io/run_results.h"
 #include "harness/train/trainer.h"
@@ -69,7 +74,10 @@ void print_summary(const std::vector<std::string>& files) {
 int cmd_run(const std::vector<std::string>& args) {
   std::vector<std::string> manifests;
   std::string only;
-  int gpus = 0, per_gpu = 1;
+  int gpus = 0, per_gpu = 1, nproc = 0, dist_timeout = 900;
+  double bucket_mb = 25;
+  bool replicate_optimizer = false;
+  std::string backend = "auto";
   RunOptions opt;
   po::options_description d("options");
   d.add_options()
@@ -79,13 +87,23 @@ int cmd_run(const std::vector<std::string>& args) {
       ("gpus", po::value(&gpus)->default_value(0), "run independent runs concurrently on this many GPUs (0: one after another here)")
       ("per-gpu", po::value(&per_gpu)->default_value(1), "concurrent runs per GPU with --gpus (small, launch-bound models)")
       ("only", po::value(&only), "run only the run of this name (one member of a sweep or ablation)")
-      ("stop-after", po::value(&opt.stop_after)->default_value(-1), "checkpoint and stop after this step (resume tests)");
+      ("stop-after", po::value(&opt.stop_after)->default_value(-1), "checkpoint and stop after this step (resume tests)")
+      ("nproc-per-node", po::value(&nproc)->default_value(0), "start this many data-parallel ranks here (as torchrun would) and train each run with all of them")
+      ("backend", po::value(&backend)->default_value("auto"), "data-parallel collectives: auto (nccl on CUDA, gloo on CPU), nccl, gloo")
+      ("dist-timeout", po::value(&dist_timeout)->default_value(900), "seconds a rank waits for the others before every rank fails")
+      ("replicate-optimizer", po::bool_switch(&replicate_optimizer), "data parallel: every rank keeps the whole AdamW state (default: sharded, ZeRO-1)")
+      ("bucket-mb", po::value(&bucket_mb)->default_value(25), "data parallel: gradient bucket size, MB");
   po::positional_options_description pos;
   pos.add("manifests", -1);
   auto vm = parse_command("run", "MANIFEST ... [--gpus N] [--force]", d, args, &pos);
   if (!vm) return 0;
   if (manifests.empty()) throw Error("run: give at least one manifest");
   if (gpus < 0 || per_gpu < 1) throw Error("run: --gpus must be >= 0 and --per-gpu >= 1");
+  if (nproc < 0 || dist_timeout < 1 || !(bucket_mb > 0)) throw Error("run: --nproc-per-node must be >= 0, --dist-timeout >= 1 and --bucket-mb > 0");
+  const LaunchEnv env = read_launch_env();
+  if ((nproc > 0 || env.distributed()) && gpus > 0)
+    throw Error("run: --gpus runs independent runs side by side; data-parallel ranks (--nproc-per-node, torchrun, srun) train each run together: use one");
+  if (nproc > 0 && env.distributed()) throw Error("run: --nproc-per-node inside a launched rank (" + env.describe() + "): launch one way");
   // Validate and expand everything before anything runs.
   std::vector<RunManifest> ms;
   for (const auto& p : manifests)
@@ -95,8 +113,38 @@ int cmd_run(const std::vector<std::string>& args) {
   // Every run's model and recipe must resolve before the first run starts.
   for (const auto& m : ms) m.check_resolvable();
 
+  if (nproc > 0 || env.distributed())
+    for (const auto& m : ms) check_data_parallel_batch(m, nproc > 0 ? nproc : env.world_size);
+  if (nproc > 0) {
+    // Prepare the data once, here, and plan every run (bad input fails here, before any rank starts),
+    // then start the ranks with this command minus --nproc-per-node.
+    for (const auto& m : ms) ensure_data(m);
+    for (const auto& m : ms) plan_run(m);
+    std::vector<std::string> child{executable_dir() + "/ufp4", "run"};
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (args[i] == "--nproc-per-node") { ++i; continue; }
+      if (args[i].rfind("--nproc-per-node=", 0) == 0) continue;
+      child.push_back(args[i]);
+    }
+    return launch_local_ranks(nproc, child, std::chrono::seconds(30));
+  }
+  if (env.distributed()) {
+    // Every rank trains on the same kind of device; CUDA ranks take GPU LOCAL_RANK (modulo the GPUs seen).
+    bool cuda = torch::cuda::is_available();
+    for (const auto& m : ms) cuda = cuda && (opt.device.empty() ? m.device : opt.device) != "cpu";
+    if (cuda) use_local_gpu(env.local_rank);
+    if (env.rank != 0) set_log_level(LogLevel::kQuiet);  // rank 0 speaks for the run; warnings still show
+    opt.groups = std::make_shared<ProcessGroups>(env, DistOptions{backend, std::chrono::seconds(dist_timeout)}, cuda);
+    opt.data_parallel.shard_optimizer = !replicate_optimizer;
+    opt.data_parallel.bucket_bytes = static_cast<int64_t>(bucket_mb * (1 << 20));
+    log_info("run: " + env.describe() + ", backend " + opt.groups->backend());
+  }
+  const bool lead = !opt.groups || opt.groups->world->rank() == 0;
   // Data first: run ids name the data by its manifest's hash, so they are final only once it exists.
-  for (const auto& m : ms) ensure_data(m);
+  // Rank 0 prepares it while the others wait.
+  if (lead)
+    for (const auto& m : ms) ensure_data(m);
+  if (opt.groups) opt.groups->world->barrier();
   // Every run planned (model, recipe and data resolved; vocabulary and epochs checked) before the first starts.
   std::vector<RunPlan> plans;
   for (const auto& m : ms) plans.push_back(plan_run(m));
@@ -182,6 +230,7 @@ int cmd_run(const std::vector<std::string>& args) {
       } catch (const Error&) {
         throw;  // bad input: the user must fix it
       } catch (const std::exception& e) {
+        if (opt.groups) throw;  // the ranks cannot go on to the next run apart
         std::string msg = e.what();
         if (auto nl = msg.find('\n'); nl != std::string::npos) msg = msg.substr(0, nl);
         log_warn("run " + m.name + " failed: " + msg);
@@ -189,7 +238,7 @@ int cmd_run(const std::vector<std::string>& args) {
       }
     }
   }
-  print_summary(finished);
+  if (lead) print_summary(finished);
   if (!failed.empty()) {
     std::cerr << "ufp4 run: " << failed.size() << " of " << ms.size() << " runs did not complete:\n";
     for (const auto& f : failed) std::cerr << "  " << f << "\n";

@@ -64,6 +64,9 @@ void write_run_results(const std::string& path, const RunResults& r) {
   w.attr("data_train_tokens", r.data_train_tokens);
   w.attr("seed", r.seed);
   w.attr("deterministic", static_cast<int64_t>(r.deterministic));
+  w.attr("world_size", r.world_size);
+  w.attr("backend", r.backend);
+  w.attr("optimizer_sharding", r.optimizer_sharding);
   w.attr("utc_start", r.utc_start);
   w.attr("utc_end", r.utc_end.empty() ? utc_now() : r.utc_end);
   w.attr("device_name", r.device_name);
@@ -153,6 +156,9 @@ RunResults read_run_results(const std::string& path, bool with_curves) {
   r.data_train_tokens = i("data_train_tokens", 0);
   r.seed = i("seed", 1);
   r.deterministic = i("deterministic", 0) != 0;
+  r.world_size = i("world_size", 1);
+  r.backend = s("backend").empty() ? "none" : s("backend");
+  r.optimizer_sharding = s("optimizer_sharding").empty() ? "none" : s("optimizer_sharding");
   r.diverged = i("diverged", 0) != 0;
   r.diverged_step = i("diverged_step", -1);
   r.tokens_per_s = d("tokens_per_s", NAN);

@@ -28,6 +28,10 @@ struct RunResults {
   std::string model, model_sha256, recipe, recipe_resolved, recipe_sha256, data_path, data_manifest_sha256;
   int64_t data_train_tokens = 0, seed = 1;
   bool deterministic = true;
+  // How it ran: processes, their collective backend ("none" for one process) and how the AdamW state
+  // was held ("none", "replicated" or "zero1": harness/train/data_parallel.h).
+  int64_t world_size = 1;
+  std::string backend = "none", optimizer_sharding = "none";
   // How it went.
   std::string utc_start, utc_end, device_name, weights_sha256;
   bool diverged = false;

@@ -35,6 +35,24 @@ std::vector<std::pair<const char*, decltype(&std::declval<Curves&>().step)>> col
 
 }  // namespace
 
+void write_archive(const std::string& path, torch::serialize::OutputArchive& archive) {
+  AtomicFile f(path);
+  archive.save_to([&f](const void* p, size_t n) {
+    f.write(p, n);
+    return n;  // a failure is reported by commit(), after LibTorch's writer has finished
+  });
+  f.commit();
+}
+
+void read_archive(const std::string& path, torch::serialize::InputArchive& archive, const torch::Device& device, const std::string& what) {
+  try {
+    archive.load_from(path, device);
+  } catch (const c10::Error& e) {
+    std::string msg = e.what();
+    throw RuntimeError(path + ": not a readable " + what + " (" + msg.substr(0, msg.find('\n')) + "); remove it to start over");
+  }
+}
+
 void save_checkpoint(const std::string& path, Transformer& model, torch::optim::Optimizer& opt, const LoopState& s) {
   torch::serialize::OutputArchive root, model_ar, opt_ar, state;
   model->save(model_ar);
@@ -50,21 +68,18 @@ void save_checkpoint(const std::string& path, Transformer& model, torch::optim::
   for (const auto& row : s.curves.alpha) flat.insert(flat.end(), row.begin(), row.end());
   state.write("alpha", vec(flat));
   state.write("elapsed", torch::tensor(s.curves.time_s.empty() ? s.elapsed_before : s.curves.time_s.back(), torch::kFloat64));
+  state.write("world_size", torch::tensor(s.world_size, torch::kInt64));
+  state.write("sharded_optimizer", torch::tensor(static_cast<int64_t>(s.sharded_optimizer), torch::kInt64));
   root.write("model", model_ar);
   root.write("optimizer", opt_ar);
   root.write("state", state);
-  AtomicFile f(path);
-  root.save_to([&f](const void* p, size_t n) {
-    f.write(p, n);
-    return n;  // a failure is reported by commit(), after LibTorch's writer has finished
-  });
-  f.commit();
+  write_archive(path, root);
 }
 
 LoopState load_checkpoint(const std::string& path, Transformer& model, torch::optim::Optimizer& opt, const torch::Device& device) {
   torch::serialize::InputArchive root, model_ar, opt_ar, state;
+  read_archive(path, root, device, "checkpoint");
   try {
-    root.load_from(path, device);
     root.read("model", model_ar);
     root.read("optimizer", opt_ar);
     root.read("state", state);
@@ -92,6 +107,10 @@ LoopState load_checkpoint(const std::string& path, Transformer& model, torch::op
   const size_t width = c.alpha_keys.size();
   for (size_t r = 0; width && r < c.alpha_step.size(); ++r) c.alpha.emplace_back(flat.begin() + r * width, flat.begin() + (r + 1) * width);
   s.elapsed_before = read("elapsed").item<double>();
+  torch::Tensor t;
+  if (state.try_read("world_size", t)) s.world_size = t.item<int64_t>();
+  torch::Tensor sh;
+  if (state.try_read("sharded_optimizer", sh)) s.sharded_optimizer = sh.item<int64_t>() != 0;
   return s;
 }
 

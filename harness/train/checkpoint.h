@@ -20,7 +20,17 @@ struct LoopState {
   TokenStream::Cursor cursor;   // where the data order stands
   RunCurves curves;
   double elapsed_before = 0;    // training seconds of earlier processes (train/time is cumulative)
+  // The process layout that wrote it (a checkpoint resumes only under the same one): ranks, and
+  // whether each rank holds its AdamW state in a file of its own (data_parallel.h). Checkpoints
+  // written before data parallelism read as one process.
+  int64_t world_size = 1;
+  bool sharded_optimizer = false;
 };
+
+// A LibTorch archive written crash-safely (AtomicFile), and read with an error that names the file
+// and what it should have been ("checkpoint", "optimizer shard") instead of LibTorch's backtrace.
+void write_archive(const std::string& path, torch::serialize::OutputArchive& archive);
+void read_archive(const std::string& path, torch::serialize::InputArchive& archive, const torch::Device& device, const std::string& what);
 
 void save_checkpoint(const std::string& path, Transformer& model, torch::optim::Optimizer& opt, const LoopState& state);
 // Throws ufp4::RuntimeError, naming the file, when it is not a readable checkpoint.

@@ -173,7 +173,7 @@ RunManifest from_table(const toml::table& t, const std::string& path, const Sour
       }
     }
   }
-  for (const char* k : {"recipe.name", "data.path", "model.name", "train.steps", "data.max_epochs"}) m.where[k] = source_of(sources, k, path);
+  for (const char* k : {"recipe.name", "data.path", "model.name", "train.steps", "train.batch", "data.max_epochs"}) m.where[k] = source_of(sources, k, path);
   if (m.batch % m.micro_batch != 0) {
     const toml::table* train = t["train"].as_table();
     const std::string key = train && train->get("micro_batch") ? "train.micro_batch" : "train.batch";

@@ -32,6 +32,12 @@ int64_t TokenStream::window_at(int64_t epoch, int64_t index) {
   return order_[static_cast<size_t>(index)];
 }
 
+void TokenStream::skip(int64_t windows) {
+  cursor.index += windows;
+  cursor.epoch += cursor.index / n_windows_;
+  cursor.index %= n_windows_;
+}
+
 torch::Tensor TokenStream::next(int64_t batch) {
   torch::Tensor out = torch::empty({batch, seq_ + 1}, torch::kInt64);
   int64_t* o = out.data_ptr<int64_t>();

@@ -16,6 +16,9 @@ class TokenStream {
   };
   TokenStream(const std::vector<std::string>& shards, int64_t seq_len, uint64_t seed, bool shuffle = true);
   torch::Tensor next(int64_t batch);  // [batch, seq_len + 1] int64
+  // Moves past `windows` windows without reading them: a data-parallel rank skips the other ranks'
+  // parts of a step, so every rank's cursor stays the one a single process would have.
+  void skip(int64_t windows);
   int64_t windows() const { return n_windows_; }
   int64_t tokens() const { return static_cast<int64_t>(tokens_.size()); }
   Cursor cursor;

@@ -7,7 +7,9 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <limits>
+#include <sstream>
 #include <map>
 #include <set>
 
@@ -26,6 +28,7 @@
 #ifdef UFP4_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
 #endif
 
 namespace ufp4 {
@@ -55,100 +58,26 @@ double peak_flops(const torch::Device& d) {
 double peak_memory_gb(const torch::Device& d) {
 #ifdef UFP4_WITH_CUDA
   if (d.is_cuda()) {
-    auto st = c10::cuda::CUDACachingAllocator::getDeviceStats(d.index() < 0 ? 0 : d.index());
+    auto st = c10::cuda::CUDACachingAllocator::getDeviceStats(d.index() < 0 ? c10::cuda::current_device() : d.index());
     return static_cast<double>(st.allocated_bytes[0].peak) / 1e9;
   }
 #endif
   return 0.0;
 }
 
-std::unique_ptr<torch::optim::AdamW> make_optimizer(Transformer& model, const RunManifest& m) {
-  std::vector<torch::Tensor> decay, no_decay;
-  for (const auto& p : model->named_parameters()) (p.value().dim() >= 2 ? decay : no_decay).push_back(p.value());
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(
-                                 torch::optim::AdamWOptions(m.lr).betas({m.beta1, m.beta2}).eps(m.eps).weight_decay(m.weight_decay)));
-  groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(
-                                    torch::optim::AdamWOptions(m.lr).betas({m.beta1, m.beta2}).eps(m.eps).weight_decay(0.0)));
-  return std::make_unique<torch::optim::AdamW>(groups);
-}
-
-namespace {
-
-#if TORCH_VERSION_MAJOR >= 2
-// Multi-tensor clipping and AdamW (LibTorch's foreach and fused kernels, as PyTorch's fused=True path
-// calls them), reading and writing the per-parameter state torch::optim::AdamW keeps, so a
-// checkpoint saved by either path loads into the other.
-double clip_and_fused_adamw(torch::optim::AdamW& opt, double grad_clip) {
-  std::vector<torch::Tensor> grads;
-  for (auto& group : opt.param_groups())
-    for (auto& p : group.params())
-      if (p.grad().defined()) grads.push_back(p.grad());
-  if (grads.empty()) return 0.0;
-  torch::Tensor total = at::linalg_vector_norm(at::stack(at::_foreach_norm(grads, 2)), 2);
-  if (grad_clip > 0) at::_foreach_mul_(grads, at::clamp_max(grad_clip / (total + 1e-6), 1.0));
-  for (auto& group : opt.param_groups()) {
-    const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
-    std::vector<torch::Tensor> p, g, m, v, steps;
-    std::map<int64_t, torch::Tensor> step_tensor;  // one device scalar per distinct step count (the kernel only reads them)
-    for (auto& param : group.params()) {
-      if (!param.grad().defined()) continue;
-      auto& slot = opt.state()[param.unsafeGetTensorImpl()];
-      if (!slot) {
-        auto st = std::make_unique<torch::optim::AdamWParamState>();
-        st->step(0);
-        st->exp_avg(torch::zeros_like(param, torch::MemoryFormat::Preserve));
-        st->exp_avg_sq(torch::zeros_like(param, torch::MemoryFormat::Preserve));
-        slot = std::move(st);
-      }
-      auto& st = static_cast<torch::optim::AdamWParamState&>(*slot);
-      st.step(st.step() + 1);
-      p.push_back(param);
-      g.push_back(param.grad());
-      m.push_back(st.exp_avg());
-      v.push_back(st.exp_avg_sq());
-      torch::Tensor& t = step_tensor[st.step()];
-      if (!t.defined()) t = torch::full({}, static_cast<double>(st.step()), param.options().dtype(torch::kFloat32));
-      steps.push_back(t);
-    }
-    if (p.empty()) continue;
-    at::_fused_adamw_(p, g, m, v, {}, steps, o.lr(), std::get<0>(o.betas()), std::get<1>(o.betas()), o.weight_decay(), o.eps(),
-                      o.amsgrad(), /*maximize=*/false);
-  }
-  return total.item<double>();
-}
-#endif
-
-}  // namespace
-
-StepStats train_step(Transformer& model, torch::optim::AdamW& opt, const std::function<torch::Tensor()>& next_batch, int64_t accum,
-                     int64_t seq_len, double grad_clip) {
-  // Gradients to none, not to zero (LibTorch 2's default, done by hand for 1.13): an expert that gets
-  // no tokens has no gradient, so clipping and AdamW skip it alike whether or not the run was resumed
-  // (a zero gradient left from before a checkpoint would still decay and move its weights).
-  for (auto& group : opt.param_groups())
-    for (auto& p : group.params()) p.mutable_grad() = torch::Tensor();
-  torch::Tensor loss_sum;
-  for (int64_t a = 0; a < accum; ++a) {
-    torch::Tensor batch = next_batch();
-    TransformerOutput o = model->loss(batch.slice(1, 0, seq_len), batch.slice(1, 1, seq_len + 1));
-    (o.loss / static_cast<double>(accum)).backward();
-    torch::Tensor l = o.lm_loss.detach().to(torch::kFloat64);  // summed in double, read once
-    loss_sum = a == 0 ? l : loss_sum + l;
-  }
-  StepStats st;
-#if TORCH_VERSION_MAJOR >= 2
-  const bool fused = model->parameters().front().is_cuda() && !opt.param_groups().front().params().empty();
-  if (fused) st.grad_norm = clip_and_fused_adamw(opt, grad_clip);
+void use_local_gpu(int local_rank) {
+#ifdef UFP4_WITH_CUDA
+  if (torch::cuda::is_available()) c10::cuda::set_device(static_cast<c10::DeviceIndex>(local_rank % static_cast<int>(torch::cuda::device_count())));
 #else
-  const bool fused = false;
+  (void)local_rank;
 #endif
-  if (!fused) {
-    st.grad_norm = torch::nn::utils::clip_grad_norm_(model->parameters(), grad_clip > 0 ? grad_clip : 1e30);
-    opt.step();
-  }
-  st.loss = loss_sum.item<double>() / static_cast<double>(accum);
-  return st;
+}
+
+void check_data_parallel_batch(const RunManifest& m, int world) {
+  if (m.batch % (world * m.micro_batch) == 0) return;
+  const std::string at = m.where.count("train.batch") ? m.where.at("train.batch") : m.path;
+  throw Error(at + ": train.batch: " + std::to_string(m.batch) + " sequences do not split over " + std::to_string(world) + " ranks in micro-batches of " +
+              std::to_string(m.micro_batch) + " (allowed: a multiple of " + std::to_string(world * m.micro_batch) + ")");
 }
 
 std::string results_path(const RunManifest& m, const std::string& run_id) { return m.out_dir + "/" + m.name + "-" + run_id + ".h5"; }
@@ -230,9 +159,10 @@ void record_step(RunCurves& c, double elapsed_before, const QuantContext& ctx, i
 
 }  // namespace
 
-Trainer::Trainer(const RunPlan& plan, const torch::Device& device, std::string device_name)
+Trainer::Trainer(const RunPlan& plan, const torch::Device& device, std::string device_name, std::shared_ptr<ProcessGroups> groups,
+                 const DataParallelOptions& dp)
     : plan_(plan), m_(plan.manifest), device_(device), device_name_(std::move(device_name)), utc_start_(utc_now()), model_(nullptr),
-      train_(plan.data.train_shards, plan.model.seq_len, static_cast<uint64_t>(plan.manifest.seed)),
+      groups_(std::move(groups)), train_(plan.data.train_shards, plan.model.seq_len, static_cast<uint64_t>(plan.manifest.seed)),
       best_(std::numeric_limits<double>::infinity()), smooth_(NAN) {
   // Determinism and the seed come first: they fix the initial weights drawn below.
   set_deterministic(m_.deterministic);
@@ -240,24 +170,104 @@ Trainer::Trainer(const RunPlan& plan, const torch::Device& device, std::string d
   ctx_ = std::make_shared<QuantContext>();
   ctx_->recipe = plan.recipe;
   ctx_->run_seed = static_cast<uint64_t>(m_.seed);
-  if (!m_.capture_steps.empty())
+  if (groups_) {
+    rank_ = groups_->data->rank();
+    world_ = groups_->data->size();
+  }
+  // Operands are captured by one rank (rank 0's micro-batches) in a data-parallel run.
+  if (!m_.capture_steps.empty() && rank_ == 0)
     ctx_->capture = std::make_shared<OperandCapture>(std::set<int64_t>(m_.capture_steps.begin(), m_.capture_steps.end()), m_.capture_layers,
                                                      m_.capture_tokens);
   model_ = Transformer(plan.model, ctx_);
   model_->to(device_);
   model_->set_compute_dtype(device_.is_cuda() ? torch::kBFloat16 : torch::kFloat32);
   optimizer_ = make_optimizer(model_, m_);
+  if (groups_) {
+    check_data_parallel_batch(m_, world_);
+    dp_ = std::make_unique<DataParallel>(model_, *optimizer_, groups_->data, dp);
+    log_info("run " + m_.name + ": " + dp_->describe());
+  }
+}
+
+std::string Trainer::shard_path(const std::string& checkpoint, int64_t step) const {
+  return checkpoint + ".zero1-rank" + std::to_string(rank_) + "of" + std::to_string(world_) + "-step" + std::to_string(step);
+}
+
+void Trainer::remove_shards(const std::string& checkpoint, int64_t keep_step) const {
+  namespace fs = std::filesystem;
+  const fs::path ck(checkpoint);
+  const std::string prefix = ck.filename().string() + ".zero1-rank" + std::to_string(rank_) + "of";
+  const std::string keep = keep_step >= 0 ? fs::path(shard_path(checkpoint, keep_step)).filename().string() : "";
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(ck.parent_path().empty() ? fs::path(".") : ck.parent_path(), ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) == 0 && name != keep && name.find(".tmp-") == std::string::npos) remove_tree(e.path().string());
+  }
+}
+
+void Trainer::remove_checkpoint(const std::string& checkpoint) const {
+  if (rank_ == 0) remove_tree(checkpoint);
+  if (dp_ && dp_->sharded()) remove_shards(checkpoint, -1);
 }
 
 void Trainer::resume(const std::string& checkpoint) {
   state_ = load_checkpoint(checkpoint, model_, *optimizer_, device_);
+  const bool sharded = dp_ && dp_->sharded();
+  if (state_.world_size != world_ || state_.sharded_optimizer != sharded)
+    throw RuntimeError(checkpoint + ": written by " + std::to_string(state_.world_size) + " rank(s)" + (state_.sharded_optimizer ? " with a sharded optimizer" : "") +
+                       "; resume it the same way (ranks: " + std::to_string(state_.world_size) + ", --shard-optimizer " +
+                       (state_.sharded_optimizer ? "on" : "off") + "), or remove it to start over");
+  if (dp_) {
+    dp_->rebind_parameters(/*broadcast=*/false);  // loading replaced the parameters' storage
+    if (sharded) dp_->load_shard(shard_path(checkpoint, state_.step));
+  }
   train_.cursor = state_.cursor;
   start_ = state_.step;
 }
 
+// A data-parallel checkpoint is complete once rank 0's file names its step: each rank first writes
+// its optimizer shard under that step's name, then rank 0 writes the shared file, then the shards
+// of older steps go. A kill at any point leaves a shared file whose shards all exist.
 void Trainer::save(const std::string& checkpoint) {
   state_.cursor = train_.cursor;
-  save_checkpoint(checkpoint, model_, *optimizer_, state_);
+  state_.world_size = world_;
+  state_.sharded_optimizer = dp_ && dp_->sharded();
+  if (state_.sharded_optimizer) dp_->save_shard(shard_path(checkpoint, state_.step));
+  if (dp_) dp_->comm().barrier();
+  if (rank_ == 0) save_checkpoint(checkpoint, model_, *optimizer_, state_);
+  if (dp_) dp_->comm().barrier();
+  if (state_.sharded_optimizer) remove_shards(checkpoint, state_.step);
+}
+
+StepStats Trainer::data_parallel_step() {
+  // This rank's part of the global batch: the windows a single process would read at positions
+  // [rank * local, (rank + 1) * local) of this step.
+  const int64_t local = m_.batch / world_;
+  train_.skip(rank_ * local);
+  const DataParallel::Result r = dp_->step([&] { return train_.next(m_.micro_batch).to(device_); }, local / m_.micro_batch,
+                                           m_.batch / m_.micro_batch, plan_.model.seq_len, m_.grad_clip, g_signal != 0);
+  train_.skip((world_ - 1 - rank_) * local);
+  stop_agreed_ = r.stop;
+  if (ctx_->telemetry) share_telemetry();
+  StepStats st;
+  st.loss = r.loss;
+  st.grad_norm = r.grad_norm;
+  return st;
+}
+
+// A single process records the alpha values of the step's last micro-batch; in a data-parallel run
+// the last rank ran it, so its values (keys and all: an idle expert has none) go to every rank.
+void Trainer::share_telemetry() {
+  std::ostringstream os;
+  os.precision(17);
+  for (const auto& kv : ctx_->alpha) os << kv.first << '\t' << kv.second << '\n';
+  std::istringstream is(dp_->comm().broadcast_bytes(os.str(), world_ - 1));
+  ctx_->alpha.clear();
+  std::string line;
+  while (std::getline(is, line)) {
+    const size_t tab = line.find('\t');
+    if (tab != std::string::npos) ctx_->alpha[line.substr(0, tab)] = std::stod(line.substr(tab + 1));
+  }
 }
 
 double Trainer::evaluate() {
@@ -280,26 +290,27 @@ bool Trainer::step_once(int64_t step) {
   // This step's values only: an operand that saw no tokens (an idle expert) reads NaN, not the value
   // of an earlier step, which a resumed process would not have.
   if (ctx_->telemetry) ctx_->alpha.clear();
-  const StepStats st = train_step(model_, *optimizer_, [&] { return train_.next(m_.micro_batch).to(device_); }, m_.batch / m_.micro_batch,
-                                  plan_.model.seq_len, m_.grad_clip);
+  const StepStats st = dp_ ? data_parallel_step()
+                          : train_step(model_, *optimizer_, [&] { return train_.next(m_.micro_batch).to(device_); }, m_.batch / m_.micro_batch,
+                                       plan_.model.seq_len, m_.grad_clip);
   if (ctx_->capture) write_capture(plan_.capture_dir, step, ctx_->capture->take());
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
   const int64_t tokens = (step + 1) * plan_.tokens_per_step;
   record_step(state_.curves, state_.elapsed_before, *ctx_, step, tokens, lr, st, elapsed);
   tokens_per_s_ = elapsed > 0 ? (step + 1 - start_) * plan_.tokens_per_step / elapsed : 0;  // this process's steps only
   const double peak = peak_flops(device_name_);
-  mfu_ = peak > 0 ? tokens_per_s_ * train_flops_per_token(plan_.model) / peak : 0;
+  mfu_ = peak > 0 ? tokens_per_s_ * train_flops_per_token(plan_.model) / (peak * world_) : 0;
   char extra[96];
   if (device_.is_cuda()) std::snprintf(extra, sizeof extra, "lr %.2e | gnorm %.3f | MFU %.1f%%", lr, st.grad_norm, 100 * mfu_);
   else std::snprintf(extra, sizeof extra, "lr %.2e | gnorm %.3f", lr, st.grad_norm);
-  progress_->update(step + 1, tokens, st.loss, extra);
+  if (rank_ == 0) progress_->update(step + 1, tokens, st.loss, extra);
   // Divergence: a non-finite loss, or one far above the best smoothed loss once past warmup.
   smooth_ = std::isnan(smooth_) ? st.loss : 0.9 * smooth_ + 0.1 * st.loss;
   if (step >= m_.warmup) best_ = std::min(best_, smooth_);
   if (std::isfinite(st.loss) && std::isfinite(st.grad_norm) && !(step >= m_.warmup && st.loss > m_.divergence_factor * best_)) return true;
   diverged_ = true;
   diverged_step_ = step;
-  log_warn("run " + m_.name + ": diverged at step " + std::to_string(step) + " (loss " + std::to_string(st.loss) + ")");
+  if (rank_ == 0) log_warn("run " + m_.name + ": diverged at step " + std::to_string(step) + " (loss " + std::to_string(st.loss) + ")");
   return false;
 }
 
@@ -316,9 +327,10 @@ Trainer::Outcome Trainer::train(int64_t stop_after) {
     if (m_.eval_every > 0 && ((step + 1) % m_.eval_every == 0 || step + 1 == m_.steps)) {
       state_.curves.eval_step.push_back(static_cast<double>(step));
       state_.curves.eval_loss.push_back(evaluate());
-      log_info("run " + m_.name + ": step " + std::to_string(step + 1) + " validation loss " + std::to_string(state_.curves.eval_loss.back()));
+      if (rank_ == 0) log_info("run " + m_.name + ": step " + std::to_string(step + 1) + " validation loss " + std::to_string(state_.curves.eval_loss.back()));
     }
-    const bool stop = g_signal != 0 || (stop_after >= 0 && step + 1 >= stop_after && step + 1 < m_.steps);
+    // Data-parallel ranks stop on the step they agreed on (a signal may reach them at different steps).
+    const bool stop = (dp_ ? stop_agreed_ : g_signal != 0) || (stop_after >= 0 && step + 1 >= stop_after && step + 1 < m_.steps);
     if ((m_.checkpoint_every > 0 && (step + 1) % m_.checkpoint_every == 0 && step + 1 < m_.steps) || stop) save(plan_.checkpoint_path);
     if (stop) return Outcome::kStopped;
   }
@@ -344,6 +356,9 @@ RunResults Trainer::results() {
   r.data_train_tokens = train_.tokens();
   r.seed = m_.seed;
   r.deterministic = m_.deterministic;
+  r.world_size = world_;
+  r.backend = groups_ ? groups_->backend() : "none";
+  r.optimizer_sharding = dp_ ? (dp_->sharded() ? "zero1" : "replicated") : "none";
   r.utc_start = utc_start_;
   r.device_name = device_name_;
   r.weights_sha256 = weights_sha256(model_);
@@ -364,16 +379,29 @@ RunResult run_training(const RunManifest& m, const RunOptions& opt) {
 
 RunResult run_training(const RunPlan& plan, const RunOptions& opt) {
   const RunManifest& m = plan.manifest;
-  if (const int n = remove_stale_temporaries(m.out_dir)) log_info("run " + m.name + ": removed " + std::to_string(n) + " temporary file(s) left by a killed process");
-  if (const std::string existing = find_results(m, plan.run_id); !existing.empty() && !opt.force) {
+  const std::shared_ptr<Communicator> comm = opt.groups ? opt.groups->data : nullptr;
+  const bool lead = !comm || comm->rank() == 0;
+  // Rank 0 looks at the files and decides; every rank follows its decision.
+  std::string decision, existing;
+  if (lead) {
+    if (const int n = remove_stale_temporaries(m.out_dir)) log_info("run " + m.name + ": removed " + std::to_string(n) + " temporary file(s) left by a killed process");
+    existing = find_results(m, plan.run_id);
+    decision = !existing.empty() && !opt.force ? "skip" : file_exists(plan.checkpoint_path) ? "resume" : "start";
+  }
+  if (comm) {
+    const std::string both = comm->broadcast_bytes(decision + "\n" + existing, 0);
+    decision = both.substr(0, both.find('\n'));
+    existing = both.substr(both.find('\n') + 1);
+  }
+  if (decision == "skip") {
     log_info("run " + m.name + ": results exist (" + existing + "), skipped");
     return {RunStatus::kSkipped, existing, 0};
   }
   make_dirs(m.out_dir);
   std::string device_name;
   const torch::Device device = choose_device(m, opt, device_name);
-  Trainer trainer(plan, device, device_name);
-  if (file_exists(plan.checkpoint_path)) {
+  Trainer trainer(plan, device, device_name, opt.groups, opt.data_parallel);
+  if (decision == "resume") {
     trainer.resume(plan.checkpoint_path);
     log_info("run " + m.name + ": resumed from " + plan.checkpoint_path + " at step " + std::to_string(trainer.steps_done()));
   }
@@ -388,8 +416,9 @@ RunResult run_training(const RunPlan& plan, const RunOptions& opt) {
              " (ufp4 run resumes it)");
     return {RunStatus::kStopped, "", trainer.steps_done()};
   }
-  write_run_results(plan.results_path, trainer.results());
-  remove_tree(plan.checkpoint_path);  // only once the results are in place
+  if (lead) write_run_results(plan.results_path, trainer.results());
+  if (comm) comm->barrier();
+  trainer.remove_checkpoint(plan.checkpoint_path);  // only once the results are in place
   const bool diverged = outcome == Trainer::Outcome::kDiverged;
   log_info("run " + m.name + ": " + (diverged ? "diverged" : "done") + " -> " + plan.results_path);
   return {diverged ? RunStatus::kDiverged : RunStatus::kCompleted, plan.results_path, trainer.steps_done()};

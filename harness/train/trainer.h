@@ -11,11 +11,14 @@
 #include <memory>
 #include <string>
 
+#include "harness/dist/process_groups.h"
 #include "harness/train/checkpoint.h"
+#include "harness/train/data_parallel.h"
 #include "harness/train/run_manifest.h"
 #include "harness/train/run_plan.h"
 #include "harness/io/run_results.h"
 #include "harness/train/token_stream.h"
+#include "harness/train/train_step.h"
 #include "models/transformer.h"
 
 namespace ufp4 {
@@ -26,6 +29,11 @@ struct RunOptions {
   bool force = false;          // re-run even if the result exists
   int64_t stop_after = -1;     // stop (as if signalled) after this step, for resume tests
   std::string device;          // overrides the manifest's device when set
+  // Set when this process is one rank of a data-parallel run (harness/dist): every rank calls
+  // run_training with the same plans in the same order; rank 0 decides what to skip or resume,
+  // writes the checkpoint's shared part and the results.
+  std::shared_ptr<ProcessGroups> groups;
+  DataParallelOptions data_parallel;
 };
 
 enum class RunStatus { kCompleted, kSkipped, kStopped, kDiverged };
@@ -45,7 +53,8 @@ RunResult run_training(const RunPlan& plan, const RunOptions& opt);  // the data
 // signal or divergence. It owns the model, optimizer and data stream; its curves become the results.
 class Trainer {
  public:
-  Trainer(const RunPlan& plan, const torch::Device& device, std::string device_name);
+  Trainer(const RunPlan& plan, const torch::Device& device, std::string device_name, std::shared_ptr<ProcessGroups> groups = nullptr,
+          const DataParallelOptions& dp = {});
   void resume(const std::string& checkpoint);  // continues from a checkpoint written by save()
   void save(const std::string& checkpoint);
   enum class Outcome { kFinished, kDiverged, kStopped };
@@ -53,10 +62,15 @@ class Trainer {
   Outcome train(int64_t stop_after = -1);
   RunResults results();  // the results file's contents so far
   int64_t steps_done() const { return state_.step; }
+  void remove_checkpoint(const std::string& checkpoint) const;  // the shared file (rank 0) and this rank's shards
 
  private:
   bool step_once(int64_t step);  // one optimizer step, recorded and shown; false when it diverged
   double evaluate();
+  StepStats data_parallel_step();  // this rank's part of the global batch, gradients summed over ranks
+  void share_telemetry();          // the alpha values of the step's last micro-batch, from the rank that ran it
+  std::string shard_path(const std::string& checkpoint, int64_t step) const;
+  void remove_shards(const std::string& checkpoint, int64_t keep_step) const;  // this rank's, but the one of keep_step
   const RunPlan& plan_;
   const RunManifest& m_;
   torch::Device device_;
@@ -64,6 +78,10 @@ class Trainer {
   std::shared_ptr<QuantContext> ctx_;
   Transformer model_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::shared_ptr<ProcessGroups> groups_;
+  std::unique_ptr<DataParallel> dp_;
+  int rank_ = 0, world_ = 1;
+  bool stop_agreed_ = false;
   TokenStream train_;
   LoopState state_;
   int64_t start_ = 0;
@@ -79,21 +97,12 @@ class Trainer {
 double peak_flops(const std::string& device_name);
 double peak_flops(const torch::Device& d);
 double peak_memory_gb(const torch::Device& d);
-
-// AdamW over the model: weight decay on matrices (dim >= 2) only.
-std::unique_ptr<torch::optim::AdamW> make_optimizer(Transformer& model, const RunManifest& m);
-
-struct StepStats {
-  double loss = 0;       // mean LM loss over the micro-batches
-  double grad_norm = 0;  // L2 norm before clipping
-};
-
-// One optimizer step: zero grads, forward/backward over `accum` micro-batches from next_batch()
-// ([B, seq_len + 1] tokens on the model's device), clip, AdamW. On CUDA with LibTorch >= 2 the
-// clipping and the update run as multi-tensor kernels (foreach norm, fused AdamW) on the optimizer's
-// own state, so checkpoints are interchangeable with the per-tensor path.
-StepStats train_step(Transformer& model, torch::optim::AdamW& opt, const std::function<torch::Tensor()>& next_batch, int64_t accum,
-                     int64_t seq_len, double grad_clip);
+// A data-parallel rank's GPU: LOCAL_RANK modulo the GPUs it sees (two ranks may share one over Gloo).
+// Call before anything touches CUDA. Does nothing without CUDA.
+void use_local_gpu(int local_rank);
+// Throws ufp4::Error naming train.batch when the global batch does not split into `world` ranks of
+// whole micro-batches.
+void check_data_parallel_batch(const RunManifest& m, int world);
 
 std::string results_path(const RunManifest& m);  // where a new result is written
 std::string results_path(const RunManifest& m, const std::string& run_id);

@@ -1,0 +1,47 @@
+// The process groups of a run of several processes, on c10d: a TCPStore for the rendezvous (rank 0
+// hosts it, or torchrun's agent does), then the groups the engine's parallelism needs. Today every
+// rank holds a whole model replica: `data` is the world. Expert parallelism adds an `expert` group
+// (the ranks that split one replica's experts, all-to-all dispatch) and makes `data` the ranks that
+// hold the same experts; both are made by new_group over the same store, so nothing here reshapes.
+#pragma once
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "harness/dist/communicator.h"
+#include "harness/dist/launch_env.h"
+
+namespace ufp4 {
+
+struct DistOptions {
+  std::string backend = "auto";           // auto (nccl on CUDA, gloo on CPU) | nccl | gloo
+  std::chrono::seconds timeout{900};      // a collective waiting longer fails every rank
+};
+
+class ProcessGroups {
+ public:
+  // Connects to the other ranks of `env` (blocks until all have come, up to the timeout). `cuda`:
+  // the engine's tensors live on this rank's GPU.
+  ProcessGroups(const LaunchEnv& env, const DistOptions& o, bool cuda);
+  // A group of the given world ranks, named uniquely across the run; nullptr on a rank outside it.
+  // Every rank must call it, in the same order (the store's keys are per name).
+  std::shared_ptr<Communicator> new_group(const std::string& name, const std::vector<int>& ranks);
+  const LaunchEnv& env() const { return env_; }
+  const std::string& backend() const { return backend_; }
+  std::shared_ptr<Communicator> world, data;
+
+ private:
+  LaunchEnv env_;
+  std::string backend_;
+  DistOptions opts_;
+  bool cuda_;
+  c10::intrusive_ptr<c10d::Store> store_;
+};
+
+// The backends this build can make: "gloo" and/or "nccl".
+std::vector<std::string> available_backends();
+
+}  // namespace ufp4

@@ -1,0 +1,232 @@
+// Data parallelism on c10d, on the CPU over Gloo (harness/dist, harness/train/data_parallel.h): the
+// launch environment, 2-rank runs against one process and against each other, a stop and resume of
+// a 2-rank run, a rank that dies, and SR/RHT keys that do not depend on the rank layout. The ranks
+// are real processes (`ufp4 run --nproc-per-node 2`, or started by hand as torchrun would).
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "common/fs.h"
+#include "harness/dist/launch_env.h"
+#include "harness/io/run_results.h"
+#include "harness/train/run_manifest.h"
+#include "harness/train/trainer.h"
+#include "tests/catch.h"
+#include "tests/helpers.h"
+
+using namespace ufp4;
+
+namespace {
+
+using test::Shell;
+using test::sh;
+
+LaunchEnv env_of(const std::map<std::string, std::string>& vars) {
+  return read_launch_env([&](const std::string& k) -> std::optional<std::string> {
+    const auto it = vars.find(k);
+    return it == vars.end() ? std::nullopt : std::optional<std::string>(it->second);
+  });
+}
+
+// The message read_launch_env throws for these variables ("" when it accepts them).
+std::string env_error(const std::map<std::string, std::string>& vars) {
+  try {
+    env_of(vars);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  REQUIRE(a.size() == b.size());
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(a[i] - b[i]));
+  return d;
+}
+
+// The tiny model for 30 steps of 8 sequences in micro-batches of 2: two ranks each run two
+// micro-batches a step, so accumulation and the all-reduce both take part.
+std::string tiny(const std::string& dir, const std::string& recipe = "bf16", int steps = 30) {
+  return test::tiny_manifest(dir, recipe, steps, "micro_batch = 2\n");
+}
+
+RunResults result_of(const std::string& manifest) {
+  const std::string r = find_results(RunManifest::load(manifest));
+  REQUIRE(!r.empty());
+  return read_run_results(r);
+}
+
+int shard_files(const std::string& dir) {
+  std::vector<std::string> all;
+  walk_files(dir, "", all);
+  int n = 0;
+  for (const auto& f : all) n += f.find(".zero1-rank") != std::string::npos;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("launch environments: torchrun, torchrun's agent store, Slurm, one process; a malformed value names its variable", "[dist]") {
+  CHECK(!env_of({}).distributed());
+  const LaunchEnv t = env_of({{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "node7"},
+                              {"MASTER_PORT", "29411"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"}, {"TORCHELASTIC_RESTART_COUNT", "2"}});
+  CHECK(t.launcher == "torchrun");
+  CHECK(t.rank == 3);
+  CHECK(t.world_size == 8);
+  CHECK(t.local_rank == 1);
+  CHECK(t.local_world_size == 2);
+  CHECK(t.master_addr == "node7");
+  CHECK(t.master_port == 29411);
+  CHECK(t.agent_store);
+  CHECK(t.restart == 2);
+  const LaunchEnv s = env_of({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "16"}, {"SLURM_LOCALID", "1"}, {"SLURM_NTASKS_PER_NODE", "4(x4)"},
+                              {"SLURM_JOB_NODELIST", "gpu[007-010,12],login1"}, {"SLURM_JOB_ID", "123456"}});
+  CHECK(s.launcher == "slurm");
+  CHECK(s.rank == 5);
+  CHECK(s.world_size == 16);
+  CHECK(s.local_rank == 1);
+  CHECK(s.local_world_size == 4);
+  CHECK(s.master_addr == "gpu007");
+  CHECK(s.master_port == 20000 + 123456 % 20000);
+  CHECK(!s.agent_store);
+  CHECK(env_of({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "16"}, {"SLURM_JOB_NODELIST", "a"}, {"MASTER_PORT", "4000"}}).master_port == 4000);
+  // One Slurm task is an ordinary job, not a distributed run.
+  CHECK(!env_of({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}}).distributed());
+  CHECK(first_slurm_host("n1") == "n1");
+  CHECK(first_slurm_host("a,b") == "a");
+  CHECK(first_slurm_host("rack[3-4]-gpu[001-002]") == "rack3-gpu[001-002]");
+  CHECK(first_slurm_host("gpu[9,10]") == "gpu9");
+  CHECK(env_error({{"RANK", "x"}, {"WORLD_SIZE", "2"}}).find("RANK=x: not an integer") != std::string::npos);
+  CHECK(env_error({{"RANK", "2"}, {"WORLD_SIZE", "2"}}).find("not below the world size 2") != std::string::npos);
+  CHECK(env_error({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "70000"}}).find("MASTER_PORT=70000") != std::string::npos);
+}
+
+TEST_CASE("2 Gloo ranks: the single-process curve within the summation-order tolerance; two 2-rank runs bit-identical; both optimizer modes", "[dist]") {
+  const std::string bin = UFP4_BINARY;
+  const std::string one = tiny(test::temp_dir()), a = tiny(test::temp_dir()), b = tiny(test::temp_dir()), rep = tiny(test::temp_dir());
+  REQUIRE(run_training(RunManifest::load(one), RunOptions{}).status == RunStatus::kCompleted);
+  for (const auto& m : {a, b}) {
+    const Shell r = sh(bin + " run " + m + " --nproc-per-node 2");
+    INFO(r.out);
+    REQUIRE(r.code == 0);
+    CHECK(r.out.find("AdamW state sharded (ZeRO-1)") != std::string::npos);
+  }
+  {
+    const Shell r = sh(bin + " run " + rep + " --nproc-per-node 2 --replicate-optimizer --bucket-mb 0.05");  // several buckets
+    INFO(r.out);
+    REQUIRE(r.code == 0);
+  }
+  const RunResults single = result_of(one), ra = result_of(a), rb = result_of(b), rr = result_of(rep);
+  // Reruns at one world size: the same bits everywhere.
+  CHECK(ra.curves.loss == rb.curves.loss);
+  CHECK(ra.curves.grad_norm == rb.curves.grad_norm);
+  CHECK(ra.curves.eval_loss == rb.curves.eval_loss);
+  CHECK(ra.weights_sha256 == rb.weights_sha256);
+  // Against one process: the same data, keys and arithmetic per micro-batch; only the order in which
+  // the four micro-batches' FP32 gradients are added differs (one process: ((g0 + g1) + g2) + g3; two
+  // ranks: (g0 + g1) + (g2 + g3)), a rounding-level difference per step that the bf16 recipe (FP32
+  // compute on the CPU) carries through 30 steps. Measured: 2.4e-7 nats at most (ZeRO-1 and
+  // replicated alike); 1e-5 bounds it with a 40x margin.
+  CHECK(max_abs_diff(ra.curves.loss, single.curves.loss) < 1e-5);
+  CHECK(max_abs_diff(ra.curves.eval_loss, single.curves.eval_loss) < 1e-5);
+  CHECK(max_abs_diff(rr.curves.loss, single.curves.loss) < 1e-5);
+  // The first step's loss sees identical weights: only double-precision summation order differs.
+  CHECK(std::fabs(ra.curves.loss[0] - single.curves.loss[0]) < 1e-12);
+  CHECK(ra.world_size == 2);
+  CHECK(ra.backend == "gloo");
+  CHECK(ra.optimizer_sharding == "zero1");
+  CHECK(rr.optimizer_sharding == "replicated");
+  CHECK(single.world_size == 1);
+  CHECK(single.backend == "none");
+  for (const auto& m : {a, b, rep}) CHECK(shard_files(RunManifest::load(m).out_dir) == 0);  // removed with the checkpoint
+}
+
+TEST_CASE("SIGTERM to a 2-rank run: both ranks stop on one step with a checkpoint (exit 130); it resumes bit for bit, only with 2 ranks", "[dist]") {
+  const std::string bin = UFP4_BINARY;
+  const std::string ref = tiny(test::temp_dir(), "bf16", 60), stopped = tiny(test::temp_dir(), "bf16", 60);
+  REQUIRE(sh(bin + " run " + ref + " --nproc-per-node 2").code == 0);
+  // The signal goes to the launcher alone; it passes it on, and the ranks agree on the step to stop at.
+  const test::SignalledRun r = test::run_and_signal(bin + " run " + stopped + " --nproc-per-node 2", "step 10 validation loss", SIGTERM);
+  INFO(r.out);
+  REQUIRE(r.signalled);
+  REQUIRE(r.code == 130);
+  const RunManifest m = RunManifest::load(stopped);
+  REQUIRE(file_exists(checkpoint_path(m)));
+  CHECK(shard_files(m.out_dir) == 2);
+  CHECK(find_results(m).empty());
+  // Resuming with another layout is refused, naming the one that wrote it.
+  const Shell wrong = sh(bin + " run " + stopped);
+  CHECK(wrong.code == 1);
+  CHECK(wrong.out.find("written by 2 rank(s) with a sharded optimizer") != std::string::npos);
+  const Shell resumed = sh(bin + " run " + stopped + " --nproc-per-node 2");
+  INFO(resumed.out);
+  REQUIRE(resumed.code == 0);
+  CHECK(resumed.out.find("resumed from") != std::string::npos);
+  const RunResults a = result_of(ref), b = result_of(stopped);
+  CHECK(a.curves.loss == b.curves.loss);
+  CHECK(a.curves.grad_norm == b.curves.grad_norm);
+  CHECK(a.curves.eval_loss == b.curves.eval_loss);
+  CHECK(a.weights_sha256 == b.weights_sha256);
+  CHECK(shard_files(m.out_dir) == 0);
+  CHECK(!file_exists(checkpoint_path(m)));
+}
+
+TEST_CASE("a rank that dies mid-run: the other exits non-zero within --dist-timeout, naming itself; the launcher names the dead rank", "[dist]") {
+  const std::string bin = UFP4_BINARY, d = test::temp_dir();
+  const std::string m = tiny(d, "bf16", 3000);
+  // Two ranks started by hand, as torchrun would; rank 1 is killed once rank 0 has trained 10 steps.
+  const std::string env = "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(20000 + getpid() % 20000);
+  const Shell r = sh("RANK=1 " + env + " " + bin + " run " + m + " --dist-timeout 10 > " + d + "/r1.log 2>&1 & p1=$!; RANK=0 " + env + " " +
+                     bin + " run " + m + " --dist-timeout 10 > " + d + "/r0.log 2>&1 & p0=$!; for i in $(seq 600); do grep -q 'validation loss' " +
+                     d + "/r0.log && break; sleep 0.1; done; kill -9 $p1; t0=$(date +%s%N); wait $p0; echo rank0-exit=$?; echo ms=$(( ($(date +%s%N) - t0) / 1000000 ))");
+  const std::string log0 = sh("cat " + d + "/r0.log").out;
+  INFO(r.out << log0);
+  CHECK(r.out.find("rank0-exit=0") == std::string::npos);
+  const long ms = std::stol(r.out.substr(r.out.find("ms=") + 3));
+  CHECK(ms < 12000);  // the peer's closed socket fails the next collective at once; the timeout bounds a hung peer
+  CHECK(log0.find("rank 0 of 2 (gloo): a collective failed") != std::string::npos);
+  // Under the launcher: the first rank that failed is named, the others are stopped, exit 1.
+  const std::string m2 = tiny(test::temp_dir(), "bf16", 3000);
+  const Shell l = sh(bin + " run " + m2 + " --nproc-per-node 2 --dist-timeout 10 > " + d + "/l.log 2>&1 & p=$!; for i in $(seq 600); do grep -q 'validation loss' " +
+                     d + "/l.log && break; sleep 0.1; done; for c in $(pgrep -P $p); do tr '\\0' '\\n' < /proc/$c/environ | grep -qx RANK=1 && kill -9 $c; done; wait $p; echo launcher-exit=$?");
+  const std::string llog = sh("cat " + d + "/l.log").out;
+  INFO(l.out << llog);
+  CHECK(l.out.find("launcher-exit=1") != std::string::npos);
+  CHECK(llog.find("rank 1 of 2 was killed by signal 9") != std::string::npos);
+}
+
+TEST_CASE("a quantized recipe: SR and RHT keys do not depend on the rank layout (step 0 as one process's, to FP32 rounding)", "[dist]") {
+  // Every operand's keys come from (run seed, layer, step, GEMM, operand), never from a rank or a
+  // micro-batch counter, so two ranks quantize each micro-batch exactly as one process does: the
+  // first step's gradient norm differs only by summation order. Later steps drift apart faster than
+  // in BF16 (4-bit rounding turns a 1e-7 weight difference into a different code), which is why the
+  // curve tolerance above is stated for BF16.
+  const std::string bin = UFP4_BINARY;
+  const std::string one = tiny(test::temp_dir(), "ufp4", 2), two = tiny(test::temp_dir(), "ufp4", 2);
+  REQUIRE(run_training(RunManifest::load(one), RunOptions{}).status == RunStatus::kCompleted);
+  REQUIRE(sh(bin + " run " + two + " --nproc-per-node 2").code == 0);
+  const RunResults a = result_of(one), b = result_of(two);
+  CHECK(std::fabs(a.curves.loss[0] - b.curves.loss[0]) < 1e-12);
+  CHECK(std::fabs(a.curves.grad_norm[0] - b.curves.grad_norm[0]) / a.curves.grad_norm[0] < 1e-6);
+}
+
+TEST_CASE("a batch that does not split over the ranks: one line naming train.batch, exit 2, nothing started", "[dist]") {
+  const std::string d = test::temp_dir();
+  const std::string m = test::tiny_manifest(d, "bf16", 5, "batch = 6\nmicro_batch = 2\n");
+  const Shell r = sh(std::string(UFP4_BINARY) + " run " + m + " --nproc-per-node 2");
+  INFO(r.out);
+  CHECK(r.code == 2);
+  CHECK(r.out.find(": train.batch: 6 sequences do not split over 2 ranks in micro-batches of 2 (allowed: a multiple of 4)") != std::string::npos);
+  CHECK(r.out.find(".toml:0:") == std::string::npos);  // the key's line, not 0
+  CHECK(r.out.find("launch:") == std::string::npos);
+}
