@@ -111,12 +111,60 @@ std::string reuse_reason(const RunManifest& m, const RunIdentity& id, const std:
   return "new: no earlier result of this name in " + m.out_dir;
 }
 
+// `plan --model NAME --gpus N`: memory per GPU under data parallelism with replicated and with sharded
+// (ZeRO-1) AdamW state, as `ufp4 run` on N ranks holds them (harness/train/data_parallel.h: FP32
+// weights and gradients whole on every rank, the AdamW moments split N ways), the time for `tokens`
+// at N x the measured tokens/s of one GPU (linear scaling: no communication counted, a lower bound),
+// and for a MoE model the expert-parallel layout it would need: experts split over an EP group, the
+// other parameters data-parallel.
+void print_cluster_plan(const ModelConfig& c, int gpus, int64_t micro_batch, double tokens, const SpeedIndex& speed, const std::string& device) {
+  const ParamCount p = count_params(c);
+  const MemoryEstimate m = estimate_memory(c, micro_batch);
+  const double gb = 1e9, n = static_cast<double>(p.total);
+  const double replicated = m.total_gb();
+  const double zero1 = m.weights_gb + m.grads_gb + m.optimizer_gb / gpus + n * 4.0 / gpus / gb + m.activations_gb;  // + the reduce-scattered shard
+  std::printf("\n  %d GPUs, data parallel (micro-batch %lld a GPU): %.2f GB a GPU with replicated AdamW state, %.2f GB with ZeRO-1 "
+              "(AdamW moments split %d ways)\n",
+              gpus, static_cast<long long>(micro_batch), replicated, zero1, gpus);
+  for (double cap : {80.0, 141.0})
+    std::printf("    fits %.0f GB: replicated %s, ZeRO-1 %s\n", cap, replicated <= cap ? "yes" : "no", zero1 <= cap ? "yes" : "no");
+  const auto est = speed.estimate(device, c.name, "ufp4", tokens, tokens * train_flops_per_token(c));
+  if (est.first > 0)
+    std::printf("    %.3g tokens: %s at %d x the measured tokens/s of one %s (%s; linear scaling, communication not counted)\n", tokens,
+                Progress::format_duration(est.first / gpus).c_str(), gpus, device.c_str(),
+                est.second.empty() ? "this model, ufp4" : est.second == "~" ? "this model, another recipe" : "FLOPs at the median MFU measured");
+  else
+    std::printf("    %.3g tokens: no time estimate (nothing measured on %s)\n", tokens, device.c_str());
+  if (!c.is_moe()) return;
+  // Expert parallelism: the largest EP that divides both the experts and the GPUs.
+  int ep = 1;
+  for (int e = 1; e <= gpus; ++e)
+    if (gpus % e == 0 && c.n_experts % e == 0) ep = e;
+  const int64_t moe_layers = c.n_layers - c.dense_layers;
+  const double expert_params = static_cast<double>(moe_layers) * c.n_experts * 3.0 * c.d_model * c.expert_hidden;
+  const double other = n - expert_params;
+  const int dp_experts = gpus / ep;  // ranks holding the same experts
+  // Per GPU: the other parameters whole, 1/EP of the experts; FP32 + BF16 weights, FP32 grads, AdamW
+  // moments split over the ranks that hold the same parameters (ZeRO-1).
+  const double per_gpu = (other * (6.0 + 4.0 + 8.0 / gpus) + expert_params / ep * (6.0 + 4.0 + 8.0 / dp_experts)) / gb + m.activations_gb;
+  // All-to-all per step and GPU: each token's top-k copies of its d_model BF16 activations leave and come
+  // back (dispatch, combine) in the forward and again in the backward, minus the part that stays local.
+  const double tok = static_cast<double>(micro_batch) * c.seq_len;
+  const double a2a = tok * c.top_k * c.d_model * 2.0 * 2.0 * 2.0 * moe_layers * (ep - 1.0) / ep / gb;
+  std::printf("  expert parallel: EP %d x DP %d: %lld experts a GPU (of %lld), %.2f GB a GPU with ZeRO-1; all-to-all %.2f GB a GPU per "
+              "micro-batch (%lld MoE layers, top-%lld, BF16, forward and backward)\n",
+              ep, dp_experts, static_cast<long long>(c.n_experts / ep), static_cast<long long>(c.n_experts), per_gpu, a2a,
+              static_cast<long long>(moe_layers), static_cast<long long>(c.top_k));
+}
+
 }  // namespace
 
 int cmd_plan(const std::vector<std::string>& args) {
   std::vector<std::string> models, manifests;
   std::string device_name;
   int64_t micro_batch = 1, seq = 0;
+  int gpus = 0;
+  double tokens = 100e9;
   bool fields = false;
   po::options_description d("options");
   d.add_options()
@@ -124,6 +172,8 @@ int cmd_plan(const std::vector<std::string>& args) {
       ("micro-batch", po::value(&micro_batch)->default_value(1), "sequences per micro-batch, for the activation estimate")
       ("seq", po::value(&seq)->default_value(0), "sequence length (0: the model's)")
       ("manifests", po::value(&manifests)->multitoken(), "manifests to expand into runs")
+      ("gpus", po::value(&gpus)->default_value(0), "with --model: memory a GPU and time on this many GPUs (data parallel, ZeRO-1; expert parallel for MoE)")
+      ("tokens", po::value(&tokens)->default_value(100e9), "with --gpus: training tokens for the time estimate")
       ("device-name", po::value(&device_name), "estimate times for this device (as results record it, e.g. \"NVIDIA H200\"); default: this machine's")
       ("fields", po::bool_switch(&fields), "print the reference of every manifest field (Markdown; experiments/FIELDS.md)");
   po::positional_options_description pos;
@@ -213,6 +263,18 @@ int cmd_plan(const std::vector<std::string>& args) {
     std::printf("\n  memory: weights %.2f GB (FP32 master + BF16 copy), grads %.2f GB, Adam %.2f GB, activations %.2f GB "
                 "(micro-batch %lld, no recompute): %.2f GB in all\n",
                 m.weights_gb, m.grads_gb, m.optimizer_gb, m.activations_gb, static_cast<long long>(micro_batch), m.total_gb());
+  }
+  if (gpus < 0) throw Error("plan: --gpus must be >= 1");
+  if (gpus > 0) {
+    SpeedIndex speed;
+    speed.add("results");
+    const std::string device = device_name.empty() ? provenance()["device"] : device_name;
+    for (const auto& name : models) {
+      ModelConfig c = model_config(name);
+      if (seq > 0) c.seq_len = seq;
+      if (models.size() > 1) std::printf("\n%s:", c.name.c_str());
+      print_cluster_plan(c, gpus, micro_batch, tokens, speed, device);
+    }
   }
   return 0;
 }
