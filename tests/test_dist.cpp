@@ -193,7 +193,7 @@ TEST_CASE("a rank that dies mid-run: the other exits non-zero within --dist-time
   INFO(r.out << log0);
   CHECK(r.out.find("rank0-exit=0") == std::string::npos);
   const long ms = std::stol(r.out.substr(r.out.find("ms=") + 3));
-  CHECK(ms < 12000);  // the peer's closed socket fails the next collective at once; the timeout bounds a hung peer
+  CHECK(ms < 10000);  // within --dist-timeout 10: the peer's closed socket fails the next collective at once (measured 0.2 s)
   CHECK(log0.find("rank 0 of 2 (gloo): a collective failed") != std::string::npos);
   // Under the launcher: the first rank that failed is named, the others are stopped, exit 1.
   const std::string m2 = tiny(test::temp_dir(), "bf16", 3000);

@@ -254,7 +254,7 @@ double DataParallel::optimizer_state_gb() const {
 
 std::string DataParallel::describe() const {
   char line[320];
-  std::snprintf(line, sizeof line, "data parallel: %d ranks over %s, %zu buckets of <= %.0f MB, AdamW state %s: %.3f GB a rank", comm_->size(),
+  std::snprintf(line, sizeof line, "data parallel: %d ranks over %s, %zu buckets of <= %.3g MB, AdamW state %s: %.3f GB a rank", comm_->size(),
                 comm_->backend().c_str(), buckets_.size(), static_cast<double>(o_.bucket_bytes) / (1 << 20),
                 o_.shard_optimizer ? "sharded (ZeRO-1)" : "replicated", optimizer_state_gb());
   return line;
