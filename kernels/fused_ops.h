@@ -1,5 +1,5 @@
-// Fused training ops of the model (RMSNorm, cross entropy with its gradient, SwiGLU), one
-// pass over memory each where LibTorch's composition makes many. Raw pointers, no LibTorch types;
+// Fused training ops of the model (RMSNorm, cross entropy with its gradient, SwiGLU, rotary position
+// embedding), one pass over memory each where LibTorch's composition makes many. Raw pointers, no LibTorch types;
 // the CPU reference follows the CUDA kernels' reduction order, so the two agree bit for bit.
 //
 // Reduction order (the contract both sides follow; a + b == b + a bitwise, so a tree is well defined):
@@ -149,6 +149,31 @@ UFP4_HD void swiglu_backward(float g, float u, float d, float& dg, float& du) {
   du = mul_rn(d, mul_rn(g, s));
 }
 
+// --- Rotary position embedding, rotate-half form, of x [batch, heads, seq, hd] ---------------------
+// For j < hd/2, a = x[j], b = x[j + hd/2], c = cos[s, j] and sn = sin[s, j] rounded to the dtype:
+//   y[j] = a c - b sn,  y[j + hd/2] = b c + a sn,
+// every product and sum rounded to the dtype, as LibTorch's composition (chunk, mul, sub, add, cat)
+// rounds them: the fused op equals that composition bit for bit, forward and backward. The backward
+// is the same rotation by the opposite angle (inverse: sn negated), which is the composition's
+// gradient exactly (negation is exact; a - b == a + (-b)).
+struct RopeIO {
+  DType dtype = DType::kBF16;
+  int64_t batch = 0, heads = 0, seq = 0, head_dim = 0;
+  const void* x = nullptr;  // element (b, h, s, j) at b stride_b + h stride_h + s stride_s + j
+  int64_t stride_b = 0, stride_h = 0, stride_s = 0;
+  const float* cos = nullptr;  // [seq, hd / 2] FP32 (rows past seq are not read)
+  const float* sin = nullptr;
+  bool inverse = false;  // the backward: rotate by -angle
+  void* y = nullptr;     // [batch, heads, seq, hd], contiguous
+};
+
+UFP4_HD float round_to_dtype(bool bf16, float v) { return bf16 ? round_to_bf16(v) : v; }
+// One rotated pair (ya, yb) from (a, b), with c and sn already in the dtype.
+UFP4_HD void rope_pair(bool bf16, float a, float b, float c, float sn, float& ya, float& yb) {
+  ya = round_to_dtype(bf16, add_rn(round_to_dtype(bf16, mul_rn(a, c)), -round_to_dtype(bf16, mul_rn(b, sn))));
+  yb = round_to_dtype(bf16, add_rn(round_to_dtype(bf16, mul_rn(b, c)), round_to_dtype(bf16, mul_rn(a, sn))));
+}
+
 // CPU reference (the order above); any d and vocab.
 void reference_rms_norm_forward(const RmsNormIO& io);
 void reference_rms_norm_backward(const RmsNormIO& io);
@@ -156,6 +181,7 @@ void reference_cross_entropy_forward(const CrossEntropyIO& io);
 void reference_cross_entropy_backward(const CrossEntropyIO& io);
 void reference_swiglu_forward(const SwiGluIO& io);
 void reference_swiglu_backward(const SwiGluIO& io);
+void reference_rope(const RopeIO& io);
 
 // CUDA (kernels/fused_ops_cuda.cu): d, vocab and h multiples of 8, 16-byte aligned rows; the
 // caller's stream. What the CUDA kernels accept:
@@ -168,5 +194,13 @@ void cuda_cross_entropy_forward(const CrossEntropyIO& io, cudaStream_t stream);
 void cuda_cross_entropy_backward(const CrossEntropyIO& io, cudaStream_t stream);
 void cuda_swiglu_forward(const SwiGluIO& io, cudaStream_t stream);
 void cuda_swiglu_backward(const SwiGluIO& io, cudaStream_t stream);
+// RoPE: hd / 2 a multiple of 8; x's strides multiples of 8 and x, y 16-byte aligned (rope_cuda_applies).
+inline bool rope_cuda_applies(const RopeIO& io) {
+  const int64_t a = io.dtype == DType::kBF16 ? 8 : 4;  // elements in 16 bytes
+  return io.head_dim % 16 == 0 && io.head_dim > 0 && io.stride_b % a == 0 && io.stride_h % a == 0 && io.stride_s % a == 0 &&
+         (reinterpret_cast<uintptr_t>(io.x) & 15u) == 0 && (reinterpret_cast<uintptr_t>(io.y) & 15u) == 0 &&
+         (reinterpret_cast<uintptr_t>(io.cos) & 15u) == 0 && (reinterpret_cast<uintptr_t>(io.sin) & 15u) == 0;
+}
+void cuda_rope(const RopeIO& io, cudaStream_t stream);
 
 }  // namespace ufp4

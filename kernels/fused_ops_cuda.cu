@@ -265,6 +265,30 @@ __global__ void __launch_bounds__(256) swiglu_backward_kernel(const SwiGluIO io)
   }
 }
 
+// RoPE: a thread per 8 consecutive pairs (j, j + hd/2) of a row (b, h, s), grid-stride.
+template <bool kBf16>
+__global__ void __launch_bounds__(256) rope_kernel(const RopeIO io) {
+  const int64_t half = io.head_dim / 2, per_row = half / 8, n = io.batch * io.heads * io.seq * per_row;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = i / per_row, j = (i % per_row) * 8, t = row % io.seq, bh = row / io.seq;
+    const int64_t in = (bh / io.heads) * io.stride_b + (bh % io.heads) * io.stride_h + t * io.stride_s, out = row * io.head_dim;
+    float a[8], b[8];
+    load8<kBf16>(io.x, in + j, a);
+    load8<kBf16>(io.x, in + half + j, b);
+    const float4* cp = reinterpret_cast<const float4*>(io.cos + t * half + j);
+    const float4* sp = reinterpret_cast<const float4*>(io.sin + t * half + j);
+    const float4 c0 = cp[0], c1 = cp[1], s0 = sp[0], s1 = sp[1];
+    const float c[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w}, sn[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const float ce = round_to_dtype(kBf16, c[e]), se = round_to_dtype(kBf16, sn[e]);
+      rope_pair(kBf16, a[e], b[e], ce, io.inverse ? -se : se, a[e], b[e]);
+    }
+    store8<kBf16>(io.y, out + j, a);
+    store8<kBf16>(io.y, out + half + j, b);
+  }
+}
+
 unsigned elementwise_blocks(int64_t vectors) {
   const int64_t b = (vectors + 255) / 256;
   return static_cast<unsigned>(b < 132 * 32 ? (b > 0 ? b : 1) : 132 * 32);  // grid-stride beyond ~32 blocks an SM
@@ -347,6 +371,15 @@ void cuda_swiglu_backward(const SwiGluIO& io, cudaStream_t stream) {
   if (io.dtype == DType::kBF16) swiglu_backward_kernel<true><<<blocks, 256, 0, stream>>>(io);
   else swiglu_backward_kernel<false><<<blocks, 256, 0, stream>>>(io);
   check_launch("swiglu backward kernel launch");
+}
+
+void cuda_rope(const RopeIO& io, cudaStream_t stream) {
+  if (!rope_cuda_applies(io)) throw Error("rope: head_dim must be a multiple of 16, x's strides multiples of 16 bytes, x and y 16-byte aligned");
+  if (io.batch * io.heads * io.seq == 0) return;
+  const unsigned blocks = elementwise_blocks(io.batch * io.heads * io.seq * io.head_dim / 16);
+  if (io.dtype == DType::kBF16) rope_kernel<true><<<blocks, 256, 0, stream>>>(io);
+  else rope_kernel<false><<<blocks, 256, 0, stream>>>(io);
+  check_launch("rope kernel launch");
 }
 
 }  // namespace ufp4

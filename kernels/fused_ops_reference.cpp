@@ -127,4 +127,21 @@ void reference_swiglu_backward(const SwiGluIO& io) {
     }
 }
 
+void reference_rope(const RopeIO& io) {
+  const bool bf16 = io.dtype == DType::kBF16;
+  const int64_t half = io.head_dim / 2;
+  for (int64_t b = 0; b < io.batch; ++b)
+    for (int64_t h = 0; h < io.heads; ++h)
+      for (int64_t t = 0; t < io.seq; ++t) {
+        const int64_t in = b * io.stride_b + h * io.stride_h + t * io.stride_s, out = ((b * io.heads + h) * io.seq + t) * io.head_dim;
+        for (int64_t j = 0; j < half; ++j) {
+          const float c = round_to_dtype(bf16, io.cos[t * half + j]), sn = round_to_dtype(bf16, io.sin[t * half + j]);
+          float ya, yb;
+          rope_pair(bf16, load(io.x, io.dtype, in + j), load(io.x, io.dtype, in + half + j), c, io.inverse ? -sn : sn, ya, yb);
+          store(io.y, io.dtype, out + j, ya);
+          store(io.y, io.dtype, out + half + j, yb);
+        }
+      }
+}
+
 }  // namespace ufp4

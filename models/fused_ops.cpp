@@ -170,7 +170,67 @@ struct SwiGluFunction : public torch::autograd::Function<SwiGluFunction> {
   }
 };
 
+// x [B, H, S, hd] (any strides, last dimension contiguous) -> the rotation, contiguous [B, H, S, hd].
+RopeIO rope_io(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin, const torch::Tensor& y, bool inverse) {
+  RopeIO io;
+  io.dtype = dtype_of(x, "rope input");
+  io.batch = x.size(0);
+  io.heads = x.size(1);
+  io.seq = x.size(2);
+  io.head_dim = x.size(3);
+  io.x = x.data_ptr();
+  io.stride_b = x.stride(0);
+  io.stride_h = x.stride(1);
+  io.stride_s = x.stride(2);
+  io.cos = cos.data_ptr<float>();
+  io.sin = sin.data_ptr<float>();
+  io.inverse = inverse;
+  io.y = y.data_ptr();
+  return io;
+}
+
+struct RopeFunction : public torch::autograd::Function<RopeFunction> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+    torch::Tensor y = torch::empty(x.sizes(), x.options().memory_format(torch::MemoryFormat::Contiguous));
+    run_op(x, rope_io(x, cos, sin, y, false), UFP4_CUDA_OP(cuda_rope), reference_rope);
+    ctx->save_for_backward({cos, sin});
+    return y;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    torch::Tensor dy = grads[0].contiguous(), dx = torch::empty_like(dy);
+    run_op(dy, rope_io(dy, saved[0], saved[1], dx, true), UFP4_CUDA_OP(cuda_rope), reference_rope);
+    return {dx, torch::Tensor(), torch::Tensor()};
+  }
+};
+
 }  // namespace
+
+bool fused_rope_applies(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  const bool dtype_ok = x.scalar_type() == torch::kFloat32 || x.scalar_type() == torch::kBFloat16;
+  if (!dtype_ok || x.dim() != 4 || x.numel() == 0 || x.size(3) % 2 || x.stride(3) != 1) return false;
+  const int64_t half = x.size(3) / 2;
+  for (const torch::Tensor* t : {&cos, &sin})
+    if (t->scalar_type() != torch::kFloat32 || t->dim() != 2 || !t->is_contiguous() || t->size(0) < x.size(2) || t->size(1) != half ||
+        t->device() != x.device())
+      return false;
+  if (x.device().is_cpu()) return true;
+#ifdef UFP4_WITH_CUDA
+  RopeIO io = rope_io(x, cos, sin, x, false);  // y: any 16-byte aligned pointer (a fresh tensor is)
+  return x.is_cuda() && rope_cuda_applies(io);
+#else
+  return false;
+#endif
+}
+
+torch::Tensor fused_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  check_kernel_device(x, "rope");
+  if (!fused_rope_applies(x, cos, sin))
+    throw Error("rope: x must be [B, H, S, hd] (float32 or bfloat16, last dimension contiguous, CUDA: hd a multiple of 16 and strides of "
+                "16 bytes), cos and sin FP32 [>= S, hd / 2] on its device");
+  return RopeFunction::apply(x, cos, sin);
+}
 
 bool fused_swiglu_applies(const torch::Tensor& gu) {
   const bool dtype_ok = gu.scalar_type() == torch::kFloat32 || gu.scalar_type() == torch::kBFloat16;

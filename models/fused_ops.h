@@ -1,5 +1,5 @@
 // Autograd ops over the fused kernels of kernels/fused_ops.h (CUDA, on the current stream) or their
-// CPU reference: RMSNorm, mean cross entropy and SwiGLU, each one pass over memory a direction where
+// CPU reference: RMSNorm, mean cross entropy, SwiGLU and RoPE, each one pass over memory a direction where
 // LibTorch's composition of the same maths makes many (about a fifth of a BF16 step of dense-113m).
 #pragma once
 #include <torch/torch.h>
@@ -15,6 +15,12 @@ torch::Tensor fused_cross_entropy(const torch::Tensor& logits, const torch::Tens
 
 // SwiGLU of gu [..., 2h] (gate half first): silu(gate) * up in FP32, returned in gu's dtype [..., h].
 torch::Tensor fused_swiglu(const torch::Tensor& gu);
+
+// Rotary position embedding (rotate half) of x [B, H, S, hd] (any strides, last dimension contiguous)
+// with FP32 tables cos, sin [>= S, hd / 2]: the same bits as LibTorch's composition (chunk, mul, sub,
+// add, cat), forward and backward, in one pass; returned contiguous in x's dtype.
+torch::Tensor fused_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+bool fused_rope_applies(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 
 // Whether the fused ops take these tensors on their device (the model falls back to LibTorch's
 // composition otherwise): CUDA needs a last dimension that is a multiple of 8 (RMSNorm: at most 2048).

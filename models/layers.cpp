@@ -7,17 +7,12 @@
 
 namespace ufp4 {
 
-namespace {
-
-torch::Tensor rotate(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
-  // x [B, H, S, hd]; rotate-half RoPE with cos/sin [S, hd/2].
+torch::Tensor rope_composition(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
   auto halves = x.chunk(2, -1);
   const torch::Tensor &a = halves[0], &b = halves[1];
   torch::Tensor c = cos.to(x.scalar_type()), s = sin.to(x.scalar_type());
   return torch::cat({a * c - b * s, b * c + a * s}, -1);
 }
-
-}  // namespace
 
 torch::Tensor grouped_causal_attention(const torch::Tensor& q, torch::Tensor k, torch::Tensor v) {
   const int64_t B = q.size(0), H = q.size(1), KV = k.size(1), S = k.size(2), hd = k.size(3);
@@ -74,8 +69,13 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   torch::Tensor q = parts[0].view({B, S, n_heads, head_dim}).transpose(1, 2);
   torch::Tensor k = parts[1].view({B, S, n_kv_heads, head_dim}).transpose(1, 2);
   torch::Tensor v = parts[2].view({B, S, n_kv_heads, head_dim}).transpose(1, 2);
-  q = rotate(q, cos.slice(0, 0, S), sin.slice(0, 0, S));
-  k = rotate(k, cos.slice(0, 0, S), sin.slice(0, 0, S));
+  if (fused && x.is_cuda() && fused_rope_applies(q, cos, sin) && fused_rope_applies(k, cos, sin)) {
+    q = fused_rope(q, cos, sin);
+    k = fused_rope(k, cos, sin);
+  } else {
+    q = rope_composition(q, cos.slice(0, 0, S), sin.slice(0, 0, S));
+    k = rope_composition(k, cos.slice(0, 0, S), sin.slice(0, 0, S));
+  }
   torch::Tensor o = grouped_causal_attention(q, k, v);  // attention BMMs stay unquantized
   return proj(o.transpose(1, 2).reshape({B, S, n_heads * head_dim}));
 }

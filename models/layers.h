@@ -30,6 +30,10 @@ class MlpImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Mlp);
 
+// Rotate-half RoPE of x [B, H, S, hd] with FP32 cos/sin [S, hd/2], as LibTorch operations (the
+// tables rounded to x's dtype; each product and sum rounded): what fused_rope equals bit for bit.
+torch::Tensor rope_composition(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+
 // Causal attention of q [B, H, S, hd] over k, v [B, KV, S, hd] (KV divides H), unquantized: LibTorch's
 // scaled-dot-product attention (2.x), the plain composition before. What the model and the step
 // benchmark's attention rows run.
@@ -41,6 +45,7 @@ class AttentionImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
   QuantLinear qkv{nullptr}, proj{nullptr};
   int64_t n_heads, n_kv_heads, head_dim;
+  bool fused = true;  // the fused RoPE kernel on CUDA (models/fused_ops.h; the same bits as the composition)
 };
 TORCH_MODULE(Attention);
 

@@ -55,6 +55,7 @@ void TransformerImpl::set_fused_ops(bool on) {
   for (auto& n : norm1) n->fused = on;
   for (auto& n : norm2) n->fused = on;
   final_norm->fused = on;
+  for (auto& a : attention) a->fused = on;
   for (auto& m : mlp)
     if (m) m->fused = on;
   for (auto& m : moe) {

@@ -3,14 +3,17 @@
 // reference bit for bit (the reduction order is part of the contract, kernels/fused_ops.h).
 #include <torch/torch.h>
 
+#include <array>
 #include <cmath>
 #include <limits>
 
 #include "common/error.h"
 #include "kernels/fused_ops.h"
 #include "models/fused_ops.h"
+#include "models/layers.h"
 #include "models/transformer.h"
 #include "tests/catch.h"
+#include "tests/helpers.h"
 
 using namespace ufp4;
 
@@ -143,6 +146,63 @@ TEST_CASE("fused SwiGLU == LibTorch's silu(g) * u, forward and backward (FP32 an
     CHECK(worst(a.grad(), b.grad().to(dtype), 1e-6, bf ? 8e-3 : 1e-5) <= 1);
   }
   CHECK_THROWS_AS(fused_swiglu(torch::randn({3, 7})), Error);  // odd: no gate and up halves
+}
+
+namespace {
+
+// RoPE tables as the model builds them: FP32 [rows, hd / 2].
+std::pair<torch::Tensor, torch::Tensor> rope_tables(int64_t rows, int64_t hd) {
+  torch::Tensor inv = torch::pow(10000.0, -torch::arange(0, hd, 2, torch::kFloat64) / static_cast<double>(hd));
+  torch::Tensor ang = torch::outer(torch::arange(rows, torch::kFloat64), inv);
+  return {ang.cos().to(torch::kFloat32), ang.sin().to(torch::kFloat32)};
+}
+
+// q and k of a packed qkv activation [B, S, (H + 2 KV) hd], as the attention layer views them.
+std::pair<torch::Tensor, torch::Tensor> qk_views(const torch::Tensor& qkv, int64_t H, int64_t KV, int64_t hd) {
+  const int64_t B = qkv.size(0), S = qkv.size(1);
+  auto parts = qkv.split({H * hd, KV * hd, KV * hd}, -1);
+  return {parts[0].view({B, S, H, hd}).transpose(1, 2), parts[1].view({B, S, KV, hd}).transpose(1, 2)};
+}
+
+// Fused RoPE and the composition on q and k of the same qkv, forward and backward; "" when every output
+// and the qkv gradient agree bit for bit.
+std::string rope_vs_composition(const torch::Tensor& qkv0, const torch::Tensor& cos, const torch::Tensor& sin, int64_t H, int64_t KV, int64_t hd) {
+  const int64_t S = qkv0.size(1);
+  torch::manual_seed(11);
+  torch::Tensor a = qkv0.clone().requires_grad_(true), b = qkv0.clone().requires_grad_(true);
+  auto [qa, ka] = qk_views(a, H, KV, hd);
+  auto [qb, kb] = qk_views(b, H, KV, hd);
+  torch::Tensor yqa = fused_rope(qa, cos, sin), yka = fused_rope(ka, cos, sin);
+  torch::Tensor c = cos.slice(0, 0, S), sn = sin.slice(0, 0, S);
+  torch::Tensor yqb = rope_composition(qb, c, sn), ykb = rope_composition(kb, c, sn);
+  torch::Tensor dq = torch::randn(yqa.sizes()).to(qkv0.scalar_type()).to(qkv0.device());
+  torch::Tensor dk = torch::randn(yka.sizes()).to(qkv0.scalar_type()).to(qkv0.device());
+  torch::autograd::backward({yqa, yka}, {dq, dk});
+  torch::autograd::backward({yqb, ykb}, {dq, dk});
+  const std::vector<std::string> names = {"q", "k", "dqkv"};
+  const std::vector<torch::Tensor> x = {yqa.cpu(), yka.cpu(), a.grad().cpu()}, y = {yqb.cpu(), ykb.cpu(), b.grad().cpu()};
+  for (size_t i = 0; i < names.size(); ++i) {
+    const int64_t at = test::first_bit_mismatch(x[i], y[i]);
+    if (at >= 0) return names[i] + ": " + test::describe_mismatch(x[i], y[i], at);
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("fused RoPE == LibTorch's composition bit for bit, forward and backward, on q and k views of a packed qkv", "[fused]") {
+  for (auto dtype : {torch::kFloat32, torch::kBFloat16})
+    for (auto hd : {16, 64}) {
+      const int64_t B = 2, S = 9, H = 4, KV = 2;
+      torch::manual_seed(hd);
+      torch::Tensor qkv = (torch::randn({B, S, (H + 2 * KV) * hd}) * 3).to(dtype);
+      auto [cos, sin] = rope_tables(S + 3, hd);  // the model's tables are longer than the sequence
+      INFO("dtype " << dtype << " hd " << hd);
+      CHECK(rope_vs_composition(qkv, cos, sin, H, KV, hd) == "");
+    }
+  auto [cos, sin] = rope_tables(4, 8);
+  CHECK_THROWS_AS(fused_rope(torch::randn({1, 2, 5, 8}), cos, sin), Error);  // tables shorter than the sequence
+  CHECK_THROWS_AS(fused_rope(torch::randn({1, 2, 3, 8}).to(torch::kFloat64), cos, sin), Error);
 }
 
 TEST_CASE("the CPU model never takes the fused ops (CI curves stay LibTorch's)", "[fused]") {
@@ -282,6 +342,46 @@ TEST_CASE("CUDA SwiGLU == CPU reference, bitwise: output and both gradient halve
       };
       INFO("dtype " << dtype << " rows " << rows << " h " << h);
       CHECK(first_difference({"out", "dgu"}, run(torch::kCPU), run(torch::kCUDA)) == "");
+    }
+}
+
+TEST_CASE("CUDA RoPE == CPU reference and == the composition on the GPU, bitwise, forward and backward", "[fused][cuda]") {
+  UFP4_NEED_GPU();
+  for (auto dtype : {torch::kBFloat16, torch::kFloat32})
+    for (auto shape : std::vector<std::array<int64_t, 5>>{{16, 1024, 4, 2, 64}, {3, 77, 12, 4, 64}, {2, 40, 2, 1, 128}, {1, 5, 3, 1, 16}}) {
+      const int64_t B = shape[0], S = shape[1], H = shape[2], KV = shape[3], hd = shape[4];
+      torch::manual_seed(B * S + hd);
+      torch::Tensor qkv = (torch::randn({B, S, (H + 2 * KV) * hd}) * 3).to(dtype);
+      auto [cos, sin] = rope_tables(S + 1, hd);
+      INFO("dtype " << dtype << " B " << B << " S " << S << " H " << H << " KV " << KV << " hd " << hd);
+      // The kernel against the reference, on the strided q view, both directions.
+      for (bool inverse : {false, true}) {
+        auto run = [&](const torch::Device& dev) {
+          torch::Tensor x = qkv.to(dev), c = cos.to(dev), sn = sin.to(dev);
+          torch::Tensor q = qk_views(x, H, KV, hd).first, y = torch::empty(q.sizes(), q.options().memory_format(torch::MemoryFormat::Contiguous));
+          RopeIO io;
+          io.dtype = dt(qkv);
+          io.batch = B;
+          io.heads = H;
+          io.seq = S;
+          io.head_dim = hd;
+          io.x = q.data_ptr();
+          io.stride_b = q.stride(0);
+          io.stride_h = q.stride(1);
+          io.stride_s = q.stride(2);
+          io.cos = c.data_ptr<float>();
+          io.sin = sn.data_ptr<float>();
+          io.inverse = inverse;
+          io.y = y.data_ptr();
+          if (dev.is_cuda()) { cuda_rope(io, nullptr); torch::cuda::synchronize(); }
+          else reference_rope(io);
+          return std::vector<torch::Tensor>{y.cpu()};
+        };
+        INFO("inverse " << inverse);
+        CHECK(first_difference({"y"}, run(torch::kCPU), run(torch::kCUDA)) == "");
+      }
+      // The autograd op against LibTorch's composition, both on the GPU.
+      CHECK(rope_vs_composition(qkv.to(torch::kCUDA), cos.to(torch::kCUDA), sin.to(torch::kCUDA), H, KV, hd) == "");
     }
 }
 

@@ -14,6 +14,7 @@
 #include "harness/data/data.h"
 #include "harness/io/array_io.h"
 #include "harness/io/run_results.h"
+#include "harness/train/device_peaks.h"
 #include "harness/train/run_manifest.h"
 #include "harness/train/token_stream.h"
 #include "harness/train/trainer.h"
@@ -51,6 +52,20 @@ TEST_CASE("manifests: bad input gives file:line: key: message (allowed: ...)", "
   CHECK(err("[modle]\nname = \"tiny\"\n").find("bad.toml:1: modle: unknown section") != std::string::npos);
   CHECK(err("[train\n").find("bad.toml:1:") != std::string::npos);
   CHECK_THROWS_AS(RunManifest::load(d + "/nope.toml"), Error);
+}
+
+TEST_CASE("MFU peaks: each GPU its own datasheet peak, unknown devices none", "[train]") {
+  // CUDA device names as the driver reports them.
+  CHECK(peak_flops("NVIDIA H200") == 989.5e12);
+  CHECK(peak_flops("NVIDIA H100 80GB HBM3") == 989.5e12);
+  CHECK(peak_flops("NVIDIA H100 PCIe") == 756.5e12);
+  CHECK(peak_flops("NVIDIA H100 NVL") == 835.5e12);
+  CHECK(peak_flops("NVIDIA H200 NVL") == 835.5e12);
+  CHECK(peak_flops("NVIDIA GH200 480GB") == 989.5e12);
+  CHECK(peak_flops("NVIDIA A100-SXM4-80GB") == 312e12);
+  CHECK(peak_flops("NVIDIA B200") == 2250e12);
+  CHECK(peak_flops("NVIDIA GeForce RTX 4090") == 0.0);
+  CHECK(peak_flops("cpu") == 0.0);
 }
 
 TEST_CASE("schedules: warmup then cosine or WSD", "[train]") {

@@ -196,7 +196,10 @@ StepBenchRow bench_attention(const std::string& model, const StepBenchOptions& o
 
 // harness/bench/reference_step.py: the same BF16 model (dense or MoE) in plain PyTorch, eager or
 // compiled, with fused or foreach AdamW; it writes its timings as TOML. nullopt when it failed.
-std::optional<StepBenchRow> bench_reference(const std::string& model, const StepBenchOptions& o, bool compiled, const char* optimizer) {
+// compile_mode: "" (eager), "default" or "reduce-overhead" (torch.compile with CUDA graphs).
+std::optional<StepBenchRow> bench_reference(const std::string& model, const StepBenchOptions& o, const std::string& compile_mode,
+                                            const char* optimizer) {
+  const bool compiled = !compile_mode.empty();
   const ModelConfig mc = model_config(model);
   const std::string out = "/tmp/ufp4-reference-step-" + std::to_string(::getpid()) + ".toml";
   char moe[256] = "";
@@ -211,8 +214,10 @@ std::optional<StepBenchRow> bench_reference(const std::string& model, const Step
                 o.python.c_str(), UFP4_SOURCE_DIR, static_cast<long long>(mc.d_model), static_cast<long long>(mc.n_layers),
                 static_cast<long long>(mc.n_heads), static_cast<long long>(mc.n_kv_heads), static_cast<long long>(mc.ffn_hidden),
                 static_cast<long long>(mc.vocab), static_cast<long long>(o.seq_len), static_cast<long long>(o.batch), o.warmup, o.steps,
-                optimizer, mc.rope_theta, mc.tied_embeddings ? " --tied" : "", moe, compiled ? " --compile" : "", out.c_str());
-  const std::string impl = std::string(compiled ? "pytorch-compiled-" : "pytorch-eager-") + optimizer;
+                optimizer, mc.rope_theta, mc.tied_embeddings ? " --tied" : "", moe,
+                compiled ? (" --compile --compile-mode " + compile_mode).c_str() : "", out.c_str());
+  const std::string impl = std::string(!compiled ? "pytorch-eager-" : compile_mode == "default" ? "pytorch-compiled-" : "pytorch-compiled-cudagraphs-") +
+                           optimizer;
   log_info("bench step: PyTorch reference " + model + " " + impl);
   const int rc = std::system(cmd);
   if (rc != 0 || !file_exists(out)) {
@@ -237,8 +242,22 @@ std::optional<StepBenchRow> bench_reference(const std::string& model, const Step
   r.peak_memory_gb = t["peak_memory_gb"].value_or(0.0);
   r.loss = t["loss"].value_or(0.0);
   r.note = "torch " + t["torch"].value_or(std::string("?")) + ", python " + t["python"].value_or(std::string("?")) + ", " +
-           t["device"].value_or(std::string("?"));
+           t["device"].value_or(std::string("?")) + ", grouped-query attention: " +
+           (t["gqa"].value_or(std::string("repeat")) == "sdpa" ? "SDPA's enable_gqa" : "K and V repeated");
   return r;
+}
+
+// "model" or "model:seq" (a sequence length of its own, e.g. the small proxies at 1024): the model's
+// name and the options it runs with.
+std::pair<std::string, StepBenchOptions> model_options(const std::string& entry, const StepBenchOptions& o) {
+  StepBenchOptions om = o;
+  const auto colon = entry.find(':');
+  if (colon == std::string::npos) return {entry, om};
+  const std::string seq = entry.substr(colon + 1);
+  char* end = nullptr;
+  om.seq_len = std::strtoll(seq.c_str(), &end, 10);
+  if (seq.empty() || *end || om.seq_len < 2) throw Error("--models: '" + entry + "': the sequence after ':' must be an integer >= 2");
+  return {entry.substr(0, colon), om};
 }
 
 }  // namespace
@@ -255,45 +274,41 @@ std::vector<StepBenchRow> run_step_benchmarks(const StepBenchOptions& o) {
     rows.push_back(r);
   };
   for (size_t i = 0; i < o.models.size(); ++i) {
+    const auto [model, om] = model_options(o.models[i], o);
     std::vector<std::string> recipes = o.recipes;
     if (i == 0) recipes.insert(recipes.end(), o.extra_recipes.begin(), o.extra_recipes.end());
-    for (const auto& rc : recipes) report(bench_ours(o.models[i], rc, o, device));
-    if (i == 0 && device.is_cuda()) report(bench_ours(o.models[i], "bf16", o, device, false));
+    for (const auto& rc : recipes) report(bench_ours(model, rc, om, device));
+    if (i == 0 && device.is_cuda()) report(bench_ours(model, "bf16", om, device, false));
     // Deterministic mode's cost, measured in the same process: the bf16 and ufp4 recipes again without it.
     if (o.nondeterministic && device.is_cuda()) {
       for (const std::string rc : {"bf16", "ufp4"})
-        if (std::find(recipes.begin(), recipes.end(), rc) != recipes.end()) report(bench_ours(o.models[i], rc, o, device, true, false));
+        if (std::find(recipes.begin(), recipes.end(), rc) != recipes.end()) report(bench_ours(model, rc, om, device, true, false));
       // Where that cost goes: the model's attention alone, with and without deterministic mode.
-      for (const bool det : {true, false}) report(bench_attention(o.models[i], o, device, det));
+      for (const bool det : {true, false}) report(bench_attention(model, om, device, det));
     }
   }
   // One MoE layer at paper scale, per recipe.
   for (const auto& mname : o.moe_layers)
     for (const auto& rc : o.recipes) report(bench_moe_layer(mname, rc, o, device));
   set_deterministic(true);
-  // The plain-PyTorch peers: the first dense and the first MoE model of --models, eager (fused and
-  // foreach AdamW; MoE fused only) and compiled (fused AdamW), as --reference asks.
+  // The plain-PyTorch peers of every model of --models, as --reference asks: eager (fused and foreach
+  // AdamW; MoE fused only) and compiled (fused AdamW; torch.compile's default mode and reduce-overhead,
+  // which adds CUDA graphs).
   bool eager = false, compiled = false;
   for (const auto& part : o.reference) {
     if (part == "eager") eager = true;
     else if (part == "compiled") compiled = true;
     else if (part != "none") throw Error("--reference: '" + part + "' is not allowed (allowed: eager, compiled, eager,compiled, none)");
   }
-  if (eager || compiled) {
-    std::string dense, moe;
-    for (const auto& mname : o.models) {
-      std::string& first = model_config(mname).is_moe() ? moe : dense;
-      if (first.empty()) first = mname;
-    }
-    for (const auto& mname : {dense, moe}) {
-      if (mname.empty()) continue;
-      std::vector<std::pair<bool, const char*>> runs;
-      if (eager) runs.push_back({false, "fused"});
-      if (eager && mname == dense) runs.push_back({false, "foreach"});
-      if (compiled) runs.push_back({true, "fused"});
-      for (const auto& run : runs)
-        if (auto r = bench_reference(mname, o, run.first, run.second)) report(*r);
-    }
+  for (const auto& entry : o.models) {
+    const auto [mname, om] = model_options(entry, o);
+    std::vector<std::pair<std::string, const char*>> runs;
+    if (eager) runs.push_back({"", "fused"});
+    if (eager && !model_config(mname).is_moe()) runs.push_back({"", "foreach"});
+    if (compiled) runs.push_back({"default", "fused"});
+    if (compiled) runs.push_back({"reduce-overhead", "fused"});
+    for (const auto& run : runs)
+      if (auto r = bench_reference(mname, om, run.first, run.second)) report(*r);
   }
   return rows;
 }

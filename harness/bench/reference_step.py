@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """The BF16 transformer of models/transformer.cpp (dense or MoE) written in plain PyTorch, eager or
-under torch.compile, for timing only: `ufp4 bench step` runs it in the same call as its own steps and
+under torch.compile (default or reduce-overhead, i.e. CUDA graphs), for timing only: `ufp4 bench step` runs it in the same call as its own steps and
 compares step times.
 
 Same architecture and dtype flow as ours: FP32 master weights, BF16 activations (autocast; the
 embedding output cast to BF16), RMSNorm in FP32, rotate-half RoPE, grouped-query attention through
-scaled_dot_product_attention (causal), SwiGLU with one fused gate/up projection, untied LM head,
+scaled_dot_product_attention (causal; SDPA's own enable_gqa where torch has it, --gqa), SwiGLU with one fused gate/up projection, untied LM head,
 cross entropy in FP32; AdamW (weight decay on matrices), gradient clipping at 1.0, loss read every
 step. MoE layers (all but the first `--dense-layers`) as a plain PyTorch MoE is written today: FP32
 router and softmax, top-k renormalized, the (token, slot) pairs sorted by expert, one gather, the
@@ -79,6 +79,7 @@ class Block(nn.Module):
     def __init__(self, a, moe=False):
         super().__init__()
         self.h, self.kv, self.hd = a.heads, a.kv_heads, a.d_model // a.heads
+        self.sdpa_gqa = a.gqa == "sdpa" and a.kv_heads != a.heads
         self.norm1, self.norm2 = RMSNorm(a.d_model, a.norm_eps), RMSNorm(a.d_model, a.norm_eps)
         self.qkv = nn.Linear(a.d_model, (a.heads + 2 * a.kv_heads) * self.hd, bias=False)
         self.proj = nn.Linear(a.heads * self.hd, a.d_model, bias=False)
@@ -93,10 +94,13 @@ class Block(nn.Module):
         q = rotate(q.view(B, S, self.h, self.hd).transpose(1, 2), cos, sin)
         k = rotate(k.view(B, S, self.kv, self.hd).transpose(1, 2), cos, sin)
         v = v.view(B, S, self.kv, self.hd).transpose(1, 2)
-        if self.kv != self.h:
+        if self.kv != self.h and not self.sdpa_gqa:
             k = k.repeat_interleave(self.h // self.kv, 1)
             v = v.repeat_interleave(self.h // self.kv, 1)
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if self.sdpa_gqa:
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        else:
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.proj(o.transpose(1, 2).reshape(B, S, self.h * self.hd))
         if self.moe is not None:
             y, aux = self.moe(self.norm2(x))
@@ -142,6 +146,10 @@ def main():
         p.add_argument("--" + k, type=int, default=0)
     p.add_argument("--aux-coeff", type=float, default=0.01)
     p.add_argument("--compile", action="store_true", help="the model under torch.compile (the optimizer step stays eager)")
+    p.add_argument("--compile-mode", choices=["default", "reduce-overhead"], default="default",
+                   help="torch.compile's mode (reduce-overhead: CUDA graphs)")
+    p.add_argument("--gqa", choices=["sdpa", "repeat"], default="sdpa",
+                   help="grouped-query attention: SDPA's enable_gqa (torch >= 2.5), or K and V repeated per query head")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--optimizer", choices=["fused", "foreach"], default="fused")
@@ -154,9 +162,11 @@ def main():
         print("reference_step: no CUDA device", file=sys.stderr)
         return 2
     dev = torch.device("cuda")
+    if a.gqa == "sdpa" and "enable_gqa" not in (F.scaled_dot_product_attention.__doc__ or ""):
+        a.gqa = "repeat"  # this torch has no enable_gqa
     torch.manual_seed(1)
     model = Transformer(a).to(dev)
-    forward = torch.compile(model) if a.compile else model
+    forward = torch.compile(model, mode=a.compile_mode) if a.compile else model
     decay = [q for q in model.parameters() if q.dim() >= 2]
     no_decay = [q for q in model.parameters() if q.dim() < 2]
     kw = {"fused": True} if a.optimizer == "fused" else {"foreach": True}
@@ -189,6 +199,7 @@ def main():
         f.write(f"loss = {loss if math.isfinite(loss) else 0.0!r}\n")
         f.write(f'torch = "{torch.__version__}"\npython = "{platform.python_version()}"\n')
         f.write(f'device = "{torch.cuda.get_device_name(0)}"\noptimizer = "{a.optimizer}"\ncompiled = {str(a.compile).lower()}\n')
+        f.write(f'compile_mode = "{a.compile_mode if a.compile else ""}"\ngqa = "{a.gqa}"\n')
     return 0
 
 

@@ -37,7 +37,7 @@ int cmd_bench(const std::vector<std::string>& args) {
       ("iterations", po::value(&ko.iterations)->default_value(20), "kernels: timed launches per repetition")
       ("repetitions", po::value(&ko.repetitions)->default_value(5), "kernels: repetitions (the median is reported)")
       ("quick", po::bool_switch(&ko.quick), "kernels: two shapes only (smoke test)")
-      ("models", po::value(&models)->default_value("dense-113m,moe-81m"), "step: comma list of models")
+      ("models", po::value(&models)->default_value("dense-20m:1024,dense-35m:1024,dense-113m,moe-81m"), "step: comma list of models; model:seq gives one its own sequence length (e.g. dense-20m:1024)")
       ("recipes", po::value(&recipes)->default_value("bf16,e2m1_ref,ufp4"), "step: comma list of recipes")
       ("extra-recipes", po::value(&extra)->default_value(""), "step: more recipes on the first model (leave-one-out diagnostics)")
       ("batch", po::value(&so.batch)->default_value(16), "step: sequences per step")

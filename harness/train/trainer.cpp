@@ -40,14 +40,6 @@ void on_signal(int s) { g_signal = s; }
 
 }  // namespace
 
-double peak_flops(const std::string& device_name) {
-  // Dense BF16 tensor-core peaks (vendor datasheets): H100 SXM and H200 989.5 TFLOP/s.
-  static const std::pair<const char*, double> kPeaks[] = {{"H100", 989.5e12}, {"H200", 989.5e12}};
-  for (const auto& p : kPeaks)
-    if (device_name.find(p.first) != std::string::npos) return p.second;
-  return 0.0;
-}
-
 double peak_flops(const torch::Device& d) {
 #ifdef UFP4_WITH_CUDA
   if (d.is_cuda()) return peak_flops(at::cuda::getDeviceProperties(d.index() < 0 ? 0 : d.index())->name);
@@ -301,7 +293,8 @@ bool Trainer::step_once(int64_t step) {
   const double peak = peak_flops(device_name_);
   mfu_ = peak > 0 ? tokens_per_s_ * train_flops_per_token(plan_.model) / (peak * world_) : 0;
   char extra[96];
-  if (device_.is_cuda()) std::snprintf(extra, sizeof extra, "lr %.2e | gnorm %.3f | MFU %.1f%%", lr, st.grad_norm, 100 * mfu_);
+  if (device_.is_cuda() && peak > 0) std::snprintf(extra, sizeof extra, "lr %.2e | gnorm %.3f | MFU %.1f%%", lr, st.grad_norm, 100 * mfu_);
+  else if (device_.is_cuda()) std::snprintf(extra, sizeof extra, "lr %.2e | gnorm %.3f | MFU n/a", lr, st.grad_norm);
   else std::snprintf(extra, sizeof extra, "lr %.2e | gnorm %.3f", lr, st.grad_norm);
   if (rank_ == 0) progress_->update(step + 1, tokens, st.loss, extra);
   // Divergence: a non-finite loss, or one far above the best smoothed loss once past warmup.

@@ -14,6 +14,7 @@
 #include "harness/dist/process_groups.h"
 #include "harness/train/checkpoint.h"
 #include "harness/train/data_parallel.h"
+#include "harness/train/device_peaks.h"
 #include "harness/train/run_manifest.h"
 #include "harness/train/run_plan.h"
 #include "harness/io/run_results.h"
@@ -92,9 +93,7 @@ class Trainer {
   Progress* progress_ = nullptr;  // while train() runs
 };
 
-// Dense BF16 tensor-core peak FLOP/s of a device, by name (the device table; 0 when unknown or CPU),
-// used for MFU; peak memory the caching allocator handed out, GB (0 on CPU).
-double peak_flops(const std::string& device_name);
+// Dense BF16 tensor-core peak FLOP/s of a device (device_peaks.h; 0 when unknown or CPU), used for MFU; peak memory the caching allocator handed out, GB (0 on CPU).
 double peak_flops(const torch::Device& d);
 double peak_memory_gb(const torch::Device& d);
 // A data-parallel rank's GPU: LOCAL_RANK modulo the GPUs it sees (two ranks may share one over Gloo).
