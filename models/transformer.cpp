@@ -50,18 +50,18 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) {
   return torch::nn::functional::linear(h, embedding->weight.to(h.scalar_type()));
 }
 
-void TransformerImpl::set_fused_ops(bool on) {
-  fused_ops_ = on;
-  for (auto& n : norm1) n->fused = on;
-  for (auto& n : norm2) n->fused = on;
-  final_norm->fused = on;
-  for (auto& a : attention) a->fused = on;
+void TransformerImpl::set_fused_ops(const FusedOps& f) {
+  fused_ops_ = f;
+  for (auto& n : norm1) n->fused = f.rms_norm;
+  for (auto& n : norm2) n->fused = f.rms_norm;
+  final_norm->fused = f.rms_norm;
+  for (auto& a : attention) a->fused = f.rope;
   for (auto& m : mlp)
-    if (m) m->fused = on;
+    if (m) m->fused = f.swiglu;
   for (auto& m : moe) {
     if (!m) continue;
-    m->fused = on;
-    if (m->shared) m->shared->fused = on;
+    m->fused = f.swiglu;
+    if (m->shared) m->shared->fused = f.swiglu;
   }
 }
 
@@ -69,7 +69,7 @@ TransformerOutput TransformerImpl::loss(const torch::Tensor& tokens, const torch
   torch::Tensor logits = forward(tokens);
   TransformerOutput o;
   torch::Tensor flat = logits.reshape({-1, logits.size(-1)});
-  if (fused_ops_ && flat.is_cuda() && fused_cross_entropy_applies(flat)) o.lm_loss = fused_cross_entropy(flat, targets.reshape({-1}));
+  if (fused_ops_.cross_entropy && flat.is_cuda() && fused_cross_entropy_applies(flat)) o.lm_loss = fused_cross_entropy(flat, targets.reshape({-1}));
   else o.lm_loss = torch::nn::functional::cross_entropy(flat.to(torch::kFloat32), targets.reshape({-1}));
   o.aux_loss = torch::zeros({}, o.lm_loss.options());
   int n = 0;

@@ -18,6 +18,12 @@ struct TransformerOutput {
   torch::Tensor aux_loss; // mean over MoE layers (0 for dense)
 };
 
+// Which of the model's fused kernels run (on CUDA); the others take LibTorch's composition.
+struct FusedOps {
+  bool rms_norm = true, swiglu = true, rope = true, cross_entropy = true;
+  static FusedOps all(bool on) { return {on, on, on, on}; }
+};
+
 class TransformerImpl : public torch::nn::Module {
  public:
   TransformerImpl(const ModelConfig& c, std::shared_ptr<QuantContext> ctx);
@@ -25,10 +31,12 @@ class TransformerImpl : public torch::nn::Module {
   TransformerOutput loss(const torch::Tensor& tokens, const torch::Tensor& targets);
   // Activations run in this dtype (BF16 on GPU, FP32 on CPU); parameters stay FP32 (master weights).
   void set_compute_dtype(torch::ScalarType t) { compute_dtype_ = t; }
-  // On CUDA, RMSNorm, SwiGLU and the loss run as fused kernels (models/fused_ops.h) unless turned off here;
-  // CPU always takes LibTorch's composition (the CI reference curves).
-  void set_fused_ops(bool on);
-  bool fused_ops() const { return fused_ops_; }
+  // On CUDA, RMSNorm, SwiGLU, RoPE and the loss run as fused kernels (models/fused_ops.h) unless turned off
+  // here, all at once or one by one (the benchmark's leave-one-out rows); CPU always takes LibTorch's
+  // composition (the CI reference curves).
+  void set_fused_ops(bool on) { set_fused_ops(FusedOps::all(on)); }
+  void set_fused_ops(const FusedOps& f);
+  const FusedOps& fused_ops() const { return fused_ops_; }
 
   ModelConfig config;
   std::shared_ptr<QuantContext> ctx;
@@ -43,7 +51,7 @@ class TransformerImpl : public torch::nn::Module {
  private:
   torch::Tensor cos_, sin_;
   torch::ScalarType compute_dtype_ = torch::kFloat32;
-  bool fused_ops_ = true;
+  FusedOps fused_ops_;
 };
 TORCH_MODULE(Transformer);
 

@@ -103,11 +103,24 @@ StepBenchRow timed_row(const std::string& impl, const std::string& model, const 
   return r;
 }
 
-// fused_ops false: RMSNorm, SwiGLU and the loss as LibTorch compositions (the row that shows what the fused
-// kernels buy, measured in the same run).
+// The row's name for a set of fused kernels: all on "ufp4", all off "ufp4-libtorch-ops" (what the fused
+// kernels buy together), one off "ufp4-without-fused-<op>" (what that one buys: leave-one-out).
+std::string fused_impl(const FusedOps& f) {
+  const std::vector<std::pair<const char*, bool>> ops = {{"rms-norm", f.rms_norm}, {"swiglu", f.swiglu}, {"rope", f.rope}, {"loss", f.cross_entropy}};
+  std::string off;
+  int n_off = 0;
+  for (const auto& op : ops)
+    if (!op.second) { off = op.first; ++n_off; }
+  if (n_off == 0) return "ufp4";
+  if (n_off == static_cast<int>(ops.size())) return "ufp4-libtorch-ops";
+  if (n_off == 1) return "ufp4-without-fused-" + off;
+  throw Error("bench step: leave out one fused kernel or all of them");
+}
+
+// fused: which fused kernels run (fused_impl names the row).
 // deterministic false: the row that shows what deterministic mode (the trainer's default) costs.
 StepBenchRow bench_ours(const std::string& model, const std::string& recipe, const StepBenchOptions& o, const torch::Device& device,
-                        bool fused_ops = true, bool deterministic = true) {
+                        const FusedOps& fused = FusedOps::all(true), bool deterministic = true) {
   RunManifest m;  // the trainer's defaults (AdamW, clipping 1.0)
   set_deterministic(deterministic);
   ModelConfig mc = model_config(model);
@@ -120,7 +133,7 @@ StepBenchRow bench_ours(const std::string& model, const std::string& recipe, con
   Transformer net(mc, ctx);
   net->to(device);
   net->set_compute_dtype(device.is_cuda() ? torch::kBFloat16 : torch::kFloat32);
-  net->set_fused_ops(fused_ops);
+  net->set_fused_ops(fused);
   auto opt = make_optimizer(net, m);
   // Fixed random tokens: the step's cost does not depend on the text.
   torch::Tensor tokens = torch::randint(0, mc.vocab, {o.batch, o.seq_len + 1}, torch::TensorOptions().dtype(torch::kInt64)).to(device);
@@ -129,7 +142,8 @@ StepBenchRow bench_ours(const std::string& model, const std::string& recipe, con
     ctx->step = s;
     loss = train_step(net, *opt, [&] { return tokens; }, 1, mc.seq_len, 1.0).loss;
   });
-  StepBenchRow r = timed_row(!fused_ops ? "ufp4-libtorch-ops" : deterministic ? "ufp4" : "ufp4-nondeterministic", model, ctx->recipe.name,
+  const std::string impl = fused_impl(fused);
+  StepBenchRow r = timed_row(impl == "ufp4" && !deterministic ? "ufp4-nondeterministic" : impl, model, ctx->recipe.name,
                              o.batch, o.seq_len, o.steps, ms, device);
   r.mfu = device.is_cuda() ? r.tokens_per_s * train_flops_per_token(mc) / peak_flops(device) : 0.0;
   r.loss = loss;
@@ -278,11 +292,19 @@ std::vector<StepBenchRow> run_step_benchmarks(const StepBenchOptions& o) {
     std::vector<std::string> recipes = o.recipes;
     if (i == 0) recipes.insert(recipes.end(), o.extra_recipes.begin(), o.extra_recipes.end());
     for (const auto& rc : recipes) report(bench_ours(model, rc, om, device));
-    if (i == 0 && device.is_cuda()) report(bench_ours(model, "bf16", om, device, false));
+    // What the fused kernels buy on the first model: all of them, then each alone (leave-one-out).
+    if (i == 0 && device.is_cuda()) {
+      report(bench_ours(model, "bf16", om, device, FusedOps::all(false)));
+      for (bool FusedOps::*op : {&FusedOps::rms_norm, &FusedOps::swiglu, &FusedOps::rope, &FusedOps::cross_entropy}) {
+        FusedOps f;
+        f.*op = false;
+        report(bench_ours(model, "bf16", om, device, f));
+      }
+    }
     // Deterministic mode's cost, measured in the same process: the bf16 and ufp4 recipes again without it.
     if (o.nondeterministic && device.is_cuda()) {
       for (const std::string rc : {"bf16", "ufp4"})
-        if (std::find(recipes.begin(), recipes.end(), rc) != recipes.end()) report(bench_ours(model, rc, om, device, true, false));
+        if (std::find(recipes.begin(), recipes.end(), rc) != recipes.end()) report(bench_ours(model, rc, om, device, FusedOps::all(true), false));
       // Where that cost goes: the model's attention alone, with and without deterministic mode.
       for (const bool det : {true, false}) report(bench_attention(model, om, device, det));
     }
