@@ -93,7 +93,8 @@ class Trainer {
   Progress* progress_ = nullptr;  // while train() runs
 };
 
-// Dense BF16 tensor-core peak FLOP/s of a device (device_peaks.h; 0 when unknown or CPU), used for MFU; peak memory the caching allocator handed out, GB (0 on CPU).
+// Dense BF16 tensor-core peak FLOP/s of a device (device_peaks.h; 0 when unknown or CPU), used for MFU;
+// peak memory the caching allocator handed out, GB (0 on CPU).
 double peak_flops(const torch::Device& d);
 double peak_memory_gb(const torch::Device& d);
 // A data-parallel rank's GPU: LOCAL_RANK modulo the GPUs it sees (two ranks may share one over Gloo).
