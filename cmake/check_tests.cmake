@@ -1,6 +1,6 @@
 # Test files and their tags, checked on every build (target ufp4_test_tags): each TEST_CASE in
-# tests/test_<group>[_<part>].cpp names its tags on its own line and carries [<group>], the CTest entry
-# that runs it; so a test's file says where it runs, and a tag says where to find it.
+# tests/test_<group>[_<part>].cpp names its tags on its own line and carries [<group>], the group CTest
+# runs it in (entry <group>, or unit); so a test's file says where it runs, and a tag where to find it.
 #   cmake -DSRC=<repository> -P cmake/check_tests.cmake
 file(GLOB files RELATIVE ${SRC} ${SRC}/tests/test_*.cpp)
 set(problems "")

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace ufp4::test {
 
@@ -19,8 +20,13 @@ struct CliResult {
   int code;
   std::string out;  // stdout and stderr
 };
-// Runs the ufp4 binary from the repository root with `args` (a shell fragment); output and exit code.
-CliResult run_cli(const std::string& args);
+// The CLI (cli_main, what the ufp4 binary's main() calls) in this process, from the repository root:
+// its exit code and output. `args`: words separated by spaces, '...' quoting. In-process because a
+// LibTorch process takes ~0.7 s to start, and the suite makes hundreds of these calls.
+enum class CliOutput { kBoth, kStderr };
+CliResult run_cli(const std::string& args, CliOutput which = CliOutput::kBoth);
+// The built ufp4 binary, spawned from the repository root with `args` (a shell fragment).
+CliResult run_binary(const std::string& args);
 // Runs `command` (a shell command line) and sends it `sig` once a line of its output (stdout and
 // stderr) contains `trigger`: a signal that lands at a known point on any machine, however fast.
 struct SignalledRun {

@@ -43,6 +43,8 @@ TEST_CASE("Table 3 and Figure 10 at CI scale: run a subset, report it; plan esti
     };
     swap("extends = \"../ci/", "extends = \"" + root + "/experiments/ci/");
     swap("dir = \"build/ci/" + name + "\"", "dir = \"" + dir + "/" + name + "\"");
+    // 30 of the CI runs' 100 steps: the campaign's plumbing (ablation levels, report, plan), not its losses.
+    text += "\n[train]\nsteps = 30\n\n[eval]\nevery = 10\n";
     return test::write_manifest(dir, name, text);
   };
   const std::string t3 = here("table3", "experiments/table3/ci.toml"), f10 = here("figure10", "experiments/figure10/ci.toml");

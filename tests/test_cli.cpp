@@ -33,11 +33,12 @@ bool exists(const std::string& p) { return access(p.c_str(), F_OK) == 0; }
 }  // namespace
 
 TEST_CASE("ufp4 --help lists the subcommands; --version names the commit", "[cli]") {
-  Result r = run_cli("--help");
+  // The binary itself for these two (main() wiring); in-process for the rest, as everywhere.
+  Result r = test::run_binary("--help");
   CHECK(r.code == 0);
   for (const char* c : {"run", "plan", "report", "check", "bench", "analyze", "quantize", "recipes", "fit", "data"})
     CHECK(r.out.find(std::string("  ") + c + " ") != std::string::npos);
-  Result v = run_cli("--version");
+  Result v = test::run_binary("--version");
   CHECK(v.code == 0);
   CHECK(v.out.find("commit") != std::string::npos);
   for (const char* c : {"run", "plan", "report", "check", "bench", "analyze", "quantize", "recipes", "fit", "data"}) {
@@ -49,7 +50,7 @@ TEST_CASE("ufp4 --help lists the subcommands; --version names the commit", "[cli
 }
 
 TEST_CASE("bad usage exits 2 with one line naming what is wrong", "[cli]") {
-  Result r = run_cli("frobnicate");
+  Result r = test::run_binary("frobnicate");  // through main(), as a user meets it
   CHECK(r.code == 2);
   CHECK(lines(r.out) == 1);
   CHECK(r.out.find("unknown command 'frobnicate'") != std::string::npos);
@@ -206,7 +207,8 @@ TEST_CASE("reproduce Table 1: the presets match the paper's Table 1 field for fi
 
 TEST_CASE("ufp4 bench step on CPU writes step.h5 with provenance and report bench renders it", "[cli]") {
   const std::string dir = temp_dir();
-  Result b = run_cli("bench step --models dense-20m --recipes bf16,ufp4 --batch 1 --seq 32 --warmup 0 --steps 2 --device cpu "
+  // The CPU test model: the benchmark's plumbing, rows and report, not its numbers.
+  Result b = run_cli("bench step --models tiny --recipes bf16,ufp4 --batch 1 --seq 32 --warmup 0 --steps 2 --device cpu "
                         "--reference none --moe-layers tiny-moe --moe-layer-tokens 64 --out-dir " + dir);
   INFO(b.out);
   REQUIRE(b.code == 0);
@@ -217,8 +219,8 @@ TEST_CASE("ufp4 bench step on CPU writes step.h5 with provenance and report benc
   REQUIRE(ms.data.size() == 4);
   for (float v : ms.data) CHECK(v > 0);
   const auto rows = read_h5_string_attrs(dir + "/step.h5", "step/step_ms").at("rows");
-  CHECK(rows.find("dense-20m|ufp4|bf16|") != std::string::npos);
-  CHECK(rows.find("dense-20m|ufp4|ufp4|") != std::string::npos);
+  CHECK(rows.find("tiny|ufp4|bf16|") != std::string::npos);
+  CHECK(rows.find("tiny|ufp4|ufp4|") != std::string::npos);
   CHECK(rows.find("tiny-moe|ufp4-moe-layer|ufp4|") != std::string::npos);
   Result r = run_cli("report bench --results " + dir + " --out " + dir + "/bench.md");
   INFO(r.out);
@@ -228,16 +230,16 @@ TEST_CASE("ufp4 bench step on CPU writes step.h5 with provenance and report benc
   const toml::table targets = toml::parse_file(std::string(UFP4_SOURCE_DIR) + "/reports/targets.toml");
   char bar[32];
   std::snprintf(bar, sizeof bar, "%.2f", targets["step"]["ufp4_over_bf16_max"].value_or(0.0));
-  const std::string bar_row = "| ufp4 step / bf16 step, dense-20m | <= " + std::string(bar) + " | ";
+  const std::string bar_row = "| ufp4 step / bf16 step, tiny | <= " + std::string(bar) + " | ";
   REQUIRE(md.find(bar_row) != std::string::npos);
-  CHECK(md.find("| dense-20m | ufp4 | ufp4 | 1 x 32 |") != std::string::npos);
+  CHECK(md.find("| tiny | ufp4 | ufp4 | 1 x 32 |") != std::string::npos);
   CHECK(md.find("### One MoE layer at paper scale") != std::string::npos);
   CHECK(md.find("| tiny-moe | ufp4 | 64 | ") != std::string::npos);
   // A bar not met gets its facts and what would close it; a met one does not.
   const size_t at = md.find(bar_row);
   const bool unmet = md.substr(at, md.find('\n', at) - at).find("not met") != std::string::npos;
-  CHECK((md.find("### ufp4 step / bf16 step, dense-20m") != std::string::npos) == unmet);
-  if (unmet) CHECK(md.find("What would close it", md.find("### ufp4 step / bf16 step, dense-20m")) != std::string::npos);
+  CHECK((md.find("### ufp4 step / bf16 step, tiny") != std::string::npos) == unmet);
+  if (unmet) CHECK(md.find("What would close it", md.find("### ufp4 step / bf16 step, tiny")) != std::string::npos);
   // The kernel suite needs a CUDA build and a GPU: a one-line error otherwise.
   if (!torch::cuda::is_available()) {
     Result k = run_cli("bench kernels --out-dir " + dir);

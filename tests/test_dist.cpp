@@ -57,7 +57,7 @@ double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) 
 // The tiny model for 30 steps of 8 sequences in micro-batches of 2: two ranks each run two
 // micro-batches a step, so accumulation and the all-reduce both take part.
 std::string tiny(const std::string& dir, const std::string& recipe = "bf16", int steps = 30) {
-  return test::tiny_manifest(dir, recipe, steps, "micro_batch = 2\n");
+  return test::tiny_manifest(dir, recipe, steps, "batch = 8\nmicro_batch = 2\n");
 }
 
 RunResults result_of(const std::string& manifest) {

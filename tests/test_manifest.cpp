@@ -162,7 +162,7 @@ TEST_CASE("ufp4 plan says why a run is reused or not; ufp4 run re-trains after a
 TEST_CASE("a run over data.max_epochs is refused before anything runs (exit 2); plan shows the epochs", "[manifest]") {
   const std::string d = test::temp_dir();
   // tiny: 8 x 64 tokens a step; the CI corpus holds 2,089,215 training tokens, so 5,000 steps are 1.23 epochs.
-  const std::string over = test::tiny_manifest(d, "bf16", 5000);
+  const std::string over = test::tiny_manifest(d, "bf16", 5000, "batch = 8\n");
   auto r = test::run_cli("run " + over);
   CHECK(r.code == 2);
   CHECK(r.out.find(over + ":8: train.steps: run tiny_bf16 asks for 2.56e+06 tokens, 1.23 epochs of the 2089215 training tokens") !=
@@ -171,7 +171,7 @@ TEST_CASE("a run over data.max_epochs is refused before anything runs (exit 2); 
   CHECK(!is_dir(d + "/runs"));  // nothing ran, nothing written
   CHECK(test::run_cli("plan " + over).out.find(" 1.23! ") != std::string::npos);
   // Allowed when the manifest raises the limit (and says why); never above 4.
-  const std::string body = read_text_file(test::tiny_manifest(d, "e2m1_ref", 5000));
+  const std::string body = read_text_file(test::tiny_manifest(d, "e2m1_ref", 5000, "batch = 8\n"));
   write(d, "raised.toml", body.substr(0, body.find("[train]")) + "max_epochs = 2\n" + body.substr(body.find("[train]")));  // in [data]
   RunManifest m = RunManifest::load(d + "/raised.toml");
   CHECK(m.max_epochs == 2.0);

@@ -1,8 +1,11 @@
 #include "harness/cli/cli.h"
 
+#include <algorithm>
 #include <iostream>
 
 #include "common/error.h"
+#include "common/log.h"
+#include "harness/io/provenance.h"
 
 namespace ufp4 {
 
@@ -40,6 +43,54 @@ std::optional<po::variables_map> parse_command(const std::string& cmd, const std
     throw Error(cmd + ": " + e.what() + " (see ufp4 " + cmd + " --help)");
   }
   return vm;
+}
+
+namespace {
+
+void print_help() {
+  std::cout << "ufp4 " << version() << " - 4-bit training recipes: quantizers, training, ablations, reports\n\n"
+            << "usage: ufp4 [--version] [--help] [-v] <command> [args]   (ufp4 <command> --help for details)\n\ncommands:\n";
+  for (const auto& c : commands()) {
+    std::string pad(10 - std::min<size_t>(9, c.name.size()), ' ');
+    std::cout << "  " << c.name << pad << c.summary << "\n";
+  }
+}
+
+}  // namespace
+
+int cli_main(const std::vector<std::string>& args) {
+  set_log_level(LogLevel::kInfo);  // each invocation starts from the default (tests call this in-process)
+  try {
+    size_t i = 0;
+    for (; i < args.size() && !args[i].empty() && args[i][0] == '-'; ++i) {
+      const std::string& a = args[i];
+      if (a == "--help" || a == "-h") { print_help(); return kExitOk; }
+      if (a == "--version") { std::cout << "ufp4 " << version() << " (commit " << git_commit() << ")\n"; return kExitOk; }
+      if (a == "-v" || a == "--verbose") { set_log_level(LogLevel::kDebug); continue; }
+      if (a == "-q" || a == "--quiet") { set_log_level(LogLevel::kQuiet); continue; }
+      throw Error("unknown option '" + a + "' (allowed before the command: --help, --version, -v, -q)");
+    }
+    if (i == args.size()) { print_help(); return kExitUsage; }
+    const std::string name = args[i];
+    std::vector<std::string> rest(args.begin() + static_cast<long>(i) + 1, args.end());
+    std::string allowed;
+    for (const auto& c : commands()) {
+      if (c.name == name) return c.run(rest);
+      allowed += (allowed.empty() ? "" : ", ") + c.name;
+    }
+    throw Error("unknown command '" + name + "' (allowed: " + allowed + ")");
+  } catch (const Error& e) {
+    std::cerr << "ufp4: error: " << e.what() << "\n";
+    return kExitUsage;
+  } catch (const po::error& e) {
+    std::cerr << "ufp4: error: " << e.what() << "\n";
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    std::string msg = e.what();
+    if (auto nl = msg.find('\n'); nl != std::string::npos) msg = msg.substr(0, nl);  // c10 errors carry backtraces
+    std::cerr << "ufp4: failed: " << msg << "\n";
+    return kExitRuntime;
+  }
 }
 
 }  // namespace ufp4

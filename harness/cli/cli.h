@@ -19,6 +19,10 @@ struct Command {
 
 const std::vector<Command>& commands();
 
+// The whole CLI: `args` without the program name; prints as `ufp4` does and returns its exit code
+// (0 ok, 1 runtime failure, 2 bad usage or input). main() is this call; tests make it in-process.
+int cli_main(const std::vector<std::string>& args);
+
 // Parses `args` against `desc` (+ positionals). Returns nullopt after printing help for --help.
 std::optional<po::variables_map> parse_command(const std::string& cmd, const std::string& usage, po::options_description desc,
                                                const std::vector<std::string>& args,
