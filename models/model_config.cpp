@@ -71,6 +71,9 @@ const std::vector<ModelConfig>& registry() {
     v.push_back(dense("dense-ne2.4m", 192, 6, 3, 1, 512, v8, "dense proxy, 2.4M non-embedding parameters, vocab 8192"));
     v.push_back(dense("dense-ne3.7m", 256, 5, 4, 2, 704, v8, "dense proxy, 3.7M non-embedding parameters, vocab 8192"));
     v.push_back(dense("dense-ne6.6m", 320, 6, 5, 1, 896, v8, "dense proxy, 6.6M non-embedding parameters, vocab 8192"));
+    // The MoE proxy of the sound design: fine-grained experts (hidden d/2) as the paper's MoE has
+    // (hidden 1024 at d 2048), 16 routed top-2 plus one shared, first layer dense.
+    v.push_back(moe("moe-ne2.6m", 128, 6, 2, 1, 16, 2, 64, 1, v8, "MoE proxy, 2.6M non-embedding parameters (0.9M active), vocab 8192"));
     v.push_back(moe("moe-23m", 256, 4, 4, 2, 16, 2, 128, 1, kProxyVocab, "MoE proxy"));
     v.push_back(moe("moe-39m", 320, 6, 5, 1, 16, 2, 192, 1, kProxyVocab, "MoE proxy"));
     v.push_back(moe("moe-81m", 384, 8, 6, 2, 32, 4, 192, 1, kProxyVocab, "MoE proxy"));
