@@ -70,7 +70,7 @@ reproduce-table-2: build
 	$(BUILD)/ufp4 run --gpus $(GPUS) --per-gpu 9 $(T2_MANIFESTS_$(SCALE))
 	$(BUILD)/ufp4 report table2 $(if $(filter ci,$(SCALE)),--results build/ci/table2 --out -,)
 
-F8_MANIFESTS_proxy := experiments/figure8/proxy_dense.toml
+F8_MANIFESTS_proxy := experiments/figure8/proxy_dense.toml experiments/figure8/moe_proxy.toml
 F8_MANIFESTS_ci := experiments/figure8/ci.toml
 F8_RESULTS_proxy := results/figure8
 F8_RESULTS_ci := build/ci/figure8
@@ -85,7 +85,7 @@ T3_RESULTS_proxy := results/table3
 T3_RESULTS_ci := build/ci/table3
 F10_RESULTS_proxy := results/figure10 results/figure8
 F10_RESULTS_ci := build/ci/figure10
-F10_MANIFESTS_proxy := experiments/figure8/proxy_dense.toml experiments/figure10/proxy.toml
+F10_MANIFESTS_proxy := experiments/figure8/proxy_dense.toml experiments/figure10/proxy.toml experiments/figure8/moe_proxy.toml experiments/figure10/moe_proxy.toml
 F10_MANIFESTS_ci := experiments/figure10/ci.toml
 REPORT_DIR_proxy := reports
 REPORT_DIR_ci := build/ci/reports
