@@ -148,14 +148,8 @@ CliResult run_cli(const std::string& args, CliOutput which) {
 }
 
 CliResult run_binary(const std::string& args) {
-  std::string cmd = "cd '" + std::string(UFP4_SOURCE_DIR) + "' && " + std::string(UFP4_BINARY) + " " + args + " 2>&1";
-  std::array<char, 4096> buf;
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return {-1, "popen failed"};
-  while (fgets(buf.data(), buf.size(), p)) out += buf.data();
-  int status = pclose(p);
-  return {WEXITSTATUS(status), out};
+  const Shell r = sh("cd '" + std::string(UFP4_SOURCE_DIR) + "' && " + std::string(UFP4_BINARY) + " " + args);
+  return {r.code, r.out};
 }
 
 Shell sh(const std::string& cmd) {
