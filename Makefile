@@ -105,15 +105,20 @@ reproduce-figure-10: build
 reproduce-figure-2 reproduce-figure-4 reproduce-figure-5 reproduce-figure-6 reproduce-figure-7 reproduce-figure-12: build
 	@bash tools/reproduce-analysis.sh $(BUILD) $(SCALE)
 
-# Figure 9: the MoE ladder, scaling-law fits, report.
-F9_RESULTS_proxy := results/figure9
+# Figure 9: the MoE ladder, scaling-law fits, report. The proxy ladder's middle point is the Figure 8
+# MoE proxy (moe-ne2.6m): its manifest runs here too (nothing to do once trained) and the fit reads
+# its runs from results/figure8 by name.
+F9_MANIFESTS_proxy := $(sort $(wildcard experiments/figure9/proxy/*.toml)) experiments/figure8/moe_proxy.toml
+F9_MANIFESTS_ci := $(sort $(wildcard experiments/figure9/ci/*.toml))
+F9_MANIFESTS_paper := $(sort $(wildcard experiments/figure9/paper/*.toml))
+F9_RESULTS_proxy := results/figure9 results/figure8 --prefix figure9_,figure8_moe
 F9_RESULTS_ci := build/ci/figure9
 F9_FITS_proxy := results/fits/figure9-proxy.h5
 F9_FITS_ci := build/ci/fits/figure9-ci.h5
 F9_REPORT_proxy := reports/figure9.md
 F9_REPORT_ci := build/ci/reports/figure9.md
 reproduce-figure-9: build
-	$(BUILD)/ufp4 run --gpus $(GPUS) --per-gpu 4 $(sort $(wildcard experiments/figure9/$(SCALE)/*.toml))
+	$(BUILD)/ufp4 run --gpus $(GPUS) --per-gpu 12 $(F9_MANIFESTS_$(SCALE))
 	$(BUILD)/ufp4 fit --results $(F9_RESULTS_$(SCALE)) --out $(F9_FITS_$(SCALE))
 	$(BUILD)/ufp4 report figure9 --fits $(F9_FITS_$(SCALE)) --out $(F9_REPORT_$(SCALE)) > /dev/null
 	@echo "report written: $(F9_REPORT_$(SCALE))"

@@ -1,10 +1,16 @@
 // Scaling-law fits: known parameters recovered from noisy synthetic data within the bootstrap
-// intervals, Huber against an outlier, and clear errors for degenerate inputs.
+// intervals, Huber against an outlier, clear errors for degenerate inputs, and Figure 9's fit and
+// report over seeded ladder results.
 #include <cmath>
+#include <fstream>
+#include <map>
 #include <random>
 
 #include "common/error.h"
 #include "harness/analysis/fit.h"
+#include "harness/io/array_io.h"
+#include "harness/io/run_results.h"
+#include "models/model_config.h"
 #include "tests/catch.h"
 #include "tests/helpers.h"
 
@@ -152,4 +158,76 @@ TEST_CASE("fit: degenerate inputs give a clear error", "[fit]") {
   auto r = test::run_cli("fit --results /nonexistent");
   CHECK(r.code == 2);
   CHECK(r.out.find("--results: '/nonexistent' is not a folder") != std::string::npos);
+}
+
+TEST_CASE("Figure 9 from seeded ladder results: fit over several prefixes, the size-by-size table with paired intervals", "[fit]") {
+  // Synthetic results files: four ladder sizes x three recipes x seeds 1-3, loss = a power law in
+  // compute + a per-seed offset shared by the recipes (pairing cancels it) + a recipe shift: ufp4
+  // 0.05 nats below e2m1_ref at every size, bf16 below both.
+  const std::string dir = test::temp_dir();
+  const std::vector<std::pair<std::string, double>> sizes = {{"moe-ne0.7m", 13.8e6}, {"moe-ne1.2m", 24.2e6}, {"moe-ne2.6m", 52.4e6}, {"moe-ne4.0m", 81.9e6}};
+  const std::map<std::string, double> shift = {{"bf16", 0.0}, {"e2m1_ref", 0.10}, {"ufp4", 0.05}};
+  std::mt19937_64 rng(7);
+  std::normal_distribution<double> noise(0, 0.002);
+  int i = 0;
+  for (const auto& [model, tokens] : sizes)
+    for (int64_t seed = 1; seed <= 3; ++seed) {
+      const double offset = 0.03 * static_cast<double>(seed - 2);
+      for (const auto& [recipe, d] : shift) {
+        RunResults r;
+        // Two name families, as the ladder and the Figure 8 MoE runs are; a third one the prefixes leave out.
+        r.run_name = std::string(model == "moe-ne1.2m" ? "other_moe" : "ladder") + "-" + model + "-" + recipe + "-" + std::to_string(seed);
+        r.run_id = "00000000000000" + std::to_string(10 + i++);
+        r.recipe = recipe;
+        r.model = model;
+        r.seed = seed;
+        r.data_train_tokens = 170000000;
+        r.device_name = "cpu";
+        r.curves.step = {0};
+        r.curves.tokens = {tokens};
+        r.curves.loss = {5.0};
+        r.curves.lr = {1e-3};
+        r.curves.grad_norm = {1};
+        r.curves.time_s = {1};
+        const double c = 6 * train_flops_per_token(model_config(model), false) / 6 * tokens;
+        r.curves.eval_step = {0};
+        r.curves.eval_loss = {2.5 + 40 * std::pow(c, -0.1) + offset + d + noise(rng)};
+        write_run_results(dir + "/" + r.run_name + ".h5", r);
+      }
+    }
+  {  // a run of another family in the same folder: not selected
+    RunResults r = read_run_results(dir + "/ladder-moe-ne0.7m-ufp4-1.h5");
+    r.run_name = "unrelated-ufp4-1";
+    r.run_id = "ffffffffffffffff";
+    write_run_results(dir + "/unrelated-ufp4-1.h5", r);
+  }
+  const std::string fits = dir + "/fits.h5", report = dir + "/figure9.md";
+  test::CliResult fit = test::run_cli("fit --results '" + dir + "' --prefix ladder,other_moe --bootstrap 200 --form power --out '" + fits + "'");
+  INFO(fit.out);
+  REQUIRE(fit.code == 0);
+  CHECK(fit.out.find("n=12") != std::string::npos);  // four sizes x three seeds a recipe, the unrelated run left out
+  CHECK(fit.out.find(" 0 used") == std::string::npos);
+  REQUIRE(read_h5_f32(fits, "runs/ufp4").shape == std::vector<int64_t>{12, 3});
+  test::CliResult rep = test::run_cli("report figure9 --fits '" + fits + "' --out '" + report + "'");
+  INFO(rep.out);
+  REQUIRE(rep.code == 0);
+  std::ifstream in(report);
+  const std::string md((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(md.find("## The ladder, size by size") != std::string::npos);
+  // Each size: three seeds, and the paired ufp4 - e2m1_ref difference (-0.05 up to the noise) holds.
+  for (const auto& [model, tokens] : sizes) {
+    const size_t row = md.find("| " + model + " |");
+    REQUIRE(row != std::string::npos);
+    const std::string line = md.substr(row, md.find('\n', row) - row);
+    INFO(line);
+    std::vector<std::string> cells;
+    for (size_t a = 1, b; (b = line.find('|', a)) != std::string::npos; a = b + 1) cells.push_back(line.substr(a + 1, b - a - 2));
+    REQUIRE(cells.size() == 14);
+    CHECK(cells[6] == "3");
+    CHECK(std::stod(cells[12]) == Approx(-0.05).margin(0.006));
+    CHECK(cells[13] == "holds");
+  }
+  CHECK(md.find("minimal detectable difference") != std::string::npos);
+  // Three seeds a point: the fitted claims get verdicts, not the one-seed caveat.
+  CHECK(md.find("one seed") == std::string::npos);
 }

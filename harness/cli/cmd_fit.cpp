@@ -30,7 +30,7 @@ int cmd_fit(const std::vector<std::string>& args) {
   po::options_description d("options");
   d.add_options()
       ("results", po::value(&dirs)->multitoken(), "folders of run results (default results/figure9)")
-      ("prefix", po::value(&prefix)->default_value(""), "only runs whose name starts with this")
+      ("prefix", po::value(&prefix)->default_value(""), "only runs whose name starts with one of these (comma list)")
       ("form", po::value(&forms)->default_value("power,chinchilla"), "comma list of power (L vs C) and chinchilla (L vs N, D)")
       ("metric", po::value(&metric)->default_value("val"), "val (final validation loss) or train (mean training loss of the last K steps)")
       ("last-k", po::value(&last_k)->default_value(100), "K for --metric train")
@@ -52,12 +52,28 @@ int cmd_fit(const std::vector<std::string>& args) {
     if (!is_dir(dir)) throw Error("--results: '" + dir + "' is not a folder");
     walk_files(dir, ".h5", files);
   }
-  std::map<std::string, std::vector<FitPoint>> by_recipe;
-  std::map<std::string, std::vector<std::string>> sources;
+  std::vector<std::string> prefixes;
+  {
+    std::stringstream ps(prefix);
+    for (std::string s; std::getline(ps, s, ',');) prefixes.push_back(s);
+    if (prefixes.empty()) prefixes.push_back("");
+  }
+  auto selected = [&](const std::string& name) {
+    for (const auto& p : prefixes)
+      if (name.rfind(p, 0) == 0) return true;
+    return false;
+  };
+  // A ladder point with what the report shows beside it: its model, seed and data accounting.
+  struct Run {
+    FitPoint p;
+    std::string model, source;
+    double non_embedding = 0, epochs = NAN;
+  };
+  std::map<std::string, std::vector<Run>> by_recipe;
   for (const auto& f : files) {
     if (!is_run_results(f)) continue;
     const RunResults r = read_run_results(f);
-    if (r.run_name.rfind(prefix, 0) != 0) continue;
+    if (!selected(r.run_name)) continue;
     ModelConfig mc = model_config(r.model);
     // The curves as FP32, as the committed fits were made.
     std::vector<float> loss(r.curves.loss.begin(), r.curves.loss.end());
@@ -75,8 +91,8 @@ int cmd_fit(const std::vector<std::string>& args) {
       for (size_t i = n - k; i < n; ++i) s += loss[i];
       p.loss = s / static_cast<double>(k);
     }
-    by_recipe[r.recipe].push_back(p);
-    sources[r.recipe].push_back(f + " (" + r.model + ", commit " + r.attr("git_commit") + ")");
+    by_recipe[r.recipe].push_back({p, r.model, f + " (" + r.model + ", commit " + r.attr("git_commit") + ")",
+                                   static_cast<double>(count_params(mc).non_embedding()), r.epochs});
   }
   if (by_recipe.empty()) throw Error("fit: no runs found in the given folders" + (prefix.empty() ? std::string() : " with prefix '" + prefix + "'"));
   FitOptions opt;
@@ -90,18 +106,29 @@ int cmd_fit(const std::vector<std::string>& args) {
   std::stringstream fs(forms);
   std::vector<std::string> form_names;
   for (std::string s; std::getline(fs, s, ',');) form_names.push_back(s);
-  for (auto& [recipe, pts] : by_recipe) {
-    // Same order in every recipe (by size, then tokens): bootstrap draws pair the same runs.
-    std::sort(pts.begin(), pts.end(), [](const FitPoint& a, const FitPoint& b) { return a.params != b.params ? a.params < b.params : a.tokens != b.tokens ? a.tokens < b.tokens : a.seed < b.seed; });
+  for (auto& [recipe, runs] : by_recipe) {
+    // Same order in every recipe (by size, then tokens, then seed): bootstrap draws pair the same runs.
+    std::sort(runs.begin(), runs.end(), [](const Run& x, const Run& y) {
+      const FitPoint &a = x.p, &b = y.p;
+      return a.params != b.params ? a.params < b.params : a.tokens != b.tokens ? a.tokens < b.tokens : a.seed < b.seed;
+    });
+    std::vector<FitPoint> pts;
+    for (const auto& r : runs) pts.push_back(r.p);
     recipes += (recipes.empty() ? "" : ",") + recipe;
-    std::vector<float> pt;
+    std::vector<float> pt, ru;
     for (const auto& p : pts)
       for (double v : {p.compute, p.params, p.tokens, p.loss}) pt.push_back(static_cast<float>(v));
+    for (const auto& r : runs)
+      for (double v : {static_cast<double>(r.p.seed), r.non_embedding, r.epochs}) ru.push_back(static_cast<float>(v));
     w.write_f32("points/" + recipe, pt.data(), {static_cast<int64_t>(pts.size()), 4});
     w.attr("columns", std::string("compute_flops,active_params,tokens,loss"), "points/" + recipe);
-    std::string src;
-    for (const auto& s : sources[recipe]) src += s + "\n";
+    // The same runs, row for row: what pairs them across recipes (seed) and their data accounting.
+    w.write_f32("runs/" + recipe, ru.data(), {static_cast<int64_t>(runs.size()), 3});
+    w.attr("columns", std::string("seed,non_embedding_params,epochs"), "runs/" + recipe);
+    std::string src, models;
+    for (const auto& r : runs) src += r.source + "\n", models += r.model + "\n";
     w.attr("sources", src, "points/" + recipe);
+    w.attr("models", models, "runs/" + recipe);
     for (const auto& fname : form_names) {
       const FitForm form = parse_fit_form(fname);
       FitResult r;

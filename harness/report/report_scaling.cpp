@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "common/fs.h"
 #include "harness/analysis/fit.h"
+#include "harness/analysis/stats.h"
 #include "harness/io/array_io.h"
 #include "harness/report/plot.h"
 #include "harness/report/report.h"
@@ -27,6 +28,10 @@ struct PowerFit {
   std::vector<std::vector<double>> boot;   // bootstrap samples (empty: skipped resample)
   double c0 = 1;
   std::vector<std::array<double, 4>> points;
+  // Row for row with points, where the fit file has them (ufp4 fit since the seeded ladder):
+  // seed, non-embedding parameters, epochs, and the model's name.
+  std::vector<std::array<double, 3>> runs;
+  std::vector<std::string> models;
   std::string sources;
   double at(const std::vector<double>& q, double c) const { return q[0] + std::exp(q[1]) * std::pow(c / c0, -q[2]); }
 };
@@ -44,7 +49,106 @@ PowerFit load_fit(const std::string& file, const std::string& recipe) {
   ArrayF32 pts = read_h5_f32(file, "points/" + recipe);
   for (int64_t i = 0; i < pts.shape[0]; ++i) f.points.push_back({pts.data[i * 4], pts.data[i * 4 + 1], pts.data[i * 4 + 2], pts.data[i * 4 + 3]});
   f.sources = read_h5_string_attrs(file, "points/" + recipe)["sources"];
+  const auto datasets = list_h5_datasets(file);
+  if (std::find(datasets.begin(), datasets.end(), "runs/" + recipe) != datasets.end()) {
+    ArrayF32 ru = read_h5_f32(file, "runs/" + recipe);
+    for (int64_t i = 0; i < ru.shape[0]; ++i) f.runs.push_back({ru.data[i * 3], ru.data[i * 3 + 1], ru.data[i * 3 + 2]});
+    std::istringstream in(read_h5_string_attrs(file, "runs/" + recipe)["models"]);
+    for (std::string line; std::getline(in, line);) f.models.push_back(line);
+    if (f.runs.size() != f.points.size() || f.models.size() != f.points.size())
+      throw Error(file + ": runs/" + recipe + " does not match points/" + recipe + " row for row");
+  }
   return f;
+}
+
+// The ladder point by point, before any fit: per size, each recipe's loss over seeds and the paired
+// differences the claims rest on (Student-t intervals over seeds, paired by seed across recipes).
+std::string ladder_table(std::map<std::string, PowerFit>& f, const std::string& metric, const toml::table& figure8) {
+  struct Size {
+    std::string model;
+    double non_embedding = 0, active = 0, tokens = 0, epochs = 0;
+    std::map<std::string, std::map<int64_t, double>> loss;  // recipe -> seed -> loss
+  };
+  std::vector<Size> sizes;  // in ladder order (the fit file's rows are sorted by size)
+  for (const char* r : {"bf16", "e2m1_ref", "ufp4"}) {
+    const PowerFit& x = f[r];
+    for (size_t i = 0; i < x.points.size(); ++i) {
+      auto it = std::find_if(sizes.begin(), sizes.end(), [&](const Size& z) { return z.model == x.models[i] && z.tokens == x.points[i][2]; });
+      if (it == sizes.end()) {
+        sizes.push_back({x.models[i], x.runs[i][1], x.points[i][1], x.points[i][2], x.runs[i][2], {}});
+        it = sizes.end() - 1;
+      }
+      it->loss[r][static_cast<int64_t>(x.runs[i][0])] = x.points[i][3];
+    }
+  }
+  std::sort(sizes.begin(), sizes.end(), [](const Size& a, const Size& b) { return a.active * a.tokens < b.active * b.tokens; });
+  // Paired vectors of a recipe pair at one size: the seeds both have.
+  auto pair_of = [](const Size& z, const std::string& a, const std::string& b, bool relative) {
+    std::vector<double> x, y;
+    if (!z.loss.count(a) || !z.loss.count(b)) return std::make_pair(x, y);
+    for (const auto& [seed, la] : z.loss.at(a)) {
+      auto lb = z.loss.at(b).find(seed);
+      if (lb == z.loss.at(b).end()) continue;
+      x.push_back(relative ? 100 * (la - lb->second) / lb->second : la);
+      y.push_back(relative ? 0 : lb->second);
+    }
+    return std::make_pair(x, y);
+  };
+  std::ostringstream os;
+  os << "## The ladder, size by size\n\n" << metric << ", mean and 95% Student-t interval over seeds; differences paired by seed (same "
+     << "initial weights and batches across recipes); gaps relative to bf16 of the same seed.\n\n"
+     << "| model | non-emb params | active | tokens | tokens / non-emb param | epochs | seeds | bf16 | e2m1_ref | ufp4 | e2m1_ref gap | ufp4 gap | "
+        "ufp4 - e2m1_ref (nats) | UFP4 below E2M1 |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  std::vector<double> sd_diff, sd_loss;
+  size_t seeds_min = SIZE_MAX;
+  for (const auto& z : sizes) {
+    auto loss = [&](const char* r) {
+      std::vector<double> v;
+      if (z.loss.count(r))
+        for (const auto& [seed, l] : z.loss.at(r)) v.push_back(l);
+      return v;
+    };
+    const auto [de, dz] = pair_of(z, "e2m1_ref", "bf16", true);
+    const auto [du, dz2] = pair_of(z, "ufp4", "bf16", true);
+    const auto [lu, le] = pair_of(z, "ufp4", "e2m1_ref", false);
+    const Interval d = paired_difference(lu, le);
+    seeds_min = std::min(seeds_min, d.n);
+    if (d.defined()) sd_diff.push_back(d.sd);
+    for (const char* r : {"bf16", "e2m1_ref", "ufp4"}) {
+      const Interval m = mean_interval(loss(r));
+      if (m.defined()) sd_loss.push_back(m.sd);
+    }
+    os << "| " << z.model << " | " << fmt("%.2fM", z.non_embedding / 1e6) << " | " << fmt("%.2fM", z.active / 1e6) << " | "
+       << fmt("%.1fM", z.tokens / 1e6) << " | " << fmt("%.1f", z.tokens / z.non_embedding) << " | "
+       << (std::isnan(z.epochs) ? std::string("n/a") : fmt("%.2f", z.epochs)) << " | " << d.n << " | "
+       << format_interval(mean_interval(loss("bf16"))) << " | " << format_interval(mean_interval(loss("e2m1_ref"))) << " | "
+       << format_interval(mean_interval(loss("ufp4"))) << " | " << format_interval(mean_interval(de), "%+.2f%%") << " | "
+       << format_interval(mean_interval(du), "%+.2f%%") << " | " << format_interval(d, "%+.4f") << " | " << verdict_name(verdict(d, -1)) << " |\n";
+  }
+  auto rms = [](const std::vector<double>& v) {
+    double s = 0;
+    for (double x : v) s += x * x;
+    return v.empty() ? NAN : std::sqrt(s / static_cast<double>(v.size()));
+  };
+  os << "\n";
+  if (seeds_min >= 2 && seeds_min != SIZE_MAX)
+    os << "Seed-to-seed standard deviation of the loss (root mean square over sizes and recipes): " << fmt("%.4f", rms(sd_loss))
+       << " nats; of the paired ufp4 - e2m1_ref difference: " << fmt("%.4f", rms(sd_diff)) << " nats, so at " << seeds_min
+       << " seeds a size the minimal detectable difference (95%, 80% power) is " << fmt("%.4f", minimal_detectable_difference(rms(sd_diff), seeds_min))
+       << " nats. ";
+  // The paper publishes no per-point values for Figure 9; the effect size beside ours is its Figure 8
+  // MoE gap difference, converted to nats at our largest size's bf16 loss.
+  const double pe = figure8["moe"]["e2m1_ref"].value_or(NAN), pu = figure8["moe"]["ufp4"].value_or(NAN);
+  if (!sizes.empty() && !std::isnan(pe) && !std::isnan(pu) && sizes.back().loss.count("bf16")) {
+    std::vector<double> b;
+    for (const auto& [seed, l] : sizes.back().loss.at("bf16")) b.push_back(l);
+    const double lb = mean_interval(b).mean;
+    os << "The paper gives no per-point values for Figure 9; its Figure 8 (" << figure8["moe"]["model"].value_or<std::string>("MoE")
+       << ") puts UFP4's BF16-relative gap " << fmt("%+.2f", pu - pe) << " points from E2M1's, " << fmt("%+.4f", (pu - pe) / 100 * lb)
+       << " nats at our largest size's bf16 loss.";
+  }
+  os << "\n";
+  return os.str();
 }
 
 double quantile(std::vector<double> v, double q) {
@@ -72,11 +176,15 @@ std::string report_figure9(const std::string& root, const std::string& fits, con
      << (read_h5_double_attr(fits, "huber_delta") > 0 ? ", Huber loss" : "") << "); intervals: " << fmt("%.0f", 100 * coverage)
      << "% bootstrap over sizes, and over seeds within a size where there are several, resamples paired across recipes. Paper: " << paper["source"].value_or<std::string>("") << ".\n\n";
 
-  os << "## Runs\n\n| recipe | active params | tokens | compute (FLOPs) | loss |\n|---|---|---|---|---|\n";
-  for (const char* r : {"bf16", "e2m1_ref", "ufp4"})
-    for (const auto& p : f[r].points)
-      os << "| " << r << " | " << fmt("%.1fM", p[1] / 1e6) << " | " << fmt("%.2fM", p[2] / 1e6) << " | " << fmt("%.3e", p[0]) << " | "
-         << fmt("%.4f", p[3]) << " |\n";
+  if (!f["bf16"].runs.empty() && !f["e2m1_ref"].runs.empty() && !f["ufp4"].runs.empty()) {
+    os << ladder_table(f, attrs["metric"], load_paper(root + "/reports/paper/figure8.toml"));
+  } else {
+    os << "## Runs\n\n| recipe | active params | tokens | compute (FLOPs) | loss |\n|---|---|---|---|---|\n";
+    for (const char* r : {"bf16", "e2m1_ref", "ufp4"})
+      for (const auto& p : f[r].points)
+        os << "| " << r << " | " << fmt("%.1fM", p[1] / 1e6) << " | " << fmt("%.2fM", p[2] / 1e6) << " | " << fmt("%.3e", p[0]) << " | "
+           << fmt("%.4f", p[3]) << " |\n";
+  }
 
   os << "\n## Fits\n\n| recipe | E | A (at C0) | alpha | C0 |\n|---|---|---|---|---|\n";
   auto ci = [&](const PowerFit& x, size_t j, bool expo) {
