@@ -75,11 +75,11 @@ const std::vector<ModelConfig>& registry() {
     // (hidden 1024 at d 2048), 16 routed top-2 plus one shared, first layer dense.
     v.push_back(moe("moe-ne2.6m", 128, 6, 2, 1, 16, 2, 64, 1, v8, "MoE proxy, 2.6M non-embedding parameters (0.9M active), vocab 8192"));
     // The MoE ladder of Figure 9 around it: the same expert layout (16 of hidden d/2, top-2, one shared,
-    // first layer dense), width and depth grown together.
-    v.push_back(moe("moe-ne0.4m", 64, 4, 2, 1, 16, 2, 32, 1, v8, "MoE ladder, 0.4M non-embedding parameters, vocab 8192"));
-    v.push_back(moe("moe-ne0.7m", 96, 3, 2, 1, 16, 2, 48, 1, v8, "MoE ladder, 0.7M non-embedding parameters, vocab 8192"));
-    v.push_back(moe("moe-ne1.2m", 128, 3, 2, 1, 16, 2, 64, 1, v8, "MoE ladder, 1.2M non-embedding parameters, vocab 8192"));
+    // first layer dense) and depth (6 layers), the width grown (heads of 32-80 dims, one KV head).
+    v.push_back(moe("moe-ne0.65m", 64, 6, 2, 1, 16, 2, 32, 1, v8, "MoE ladder, 0.65M non-embedding parameters, vocab 8192"));
+    v.push_back(moe("moe-ne1.5m", 96, 6, 2, 1, 16, 2, 48, 1, v8, "MoE ladder, 1.5M non-embedding parameters, vocab 8192"));
     v.push_back(moe("moe-ne4.0m", 160, 6, 2, 1, 16, 2, 80, 1, v8, "MoE ladder, 4.0M non-embedding parameters, vocab 8192"));
+    v.push_back(moe("moe-ne5.8m", 192, 6, 3, 1, 16, 2, 96, 1, v8, "MoE ladder, 5.8M non-embedding parameters, vocab 8192"));
     v.push_back(moe("moe-23m", 256, 4, 4, 2, 16, 2, 128, 1, kProxyVocab, "MoE proxy"));
     v.push_back(moe("moe-39m", 320, 6, 5, 1, 16, 2, 192, 1, kProxyVocab, "MoE proxy"));
     v.push_back(moe("moe-81m", 384, 8, 6, 2, 32, 4, 192, 1, kProxyVocab, "MoE proxy"));

@@ -42,10 +42,16 @@ struct Residuals {
   const std::vector<FitPoint>* pts;
   const FitResult* model;
   std::vector<double> weight;  // sqrt of the Huber IRLS weights
+  bool positive_e = true;      // x[0] is log E
   int inputs() const { return static_cast<int>(fit_param_names(model->form).size()); }
   int values() const { return static_cast<int>(pts->size()); }
-  int operator()(const Eigen::VectorXd& x, Eigen::VectorXd& f) const {
+  std::vector<double> params(const Eigen::VectorXd& x) const {
     std::vector<double> p(x.data(), x.data() + x.size());
+    if (positive_e) p[0] = std::exp(p[0]);
+    return p;
+  }
+  int operator()(const Eigen::VectorXd& x, Eigen::VectorXd& f) const {
+    const std::vector<double> p = params(x);
     for (size_t i = 0; i < pts->size(); ++i) {
       const FitPoint& q = (*pts)[i];
       f[static_cast<Eigen::Index>(i)] = weight[i] * (model->predict_with(p, q.compute, q.params, q.tokens) - q.loss);
@@ -60,14 +66,15 @@ double geomean(const std::vector<FitPoint>& pts, double FitPoint::*field) {
   return std::exp(s / static_cast<double>(pts.size()));
 }
 
-// Starting point: for a grid of E below the smallest loss, a log-linear regression of L - E.
-std::vector<double> initial(const std::vector<FitPoint>& pts, const FitResult& m) {
+// Starting point: for a grid of E below the smallest loss (above zero where E must be positive), a
+// log-linear regression of L - E.
+std::vector<double> initial(const std::vector<FitPoint>& pts, const FitResult& m, bool positive_e) {
   double lmin = INFINITY;
   for (const auto& p : pts) lmin = std::min(lmin, p.loss);
   std::vector<double> best;
   double best_sse = INFINITY;
   for (int g = 0; g < 40; ++g) {
-    const double e = lmin * g / 40.0;
+    const double e = lmin * (positive_e ? (g + 0.01) / 40.01 : g / 40.0);
     double sx = 0, sy = 0, sxx = 0, sxy = 0;
     const double n = static_cast<double>(pts.size());
     for (const auto& p : pts) {
@@ -85,8 +92,10 @@ std::vector<double> initial(const std::vector<FitPoint>& pts, const FitResult& m
   return best;
 }
 
-std::vector<double> solve(const std::vector<FitPoint>& pts, const FitResult& m, std::vector<double> x0, double huber) {
-  Residuals r{&pts, &m, std::vector<double>(pts.size(), 1.0)};
+// Least squares (Huber by reweighting) from the parameters p0; returns parameters (E itself, not its log).
+std::vector<double> solve(const std::vector<FitPoint>& pts, const FitResult& m, std::vector<double> x0, double huber, bool positive_e) {
+  Residuals r{&pts, &m, std::vector<double>(pts.size(), 1.0), positive_e};
+  if (positive_e) x0[0] = std::log(std::max(x0[0], 1e-12));
   Eigen::VectorXd x = Eigen::Map<Eigen::VectorXd>(x0.data(), static_cast<Eigen::Index>(x0.size()));
   for (int iter = 0; iter < (huber > 0 ? 20 : 1); ++iter) {
     Eigen::NumericalDiff<Residuals> nd(r);
@@ -97,13 +106,13 @@ std::vector<double> solve(const std::vector<FitPoint>& pts, const FitResult& m, 
     lm.minimize(x);
     if (huber <= 0) break;
     // Huber: weight 1 inside the threshold, delta / |r| beyond it (IRLS).
-    std::vector<double> p(x.data(), x.data() + x.size());
+    const std::vector<double> p = r.params(x);
     for (size_t i = 0; i < pts.size(); ++i) {
       const double res = std::fabs(m.predict_with(p, pts[i].compute, pts[i].params, pts[i].tokens) - pts[i].loss);
       r.weight[i] = res <= huber ? 1.0 : std::sqrt(huber / res);
     }
   }
-  return std::vector<double>(x.data(), x.data() + x.size());
+  return r.params(x);
 }
 
 void check(const std::vector<FitPoint>& pts, FitForm form) {
@@ -136,7 +145,7 @@ FitResult fit_scaling_law(const std::vector<FitPoint>& pts_in, FitForm form, con
   m.c0 = geomean(pts, &FitPoint::compute);
   m.n0 = geomean(pts, &FitPoint::params);
   m.d0 = geomean(pts, &FitPoint::tokens);
-  m.params = solve(pts, m, initial(pts, m), opt.huber_delta);
+  m.params = solve(pts, m, initial(pts, m, opt.positive_e), opt.huber_delta, opt.positive_e);
   double sse = 0;
   for (const auto& q : pts) sse += std::pow(m.predict(q.compute, q.params, q.tokens) - q.loss, 2);
   m.rmse = std::sqrt(sse / static_cast<double>(pts.size()));
@@ -179,7 +188,7 @@ FitResult fit_scaling_law(const std::vector<FitPoint>& pts_in, FitForm form, con
       m.samples.push_back({});  // keeps sample i aligned across fits drawn with the same seed
       continue;
     }
-    std::vector<double> p = solve(s, m, m.params, opt.huber_delta);
+    std::vector<double> p = solve(s, m, m.params, opt.huber_delta, opt.positive_e);
     bool finite = true;
     for (double v : p) finite = finite && std::isfinite(v);
     if (!finite) {

@@ -27,6 +27,9 @@ struct FitOptions {
   int bootstrap = 1000;    // case resamples (0: none)
   double coverage = 0.95;  // central interval of the bootstrap distribution
   uint64_t seed = 1;
+  // E is an irreducible loss: fitted as exp(log E) so that it stays positive (a ladder still far from
+  // its asymptote otherwise drives E below zero and every extrapolation with it). false: E free.
+  bool positive_e = true;
 };
 
 struct FitResult {

@@ -39,6 +39,7 @@ int cmd_fit(const std::vector<std::string>& args) {
       ("coverage", po::value(&coverage)->default_value(0.95), "coverage of the bootstrap intervals")
       ("seed", po::value(&seed)->default_value(1), "bootstrap seed (the same for every recipe: resamples are paired)")
       ("attention-flops", po::bool_switch(), "count attention FLOPs in the compute")
+      ("free-e", po::bool_switch(), "let the irreducible loss E take any sign (default: E > 0)")
       ("out", po::value(&out)->default_value("results/fits/figure9-proxy.h5"), "HDF5 output");
   auto vm = parse_command("fit", "[--results DIR...] [--form power,chinchilla] [--out FILE]", d, args);
   if (!vm) return 0;
@@ -100,6 +101,7 @@ int cmd_fit(const std::vector<std::string>& args) {
   opt.bootstrap = bootstrap;
   opt.coverage = coverage;
   opt.seed = seed;
+  opt.positive_e = !(*vm)["free-e"].as<bool>();
   if (out.find('/') != std::string::npos) make_dirs(out.substr(0, out.rfind('/')));
   H5Writer w(out);
   std::string recipes;
@@ -170,6 +172,7 @@ int cmd_fit(const std::vector<std::string>& args) {
   w.attr("metric", metric == "val" ? std::string("final validation loss") : "mean training loss of the last " + std::to_string(last_k) + " steps");
   w.attr("compute", std::string(attn ? "training FLOPs per token of our FLOP model (with attention) x tokens" : "6 x active parameters (embedding lookup excluded) x tokens"));
   w.attr("huber_delta", huber);
+  w.attr("e_constraint", std::string(opt.positive_e ? "E > 0 (fitted as exp(log E))" : "E free"));
   w.attr("coverage", coverage);
   w.attr("bootstrap", static_cast<int64_t>(bootstrap));
   write_provenance(w);

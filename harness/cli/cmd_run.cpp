@@ -170,9 +170,10 @@ int cmd_run(const std::vector<std::string>& args) {
         }
         const RunManifest& m = ms[i];
         make_dirs(m.out_dir + "/logs");
+        // Appended: a run stopped and resumed keeps the log of each of its processes.
         std::string cmd = "env CUDA_VISIBLE_DEVICES=" + std::to_string(gpu) + " " + shell_quote(exe) + " run " + shell_quote(m.path) + " --only " + shell_quote(m.name) +
                           (opt.force ? " --force" : "") + (opt.device.empty() ? "" : " --device " + shell_quote(opt.device)) +
-                          (opt.stop_after >= 0 ? " --stop-after " + std::to_string(opt.stop_after) : "") + " > " +
+                          (opt.stop_after >= 0 ? " --stop-after " + std::to_string(opt.stop_after) : "") + " >> " +
                           shell_quote(m.out_dir + "/logs/" + m.name + ".log") + " 2>&1";
         pid_t pid;
         {

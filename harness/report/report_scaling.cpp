@@ -26,7 +26,7 @@ namespace {
 struct PowerFit {
   std::vector<double> p;                   // E, logA, alpha
   std::vector<std::vector<double>> boot;   // bootstrap samples (empty: skipped resample)
-  double c0 = 1;
+  double c0 = 1, rmse = NAN;
   std::vector<std::array<double, 4>> points;
   // Row for row with points, where the fit file has them (ufp4 fit since the seeded ladder):
   // seed, non-embedding parameters, epochs, and the model's name.
@@ -41,6 +41,7 @@ PowerFit load_fit(const std::string& file, const std::string& recipe) {
   ArrayF32 p = read_h5_f32(file, "power/" + recipe + "/params");
   f.p.assign(p.data.begin(), p.data.end());
   f.c0 = read_h5_double_attr(file, "c0", "power/" + recipe + "/params");
+  f.rmse = read_h5_double_attr(file, "rmse", "power/" + recipe + "/params");
   ArrayF32 s = read_h5_f32(file, "power/" + recipe + "/samples");
   for (int64_t i = 0; i < s.shape[0]; ++i) {
     std::vector<double> row(s.data.begin() + i * 3, s.data.begin() + i * 3 + 3);
@@ -97,7 +98,7 @@ std::string ladder_table(std::map<std::string, PowerFit>& f, const std::string& 
   std::ostringstream os;
   os << "## The ladder, size by size\n\n" << metric << ", mean and 95% Student-t interval over seeds; differences paired by seed (same "
      << "initial weights and batches across recipes); gaps relative to bf16 of the same seed.\n\n"
-     << "| model | non-emb params | active | tokens | tokens / non-emb param | epochs | seeds | bf16 | e2m1_ref | ufp4 | e2m1_ref gap | ufp4 gap | "
+     << "| model | non-emb params | active (with head) | tokens | tokens / non-emb param | epochs | seeds | bf16 | e2m1_ref | ufp4 | e2m1_ref gap | ufp4 gap | "
         "ufp4 - e2m1_ref (nats) | UFP4 below E2M1 |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   std::vector<double> sd_diff, sd_loss;
   size_t seeds_min = SIZE_MAX;
@@ -173,7 +174,8 @@ std::string report_figure9(const std::string& root, const std::string& fits, con
   std::ostringstream os;
   os << "# Figure 9: loss vs training compute, MoE ladder\n\nOurs: " << attrs["metric"] << " of each run of the ladder against compute ("
      << attrs["compute"] << "), fitted per recipe with L(C) = E + A (C / C0)^-alpha (`ufp4 fit`, Levenberg-Marquardt"
-     << (read_h5_double_attr(fits, "huber_delta") > 0 ? ", Huber loss" : "") << "); intervals: " << fmt("%.0f", 100 * coverage)
+     << (read_h5_double_attr(fits, "huber_delta") > 0 ? ", Huber loss" : "")
+     << (attrs.count("e_constraint") ? ", " + attrs["e_constraint"] : std::string()) << "); intervals: " << fmt("%.0f", 100 * coverage)
      << "% bootstrap over sizes, and over seeds within a size where there are several, resamples paired across recipes. Paper: " << paper["source"].value_or<std::string>("") << ".\n\n";
 
   if (!f["bf16"].runs.empty() && !f["e2m1_ref"].runs.empty() && !f["ufp4"].runs.empty()) {
@@ -186,7 +188,7 @@ std::string report_figure9(const std::string& root, const std::string& fits, con
            << fmt("%.4f", p[3]) << " |\n";
   }
 
-  os << "\n## Fits\n\n| recipe | E | A (at C0) | alpha | C0 |\n|---|---|---|---|---|\n";
+  os << "\n## Fits\n\n| recipe | E | A (at C0) | alpha | C0 | rmse |\n|---|---|---|---|---|---|\n";
   auto ci = [&](const PowerFit& x, size_t j, bool expo) {
     std::vector<double> v;
     for (const auto& b : x.boot)
@@ -195,7 +197,7 @@ std::string report_figure9(const std::string& root, const std::string& fits, con
     return fmt("%.4g", est) + " [" + fmt("%.4g", quantile(v, lo_q)) + ", " + fmt("%.4g", quantile(v, hi_q)) + "]";
   };
   for (const char* r : {"bf16", "e2m1_ref", "ufp4"})
-    os << "| " << r << " | " << ci(f[r], 0, false) << " | " << ci(f[r], 1, true) << " | " << ci(f[r], 2, false) << " | " << fmt("%.3e", f[r].c0) << " |\n";
+    os << "| " << r << " | " << ci(f[r], 0, false) << " | " << ci(f[r], 1, true) << " | " << ci(f[r], 2, false) << " | " << fmt("%.3e", f[r].c0) << " | " << fmt("%.4f", f[r].rmse) << " |\n";
 
   // Paired bootstrap distributions of derived quantities at a compute value.
   auto paired = [&](double c, auto&& g) {
