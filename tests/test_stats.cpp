@@ -51,3 +51,20 @@ TEST_CASE("intervals, paired differences and verdicts", "[stats]") {
   CHECK(std::isnan(minimal_detectable_difference(1.0, 1)));
   CHECK(format_interval(i, "%.1f") == "2.0 [-0.5, 4.5]");
 }
+
+TEST_CASE("slope of a line with its t interval", "[stats]") {
+  // y = 1 + 2x + e, e = +-0.1 alternating: slope and its standard error by hand.
+  const std::vector<double> x = {0, 1, 2, 3}, y = {1.1, 2.9, 5.1, 6.9};
+  const Interval s = slope_interval(x, y);
+  // sxx = 5, sxy = 9.8 -> slope 1.96, intercept 1.06; residuals 0.04, -0.12, 0.12, -0.04 -> sse 0.032,
+  // standard error sqrt(0.032 / 2 / 5).
+  CHECK(s.mean == Approx(1.96).epsilon(1e-12));
+  CHECK(s.sd == Approx(std::sqrt(0.0032)).epsilon(1e-9));
+  CHECK(s.hi - s.mean == Approx(4.302653 * s.sd).epsilon(1e-5));  // t(0.975, 2)
+  CHECK(verdict(s, +1) == Verdict::kHolds);
+  // Flat noisy data: the interval holds zero. Two points or one x: no interval.
+  CHECK(verdict(slope_interval({0, 1, 2, 3}, {1, 1.2, 0.9, 1.05}), +1) == Verdict::kInconclusive);
+  CHECK(!slope_interval({0, 1}, {1, 2}).defined());
+  CHECK(!slope_interval({1, 1, 1}, {1, 2, 3}).defined());
+  CHECK_THROWS(slope_interval({1, 2}, {1}));
+}

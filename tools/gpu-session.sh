@@ -23,13 +23,14 @@ tests=$!
 # The analysis capture run, then its analysis, next to the ladder.
 ( CUDA_VISIBLE_DEVICES=0 timeout "$BUDGET" bash tools/reproduce-analysis.sh build proxy > "$LOGS/analysis.log" 2>&1 ) &
 analysis=$!
-ladder=(experiments/figure9/proxy/moe282m.toml experiments/figure9/proxy/moe160m.toml experiments/figure9/proxy/moe81m.toml
-        experiments/figure9/proxy/moe39m.toml experiments/figure9/proxy/moe23m.toml)
-timeout "$BUDGET" build/ufp4 run --gpus "$ngpu" --per-gpu 4 "${ladder[@]}" > "$LOGS/ladder.log" 2>&1
+# The ladder, largest first; its middle point is the Figure 8 MoE proxy.
+ladder=(experiments/figure9/proxy/moe-ne5.8m.toml experiments/figure9/proxy/moe-ne4.0m.toml experiments/figure8/moe_proxy.toml
+        experiments/figure9/proxy/moe-ne1.5m.toml experiments/figure9/proxy/moe-ne0.65m.toml)
+timeout "$BUDGET" build/ufp4 run --gpus "$ngpu" --per-gpu 12 "${ladder[@]}" > "$LOGS/ladder.log" 2>&1
 echo "ladder exit $? after $(( $(date +%s) - t0 )) s"
 wait "$analysis"; echo "analysis exit $?"
 wait "$tests"; tail -n 3 "$LOGS/cuda-tests.log"
-build/ufp4 fit --results results/figure9 --out results/fits/figure9-proxy.h5 > "$LOGS/fit.log" 2>&1 && \
+build/ufp4 fit --results results/figure9 results/figure8 --prefix figure9_,figure8_moe --out results/fits/figure9-proxy.h5 > "$LOGS/fit.log" 2>&1 && \
   build/ufp4 report figure9 > /dev/null 2>> "$LOGS/fit.log"
 tail -n 12 "$LOGS/fit.log"
 echo "total $(( $(date +%s) - t0 )) s"

@@ -2,6 +2,7 @@
 // Lentz), quantiles by bisection; intervals, verdicts and detectable differences (see stats.h).
 #include "harness/analysis/stats.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -100,6 +101,31 @@ Interval paired_difference(const std::vector<double>& a, const std::vector<doubl
   std::vector<double> d(a.size());
   for (size_t i = 0; i < a.size(); ++i) d[i] = a[i] - b[i];
   return mean_interval(d, level);
+}
+
+Interval slope_interval(const std::vector<double>& x, const std::vector<double>& y, double level) {
+  if (x.size() != y.size()) throw Error("slope_interval: " + std::to_string(x.size()) + " x vs " + std::to_string(y.size()) + " y values");
+  Interval r;
+  r.n = x.size();
+  r.level = level;
+  r.sd = r.lo = r.hi = NAN;
+  const double n = static_cast<double>(x.size());
+  double mx = 0, my = 0;
+  for (size_t i = 0; i < x.size(); ++i) mx += x[i] / n, my += y[i] / n;
+  double sxx = 0, sxy = 0;
+  for (size_t i = 0; i < x.size(); ++i) sxx += (x[i] - mx) * (x[i] - mx), sxy += (x[i] - mx) * (y[i] - my);
+  r.mean = sxx > 0 ? sxy / sxx : NAN;
+  if (x.size() < 3 || !(sxx > 0)) {
+    r.n = std::min<size_t>(r.n, 1);  // not defined(): no interval
+    return r;
+  }
+  double sse = 0;
+  for (size_t i = 0; i < x.size(); ++i) sse += std::pow(y[i] - my - r.mean * (x[i] - mx), 2);
+  r.sd = std::sqrt(sse / (n - 2) / sxx);
+  const double t = student_t_quantile((1 + level) / 2, n - 2);
+  r.lo = r.mean - t * r.sd;
+  r.hi = r.mean + t * r.sd;
+  return r;
 }
 
 Verdict verdict(const Interval& d, int direction) {

@@ -26,6 +26,10 @@ Interval mean_interval(const std::vector<double>& x, double level = 0.95);
 // Paired differences a_i - b_i (the same seed in both), and their interval. Sizes must agree.
 Interval paired_difference(const std::vector<double>& a, const std::vector<double>& b, double level = 0.95);
 
+// The least-squares slope of y on x with its two-sided Student-t interval (n - 2 degrees of freedom):
+// mean = slope, sd = its standard error. Undefined (NaN bounds) for fewer than three points or one x.
+Interval slope_interval(const std::vector<double>& x, const std::vector<double>& y, double level = 0.95);
+
 enum class Verdict { kHolds, kContradicted, kInconclusive };
 // A claim that the true difference is negative (`direction` -1) or positive (+1): holds when the
 // interval lies on that side of zero, contradicted when it lies on the other, inconclusive when it

@@ -62,78 +62,92 @@ PowerFit load_fit(const std::string& file, const std::string& recipe) {
   return f;
 }
 
-// The ladder point by point, before any fit: per size, each recipe's loss over seeds and the paired
-// differences the claims rest on (Student-t intervals over seeds, paired by seed across recipes).
-std::string ladder_table(std::map<std::string, PowerFit>& f, const std::string& metric, const toml::table& figure8) {
-  struct Size {
-    std::string model;
-    double non_embedding = 0, active = 0, tokens = 0, epochs = 0;
-    std::map<std::string, std::map<int64_t, double>> loss;  // recipe -> seed -> loss
-  };
-  std::vector<Size> sizes;  // in ladder order (the fit file's rows are sorted by size)
+// One size of the ladder: its accounting and each recipe's loss by seed.
+struct LadderSize {
+  std::string model;
+  double non_embedding = 0, active = 0, tokens = 0, epochs = 0, compute = 0;
+  std::map<std::string, std::map<int64_t, double>> loss;  // recipe -> seed -> loss
+  std::vector<double> losses(const std::string& r) const {
+    std::vector<double> v;
+    if (loss.count(r))
+      for (const auto& [seed, l] : loss.at(r)) v.push_back(l);
+    return v;
+  }
+  // The seeds both recipes have: a's and b's values (relative: 100 (a - b) / b for a, 0 for b).
+  std::pair<std::vector<double>, std::vector<double>> paired(const std::string& a, const std::string& b, bool relative) const {
+    std::vector<double> x, y;
+    if (!loss.count(a) || !loss.count(b)) return {x, y};
+    for (const auto& [seed, la] : loss.at(a)) {
+      auto lb = loss.at(b).find(seed);
+      if (lb == loss.at(b).end()) continue;
+      x.push_back(relative ? 100 * (la - lb->second) / lb->second : la);
+      y.push_back(relative ? 0 : lb->second);
+    }
+    return {x, y};
+  }
+};
+
+// The fit file's rows grouped by size, in order of compute.
+std::vector<LadderSize> ladder_sizes(std::map<std::string, PowerFit>& f) {
+  std::vector<LadderSize> sizes;
   for (const char* r : {"bf16", "e2m1_ref", "ufp4"}) {
     const PowerFit& x = f[r];
     for (size_t i = 0; i < x.points.size(); ++i) {
-      auto it = std::find_if(sizes.begin(), sizes.end(), [&](const Size& z) { return z.model == x.models[i] && z.tokens == x.points[i][2]; });
+      auto it = std::find_if(sizes.begin(), sizes.end(), [&](const LadderSize& z) { return z.model == x.models[i] && z.tokens == x.points[i][2]; });
       if (it == sizes.end()) {
-        sizes.push_back({x.models[i], x.runs[i][1], x.points[i][1], x.points[i][2], x.runs[i][2], {}});
+        sizes.push_back({x.models[i], x.runs[i][1], x.points[i][1], x.points[i][2], x.runs[i][2], x.points[i][0], {}});
         it = sizes.end() - 1;
       }
       it->loss[r][static_cast<int64_t>(x.runs[i][0])] = x.points[i][3];
     }
   }
-  std::sort(sizes.begin(), sizes.end(), [](const Size& a, const Size& b) { return a.active * a.tokens < b.active * b.tokens; });
-  // Paired vectors of a recipe pair at one size: the seeds both have.
-  auto pair_of = [](const Size& z, const std::string& a, const std::string& b, bool relative) {
-    std::vector<double> x, y;
-    if (!z.loss.count(a) || !z.loss.count(b)) return std::make_pair(x, y);
-    for (const auto& [seed, la] : z.loss.at(a)) {
-      auto lb = z.loss.at(b).find(seed);
-      if (lb == z.loss.at(b).end()) continue;
-      x.push_back(relative ? 100 * (la - lb->second) / lb->second : la);
-      y.push_back(relative ? 0 : lb->second);
+  std::sort(sizes.begin(), sizes.end(), [](const LadderSize& a, const LadderSize& b) { return a.compute < b.compute; });
+  return sizes;
+}
+
+double rms(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x * x;
+  return v.empty() ? NAN : std::sqrt(s / static_cast<double>(v.size()));
+}
+
+// Seed-to-seed standard deviation of the loss: root mean square over sizes and recipes.
+double seed_sd(const std::vector<LadderSize>& sizes) {
+  std::vector<double> sd;
+  for (const auto& z : sizes)
+    for (const char* r : {"bf16", "e2m1_ref", "ufp4"}) {
+      const Interval m = mean_interval(z.losses(r));
+      if (m.defined()) sd.push_back(m.sd);
     }
-    return std::make_pair(x, y);
-  };
+  return rms(sd);
+}
+
+// The ladder point by point, before any fit: per size, each recipe's loss over seeds and the paired
+// differences the claims rest on (Student-t intervals over seeds, paired by seed across recipes).
+std::string ladder_table(const std::vector<LadderSize>& sizes, const std::string& metric, const toml::table& figure8) {
   std::ostringstream os;
   os << "## The ladder, size by size\n\n" << metric << ", mean and 95% Student-t interval over seeds; differences paired by seed (same "
      << "initial weights and batches across recipes); gaps relative to bf16 of the same seed.\n\n"
      << "| model | non-emb params | active (with head) | tokens | tokens / non-emb param | epochs | seeds | bf16 | e2m1_ref | ufp4 | e2m1_ref gap | ufp4 gap | "
         "ufp4 - e2m1_ref (nats) | UFP4 below E2M1 |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
-  std::vector<double> sd_diff, sd_loss;
+  std::vector<double> sd_diff;
   size_t seeds_min = SIZE_MAX;
   for (const auto& z : sizes) {
-    auto loss = [&](const char* r) {
-      std::vector<double> v;
-      if (z.loss.count(r))
-        for (const auto& [seed, l] : z.loss.at(r)) v.push_back(l);
-      return v;
-    };
-    const auto [de, dz] = pair_of(z, "e2m1_ref", "bf16", true);
-    const auto [du, dz2] = pair_of(z, "ufp4", "bf16", true);
-    const auto [lu, le] = pair_of(z, "ufp4", "e2m1_ref", false);
+    const auto de = z.paired("e2m1_ref", "bf16", true).first, du = z.paired("ufp4", "bf16", true).first;
+    const auto [lu, le] = z.paired("ufp4", "e2m1_ref", false);
     const Interval d = paired_difference(lu, le);
     seeds_min = std::min(seeds_min, d.n);
     if (d.defined()) sd_diff.push_back(d.sd);
-    for (const char* r : {"bf16", "e2m1_ref", "ufp4"}) {
-      const Interval m = mean_interval(loss(r));
-      if (m.defined()) sd_loss.push_back(m.sd);
-    }
     os << "| " << z.model << " | " << fmt("%.2fM", z.non_embedding / 1e6) << " | " << fmt("%.2fM", z.active / 1e6) << " | "
        << fmt("%.1fM", z.tokens / 1e6) << " | " << fmt("%.1f", z.tokens / z.non_embedding) << " | "
        << (std::isnan(z.epochs) ? std::string("n/a") : fmt("%.2f", z.epochs)) << " | " << d.n << " | "
-       << format_interval(mean_interval(loss("bf16"))) << " | " << format_interval(mean_interval(loss("e2m1_ref"))) << " | "
-       << format_interval(mean_interval(loss("ufp4"))) << " | " << format_interval(mean_interval(de), "%+.2f%%") << " | "
+       << format_interval(mean_interval(z.losses("bf16"))) << " | " << format_interval(mean_interval(z.losses("e2m1_ref"))) << " | "
+       << format_interval(mean_interval(z.losses("ufp4"))) << " | " << format_interval(mean_interval(de), "%+.2f%%") << " | "
        << format_interval(mean_interval(du), "%+.2f%%") << " | " << format_interval(d, "%+.4f") << " | " << verdict_name(verdict(d, -1)) << " |\n";
   }
-  auto rms = [](const std::vector<double>& v) {
-    double s = 0;
-    for (double x : v) s += x * x;
-    return v.empty() ? NAN : std::sqrt(s / static_cast<double>(v.size()));
-  };
   os << "\n";
   if (seeds_min >= 2 && seeds_min != SIZE_MAX)
-    os << "Seed-to-seed standard deviation of the loss (root mean square over sizes and recipes): " << fmt("%.4f", rms(sd_loss))
+    os << "Seed-to-seed standard deviation of the loss (root mean square over sizes and recipes): " << fmt("%.4f", seed_sd(sizes))
        << " nats; of the paired ufp4 - e2m1_ref difference: " << fmt("%.4f", rms(sd_diff)) << " nats, so at " << seeds_min
        << " seeds a size the minimal detectable difference (95%, 80% power) is " << fmt("%.4f", minimal_detectable_difference(rms(sd_diff), seeds_min))
        << " nats. ";
@@ -141,9 +155,7 @@ std::string ladder_table(std::map<std::string, PowerFit>& f, const std::string& 
   // MoE gap difference, converted to nats at our largest size's bf16 loss.
   const double pe = figure8["moe"]["e2m1_ref"].value_or(NAN), pu = figure8["moe"]["ufp4"].value_or(NAN);
   if (!sizes.empty() && !std::isnan(pe) && !std::isnan(pu) && sizes.back().loss.count("bf16")) {
-    std::vector<double> b;
-    for (const auto& [seed, l] : sizes.back().loss.at("bf16")) b.push_back(l);
-    const double lb = mean_interval(b).mean;
+    const double lb = mean_interval(sizes.back().losses("bf16")).mean;
     os << "The paper gives no per-point values for Figure 9; its Figure 8 (" << figure8["moe"]["model"].value_or<std::string>("MoE")
        << ") puts UFP4's BF16-relative gap " << fmt("%+.2f", pu - pe) << " points from E2M1's, " << fmt("%+.4f", (pu - pe) / 100 * lb)
        << " nats at our largest size's bf16 loss.";
@@ -178,8 +190,10 @@ std::string report_figure9(const std::string& root, const std::string& fits, con
      << (attrs.count("e_constraint") ? ", " + attrs["e_constraint"] : std::string()) << "); intervals: " << fmt("%.0f", 100 * coverage)
      << "% bootstrap over sizes, and over seeds within a size where there are several, resamples paired across recipes. Paper: " << paper["source"].value_or<std::string>("") << ".\n\n";
 
-  if (!f["bf16"].runs.empty() && !f["e2m1_ref"].runs.empty() && !f["ufp4"].runs.empty()) {
-    os << ladder_table(f, attrs["metric"], load_paper(root + "/reports/paper/figure8.toml"));
+  const bool by_size = !f["bf16"].runs.empty() && !f["e2m1_ref"].runs.empty() && !f["ufp4"].runs.empty();
+  const std::vector<LadderSize> sizes = by_size ? ladder_sizes(f) : std::vector<LadderSize>{};
+  if (by_size) {
+    os << ladder_table(sizes, attrs["metric"], load_paper(root + "/reports/paper/figure8.toml"));
   } else {
     os << "## Runs\n\n| recipe | active params | tokens | compute (FLOPs) | loss |\n|---|---|---|---|---|\n";
     for (const char* r : {"bf16", "e2m1_ref", "ufp4"})
@@ -213,6 +227,12 @@ std::string report_figure9(const std::string& root, const std::string& fits, con
   auto gap = [](double l, double b) { return 100 * (l - b) / b; };
   auto interval = [&](const std::vector<double>& v, const char* f0) { return "[" + fmt(f0, quantile(v, lo_q)) + ", " + fmt(f0, quantile(v, hi_q)) + "]"; };
 
+  // A fit that misses the runs by much more than their seed noise does not describe them: its verdicts
+  // and extrapolations say nothing (the power law holds only once a ladder nears its asymptote).
+  double worst_rmse = 0;
+  for (const char* r : {"bf16", "e2m1_ref", "ufp4"}) worst_rmse = std::max(worst_rmse, f[r].rmse);
+  const double noise = by_size ? seed_sd(sizes) : NAN;
+  const bool fit_ok = !(worst_rmse > 2 * noise);
   os << "\n## BF16-relative gap, measured range and extrapolation\n\n| compute | where | e2m1_ref gap | ufp4 gap | ufp4 - e2m1_ref loss |\n|---|---|---|---|---|\n";
   std::vector<std::pair<std::string, double>> at = {{"smallest run", cmin}, {"largest run", cmax}};
   if (auto t = paper["targets"].as_array())
@@ -230,8 +250,42 @@ std::string report_figure9(const std::string& root, const std::string& fits, con
        << fmt("%+.4f", u - e) << " " << interval(paired(c, [](double, double E, double U) { return U - E; }), "%+.4f") << " |\n";
   }
   if (auto notes = paper["targets_note"].value<std::string>()) os << "\n" << *notes << "\n";
+  if (!fit_ok) os << "\nThese are the fits' values only: the fits do not describe the ladder (see the claims below), so they predict nothing.\n";
 
   // ---- verdicts ----
+  // ---- verdicts from the runs themselves (no fit) ----
+  if (by_size) {
+    os << "\n## The paper's claims, judged from the runs\n\n";
+    // The unit is the size: each contributes the mean of its seed-paired differences, so seeds of one
+    // size are not counted as independent evidence about the ladder (t intervals over sizes).
+    std::vector<double> diff;
+    std::map<std::string, int> per_size;
+    for (const auto& z : sizes) {
+      const auto [u, e] = z.paired("ufp4", "e2m1_ref", false);
+      const Interval d = paired_difference(u, e);
+      if (d.n > 0) diff.push_back(d.mean);
+      ++per_size[verdict_name(verdict(d, -1))];
+    }
+    const Interval over = mean_interval(diff);
+    // Holds when the mean over sizes is below zero and no size says otherwise.
+    const Verdict v = per_size["contradicted"] > 0 ? (verdict(over, -1) == Verdict::kContradicted ? Verdict::kContradicted : Verdict::kInconclusive)
+                                                     : verdict(over, -1);
+    os << "Each size counts once (the mean over its seeds), and intervals are Student-t over the " << sizes.size() << " sizes.\n\n"
+       << "- \"UFP4 below E2M1 over the measured range\" (paper: yes): **" << verdict_name(v) << "** — ufp4 - e2m1_ref, mean over sizes of "
+       << "the seed-paired differences: " << format_interval(over, "%+.4f") << " nats; size by size " << per_size["holds"] << " hold, "
+       << per_size["inconclusive"] << " inconclusive, " << per_size["contradicted"] << " contradicted.\n";
+    for (const char* r : {"e2m1_ref", "ufp4"}) {
+      std::vector<double> x, y;
+      for (const auto& z : sizes) {
+        const Interval g = mean_interval(z.paired(r, "bf16", true).first);
+        if (g.n > 0) x.push_back(std::log10(z.compute)), y.push_back(g.mean);
+      }
+      const Interval slope = slope_interval(x, y);
+      os << "- \"The gap to BF16 shrinks with compute\" (paper: yes), " << r << ": **" << verdict_name(verdict(slope, -1))
+         << "** — least-squares slope of the size's mean gap on log10 compute: " << format_interval(slope, "%+.2f") << " points a decade.\n";
+    }
+  }
+
   os << "\n## The paper's claims, judged from our fits\n\n";
   std::vector<double> grid;
   for (int i = 0; i <= 20; ++i) grid.push_back(cmin * std::pow(cmax / cmin, i / 20.0));
@@ -239,16 +293,20 @@ std::string report_figure9(const std::string& root, const std::string& fits, con
   // the bootstrap over sizes measures the fit, not the run-to-run spread, and every claim is inconclusive.
   size_t seeds = SIZE_MAX;
   for (const char* r : {"bf16", "e2m1_ref", "ufp4"}) {
-    std::set<std::pair<double, double>> sizes;
-    for (const auto& p : f[r].points) sizes.insert({p[1], p[2]});
-    seeds = std::min(seeds, sizes.empty() ? size_t(0) : f[r].points.size() / sizes.size());
+    std::set<std::pair<double, double>> points_of_size;
+    for (const auto& p : f[r].points) points_of_size.insert({p[1], p[2]});
+    seeds = std::min(seeds, points_of_size.empty() ? size_t(0) : f[r].points.size() / points_of_size.size());
   }
   const bool enough_seeds = seeds >= 3;
   if (!enough_seeds)
     os << "Runs per ladder point: " << seeds << " (one seed). A verdict needs at least three seeds a point, so every claim below is "
        << "**inconclusive** whatever its interval says; the intervals bootstrap over sizes only.\n\n";
+  if (!fit_ok)
+    os << "The fits miss the runs by up to " << fmt("%.4f", worst_rmse) << " nats (rmse), more than twice the seed-to-seed standard deviation ("
+       << fmt("%.4f", noise) << "): the power law does not describe this ladder, so every claim below is **inconclusive** whatever its "
+       << "interval says, and the extrapolations above are not predictions. The verdicts from the runs above stand on their own.\n\n";
   auto judged = [&](bool holds, bool contradicted) {
-    return std::string(!enough_seeds || (!holds && !contradicted) ? "inconclusive" : holds ? "holds" : "contradicted");
+    return std::string(!enough_seeds || !fit_ok || (!holds && !contradicted) ? "inconclusive" : holds ? "holds" : "contradicted");
   };
   double worst = -INFINITY, worst_hi = -INFINITY, worst_lo = -INFINITY;
   for (double c : grid) {
