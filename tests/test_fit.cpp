@@ -160,22 +160,27 @@ TEST_CASE("fit: degenerate inputs give a clear error", "[fit]") {
   CHECK(r.out.find("--results: '/nonexistent' is not a folder") != std::string::npos);
 }
 
-TEST_CASE("Figure 9 from seeded ladder results: fit over several prefixes, the size-by-size table with paired intervals", "[fit]") {
-  // Synthetic results files: four ladder sizes x three recipes x seeds 1-3, loss = a power law in
-  // compute + a per-seed offset shared by the recipes (pairing cancels it) + a recipe shift: ufp4
-  // 0.05 nats below e2m1_ref at every size, bf16 below both.
-  const std::string dir = test::temp_dir();
-  const std::vector<std::pair<std::string, double>> sizes = {{"moe-ne0.65m", 13.3e6}, {"moe-ne1.5m", 29.5e6}, {"moe-ne2.6m", 52.4e6}, {"moe-ne4.0m", 81.9e6}};
+namespace {
+
+const std::vector<std::pair<std::string, double>> kLadder = {
+    {"moe-ne0.65m", 13.3e6}, {"moe-ne1.5m", 29.5e6}, {"moe-ne2.6m", 52.4e6}, {"moe-ne4.0m", 81.9e6}};
+
+// Synthetic results files: the four ladder sizes x three recipes x seeds 1-3, loss = law(compute,
+// size index) + a per-seed offset shared by the recipes (pairing cancels it) + a recipe shift: ufp4
+// 0.05 nats below e2m1_ref at every size, bf16 below both. Two name families, as the ladder and the
+// Figure 8 MoE runs are, and a run of a third that the prefixes leave out.
+template <class Law>
+void write_ladder(const std::string& dir, Law law) {
   const std::map<std::string, double> shift = {{"bf16", 0.0}, {"e2m1_ref", 0.10}, {"ufp4", 0.05}};
   std::mt19937_64 rng(7);
   std::normal_distribution<double> noise(0, 0.002);
   int i = 0;
-  for (const auto& [model, tokens] : sizes)
+  for (size_t k = 0; k < kLadder.size(); ++k) {
+    const auto& [model, tokens] = kLadder[k];
     for (int64_t seed = 1; seed <= 3; ++seed) {
       const double offset = 0.03 * static_cast<double>(seed - 2);
       for (const auto& [recipe, d] : shift) {
         RunResults r;
-        // Two name families, as the ladder and the Figure 8 MoE runs are; a third one the prefixes leave out.
         r.run_name = std::string(model == "moe-ne1.5m" ? "other_moe" : "ladder") + "-" + model + "-" + recipe + "-" + std::to_string(seed);
         r.run_id = "00000000000000" + std::to_string(10 + i++);
         r.recipe = recipe;
@@ -189,18 +194,21 @@ TEST_CASE("Figure 9 from seeded ladder results: fit over several prefixes, the s
         r.curves.lr = {1e-3};
         r.curves.grad_norm = {1};
         r.curves.time_s = {1};
-        const double c = 6 * train_flops_per_token(model_config(model), false) / 6 * tokens;
+        const double c = train_flops_per_token(model_config(model), false) * tokens;
         r.curves.eval_step = {0};
-        r.curves.eval_loss = {2.5 + 40 * std::pow(c, -0.1) + offset + d + noise(rng)};
+        r.curves.eval_loss = {law(c, k) + offset + d + noise(rng)};
         write_run_results(dir + "/" + r.run_name + ".h5", r);
       }
     }
-  {  // a run of another family in the same folder: not selected
-    RunResults r = read_run_results(dir + "/ladder-moe-ne0.65m-ufp4-1.h5");
-    r.run_name = "unrelated-ufp4-1";
-    r.run_id = "ffffffffffffffff";
-    write_run_results(dir + "/unrelated-ufp4-1.h5", r);
   }
+  RunResults r = read_run_results(dir + "/ladder-moe-ne0.65m-ufp4-1.h5");
+  r.run_name = "unrelated-ufp4-1";
+  r.run_id = "ffffffffffffffff";
+  write_run_results(dir + "/unrelated-ufp4-1.h5", r);
+}
+
+// `ufp4 fit` over the two families, then `ufp4 report figure9`; the report's Markdown.
+std::string fit_and_report(const std::string& dir) {
   const std::string fits = dir + "/fits.h5", report = dir + "/figure9.md";
   test::CliResult fit = test::run_cli("fit --results '" + dir + "' --prefix ladder,other_moe --bootstrap 200 --form power --out '" + fits + "'");
   INFO(fit.out);
@@ -212,10 +220,20 @@ TEST_CASE("Figure 9 from seeded ladder results: fit over several prefixes, the s
   INFO(rep.out);
   REQUIRE(rep.code == 0);
   std::ifstream in(report);
-  const std::string md((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+const char* kRunsClaimHolds = "\"UFP4 below E2M1 over the measured range\" (paper: yes): **holds** — ufp4 - e2m1_ref, mean over sizes";
+
+}  // namespace
+
+TEST_CASE("Figure 9 from seeded ladder results: fit over several prefixes, the size-by-size table with paired intervals", "[fit]") {
+  const std::string dir = test::temp_dir();
+  write_ladder(dir, [](double c, size_t) { return 2.5 + 40 * std::pow(c, -0.1); });
+  const std::string md = fit_and_report(dir);
   CHECK(md.find("## The ladder, size by size") != std::string::npos);
   // Each size: three seeds, and the paired ufp4 - e2m1_ref difference (-0.05 up to the noise) holds.
-  for (const auto& [model, tokens] : sizes) {
+  for (const auto& [model, tokens] : kLadder) {
     const size_t row = md.find("| " + model + " |");
     REQUIRE(row != std::string::npos);
     const std::string line = md.substr(row, md.find('\n', row) - row);
@@ -228,10 +246,23 @@ TEST_CASE("Figure 9 from seeded ladder results: fit over several prefixes, the s
     CHECK(cells[13] == "holds");
   }
   CHECK(md.find("minimal detectable difference") != std::string::npos);
-  // From the runs: ufp4 below e2m1_ref by 0.05 at every size holds over the sizes too.
-  CHECK(md.find("\"UFP4 below E2M1 over the measured range\" (paper: yes): **holds** — ufp4 - e2m1_ref, mean over sizes") != std::string::npos);
-  // The synthetic ladder is the power law itself: the fits describe it (no caveat).
+  CHECK(md.find(kRunsClaimHolds) != std::string::npos);
+  // The synthetic ladder is the power law itself: the fits describe it (no caveat), and with three
+  // seeds a point the fitted claims get verdicts, not the one-seed caveat.
   CHECK(md.find("does not describe") == std::string::npos);
-  // Three seeds a point: the fitted claims get verdicts, not the one-seed caveat.
   CHECK(md.find("one seed") == std::string::npos);
+}
+
+TEST_CASE("Figure 9: a fit that misses the ladder by more than twice its seed noise judges nothing", "[fit]") {
+  // The same ladder with a kink: the largest size 0.4 nats below the law (as a change of depth between
+  // sizes once made). The runs still say UFP4 is below E2M1; the fits' claims are all inconclusive.
+  const std::string dir = test::temp_dir();
+  write_ladder(dir, [](double c, size_t k) { return 2.5 + 40 * std::pow(c, -0.1) - (k == kLadder.size() - 1 ? 0.4 : 0.0); });
+  const std::string md = fit_and_report(dir);
+  CHECK(md.find(kRunsClaimHolds) != std::string::npos);
+  CHECK(md.find("the power law does not describe this ladder") != std::string::npos);
+  CHECK(md.find("they predict nothing") != std::string::npos);
+  const std::string fitted = md.substr(md.find("## The paper's claims, judged from our fits"));
+  CHECK(fitted.find("**holds**") == std::string::npos);
+  CHECK(fitted.find("**contradicted**") == std::string::npos);
 }
