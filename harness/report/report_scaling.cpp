@@ -73,17 +73,24 @@ struct LadderSize {
       for (const auto& [seed, l] : loss.at(r)) v.push_back(l);
     return v;
   }
-  // The seeds both recipes have: a's and b's values (relative: 100 (a - b) / b for a, 0 for b).
-  std::pair<std::vector<double>, std::vector<double>> paired(const std::string& a, const std::string& b, bool relative) const {
+  // The seeds both recipes have: a's and b's losses, seed for seed.
+  std::pair<std::vector<double>, std::vector<double>> paired(const std::string& a, const std::string& b) const {
     std::vector<double> x, y;
     if (!loss.count(a) || !loss.count(b)) return {x, y};
     for (const auto& [seed, la] : loss.at(a)) {
       auto lb = loss.at(b).find(seed);
       if (lb == loss.at(b).end()) continue;
-      x.push_back(relative ? 100 * (la - lb->second) / lb->second : la);
-      y.push_back(relative ? 0 : lb->second);
+      x.push_back(la);
+      y.push_back(lb->second);
     }
     return {x, y};
+  }
+  // Recipe r's BF16-relative gap in percent, seed for seed: 100 (L_r - L_bf16) / L_bf16.
+  std::vector<double> gaps(const std::string& r) const {
+    const auto [x, b] = paired(r, "bf16");
+    std::vector<double> g;
+    for (size_t i = 0; i < x.size(); ++i) g.push_back(100 * (x[i] - b[i]) / b[i]);
+    return g;
   }
 };
 
@@ -133,8 +140,8 @@ std::string ladder_table(const std::vector<LadderSize>& sizes, const std::string
   std::vector<double> sd_diff;
   size_t seeds_min = SIZE_MAX;
   for (const auto& z : sizes) {
-    const auto de = z.paired("e2m1_ref", "bf16", true).first, du = z.paired("ufp4", "bf16", true).first;
-    const auto [lu, le] = z.paired("ufp4", "e2m1_ref", false);
+    const auto de = z.gaps("e2m1_ref"), du = z.gaps("ufp4");
+    const auto [lu, le] = z.paired("ufp4", "e2m1_ref");
     const Interval d = paired_difference(lu, le);
     seeds_min = std::min(seeds_min, d.n);
     if (d.defined()) sd_diff.push_back(d.sd);
@@ -261,7 +268,7 @@ std::string report_figure9(const std::string& root, const std::string& fits, con
     std::vector<double> diff;
     std::map<std::string, int> per_size;
     for (const auto& z : sizes) {
-      const auto [u, e] = z.paired("ufp4", "e2m1_ref", false);
+      const auto [u, e] = z.paired("ufp4", "e2m1_ref");
       const Interval d = paired_difference(u, e);
       if (d.n > 0) diff.push_back(d.mean);
       ++per_size[verdict_name(verdict(d, -1))];
@@ -277,7 +284,7 @@ std::string report_figure9(const std::string& root, const std::string& fits, con
     for (const char* r : {"e2m1_ref", "ufp4"}) {
       std::vector<double> x, y;
       for (const auto& z : sizes) {
-        const Interval g = mean_interval(z.paired(r, "bf16", true).first);
+        const Interval g = mean_interval(z.gaps(r));
         if (g.n > 0) x.push_back(std::log10(z.compute)), y.push_back(g.mean);
       }
       const Interval slope = slope_interval(x, y);
