@@ -170,14 +170,14 @@ const std::vector<std::pair<std::string, double>> kLadder = {
 // 0.05 nats below e2m1_ref at every size, bf16 below both. Two name families, as the ladder and the
 // Figure 8 MoE runs are, and a run of a third that the prefixes leave out.
 template <class Law>
-void write_ladder(const std::string& dir, Law law) {
+void write_ladder(const std::string& dir, Law law, int64_t seeds = 3) {
   const std::map<std::string, double> shift = {{"bf16", 0.0}, {"e2m1_ref", 0.10}, {"ufp4", 0.05}};
   std::mt19937_64 rng(7);
   std::normal_distribution<double> noise(0, 0.002);
   int i = 0;
   for (size_t k = 0; k < kLadder.size(); ++k) {
     const auto& [model, tokens] = kLadder[k];
-    for (int64_t seed = 1; seed <= 3; ++seed) {
+    for (int64_t seed = 1; seed <= seeds; ++seed) {
       const double offset = 0.03 * static_cast<double>(seed - 2);
       for (const auto& [recipe, d] : shift) {
         RunResults r;
@@ -208,14 +208,14 @@ void write_ladder(const std::string& dir, Law law) {
 }
 
 // `ufp4 fit` over the two families, then `ufp4 report figure9`; the report's Markdown.
-std::string fit_and_report(const std::string& dir) {
+std::string fit_and_report(const std::string& dir, int64_t seeds = 3) {
   const std::string fits = dir + "/fits.h5", report = dir + "/figure9.md";
   test::CliResult fit = test::run_cli("fit --results '" + dir + "' --prefix ladder,other_moe --bootstrap 200 --form power --out '" + fits + "'");
   INFO(fit.out);
   REQUIRE(fit.code == 0);
-  CHECK(fit.out.find("n=12") != std::string::npos);  // four sizes x three seeds a recipe, the unrelated run left out
+  CHECK(fit.out.find("n=" + std::to_string(4 * seeds)) != std::string::npos);  // four sizes x the seeds, the unrelated run left out
   CHECK(fit.out.find(" 0 used") == std::string::npos);
-  REQUIRE(read_h5_f32(fits, "runs/ufp4").shape == std::vector<int64_t>{12, 3});
+  REQUIRE(read_h5_f32(fits, "runs/ufp4").shape == std::vector<int64_t>{4 * seeds, 3});
   test::CliResult rep = test::run_cli("report figure9 --fits '" + fits + "' --out '" + report + "'");
   INFO(rep.out);
   REQUIRE(rep.code == 0);
@@ -266,3 +266,16 @@ TEST_CASE("Figure 9: a fit that misses the ladder by more than twice its seed no
   CHECK(fitted.find("**holds**") == std::string::npos);
   CHECK(fitted.find("**contradicted**") == std::string::npos);
 }
+
+TEST_CASE("Figure 9: one seed a size gives no verdict, from the runs or the fits", "[fit]") {
+  // The same ladder as the first case, one seed a size: the per-size means still sit 0.05 apart, but
+  // with one seed no claim may hold.
+  const std::string dir = test::temp_dir();
+  write_ladder(dir, [](double c, size_t) { return 2.5 + 40 * std::pow(c, -0.1); }, 1);
+  const std::string md = fit_and_report(dir, 1);
+  CHECK(md.find("Seeds a size: 1. A verdict needs at least three") != std::string::npos);
+  CHECK(md.find(kRunsClaimHolds) == std::string::npos);
+  CHECK(md.find("**holds**") == std::string::npos);
+  CHECK(md.find("**contradicted**") == std::string::npos);
+}
+

@@ -267,18 +267,27 @@ std::string report_figure9(const std::string& root, const std::string& fits, con
     // size are not counted as independent evidence about the ladder (t intervals over sizes).
     std::vector<double> diff;
     std::map<std::string, int> per_size;
+    size_t seeds_min = SIZE_MAX;
     for (const auto& z : sizes) {
       const auto [u, e] = z.paired("ufp4", "e2m1_ref");
       const Interval d = paired_difference(u, e);
+      seeds_min = std::min(seeds_min, d.n);
       if (d.n > 0) diff.push_back(d.mean);
       ++per_size[verdict_name(verdict(d, -1))];
     }
+    // A verdict needs at least three seeds a size, here as everywhere: with fewer, the spread over
+    // sizes is not the run-to-run spread, and every claim is inconclusive.
+    const bool seeded = seeds_min >= 3 && seeds_min != SIZE_MAX;
+    auto judged = [&](Verdict v) { return verdict_name(seeded ? v : Verdict::kInconclusive); };
     const Interval over = mean_interval(diff);
     // Holds when the mean over sizes is below zero and no size says otherwise.
     const Verdict v = per_size["contradicted"] > 0 ? (verdict(over, -1) == Verdict::kContradicted ? Verdict::kContradicted : Verdict::kInconclusive)
                                                      : verdict(over, -1);
+    if (!seeded)
+      os << "Seeds a size: " << (seeds_min == SIZE_MAX ? 0 : seeds_min) << ". A verdict needs at least three, so every claim below is "
+         << "**inconclusive** whatever its interval says.\n\n";
     os << "Each size counts once (the mean over its seeds), and intervals are Student-t over the " << sizes.size() << " sizes.\n\n"
-       << "- \"UFP4 below E2M1 over the measured range\" (paper: yes): **" << verdict_name(v) << "** — ufp4 - e2m1_ref, mean over sizes of "
+       << "- \"UFP4 below E2M1 over the measured range\" (paper: yes): **" << judged(v) << "** — ufp4 - e2m1_ref, mean over sizes of "
        << "the seed-paired differences: " << format_interval(over, "%+.4f") << " nats; size by size " << per_size["holds"] << " hold, "
        << per_size["inconclusive"] << " inconclusive, " << per_size["contradicted"] << " contradicted.\n";
     for (const char* r : {"e2m1_ref", "ufp4"}) {
@@ -288,7 +297,7 @@ std::string report_figure9(const std::string& root, const std::string& fits, con
         if (g.n > 0) x.push_back(std::log10(z.compute)), y.push_back(g.mean);
       }
       const Interval slope = slope_interval(x, y);
-      os << "- \"The gap to BF16 shrinks with compute\" (paper: yes), " << r << ": **" << verdict_name(verdict(slope, -1))
+      os << "- \"The gap to BF16 shrinks with compute\" (paper: yes), " << r << ": **" << judged(verdict(slope, -1))
          << "** — least-squares slope of the size's mean gap on log10 compute: " << format_interval(slope, "%+.2f") << " points a decade.\n";
     }
   }
