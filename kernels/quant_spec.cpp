@@ -66,6 +66,7 @@ KernelSpec make_kernel_spec(const QuantSpec& spec) {
   k.rht_scale = spec.rht ? static_cast<float>(1.0 / std::sqrt(static_cast<double>(spec.rht))) : 1.0f;
   k.seed = spec.seed;
   k.offset = spec.offset;
+  k.offset_add = spec.offset_add;
   k.fast = classify_grid(k.grid);
   return k;
 }

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "kernels/grid.h"
+#include "kernels/hd.h"
 #include "kernels/rounding.h"
 
 namespace ufp4 {
@@ -29,6 +30,9 @@ struct QuantSpec {
   uint64_t rht_seed = 0;
   uint64_t seed = 0;             // stochastic-rounding key
   uint64_t offset = 0;
+  // GPU only: device memory whose value the kernels add to offset when they run. A CUDA graph replays
+  // its launches with the arguments of the capture, so the training step's number lives there.
+  const uint64_t* offset_add = nullptr;
 
   // Throws ufp4::Error with the field name and allowed values.
   void validate() const;
@@ -46,10 +50,21 @@ struct KernelSpec {
   float rht_scale;        // FP32(1/sqrt(rht))
   uint64_t seed;
   uint64_t offset;
+  const uint64_t* offset_add;  // device memory added to offset (QuantSpec::offset_add), or null
   FastGrid fast;          // arithmetic rounding path for the grid (kernels only)
 };
 
 KernelSpec make_kernel_spec(const QuantSpec& spec);
+
+// The stochastic-rounding stream's offset as the kernels use it: offset plus the value at offset_add.
+// Host code (the references) sees offset alone; the CPU entry points reject a spec with offset_add.
+UFP4_HD uint64_t sr_offset(const KernelSpec& s) {
+#if defined(__CUDA_ARCH__)
+  return s.offset_add ? s.offset + *s.offset_add : s.offset;
+#else
+  return s.offset;
+#endif
+}
 
 // Random sign vector of the RHT: 128 bits from Philox keyed by the RHT seed.
 void rht_sign_bits(uint64_t rht_seed, uint32_t out[4]);

@@ -115,7 +115,8 @@ __device__ __forceinline__ void round_and_store(const KernelSpec& s, const Quant
   const bool hw = cs.state != 2;  // no NaN among the values: the hardware BF16 conversion is exact
   // SR: a chunk starting at a multiple of 16 takes its draws from one Philox call (philox.h).
   const bool one_call = sr && (oi0 & 15) == 0;
-  const U32x4 rnd = one_call ? sr_bytes16(s.seed, s.offset, static_cast<uint64_t>(oi0) >> 4) : U32x4{{0, 0, 0, 0}};
+  const uint64_t offset = sr ? sr_offset(s) : 0;
+  const U32x4 rnd = one_call ? sr_bytes16(s.seed, offset, static_cast<uint64_t>(oi0) >> 4) : U32x4{{0, 0, 0, 0}};
   uint32_t code_lo = 0, code_hi = 0;
 #pragma unroll 1
   for (int q = 0; q < 4; ++q) {
@@ -130,7 +131,7 @@ __device__ __forceinline__ void round_and_store(const KernelSpec& s, const Quant
       for (int e = 0; e < 4; ++e) k[e] = (wq >> (8 * e)) & 0xffu;
     } else if (sr) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) k[e] = sr_draw(s.seed, s.offset, static_cast<uint64_t>(oi0 + 4 * q + e));
+      for (int e = 0; e < 4; ++e) k[e] = sr_draw(s.seed, offset, static_cast<uint64_t>(oi0 + 4 * q + e));
     }
     float y[4];
     uint32_t codes4 = 0;

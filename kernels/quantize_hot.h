@@ -41,6 +41,7 @@ struct HotParams {
   uint32_t rht_flip[16];  // RHT-16: the sign bit per position where the RHT negates, else 0
   PhiloxKeys keys;     // SR: the generator's round keys (from the seed)
   uint64_t offset;
+  const uint64_t* offset_add;  // KernelSpec::offset_add
 };
 
 // 16-byte aligned (or null): what the vectorized kernels need.
@@ -66,6 +67,7 @@ inline HotParams make_hot_params(const KernelSpec& s) {
   for (int i = 0; i < 16; ++i) h.rht_flip[i] = ((s.rht_signs[0] >> i) & 1u) ? 0x80000000u : 0u;
   h.keys = philox_keys(s.seed);
   h.offset = s.offset;
+  h.offset_add = s.offset_add;
   return h;
 }
 
@@ -90,8 +92,13 @@ UFP4_HD float hot_div(float x, float d, float rd) {
 // call, element i takes byte i.
 UFP4_HD U32x4 hot_draws(const HotParams& h, uint64_t out_index) {
   const uint64_t group = out_index >> 4;
-  return philox4x32_10(static_cast<uint32_t>(group), static_cast<uint32_t>(group >> 32), static_cast<uint32_t>(h.offset),
-                       static_cast<uint32_t>(h.offset >> 32), h.keys);
+#if defined(__CUDA_ARCH__)
+  const uint64_t offset = h.offset_add ? h.offset + *h.offset_add : h.offset;
+#else
+  const uint64_t offset = h.offset;
+#endif
+  return philox4x32_10(static_cast<uint32_t>(group), static_cast<uint32_t>(group >> 32), static_cast<uint32_t>(offset),
+                       static_cast<uint32_t>(offset >> 32), h.keys);
 }
 
 // Chunk element i from the low or high BF16 half of a packed word, widened to FP32 with the RHT's

@@ -39,7 +39,8 @@ __device__ __forceinline__ void round_store(const KernelSpec& s, const float* sh
                                             int64_t ostride, bool vec) {
   const bool sr = s.rounding == 1;
   const bool one_call = sr && (sr0 & 15) == 0;  // the chunk's draws from one Philox call (philox.h)
-  const U32x4 rnd = one_call ? sr_bytes16(seed, s.offset, sr0 >> 4) : U32x4{{0, 0, 0, 0}};
+  const uint64_t offset = sr ? sr_offset(s) : 0;
+  const U32x4 rnd = one_call ? sr_bytes16(seed, offset, sr0 >> 4) : U32x4{{0, 0, 0, 0}};
   const bool hw = cs.state != 2;
   // Four elements at a time, the loop not unrolled: one copy of the rounding code (quantize_device.cuh says why).
 #pragma unroll 1
@@ -54,7 +55,7 @@ __device__ __forceinline__ void round_store(const KernelSpec& s, const float* sh
       const int i = 4 * q + e;
       uint32_t k = 0, code = 0;
       if (one_call) k = (wq >> (8 * e)) & 0xffu;
-      else if (sr && i < nvalid) k = sr_draw(seed, s.offset, sr0 + i);
+      else if (sr && i < nvalid) k = sr_draw(seed, offset, sr0 + i);
       y[e] = i < nvalid ? round_element<kClass>(s, sh_level, sh_code, cs, sr, false, xq[e], k, code) : 0.0f;
     }
     if (kOutBf16) {
@@ -239,7 +240,7 @@ __device__ __forceinline__ void general_chunk(const KernelSpec& s, const float* 
 #pragma unroll
   for (int i = 0; i < 16; ++i) {
     uint32_t code = 0;
-    const uint32_t k = kSR && i < nvalid ? sr_draw(seed, s.offset, sr0 + i) : 0u;
+    const uint32_t k = kSR && i < nvalid ? sr_draw(seed, sr_offset(s), sr0 + i) : 0u;
     y[i] = i < nvalid ? round_element<kClass>(s, sh_level, sh_code, cs, kSR, false, x[i], k, code) : 0.0f;
   }
 #pragma unroll
@@ -289,7 +290,7 @@ __global__ void __launch_bounds__(kHotSegThreads) segments_hot_row_kernel(const 
   }
   const uint64_t seed = kSR ? io.seeds[g] : 0, sr0 = static_cast<uint64_t>(pos * io.cols + j0);
   uint32_t out[8];
-  if (!hot_chunk_values<kClass, kSR, kRht>(h, x, kSR ? sr_bytes16(seed, s.offset, sr0 >> 4) : U32x4{}, out)) {
+  if (!hot_chunk_values<kClass, kSR, kRht>(h, x, kSR ? sr_bytes16(seed, sr_offset(s), sr0 >> 4) : U32x4{}, out)) {
 #pragma unroll
     for (int i = 0; i < 16; ++i) x[i] = bits_f32((i & 1) ? (w[i / 2] & 0xffff0000u) : (w[i / 2] << 16));
     general_chunk<kClass, kSR>(s, sh_level, sh_code, x, signs, seed, sr0, 16, out);
@@ -342,7 +343,7 @@ __global__ void __launch_bounds__(kHotSegThreads) segments_hot_col_kernel(const 
       x[i] = bits_f32((half ? (w[i] & 0xffff0000u) : (w[i] << 16)) ^ flip);
     }
     const uint64_t sr0 = static_cast<uint64_t>((2 * pair + half) * len + pos);  // element (column, pos) of the [cols, len] operand
-    if (!hot_chunk_values<kClass, kSR, kRht>(h, x, kSR ? chunk_draws(seed, s.offset, sr0) : U32x4{}, out[half])) {
+    if (!hot_chunk_values<kClass, kSR, kRht>(h, x, kSR ? chunk_draws(seed, sr_offset(s), sr0) : U32x4{}, out[half])) {
 #pragma unroll
       for (int i = 0; i < 16; ++i) x[i] = bits_f32(half ? (w[i] & 0xffff0000u) : (w[i] << 16));
       general_chunk<kClass, kSR>(s, sh_level, sh_code, x, signs, seed, sr0, nvalid, out[half]);

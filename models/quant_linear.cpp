@@ -62,7 +62,9 @@ QuantSpec operand_spec(const LayerQuant& L, Gemm g, int slot, int64_t step) {
   if (r.rht_signs == "per_step") rht_seed = mix64(base ^ mix64(static_cast<uint64_t>(L.layer_id)) ^ mix64(~static_cast<uint64_t>(step)));
   s.rht_seed = rht_seed;  // both operands of a GEMM share it, so the rotation cancels
   s.seed = mix64(L.ctx->run_seed ^ mix64(static_cast<uint64_t>(L.layer_id) + 1));
-  s.offset = static_cast<uint64_t>(step) * 8 + static_cast<uint64_t>(g) * 2 + static_cast<uint64_t>(slot);
+  s.offset = static_cast<uint64_t>(g) * 2 + static_cast<uint64_t>(slot);
+  if (L.ctx->device_step_offset.defined()) s.offset_add = reinterpret_cast<const uint64_t*>(L.ctx->device_step_offset.data_ptr<int64_t>());
+  else s.offset += static_cast<uint64_t>(step) * 8;
   return s;
 }
 

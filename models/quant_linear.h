@@ -22,6 +22,7 @@ class OperandCapture {
   // max_tokens > 0 keeps the first max_tokens tokens of activations and gradients (weights whole).
   OperandCapture(std::set<int64_t> steps, std::vector<std::string> layer_patterns, int64_t max_tokens = 0);
   bool wants(int64_t step, const std::string& layer) const;
+  bool at_step(int64_t step) const { return steps_.count(step) > 0; }
   void add(const std::string& key, const torch::Tensor& before, const torch::Tensor& after);
   const Operands& pending() const { return pending_; }
   Operands take();  // the operands gathered so far; clears
@@ -41,6 +42,10 @@ struct QuantContext {
   bool telemetry = false;                // record alpha (Eq. 3) of every quantized operand this step
   std::map<std::string, double> alpha;   // "<layer>/<gemm>.<operand>" -> alpha at the last telemetry step
   std::shared_ptr<OperandCapture> capture;  // optional
+  // Set while a CUDA graph holds the step (harness/train/step_graph.h): one uint64 on the GPU holding
+  // step * 8, which the kernels add to the SR offsets, so the replayed launches key each step as an
+  // uncaptured step does. The host's `step` then enters no offset.
+  torch::Tensor device_step_offset;
 };
 
 // One layer's identity within the context.
@@ -57,7 +62,8 @@ struct LayerQuant {
 uint64_t rht_sign_seed(uint64_t recipe_seed, uint64_t run_seed);
 
 // The operand spec with its per-layer, per-step keys: SR key (hash(run seed, layer), step * 8 + gemm * 2
-// + slot), RHT signs from rht_sign_seed (shared, or re-drawn per layer / per step).
+// + slot; step * 8 read from the context's device_step_offset when it is set), RHT signs from
+// rht_sign_seed (shared, or re-drawn per layer / per step).
 QuantSpec operand_spec(const LayerQuant& layer, Gemm g, int slot, int64_t step);
 
 // How operand `slot` of GEMM g enters its GEMM: quantized (dequantized values in dq_dtype), rotated

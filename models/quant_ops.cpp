@@ -22,12 +22,18 @@ void check_input(const torch::Tensor& x) {
   check_kernel_device(x, "quantize");
 }
 
+// The references read no device memory: a spec whose SR offset lives there is the GPU's only.
+void check_host_offset(const KernelSpec& ks) {
+  if (ks.offset_add) throw Error("quantize: the stochastic-rounding offset is in device memory (a CUDA-graph step); CPU tensors cannot use it");
+}
+
 void run(const KernelSpec& ks, QuantizeIO& io, const torch::Tensor& like) {
   if (like.is_cuda()) {
 #ifdef UFP4_WITH_CUDA
     cuda_quantize(ks, io, at::cuda::getCurrentCUDAStream(like.device().index()).stream());
 #endif
   } else {
+    check_host_offset(ks);
     cpu_quantize(ks, io);
   }
 }
@@ -180,6 +186,7 @@ torch::Tensor quantize_segments(const torch::Tensor& x_in, const QuantSpec& spec
     cuda_quantize_segments(ks, io, at::cuda::getCurrentCUDAStream(x.device().index()).stream());
 #endif
   } else {
+    check_host_offset(ks);
     reference_quantize_segments(ks, io);
   }
   return out;

@@ -4,6 +4,7 @@
 
 #include <sstream>
 
+#include "common/error.h"
 #include "models/quant_ops.h"
 #include "tests/catch.h"
 #include "tests/helpers.h"
@@ -294,4 +295,53 @@ TEST_CASE("CUDA segmented quantizer == its CPU oracle: segments of any length, p
       INFO("2d scale=" << to_string(sc) << (col ? " col" : " row"));
       CHECK(test::first_bit_mismatch(a, b) < 0);
     }
+}
+
+// A CUDA-graph step keeps the step number in device memory (QuantSpec::offset_add): the kernels add
+// it to the SR offset. The draws must be those of the same offset given in the spec, in every kernel
+// family: the hot kernel (rowwise, columnwise), the general kernel, the segmented kernels.
+TEST_CASE("an SR offset in device memory gives the bits of the same offset in the spec", "[quantizer][cuda]") {
+  UFP4_NEED_GPU();
+  const uint64_t step8 = 8 * 1234567;
+  torch::Tensor add = torch::tensor({static_cast<int64_t>(step8)}, torch::kInt64).to(torch::kCUDA);
+  auto spec = [&](bool device, int rht, int block) {
+    QuantSpec s;
+    s.rounding = Rounding::kSr;
+    s.rht = rht;
+    s.rht_seed = 5;
+    s.block = block;
+    s.seed = 0xfeedbeefcafe1234ULL;
+    s.offset = 3 + (device ? 0 : step8);
+    if (device) s.offset_add = reinterpret_cast<const uint64_t*>(add.data_ptr<int64_t>());
+    return s;
+  };
+  int n = 0;
+  for (bool bf16 : {true, false})  // BF16 in and out: the hot kernel; FP32: the general kernel
+    for (int rht : {0, 16})
+      for (int block : {16, 32})
+        for (bool col : {false, true}) {
+          torch::Tensor x = test::make_input("mixed", 512, 384, 7 + n).to(torch::kCUDA).to(bf16 ? torch::kBFloat16 : torch::kFloat32);
+          QuantizeOptions o;
+          o.columnwise = col;
+          o.out_dtype = bf16 ? torch::kBFloat16 : torch::kFloat32;
+          o.want_codes = false;
+          torch::Tensor a = quantize(x, spec(false, rht, block), o).dequant.cpu(), b = quantize(x, spec(true, rht, block), o).dequant.cpu();
+          INFO((bf16 ? "bf16" : "f32") << " rht=" << rht << " block=" << block << (col ? " col" : " row"));
+          CHECK(test::first_bit_mismatch(a, b) == -1);
+          // Segmented: 4 experts' rows (multiples of 16 long, so columnwise blocks start on their boundaries).
+          SegmentKeys keys;
+          for (int g = 0; g < 4; ++g) {
+            keys.seeds.push_back(0x1000 + g);
+            keys.rht_seeds.push_back(77 + g);
+          }
+          torch::Tensor ends = torch::tensor(std::vector<int32_t>{64, 64, 256, 512}, torch::kInt32).to(torch::kCUDA);
+          torch::Tensor sa = quantize_segments(x, spec(false, rht, block), keys, ends, torch::Tensor(), col, o.out_dtype).cpu();
+          torch::Tensor sb = quantize_segments(x, spec(true, rht, block), keys, ends, torch::Tensor(), col, o.out_dtype).cpu();
+          CHECK(test::first_bit_mismatch(sa, sb) == -1);
+          ++n;
+        }
+  CHECK(n == 16);
+  // The CPU references read no device memory: such a spec is refused there.
+  QuantizeOptions o;
+  CHECK_THROWS_AS(quantize(torch::ones({16, 16}), spec(true, 0, 16), o), Error);
 }

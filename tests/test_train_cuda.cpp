@@ -109,3 +109,42 @@ TEST_CASE("filling new memory changes no bit of a GPU run (tiny, tiny-moe; bf16,
       require_identical(a, outcome(filled.results_path));
     }
 }
+
+// A CUDA-graph step (harness/train/step_graph.h) replays the launches of its capture; what changes
+// from step to step reaches it through device memory (tokens, the SR step offset). Its runs must give
+// the bits of uncaptured runs: two micro-batches a step, telemetry steps (uncaptured) between replays,
+// the 4-bit recipe's SR and RHT, and a stop-and-resume that captures again.
+TEST_CASE("a CUDA-graph step equals the uncaptured step (tiny, tiny-moe; bf16, ufp4)", "[train][cuda]") {
+  UFP4_NEED_GPU();
+  const std::string d = test::temp_dir();
+  for (const char* model : {"tiny", "tiny-moe"})
+    for (const char* recipe : {"bf16", "ufp4"}) {
+      RunManifest m = RunManifest::load(test::tiny_manifest(d, recipe, 24, "", model));
+      m.device = "cuda";
+      m.telemetry_every = 7;
+      m.checkpoint_every = 0;
+      INFO(model << ", " << recipe);
+      RunOptions force;
+      force.force = true;
+      m.cuda_graph = false;
+      RunResult plain = run_training(m, force);
+      REQUIRE(plain.status == RunStatus::kCompleted);
+      CHECK(read_run_results(plain.results_path, false).cuda_graph == "off: train.cuda_graph = false");
+      const Outcome a = outcome(plain.results_path);
+      m.cuda_graph = true;
+      RunResult graphed = run_training(m, force);
+      REQUIRE(graphed.status == RunStatus::kCompleted);
+      const std::string how = read_run_results(graphed.results_path, false).cuda_graph;
+      INFO(how);
+      CHECK(how.rfind("captured at step 2, ", 0) == 0);
+      require_identical(a, outcome(graphed.results_path));
+      std::remove(graphed.results_path.c_str());
+      RunOptions stop;
+      stop.stop_after = 11;
+      REQUIRE(run_training(m, stop).status == RunStatus::kStopped);
+      RunResult resumed = run_training(m, RunOptions{});
+      REQUIRE(resumed.status == RunStatus::kCompleted);
+      CHECK(read_run_results(resumed.results_path, false).cuda_graph.rfind("captured at step 13, ", 0) == 0);
+      require_identical(a, outcome(resumed.results_path));
+    }
+}

@@ -21,6 +21,7 @@
 #include "harness/io/provenance.h"
 #include "harness/report/report.h"
 #include "harness/train/determinism.h"
+#include "harness/train/step_graph.h"
 #include "harness/train/trainer.h"
 #include "models/layers.h"
 #include "models/model_config.h"
@@ -119,8 +120,9 @@ std::string fused_impl(const FusedOps& f) {
 
 // fused: which fused kernels run (fused_impl names the row).
 // deterministic false: the row that shows what deterministic mode (the trainer's default) costs.
+// graph false: the step launched kernel by kernel, not replayed as a CUDA graph (what the graph buys).
 StepBenchRow bench_ours(const std::string& model, const std::string& recipe, const StepBenchOptions& o, const torch::Device& device,
-                        const FusedOps& fused = FusedOps::all(true), bool deterministic = true) {
+                        const FusedOps& fused = FusedOps::all(true), bool deterministic = true, bool graph = true) {
   RunManifest m;  // the trainer's defaults (AdamW, clipping 1.0)
   set_deterministic(deterministic);
   ModelConfig mc = model_config(model);
@@ -138,13 +140,18 @@ StepBenchRow bench_ours(const std::string& model, const std::string& recipe, con
   // Fixed random tokens: the step's cost does not depend on the text.
   torch::Tensor tokens = torch::randint(0, mc.vocab, {o.batch, o.seq_len + 1}, torch::TensorOptions().dtype(torch::kInt64)).to(device);
   double loss = 0;
+  // As the trainer does: a CUDA graph where the model allows one (the first passes, warm-up, capture it).
+  std::unique_ptr<StepGraph> step_graph;
+  if (graph && StepGraph::obstacle(net, device, false).empty()) step_graph = std::make_unique<StepGraph>(net, *opt, 1, mc.seq_len, 1.0);
   const std::vector<double> ms = time_passes(device, o, [&](int s) {
     ctx->step = s;
-    loss = train_step(net, *opt, [&] { return tokens; }, 1, mc.seq_len, 1.0).loss;
+    loss = step_graph ? step_graph->step([&] { return tokens; }).loss : train_step(net, *opt, [&] { return tokens; }, 1, mc.seq_len, 1.0).loss;
   });
-  const std::string impl = fused_impl(fused);
-  StepBenchRow r = timed_row(impl == "ufp4" && !deterministic ? "ufp4-nondeterministic" : impl, model, ctx->recipe.name,
-                             o.batch, o.seq_len, o.steps, ms, device);
+  if (step_graph) log_info("bench step: " + model + " " + ctx->recipe.name + ": CUDA graph " + step_graph->describe());
+  std::string impl = fused_impl(fused);
+  if (impl == "ufp4" && !deterministic) impl = "ufp4-nondeterministic";
+  else if (impl == "ufp4" && !graph) impl = "ufp4-uncaptured";
+  StepBenchRow r = timed_row(impl, model, ctx->recipe.name, o.batch, o.seq_len, o.steps, ms, device);
   r.mfu = device.is_cuda() ? r.tokens_per_s * train_flops_per_token(mc) / peak_flops(device) : 0.0;
   r.loss = loss;
   return r;
@@ -292,6 +299,11 @@ std::vector<StepBenchRow> run_step_benchmarks(const StepBenchOptions& o) {
     std::vector<std::string> recipes = o.recipes;
     if (i == 0) recipes.insert(recipes.end(), o.extra_recipes.begin(), o.extra_recipes.end());
     for (const auto& rc : recipes) report(bench_ours(model, rc, om, device));
+    // What the CUDA graph buys: the bf16 and ufp4 recipes launched kernel by kernel.
+    if (device.is_cuda())
+      for (const std::string rc : {"bf16", "ufp4"})
+        if (std::find(recipes.begin(), recipes.end(), rc) != recipes.end())
+          report(bench_ours(model, rc, om, device, FusedOps::all(true), true, false));
     // What the fused kernels buy on the first model: all of them, then each alone (leave-one-out).
     if (i == 0 && device.is_cuda()) {
       report(bench_ours(model, "bf16", om, device, FusedOps::all(false)));

@@ -67,6 +67,7 @@ void write_run_results(const std::string& path, const RunResults& r) {
   w.attr("world_size", r.world_size);
   w.attr("backend", r.backend);
   w.attr("optimizer_sharding", r.optimizer_sharding);
+  w.attr("cuda_graph", r.cuda_graph);
   w.attr("utc_start", r.utc_start);
   w.attr("utc_end", r.utc_end.empty() ? utc_now() : r.utc_end);
   w.attr("device_name", r.device_name);
@@ -159,6 +160,7 @@ RunResults read_run_results(const std::string& path, bool with_curves) {
   r.world_size = i("world_size", 1);
   r.backend = s("backend").empty() ? "none" : s("backend");
   r.optimizer_sharding = s("optimizer_sharding").empty() ? "none" : s("optimizer_sharding");
+  r.cuda_graph = s("cuda_graph").empty() ? "off" : s("cuda_graph");
   r.diverged = i("diverged", 0) != 0;
   r.diverged_step = i("diverged_step", -1);
   r.tokens_per_s = d("tokens_per_s", NAN);

@@ -32,6 +32,7 @@ struct RunResults {
   // was held ("none", "replicated" or "zero1": harness/train/data_parallel.h).
   int64_t world_size = 1;
   std::string backend = "none", optimizer_sharding = "none";
+  std::string cuda_graph = "off";  // how the last process ran its steps (harness/train/step_graph.h describe())
   // How it went.
   std::string utc_start, utc_end, device_name, weights_sha256;
   bool diverged = false;

@@ -45,6 +45,8 @@ const std::vector<ManifestField>& manifest_fields() {
        "a loss above this factor times the best smoothed loss (after warmup) stops the run as diverged"},
       {"train", "device", &M::device, kOp, 0, 0, {"auto", "cpu", "cuda"}, "auto: CUDA when this build and the machine have it"},
       {"train", "deterministic", &M::deterministic, kId, 0, 0, {}, "bit-identical reruns and resumes on one GPU model; false only when asked"},
+      {"train", "cuda_graph", &M::cuda_graph, kOp, 0, 0, {},
+       "on a GPU, replay the training step as a CUDA graph where it can be (the same bits as uncaptured; the log says why not)"},
       {"eval", "every", &M::eval_every, kId, 0, kSteps, {}, "steps between validation losses (0: none)"},
       {"eval", "batches", &M::eval_batches, kId, 1, kSize, {}, "validation batches per evaluation"},
       {"capture", "steps", &M::capture_steps, kId, 0, 0, {}, "steps whose GEMM operands are captured for the analysis"},

@@ -48,6 +48,7 @@ struct RunManifest {
   double divergence_factor = 3.0;   // a loss above factor x the best smoothed loss (after warmup) stops the run
   std::string device = "auto";
   bool deterministic = true;        // bit-identical GPU runs (harness/train/determinism.h); false only when asked
+  bool cuda_graph = true;           // replay the step as a CUDA graph where it can be (harness/train/step_graph.h): the same bits
   // [eval]
   int64_t eval_every = 50, eval_batches = 4;
   // [capture]

@@ -19,17 +19,27 @@ std::unique_ptr<torch::optim::AdamW> make_optimizer(Transformer& model, const Ru
 namespace {
 
 #if TORCH_VERSION_MAJOR >= 2
-// Multi-tensor clipping and AdamW (LibTorch's foreach and fused kernels, as PyTorch's fused=True path
-// calls them), reading and writing the per-parameter state torch::optim::AdamW keeps, so a
-// checkpoint saved by either path loads into the other.
-double clip_and_fused_adamw(torch::optim::AdamW& opt, double grad_clip) {
+std::vector<torch::Tensor> defined_grads(torch::optim::AdamW& opt) {
   std::vector<torch::Tensor> grads;
   for (auto& group : opt.param_groups())
     for (auto& p : group.params())
       if (p.grad().defined()) grads.push_back(p.grad());
-  if (grads.empty()) return 0.0;
+  return grads;
+}
+#endif
+
+}  // namespace
+
+#if TORCH_VERSION_MAJOR >= 2
+torch::Tensor clip_gradients(torch::optim::AdamW& opt, double grad_clip) {
+  const std::vector<torch::Tensor> grads = defined_grads(opt);
+  if (grads.empty()) return torch::Tensor();
   torch::Tensor total = at::linalg_vector_norm(at::stack(at::_foreach_norm(grads, 2)), 2);
   if (grad_clip > 0) at::_foreach_mul_(grads, at::clamp_max(grad_clip / (total + 1e-6), 1.0));
+  return total;
+}
+
+void fused_adamw_update(torch::optim::AdamW& opt) {
   for (auto& group : opt.param_groups()) {
     const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
     std::vector<torch::Tensor> p, g, m, v, steps;
@@ -58,11 +68,8 @@ double clip_and_fused_adamw(torch::optim::AdamW& opt, double grad_clip) {
     at::_fused_adamw_(p, g, m, v, {}, steps, o.lr(), std::get<0>(o.betas()), std::get<1>(o.betas()), o.weight_decay(), o.eps(),
                       o.amsgrad(), /*maximize=*/false);
   }
-  return total.item<double>();
 }
 #endif
-
-}  // namespace
 
 torch::Tensor accumulate_gradients(Transformer& model, const std::function<torch::Tensor()>& next_batch, int64_t count,
                                    int64_t scale_accum, int64_t seq_len, const std::function<void()>& before_last) {
@@ -80,7 +87,11 @@ torch::Tensor accumulate_gradients(Transformer& model, const std::function<torch
 
 double clip_and_update(Transformer& model, torch::optim::AdamW& opt, double grad_clip) {
 #if TORCH_VERSION_MAJOR >= 2
-  if (model->parameters().front().is_cuda() && !opt.param_groups().front().params().empty()) return clip_and_fused_adamw(opt, grad_clip);
+  if (model->parameters().front().is_cuda() && !opt.param_groups().front().params().empty()) {
+    const torch::Tensor norm = clip_gradients(opt, grad_clip);
+    fused_adamw_update(opt);
+    return norm.defined() ? norm.item<double>() : 0.0;
+  }
 #endif
   const double norm = torch::nn::utils::clip_grad_norm_(model->parameters(), grad_clip > 0 ? grad_clip : 1e30);
   opt.step();

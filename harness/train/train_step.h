@@ -36,4 +36,14 @@ torch::Tensor accumulate_gradients(Transformer& model, const std::function<torch
                                    int64_t scale_accum, int64_t seq_len, const std::function<void()>& before_last = {});
 double clip_and_update(Transformer& model, torch::optim::AdamW& opt, double grad_clip);
 
+#if TORCH_VERSION_MAJOR >= 2
+// clip_and_update's halves on CUDA (LibTorch's foreach and fused kernels, as PyTorch's fused=True path
+// calls them). clip_gradients: the global norm of all .grad as a device scalar (undefined when no
+// gradient is), the gradients scaled in place when it exceeds grad_clip; no host synchronisation, so a
+// CUDA graph can hold it. fused_adamw_update: AdamW on the state torch::optim::AdamW keeps, so a
+// checkpoint saved by either path loads into the other.
+torch::Tensor clip_gradients(torch::optim::AdamW& opt, double grad_clip);
+void fused_adamw_update(torch::optim::AdamW& opt);
+#endif
+
 }  // namespace ufp4

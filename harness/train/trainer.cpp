@@ -179,6 +179,11 @@ Trainer::Trainer(const RunPlan& plan, const torch::Device& device, std::string d
     dp_ = std::make_unique<DataParallel>(model_, *optimizer_, groups_->data, dp);
     log_info("run " + m_.name + ": " + dp_->describe());
   }
+  if (device_.is_cuda()) {
+    graph_off_ = m_.cuda_graph ? StepGraph::obstacle(model_, device_, dp_ != nullptr) : "train.cuda_graph = false";
+    if (graph_off_.empty()) graph_ = std::make_unique<StepGraph>(model_, *optimizer_, m_.batch / m_.micro_batch, plan.model.seq_len, m_.grad_clip);
+    else if (rank_ == 0) log_info("run " + m_.name + ": steps uncaptured (no CUDA graph: " + graph_off_ + ")");
+  }
 }
 
 std::string Trainer::shard_path(const std::string& checkpoint, int64_t step) const {
@@ -282,9 +287,10 @@ bool Trainer::step_once(int64_t step) {
   // This step's values only: an operand that saw no tokens (an idle expert) reads NaN, not the value
   // of an earlier step, which a resumed process would not have.
   if (ctx_->telemetry) ctx_->alpha.clear();
-  const StepStats st = dp_ ? data_parallel_step()
-                          : train_step(model_, *optimizer_, [&] { return train_.next(m_.micro_batch).to(device_); }, m_.batch / m_.micro_batch,
-                                       plan_.model.seq_len, m_.grad_clip);
+  const auto next_batch = [&] { return train_.next(m_.micro_batch).to(device_); };
+  const StepStats st = dp_      ? data_parallel_step()
+                       : graph_ ? graph_->step(next_batch)
+                                : train_step(model_, *optimizer_, next_batch, m_.batch / m_.micro_batch, plan_.model.seq_len, m_.grad_clip);
   if (ctx_->capture) write_capture(plan_.capture_dir, step, ctx_->capture->take());
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
   const int64_t tokens = (step + 1) * plan_.tokens_per_step;
@@ -352,6 +358,7 @@ RunResults Trainer::results() {
   r.world_size = world_;
   r.backend = groups_ ? groups_->backend() : "none";
   r.optimizer_sharding = dp_ ? (dp_->sharded() ? "zero1" : "replicated") : "none";
+  r.cuda_graph = graph_ ? graph_->describe() : device_.is_cuda() ? "off: " + graph_off_ : "off: not a CUDA device";
   r.utc_start = utc_start_;
   r.device_name = device_name_;
   r.weights_sha256 = weights_sha256(model_);

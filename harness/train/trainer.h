@@ -17,6 +17,7 @@
 #include "harness/train/device_peaks.h"
 #include "harness/train/run_manifest.h"
 #include "harness/train/run_plan.h"
+#include "harness/train/step_graph.h"
 #include "harness/io/run_results.h"
 #include "harness/train/token_stream.h"
 #include "harness/train/train_step.h"
@@ -81,6 +82,8 @@ class Trainer {
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   std::shared_ptr<ProcessGroups> groups_;
   std::unique_ptr<DataParallel> dp_;
+  std::unique_ptr<StepGraph> graph_;  // CUDA-graph steps, when the manifest and the model allow them
+  std::string graph_off_;             // why not, when not
   int rank_ = 0, world_ = 1;
   bool stop_agreed_ = false;
   TokenStream train_;
