@@ -29,13 +29,15 @@ std::string StepGraph::obstacle(Transformer& model, const torch::Device& device,
   ctx.telemetry = false;
   ctx.capture.reset();
   std::string why;
-  for (auto& m : model->moe)
+  for (auto& m : model->moe) {
+    if (!m) continue;  // a dense layer's slot
     for (GroupedLinear* lin : {&m->fc1, &m->fc2}) {
       const torch::Tensor x = torch::empty({0, (*lin)->weight.size(2)}, torch::TensorOptions().device(device).dtype(torch::kBFloat16));
       for (Gemm g : kGemms)
         if (why.empty() && !(*lin)->runs_grouped(x, g))
           why = "MoE layer " + (*lin)->layers[0]->name + " runs its experts one by one (the host reads the segment ends)";
     }
+  }
   ctx.telemetry = telemetry;
   ctx.capture = capture;
   return why;
