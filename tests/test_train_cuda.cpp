@@ -45,6 +45,21 @@ void require_identical(const Outcome& a, const Outcome& b) {
   CHECK(a.weights == b.weights);
 }
 
+// A test manifest on the GPU: telemetry every `telemetry` steps, no periodic checkpoint.
+RunManifest gpu_manifest(const std::string& dir, const char* recipe, int steps, const char* model, int telemetry) {
+  RunManifest m = RunManifest::load(test::tiny_manifest(dir, recipe, steps, "", model));
+  m.device = "cuda";
+  m.telemetry_every = telemetry;
+  m.checkpoint_every = 0;
+  return m;
+}
+
+RunOptions forced() {
+  RunOptions o;
+  o.force = true;
+  return o;
+}
+
 }  // namespace
 
 TEST_CASE("GPU training is bit-identical across reruns and a stop-and-resume (tiny, tiny-moe)", "[train][cuda]") {
@@ -87,13 +102,9 @@ TEST_CASE("filling new memory changes no bit of a GPU run (tiny, tiny-moe; bf16,
   const std::string d = test::temp_dir();
   for (const char* model : {"tiny", "tiny-moe"})
     for (const char* recipe : {"bf16", "ufp4"}) {
-      RunManifest m = RunManifest::load(test::tiny_manifest(d, recipe, 20, "", model));
-      m.device = "cuda";
-      m.telemetry_every = 5;
-      m.checkpoint_every = 0;
+      const RunManifest m = gpu_manifest(d, recipe, 20, model, 5);
       INFO(model << ", " << recipe);
-      RunOptions force;
-      force.force = true;
+      const RunOptions force = forced();
       RunResult unfilled = run_training(m, force);
       REQUIRE(unfilled.status == RunStatus::kCompleted);
       const Outcome a = outcome(unfilled.results_path);
@@ -119,13 +130,9 @@ TEST_CASE("a CUDA-graph step equals the uncaptured step (tiny, tiny-moe; bf16, u
   const std::string d = test::temp_dir();
   for (const char* model : {"tiny", "tiny-moe"})
     for (const char* recipe : {"bf16", "ufp4"}) {
-      RunManifest m = RunManifest::load(test::tiny_manifest(d, recipe, 24, "", model));
-      m.device = "cuda";
-      m.telemetry_every = 7;
-      m.checkpoint_every = 0;
+      RunManifest m = gpu_manifest(d, recipe, 24, model, 7);
       INFO(model << ", " << recipe);
-      RunOptions force;
-      force.force = true;
+      const RunOptions force = forced();
       m.cuda_graph = false;
       RunResult plain = run_training(m, force);
       REQUIRE(plain.status == RunStatus::kCompleted);
