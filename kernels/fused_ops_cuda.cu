@@ -2,7 +2,6 @@
 // 16-byte vectors of 8 BF16 (or two of 4 FP32) values; a partner's vectors are i = p, p + P, ...
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <string>
 
 #include "common/error.h"
@@ -157,86 +156,60 @@ __global__ void __launch_bounds__(1024) rms_norm_weight_grad_kernel(const float*
   if (c == 0 && out < d) dw[out] = canon_nan(v);
 }
 
-// Cross entropy: a block of kCeThreads per row; thread i takes the row's 8-element chunks i, i +
-// kCeThreads, ... in that order (the reference's order: fused_ops_reference.cpp). Loads run kCeAhead
-// chunks ahead of the arithmetic, which still consumes them in order, so the bits are those of one
-// chunk at a time.
-constexpr int kCeAhead = 4;
-
-// The forward reads each row twice (max, then the sum of exponentials). Its blocks loop over rows, as
-// many blocks as kCeBlocksPerSm a multiprocessor, so the rows in flight (64 KB each at vocabulary
-// 32768, BF16) fit in L2 and the second read comes from there.
-constexpr int kCeBlocksPerSm = 3;
-
 template <bool kBf16>
-__global__ void __launch_bounds__(kCeThreads, kCeBlocksPerSm) cross_entropy_forward_kernel(const CrossEntropyIO io) {
+__global__ void __launch_bounds__(kCeThreads) cross_entropy_forward_kernel(const CrossEntropyIO io) {
   __shared__ float part[kCeThreads / 32];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  const int64_t nv = io.vocab / 8;
-  for (int64_t t = blockIdx.x; t < io.rows; t += gridDim.x) {
-    const int64_t o = t * io.vocab;
-    float m = -INFINITY;
-    for (int64_t v0 = tid; v0 < nv; v0 += kCeAhead * kCeThreads) {
-      float x[kCeAhead][8];
+  const int64_t t = blockIdx.x, o = t * io.vocab, nv = io.vocab / 8;
+  float m = -INFINITY;
+  for (int64_t v = tid; v < nv; v += kCeThreads) {
+    float x[8];
+    load8<kBf16>(io.logits, o + 8 * v, x);
 #pragma unroll
-      for (int k = 0; k < kCeAhead; ++k)
-        if (v0 + k * kCeThreads < nv) load8<kBf16>(io.logits, o + 8 * (v0 + k * kCeThreads), x[k]);
-#pragma unroll
-      for (int k = 0; k < kCeAhead; ++k)
-        if (v0 + k * kCeThreads < nv)
-#pragma unroll
-          for (int e = 0; e < 8; ++e) m = max_nan(m, x[k][e]);
-    }
-#pragma unroll
-    for (int h = 1; h < 32; h *= 2) m = max_nan(m, __shfl_xor_sync(kFull, m, h));
-    if (lane == 0) part[warp] = m;
-    __syncthreads();
-    m = part[0];
-#pragma unroll
-    for (int w = 1; w < kCeThreads / 32; ++w) m = max_nan(m, part[w]);
-    __syncthreads();  // part is reused
-    float s = 0.0f;
-    for (int64_t v0 = tid; v0 < nv; v0 += kCeAhead * kCeThreads) {
-      float x[kCeAhead][8];
-#pragma unroll
-      for (int k = 0; k < kCeAhead; ++k)
-        if (v0 + k * kCeThreads < nv) load8<kBf16>(io.logits, o + 8 * (v0 + k * kCeThreads), x[k]);  // second read: L2
-#pragma unroll
-      for (int k = 0; k < kCeAhead; ++k)
-        if (v0 + k * kCeThreads < nv)
-#pragma unroll
-          for (int e = 0; e < 8; ++e) s = add_rn(s, exp_f32(x[k][e] - m));
-    }
-    s = warp_tree_sum(s);
-    if (lane == 0) part[warp] = s;
-    __syncthreads();
-    if (tid == 0) {
-      // Across warps: the butterfly's steps h = 32, 64, 128 on the warp sums.
-      float w[kCeThreads / 32];
-#pragma unroll
-      for (int i = 0; i < kCeThreads / 32; ++i) w[i] = part[i];
-#pragma unroll
-      for (int h = 1; h < kCeThreads / 32; h *= 2) {
-        float n[kCeThreads / 32];
-#pragma unroll
-        for (int i = 0; i < kCeThreads / 32; ++i) n[i] = add_rn(w[i], w[i ^ h]);
-#pragma unroll
-        for (int i = 0; i < kCeThreads / 32; ++i) w[i] = n[i];
-      }
-      const float lse = m != m || w[0] != w[0] ? NAN : add_rn(m, log_f32(w[0]));
-      io.lse[t] = lse;
-      const int64_t y = io.targets[t];
-      float loss = 0.0f;
-      if (y != io.ignore_index) {
-        if (y >= 0 && y < io.vocab)
-          loss = canon_nan(lse - (kBf16 ? bf16_bits_to_f32(static_cast<const uint16_t*>(io.logits)[o + y]) : static_cast<const float*>(io.logits)[o + y]));
-        else
-          loss = NAN;
-      }
-      io.loss[t] = loss;
-    }
-    __syncthreads();  // part is reused by the next row
+    for (int e = 0; e < 8; ++e) m = max_nan(m, x[e]);
   }
+#pragma unroll
+  for (int h = 1; h < 32; h *= 2) m = max_nan(m, __shfl_xor_sync(kFull, m, h));
+  if (lane == 0) part[warp] = m;
+  __syncthreads();
+  m = part[0];
+#pragma unroll
+  for (int w = 1; w < kCeThreads / 32; ++w) m = max_nan(m, part[w]);
+  __syncthreads();  // part is reused
+  float s = 0.0f;
+  for (int64_t v = tid; v < nv; v += kCeThreads) {
+    float x[8];
+    load8<kBf16>(io.logits, o + 8 * v, x);  // second read: L1/L2
+#pragma unroll
+    for (int e = 0; e < 8; ++e) s = add_rn(s, exp_f32(x[e] - m));
+  }
+  s = warp_tree_sum(s);
+  if (lane == 0) part[warp] = s;
+  __syncthreads();
+  if (tid != 0) return;
+  // Across warps: the butterfly's steps h = 32, 64, 128 on the warp sums.
+  float w[kCeThreads / 32];
+#pragma unroll
+  for (int i = 0; i < kCeThreads / 32; ++i) w[i] = part[i];
+#pragma unroll
+  for (int h = 1; h < kCeThreads / 32; h *= 2) {
+    float n[kCeThreads / 32];
+#pragma unroll
+    for (int i = 0; i < kCeThreads / 32; ++i) n[i] = add_rn(w[i], w[i ^ h]);
+#pragma unroll
+    for (int i = 0; i < kCeThreads / 32; ++i) w[i] = n[i];
+  }
+  const float lse = m != m || w[0] != w[0] ? NAN : add_rn(m, log_f32(w[0]));
+  io.lse[t] = lse;
+  const int64_t y = io.targets[t];
+  float loss = 0.0f;
+  if (y != io.ignore_index) {
+    if (y >= 0 && y < io.vocab)
+      loss = canon_nan(lse - (kBf16 ? bf16_bits_to_f32(static_cast<const uint16_t*>(io.logits)[o + y]) : static_cast<const float*>(io.logits)[o + y]));
+    else
+      loss = NAN;
+  }
+  io.loss[t] = loss;
 }
 
 template <bool kBf16>
@@ -244,22 +217,15 @@ __global__ void __launch_bounds__(kCeThreads) cross_entropy_backward_kernel(cons
   const int64_t t = blockIdx.x, o = t * io.vocab, nv = io.vocab / 8, y = io.targets[t];
   const bool counted = y != io.ignore_index;
   const float lse = io.lse[t], scale = *io.scale;
-  for (int64_t v0 = threadIdx.x; v0 < nv; v0 += kCeAhead * kCeThreads) {
-    float x[kCeAhead][8];
+  for (int64_t v = threadIdx.x; v < nv; v += kCeThreads) {
+    float x[8];
+    load8<kBf16>(io.logits, o + 8 * v, x);
 #pragma unroll
-    for (int k = 0; k < kCeAhead; ++k)
-      if (v0 + k * kCeThreads < nv) load8<kBf16>(io.logits, o + 8 * (v0 + k * kCeThreads), x[k]);
-#pragma unroll
-    for (int k = 0; k < kCeAhead; ++k) {
-      const int64_t v = v0 + k * kCeThreads;
-      if (v >= nv) continue;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const float p = exp_f32(x[k][e] - lse);
-        x[k][e] = counted ? mul_rn(8 * v + e == y ? p - 1.0f : p, scale) : 0.0f;
-      }
-      store8<kBf16>(io.dlogits, o + 8 * v, x[k]);
+    for (int e = 0; e < 8; ++e) {
+      const float p = exp_f32(x[e] - lse);
+      x[e] = counted ? mul_rn(8 * v + e == y ? p - 1.0f : p, scale) : 0.0f;
     }
+    store8<kBf16>(io.dlogits, o + 8 * v, x);
   }
 }
 
@@ -375,15 +341,8 @@ void cuda_cross_entropy_forward(const CrossEntropyIO& io, cudaStream_t stream) {
   check_shape(io.vocab, "cross_entropy");
   if (io.rows == 0) return;
   if (io.rows > 0x7fffffff) throw Error("cross_entropy: too many rows for one launch");
-  static const int sms = [] {
-    int device = 0, n = 0;
-    check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-    check_cuda(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-    return n;
-  }();
-  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(io.rows, static_cast<int64_t>(sms) * kCeBlocksPerSm));
-  if (io.dtype == DType::kBF16) cross_entropy_forward_kernel<true><<<blocks, kCeThreads, 0, stream>>>(io);
-  else cross_entropy_forward_kernel<false><<<blocks, kCeThreads, 0, stream>>>(io);
+  if (io.dtype == DType::kBF16) cross_entropy_forward_kernel<true><<<static_cast<unsigned>(io.rows), kCeThreads, 0, stream>>>(io);
+  else cross_entropy_forward_kernel<false><<<static_cast<unsigned>(io.rows), kCeThreads, 0, stream>>>(io);
   check_launch("cross_entropy forward kernel launch");
 }
 
