@@ -7,6 +7,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #endif
 
@@ -104,6 +105,9 @@ struct StepGraph::Impl {
       return;
     }
     captured_at = step;
+    // The uncaptured steps' cached blocks go back to the device: the graph holds its own memory, and
+    // keeping both would double a large model's footprint.
+    c10::cuda::CUDACachingAllocator::emptyCache();
     params.clear();
     grads.clear();
     for (auto& p : model->parameters()) {
