@@ -58,13 +58,15 @@ KernelSpec make_kernel_spec(const QuantSpec& spec);
 
 // The stochastic-rounding stream's offset as the kernels use it: offset plus the value at offset_add.
 // Host code (the references) sees offset alone; the CPU entry points reject a spec with offset_add.
-UFP4_HD uint64_t sr_offset(const KernelSpec& s) {
+UFP4_HD uint64_t sr_offset(uint64_t offset, const uint64_t* offset_add) {
 #if defined(__CUDA_ARCH__)
-  return s.offset_add ? s.offset + *s.offset_add : s.offset;
+  return offset_add ? offset + *offset_add : offset;
 #else
-  return s.offset;
+  (void)offset_add;
+  return offset;
 #endif
 }
+UFP4_HD uint64_t sr_offset(const KernelSpec& s) { return sr_offset(s.offset, s.offset_add); }
 
 // Random sign vector of the RHT: 128 bits from Philox keyed by the RHT seed.
 void rht_sign_bits(uint64_t rht_seed, uint32_t out[4]);

@@ -92,11 +92,7 @@ UFP4_HD float hot_div(float x, float d, float rd) {
 // call, element i takes byte i.
 UFP4_HD U32x4 hot_draws(const HotParams& h, uint64_t out_index) {
   const uint64_t group = out_index >> 4;
-#if defined(__CUDA_ARCH__)
-  const uint64_t offset = h.offset_add ? h.offset + *h.offset_add : h.offset;
-#else
-  const uint64_t offset = h.offset;
-#endif
+  const uint64_t offset = sr_offset(h.offset, h.offset_add);
   return philox4x32_10(static_cast<uint32_t>(group), static_cast<uint32_t>(group >> 32), static_cast<uint32_t>(offset),
                        static_cast<uint32_t>(offset >> 32), h.keys);
 }

@@ -60,37 +60,39 @@ RunOptions forced() {
   return o;
 }
 
+// A run that must complete; its results file.
+std::string completed(const RunManifest& m, const RunOptions& o) {
+  const RunResult r = run_training(m, o);
+  REQUIRE(r.status == RunStatus::kCompleted);
+  return r.results_path;
+}
+
+// The run stopped after step `after` (a checkpoint), then resumed by a plain run; the resumed results.
+std::string stopped_and_resumed(const RunManifest& m, int64_t after) {
+  RunOptions stop;
+  stop.stop_after = after;
+  REQUIRE(run_training(m, stop).status == RunStatus::kStopped);
+  return completed(m, RunOptions{});
+}
+
 }  // namespace
 
 TEST_CASE("GPU training is bit-identical across reruns and a stop-and-resume (tiny, tiny-moe)", "[train][cuda]") {
   UFP4_NEED_GPU();
   const std::string d = test::temp_dir();
   for (const char* model : {"tiny", "tiny-moe"}) {
-    const std::string path = test::tiny_manifest(d, "ufp4", 30, "", model);
-    RunManifest m = RunManifest::load(path);
-    m.device = "cuda";
-    m.telemetry_every = 5;
-    m.checkpoint_every = 0;
+    const RunManifest m = gpu_manifest(d, "ufp4", 30, model, 5);
     INFO(model);
-    RunOptions force;
-    force.force = true;
-    RunResult first = run_training(m, force);
-    REQUIRE(first.status == RunStatus::kCompleted);
-    const RunResults r = read_run_results(first.results_path, /*with_curves=*/false);
+    const std::string first = completed(m, forced());
+    const RunResults r = read_run_results(first, /*with_curves=*/false);
     CHECK(r.device_name != "cpu");
     CHECK(r.deterministic);
-    const Outcome a = outcome(first.results_path);
-    RunResult second = run_training(m, force);
-    REQUIRE(second.status == RunStatus::kCompleted);
-    require_identical(a, outcome(second.results_path));
+    const Outcome a = outcome(first);
+    const std::string second = completed(m, forced());
+    require_identical(a, outcome(second));
     // Stopped after step 13 (a checkpoint), then resumed by a plain run.
-    std::remove(second.results_path.c_str());
-    RunOptions stop;
-    stop.stop_after = 13;
-    REQUIRE(run_training(m, stop).status == RunStatus::kStopped);
-    RunResult resumed = run_training(m, RunOptions{});
-    REQUIRE(resumed.status == RunStatus::kCompleted);
-    require_identical(a, outcome(resumed.results_path));
+    std::remove(second.c_str());
+    require_identical(a, outcome(stopped_and_resumed(m, 13)));
   }
 }
 
@@ -104,20 +106,16 @@ TEST_CASE("filling new memory changes no bit of a GPU run (tiny, tiny-moe; bf16,
     for (const char* recipe : {"bf16", "ufp4"}) {
       const RunManifest m = gpu_manifest(d, recipe, 20, model, 5);
       INFO(model << ", " << recipe);
-      const RunOptions force = forced();
-      RunResult unfilled = run_training(m, force);
-      REQUIRE(unfilled.status == RunStatus::kCompleted);
-      const Outcome a = outcome(unfilled.results_path);
-      RunResult filled;
+      const Outcome a = outcome(completed(m, forced()));
+      std::string filled;
       {
         struct FillOn {  // off again even when the run throws
           FillOn() { set_fill_uninitialized_memory(true); }
           ~FillOn() { set_fill_uninitialized_memory(false); }
         } fill;
-        filled = run_training(m, force);
+        filled = completed(m, forced());
       }
-      REQUIRE(filled.status == RunStatus::kCompleted);
-      require_identical(a, outcome(filled.results_path));
+      require_identical(a, outcome(filled));
     }
 }
 
@@ -132,26 +130,19 @@ TEST_CASE("a CUDA-graph step equals the uncaptured step (tiny, tiny-moe; bf16, u
     for (const char* recipe : {"bf16", "ufp4"}) {
       RunManifest m = gpu_manifest(d, recipe, 24, model, 7);
       INFO(model << ", " << recipe);
-      const RunOptions force = forced();
       m.cuda_graph = false;
-      RunResult plain = run_training(m, force);
-      REQUIRE(plain.status == RunStatus::kCompleted);
-      CHECK(read_run_results(plain.results_path, false).cuda_graph == "off: train.cuda_graph = false");
-      const Outcome a = outcome(plain.results_path);
+      const std::string plain = completed(m, forced());
+      CHECK(read_run_results(plain, false).cuda_graph == "off: train.cuda_graph = false");
+      const Outcome a = outcome(plain);
       m.cuda_graph = true;
-      RunResult graphed = run_training(m, force);
-      REQUIRE(graphed.status == RunStatus::kCompleted);
-      const std::string how = read_run_results(graphed.results_path, false).cuda_graph;
+      const std::string graphed = completed(m, forced());
+      const std::string how = read_run_results(graphed, false).cuda_graph;
       INFO(how);
       CHECK(how.rfind("captured at step 2, ", 0) == 0);
-      require_identical(a, outcome(graphed.results_path));
-      std::remove(graphed.results_path.c_str());
-      RunOptions stop;
-      stop.stop_after = 11;
-      REQUIRE(run_training(m, stop).status == RunStatus::kStopped);
-      RunResult resumed = run_training(m, RunOptions{});
-      REQUIRE(resumed.status == RunStatus::kCompleted);
-      CHECK(read_run_results(resumed.results_path, false).cuda_graph.rfind("captured at step 13, ", 0) == 0);
-      require_identical(a, outcome(resumed.results_path));
+      require_identical(a, outcome(graphed));
+      std::remove(graphed.c_str());
+      const std::string resumed = stopped_and_resumed(m, 11);
+      CHECK(read_run_results(resumed, false).cuda_graph.rfind("captured at step 13, ", 0) == 0);
+      require_identical(a, outcome(resumed));
     }
 }

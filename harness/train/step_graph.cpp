@@ -65,11 +65,6 @@ struct StepGraph::Impl {
   int64_t captured_at = -1;
   std::string failed;
 
-  torch::Tensor forward_backward() {
-    int64_t a = 0;
-    return accumulate_gradients(model, [&] { return tokens[a++]; }, accum, accum, seq_len);
-  }
-
   void grads_to_none() {
     for (auto& p : model->parameters()) p.mutable_grad() = torch::Tensor();
   }
@@ -83,7 +78,8 @@ struct StepGraph::Impl {
     try {
       graph->capture_begin();
       try {
-        loss_sum = forward_backward();
+        int64_t a = 0;
+        loss_sum = accumulate_gradients(model, [&] { return tokens[a++]; }, accum, accum, seq_len);
         norm = clip_gradients(opt, grad_clip);
       } catch (...) {
         try {
@@ -148,22 +144,18 @@ StepStats StepGraph::step(const std::function<torch::Tensor()>& next_batch) {
     // this stream: cuBLAS workspaces and cached allocations exist before the capture).
     const bool host_reads = ctx.telemetry || (ctx.capture && ctx.capture->at_step(ctx.step));
     if (!host_reads && s.failed.empty() && s.eager_steps >= s.warmup && !s.graph) s.capture(ctx.step);
-    torch::Tensor loss_sum, norm;
     if (!host_reads && s.graph) {
       for (size_t i = 0; i < s.params.size(); ++i) s.params[i].mutable_grad() = s.grads[i];
       s.graph->replay();
-      loss_sum = s.loss_sum;
-      norm = s.norm;
       ++replays_;
+      fused_adamw_update(s.opt);
+      st.loss = s.loss_sum.item<double>() / static_cast<double>(s.accum);
+      st.grad_norm = s.norm.defined() ? s.norm.item<double>() : 0.0;
     } else {
       ++s.eager_steps;
-      s.grads_to_none();
-      loss_sum = s.forward_backward();
-      norm = clip_gradients(s.opt, s.grad_clip);
+      int64_t a = 0;
+      st = train_step(s.model, s.opt, [&] { return s.tokens[a++]; }, s.accum, s.seq_len, s.grad_clip);
     }
-    fused_adamw_update(s.opt);
-    st.loss = loss_sum.item<double>() / static_cast<double>(s.accum);
-    st.grad_norm = norm.defined() ? norm.item<double>() : 0.0;
   }
   at::cuda::CUDAEvent done;
   done.record(s.stream);
