@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "kernels/quantize.h"
+#include "kernels/quantize_pair.h"
 #include "kernels/quantize_segments.h"
 
 typedef struct CUstream_st* cudaStream_t;
@@ -19,6 +20,10 @@ void cuda_quantize(const KernelSpec& s, const QuantizeIO& io, cudaStream_t strea
 // The hot kernel alone (kernels/quantize_hot.h), for calls where hot_path_applies(); cuda_quantize
 // dispatches to it.
 void cuda_quantize_hot(const KernelSpec& s, const QuantizeIO& io, cudaStream_t stream);
+
+// Both layouts of one operand from one read (kernels/quantize_pair.h), for calls where
+// pair_path_applies(); `io` holds device pointers.
+void cuda_quantize_pair(const KernelSpec& row, const KernelSpec& col, const PairIO& io, cudaStream_t stream);
 
 // Segmented quantize-dequantize (kernels/quantize_segments.h): G operands in one launch; `io` holds
 // device pointers (ends, lens, keys and tensor amax included). io.workspace as for cuda_quantize().

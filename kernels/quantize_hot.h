@@ -1,5 +1,6 @@
 // The training path's quantizer at memory speed: BF16 in and out, 1x16 blocks, FP32 block scales,
-// RHT off or 16, E2M1 or uniform grids (E1M2, INT4), RTNE or SR, dequantized values only.
+// RHT off or 16, E2M1 or uniform grids (E1M2, INT4), RTNE or SR, dequantized values only. The pair
+// kernel (kernels/quantize_pair.h) also feeds it FP32 inputs (hot_chunk_f32).
 // hot_chunk() is one chunk's arithmetic, compiled for host and device so the CPU tests hold it to
 // reference_quantize() bit for bit. It returns false for chunks outside the range where its shortcuts
 // are proven exact (zero, non-finite, tiny or huge blocks); the kernel sends those to the general code.
@@ -10,7 +11,9 @@
 //   as the widening alone). The butterflies are unnormalized: y' is a sum of BF16 values, a multiple of
 //   2^-133, so the reference's y = RN(y'/4) is y'/4 exactly. The 1/4 moves into the block scale:
 //   RN(4m/gmax) = 4 RN(m/gmax) and hot_div(y', 4d) = hot_div(y, d) for the accepted scales (4d <= 2^14
-//   also keeps y' far from overflow).
+//   also keeps y' far from overflow). FP32 inputs: the butterflies add the same pairs as the
+//   reference's, so y' = 4y except where y'/4 lies below FP32's normal range (|y'| < 2^-124); with
+//   d >= 2^-58 both sides round such an element to level 0 with its sign.
 // - amax propagates NaN (max.NaN), so one finiteness test covers every element.
 // - x / d is Markstein's q + (x - q d) r with r = RN(1/d): exact when |q| >= 2^-43 (the FMA remainder
 //   is representable); below that the exact and the corrected quotient both lie below the first
@@ -47,12 +50,16 @@ struct HotParams {
 // 16-byte aligned (or null): what the vectorized kernels need.
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
+// Whether the hot arithmetic covers this spec: E2M1 or uniform grids, 1x16 blocks, FP32 scales, RHT off or 16.
+inline bool hot_spec_applies(const KernelSpec& s) {
+  const bool grid_ok = (s.fast.kind == kGridE2M1 || s.fast.kind == kGridUniform) && s.grid.gmax == s.fast.top;
+  return grid_ok && s.block == 16 && !s.block_2d && s.scale_kind == 0 && (s.rht == 0 || (s.rht == 16 && s.rht_scale == 0.25f));
+}
+
 // Whether the hot kernel covers this call (the GPU dispatch and the tests ask the same question).
 inline bool hot_path_applies(const KernelSpec& s, const QuantizeIO& io) {
   const int64_t L = io.columnwise ? io.rows : io.cols;
-  const bool grid_ok = (s.fast.kind == kGridE2M1 || s.fast.kind == kGridUniform) && s.grid.gmax == s.fast.top;
-  return grid_ok && s.block == 16 && !s.block_2d && s.scale_kind == 0 && (s.rht == 0 || (s.rht == 16 && s.rht_scale == 0.25f)) &&
-         io.in_dtype == DType::kBF16 && io.out_dtype == DType::kBF16 && io.dequant && !io.codes && !io.scales && !io.amax &&
+  return hot_spec_applies(s) && io.in_dtype == DType::kBF16 && io.out_dtype == DType::kBF16 && io.dequant && !io.codes && !io.scales && !io.amax &&
          !io.scale_bits && !io.tensor_amax && L % 16 == 0 && (!io.columnwise || io.cols % 8 == 0) && aligned16(io.in) &&
          aligned16(io.dequant);
 }
@@ -103,6 +110,12 @@ template <bool kRht>
 UFP4_HD float hot_widen(const HotParams& h, uint32_t word, bool high, int i) {
   const uint32_t flip = kRht ? h.rht_flip[i] : 0u;
   return bits_f32(high ? (word & 0xffff0000u) ^ flip : (word << 16) + flip);  // + flip: one shift-add
+}
+
+// The same for an FP32 input word (the weights' master copy).
+template <bool kRht>
+UFP4_HD float hot_widen_f32(const HotParams& h, uint32_t word, int i) {
+  return bits_f32(word ^ (kRht ? h.rht_flip[i] : 0u));
 }
 
 // One 16-element chunk from its values widened by hot_widen (x is overwritten). out: element 2k in
@@ -180,6 +193,15 @@ UFP4_HD bool hot_chunk(const HotParams& h, const uint32_t* in, uint64_t out_inde
   float x[16];
 UFP4_UNROLL
   for (int i = 0; i < 16; ++i) x[i] = hot_widen<kRht>(h, in[i / 2], i % 2 == 1, i);
+  return hot_chunk_values<kClass, kSR, kRht>(h, x, kSR ? hot_draws(h, out_index) : U32x4{}, out);
+}
+
+// The same from FP32 input: element i in word i.
+template <int kClass, bool kSR, bool kRht>
+UFP4_HD bool hot_chunk_f32(const HotParams& h, const uint32_t* in, uint64_t out_index, uint32_t* out) {
+  float x[16];
+UFP4_UNROLL
+  for (int i = 0; i < 16; ++i) x[i] = hot_widen_f32<kRht>(h, in[i], i);
   return hot_chunk_values<kClass, kSR, kRht>(h, x, kSR ? hot_draws(h, out_index) : U32x4{}, out);
 }
 

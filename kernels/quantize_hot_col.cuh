@@ -14,15 +14,18 @@ namespace {
 constexpr int kHotThreads = 128;
 constexpr int kColTile = 64;  // columnwise: input rows and columns of one tile
 
-// Chunks the hot arithmetic declines take the general path, reloading their input: out of line,
-// so the rare case costs the hot loop no registers.
+// Chunks the hot arithmetic declines take the general path, reloading their input (BF16, or FP32 in
+// the pair kernel): out of line, so the rare case costs the hot loop no registers.
 __device__ __noinline__ void general_chunk(const KernelSpec& s, const QuantizeIO& io, const float* sh_level, const uint8_t* sh_code,
                                            int64_t out_index) {
   const int64_t L = io.columnwise ? io.rows : io.cols, r = out_index / L, j0 = out_index % L;
-  const uint16_t* in = static_cast<const uint16_t*>(io.in);
+  const bool bf16 = io.in_dtype == DType::kBF16;  // FP32: the pair kernel's weights
   float x[16];
 #pragma unroll
-  for (int i = 0; i < 16; ++i) x[i] = bf16_bits_to_f32(io.columnwise ? in[(j0 + i) * io.cols + r] : in[r * L + j0 + i]);
+  for (int i = 0; i < 16; ++i) {
+    const int64_t k = io.columnwise ? (j0 + i) * io.cols + r : r * L + j0 + i;
+    x[i] = bf16 ? load1<true>(io.in, k) : load1<false>(io.in, k);
+  }
   if (s.rht) rht16(s, x);
   finish_chunk<true>(s, io, sh_level, sh_code, x, chunk_amax(x), r, L, j0, 16);
 }

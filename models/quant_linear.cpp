@@ -2,6 +2,8 @@
 
 #include <fnmatch.h>
 
+#include <tuple>
+
 #include "common/error.h"
 #include "models/quant_ops.h"
 
@@ -20,29 +22,48 @@ bool fp32_gemm(const torch::Tensor& x, const LayerQuant& L) { return !x.is_cuda(
 
 struct QuantLinearFunction : public torch::autograd::Function<QuantLinearFunction> {
   // `bias` is a 0-element placeholder when has_bias is false: autograd needs defined inputs.
+  // backward_follows: grad mode was on and an input needs a gradient (the columnwise operands are then
+  // made here, from the same read as the rowwise ones, and saved in place of x and w).
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& w,
-                               const torch::Tensor& bias_in, bool has_bias, int64_t layer_ptr) {
+                               const torch::Tensor& bias_in, bool has_bias, int64_t layer_ptr, bool backward_follows) {
     const LayerQuant& L = *reinterpret_cast<const LayerQuant*>(layer_ptr);
-    ctx->save_for_backward({x, w});
-    ctx->saved_data["step"] = L.ctx->step;
+    const int64_t step = L.ctx->step, K = x.size(-1), N = w.size(0);
+    OperandPair xp, wp;
+    if (backward_follows && w.requires_grad()) xp = prepare_operand_pair(x.reshape({-1, K}), L, Gemm::kFprop, 0, Gemm::kWgrad, 1, step);
+    if (backward_follows && x.requires_grad()) wp = prepare_operand_pair(w, L, Gemm::kFprop, 1, Gemm::kDgrad, 1, step);
+    ctx->save_for_backward({xp.col.defined() ? xp.col : x, wp.col.defined() ? wp.col : w});
+    ctx->saved_data["x_col"] = xp.col.defined();
+    ctx->saved_data["w_col"] = wp.col.defined();
+    ctx->saved_data["x_sizes"] = x.sizes().vec();
+    ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
+    ctx->saved_data["w_dtype"] = static_cast<int64_t>(w.scalar_type());
+    ctx->saved_data["n"] = N;
+    ctx->saved_data["step"] = step;
     ctx->saved_data["layer"] = layer_ptr;
     ctx->saved_data["has_bias"] = has_bias;
-    return quant_fprop(x, w, has_bias ? bias_in : torch::Tensor(), L, L.ctx->step);
+    return quant_fprop(x, w, has_bias ? bias_in : torch::Tensor(), L, step, xp.row, wp.row);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grads) {
     const LayerQuant& L = *reinterpret_cast<const LayerQuant*>(ctx->saved_data["layer"].toInt());
-    const int64_t step = ctx->saved_data["step"].toInt();
+    const int64_t step = ctx->saved_data["step"].toInt(), N = ctx->saved_data["n"].toInt();
+    const std::vector<int64_t> x_sizes = ctx->saved_data["x_sizes"].toIntVector();
+    const auto x_dtype = static_cast<torch::ScalarType>(ctx->saved_data["x_dtype"].toInt());
+    const auto w_dtype = static_cast<torch::ScalarType>(ctx->saved_data["w_dtype"].toInt());
     auto saved = ctx->get_saved_variables();
-    const torch::Tensor &x = saved[0], &w = saved[1];
-    const int64_t K = x.size(-1), N = w.size(0);
+    // Either the input itself or its columnwise operand, prepared in the forward.
+    const bool x_col = ctx->saved_data["x_col"].toBool(), w_col = ctx->saved_data["w_col"].toBool();
+    const torch::Tensor x2 = x_col ? torch::Tensor() : saved[0].reshape({-1, x_sizes.back()}), xt = x_col ? saved[0] : torch::Tensor();
+    const torch::Tensor w = w_col ? torch::Tensor() : saved[1], wt = w_col ? saved[1] : torch::Tensor();
     torch::Tensor dy2 = grads[0].reshape({-1, N});
-    torch::Tensor x2 = x.reshape({-1, K});
+    const bool need_dx = ctx->needs_input_grad(0), need_dw = ctx->needs_input_grad(1);
+    OperandPair dyp;
+    if (need_dx && need_dw) dyp = prepare_operand_pair(dy2, L, Gemm::kDgrad, 0, Gemm::kWgrad, 0, step);
     torch::Tensor dx, dw, db;
-    if (ctx->needs_input_grad(0)) dx = quant_dgrad(dy2, w, L, step).to(x.scalar_type()).view(x.sizes());
-    if (ctx->needs_input_grad(1)) dw = quant_wgrad(dy2, x2, L, step).to(w.scalar_type());
-    if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)) db = dy2.sum(0).to(w.scalar_type());
-    return {dx, dw, db, torch::Tensor(), torch::Tensor()};
+    if (need_dx) dx = quant_dgrad(dy2, w, L, step, dyp.row, wt).to(x_dtype).view(x_sizes);
+    if (need_dw) dw = quant_wgrad(dy2, x2, L, step, dyp.col, xt).to(w_dtype);
+    if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)) db = dy2.sum(0).to(w_dtype);
+    return {dx, dw, db, torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -74,6 +95,29 @@ bool gemm_untouched(const LayerQuant& L, Gemm g) {
   return !r.rht && !r.op[0].quantize && !r.op[1].quantize;
 }
 
+namespace {
+
+// Telemetry's alpha and the capture of one prepared operand `out` of t.
+void observe_operand(const torch::Tensor& t, const torch::Tensor& out, const LayerQuant& L, Gemm g, int slot, int64_t step, bool columnwise,
+                     const QuantSpec& spec) {
+  const OperandRecipe& o = L.ctx->recipe.at(g).op[slot];
+  const int rht_size = L.ctx->recipe.at(g).rht;
+  const bool touched = !L.bf16 && (o.quantize || rht_size);
+  const bool capture = L.ctx->capture && L.ctx->capture->wants(step, L.name);
+  if (!(L.ctx->telemetry && o.quantize && !L.bf16) && !capture) return;
+  const std::string key = L.name + "/" + gemm_key(g) + "." + operand_key(g, slot);
+  torch::NoGradGuard ng;
+  torch::Tensor ref = columnwise ? t.t() : t;
+  if (touched && rht_size) ref = rht(t, spec, columnwise, torch::kFloat32);
+  if (L.ctx->telemetry && o.quantize && !L.bf16) {
+    torch::Tensor r = ref.to(torch::kFloat64), q = out.to(torch::kFloat64);
+    L.ctx->alpha[key] = ((q * r).sum() / (r * r).sum()).item<double>();
+  }
+  if (capture) L.ctx->capture->add(key, ref, out);
+}
+
+}  // namespace
+
 torch::Tensor prepare_operand(const torch::Tensor& t, const LayerQuant& L, Gemm g, int slot, int64_t step, bool columnwise,
                       torch::ScalarType dq_dtype) {
   const OperandRecipe& o = L.ctx->recipe.at(g).op[slot];
@@ -99,28 +143,35 @@ torch::Tensor prepare_operand(const torch::Tensor& t, const LayerQuant& L, Gemm 
   } else {
     out = rht(t, spec, columnwise, dq_dtype);
   }
-  const std::string key = L.name + "/" + gemm_key(g) + "." + operand_key(g, slot);
-  const bool capture = L.ctx->capture && L.ctx->capture->wants(step, L.name);
-  if ((L.ctx->telemetry && o.quantize && !L.bf16) || capture) {
-    torch::NoGradGuard ng;
-    torch::Tensor ref = columnwise ? t.t() : t;
-    if (touched && rht_size) ref = rht(t, spec, columnwise, torch::kFloat32);
-    if (L.ctx->telemetry && o.quantize && !L.bf16) {
-      torch::Tensor r = ref.to(torch::kFloat64), q = out.to(torch::kFloat64);
-      L.ctx->alpha[key] = ((q * r).sum() / (r * r).sum()).item<double>();
-    }
-    if (capture) L.ctx->capture->add(key, ref, out);
-  }
+  observe_operand(t, out, L, g, slot, step, columnwise, spec);
   return out;
 }
 
-torch::Tensor quant_fprop(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& bias, const LayerQuant& L, int64_t step) {
+OperandPair prepare_operand_pair(const torch::Tensor& t, const LayerQuant& L, Gemm g_row, int slot_row, Gemm g_col, int slot_col,
+                                 int64_t step) {
+  const Recipe& r = L.ctx->recipe;
+  const int col_rht = r.at(g_col).rht;
+  if (!L.ctx->pair_operands || L.bf16 || fp32_gemm(t, L) || !r.at(g_row).op[slot_row].quantize || !r.at(g_col).op[slot_col].quantize ||
+      (col_rht && t.size(0) % col_rht != 0))
+    return {};
+  const QuantSpec rs = operand_spec(L, g_row, slot_row, step), cs = operand_spec(L, g_col, slot_col, step);
+  torch::Tensor tc = t.contiguous();
+  if (!quantize_pair_fused(tc, rs, cs)) return {};
+  OperandPair p;
+  std::tie(p.row, p.col) = quantize_pair(tc, rs, cs);
+  observe_operand(t, p.row, L, g_row, slot_row, step, false, rs);
+  observe_operand(t, p.col, L, g_col, slot_col, step, true, cs);
+  return p;
+}
+
+torch::Tensor quant_fprop(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& bias, const LayerQuant& L, int64_t step,
+                          const torch::Tensor& xq_in, const torch::Tensor& wq_in) {
   const int64_t K = x.size(-1), N = w.size(0);
   torch::Tensor x2 = x.reshape({-1, K});
   const bool fp32 = fp32_gemm(x, L);
   const torch::ScalarType dq = fp32 ? torch::kFloat32 : torch::kBFloat16;
-  torch::Tensor xq = prepare_operand(x2, L, Gemm::kFprop, 0, step, false, dq);
-  torch::Tensor wq = prepare_operand(w, L, Gemm::kFprop, 1, step, false, dq);
+  torch::Tensor xq = xq_in.defined() ? xq_in : prepare_operand(x2, L, Gemm::kFprop, 0, step, false, dq);
+  torch::Tensor wq = wq_in.defined() ? wq_in : prepare_operand(w, L, Gemm::kFprop, 1, step, false, dq);
   // Untouched operands: exactly LibTorch's linear, on the caller's shape.
   if (xq.is_same(x2) && wq.is_same(w)) {
     const auto t = x.scalar_type();
@@ -132,21 +183,23 @@ torch::Tensor quant_fprop(const torch::Tensor& x, const torch::Tensor& w, const 
   return y2.view(shape);
 }
 
-torch::Tensor quant_dgrad(const torch::Tensor& dy2, const torch::Tensor& w, const LayerQuant& L, int64_t step) {
+torch::Tensor quant_dgrad(const torch::Tensor& dy2, const torch::Tensor& w, const LayerQuant& L, int64_t step, const torch::Tensor& dyq,
+                          const torch::Tensor& wt) {
   // dX = dY W, reduction over N
   const torch::ScalarType dq = fp32_gemm(dy2, L) ? torch::kFloat32 : torch::kBFloat16;
-  torch::Tensor a = prepare_operand(dy2, L, Gemm::kDgrad, 0, step, false, dq);
-  torch::Tensor bt = prepare_operand(w, L, Gemm::kDgrad, 1, step, true, dq);  // [K, N]
-  if (a.is_same(dy2) && bt.is_alias_of(w)) return dy2.mm(w.to(dy2.scalar_type()));
+  torch::Tensor a = dyq.defined() ? dyq : prepare_operand(dy2, L, Gemm::kDgrad, 0, step, false, dq);
+  torch::Tensor bt = wt.defined() ? wt : prepare_operand(w, L, Gemm::kDgrad, 1, step, true, dq);  // [K, N]
+  if (a.is_same(dy2) && !wt.defined() && bt.is_alias_of(w)) return dy2.mm(w.to(dy2.scalar_type()));
   return a.to(dq).mm(bt.to(dq).t());
 }
 
-torch::Tensor quant_wgrad(const torch::Tensor& dy2, const torch::Tensor& x2, const LayerQuant& L, int64_t step) {
+torch::Tensor quant_wgrad(const torch::Tensor& dy2, const torch::Tensor& x2, const LayerQuant& L, int64_t step, const torch::Tensor& dyt,
+                          const torch::Tensor& xt) {
   // dW = dY^T X, reduction over M
   const torch::ScalarType dq = fp32_gemm(dy2, L) ? torch::kFloat32 : torch::kBFloat16;
-  torch::Tensor at = prepare_operand(dy2, L, Gemm::kWgrad, 0, step, true, dq);  // [N, M]
-  torch::Tensor bt = prepare_operand(x2, L, Gemm::kWgrad, 1, step, true, dq);   // [K, M]
-  if (at.is_alias_of(dy2) && bt.is_alias_of(x2)) return dy2.t().mm(x2.to(dy2.scalar_type()));
+  torch::Tensor at = dyt.defined() ? dyt : prepare_operand(dy2, L, Gemm::kWgrad, 0, step, true, dq);  // [N, M]
+  torch::Tensor bt = xt.defined() ? xt : prepare_operand(x2, L, Gemm::kWgrad, 1, step, true, dq);   // [K, M]
+  if (!dyt.defined() && !xt.defined() && at.is_alias_of(dy2) && bt.is_alias_of(x2)) return dy2.t().mm(x2.to(dy2.scalar_type()));
   return at.to(dq).mm(bt.to(dq).t());
 }
 
@@ -155,8 +208,9 @@ torch::Tensor quant_linear(const torch::Tensor& x, const torch::Tensor& w, const
   if (x.size(-1) != w.size(1))
     throw Error("linear " + layer->name + ": input has " + std::to_string(x.size(-1)) + " features, weight expects " + std::to_string(w.size(1)));
   const bool has_bias = bias.defined();
+  const bool backward_follows = torch::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad());
   return QuantLinearFunction::apply(x, w, has_bias ? bias : torch::empty({0}, w.options()), has_bias,
-                                    reinterpret_cast<int64_t>(layer.get()));
+                                    reinterpret_cast<int64_t>(layer.get()), backward_follows);
 }
 
 QuantLinearImpl::QuantLinearImpl(int64_t in_features, int64_t out_features, bool with_bias, const std::string& name,

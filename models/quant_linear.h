@@ -46,6 +46,10 @@ struct QuantContext {
   // step * 8, which the kernels add to the SR offsets, so the replayed launches key each step as an
   // uncaptured step does. The host's `step` then enters no offset.
   torch::Tensor device_step_offset;
+  // X, dY and W each feed two GEMMs, rowwise and columnwise: quantize both layouts from one read where
+  // the pair kernel covers them (prepare_operand_pair). false: one layout at a time (the same bits; tests
+  // compare the two).
+  bool pair_operands = true;
 };
 
 // One layer's identity within the context.
@@ -74,15 +78,30 @@ QuantSpec operand_spec(const LayerQuant& layer, Gemm g, int slot, int64_t step);
 torch::Tensor prepare_operand(const torch::Tensor& t, const LayerQuant& layer, Gemm g, int slot, int64_t step, bool columnwise,
                               torch::ScalarType dq_dtype);
 
+// One tensor as operand (g_row, slot_row) rowwise and operand (g_col, slot_col) columnwise ([cols, rows]),
+// both quantized from one read of t (quantize_pair), with telemetry and capture as prepare_operand
+// records them. Both undefined where that does not apply (then prepare_operand makes each): the context's
+// pair_operands off, a layer kept in BF16, an operand the recipe does not quantize, GEMMs not in BF16,
+// a columnwise RHT that needs padding, or a call the pair kernel does not cover (CPU tensors included).
+struct OperandPair {
+  torch::Tensor row, col;
+};
+OperandPair prepare_operand_pair(const torch::Tensor& t, const LayerQuant& layer, Gemm g_row, int slot_row, Gemm g_col, int slot_col,
+                                 int64_t step);
+
 // The three GEMMs of one quantized linear, each operand prepared as the recipe says (quantized,
 // rotated or untouched) with the layer's keys for `step`; QuantLinear runs them, and the grouped expert
-// linear (models/grouped_linear.h) runs them expert by expert. Results in the compute dtype.
+// linear (models/grouped_linear.h) runs them expert by expert. Results in the compute dtype. An operand
+// already prepared (from prepare_operand_pair) may be passed in; the tensor it came from is then unused.
 // FPROP: x [..., K], w [N, K] -> [..., N]
-torch::Tensor quant_fprop(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& bias, const LayerQuant& layer, int64_t step);
-// DGRAD: dY [M, N], w [N, K] -> dX [M, K]
-torch::Tensor quant_dgrad(const torch::Tensor& dy2, const torch::Tensor& w, const LayerQuant& layer, int64_t step);
-// WGRAD: dY [M, N], x [M, K] -> dW [N, K]
-torch::Tensor quant_wgrad(const torch::Tensor& dy2, const torch::Tensor& x2, const LayerQuant& layer, int64_t step);
+torch::Tensor quant_fprop(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& bias, const LayerQuant& layer, int64_t step,
+                          const torch::Tensor& xq = {}, const torch::Tensor& wq = {});
+// DGRAD: dY [M, N], w [N, K] -> dX [M, K]; wt: w prepared columnwise [K, N]
+torch::Tensor quant_dgrad(const torch::Tensor& dy2, const torch::Tensor& w, const LayerQuant& layer, int64_t step,
+                          const torch::Tensor& dyq = {}, const torch::Tensor& wt = {});
+// WGRAD: dY [M, N], x [M, K] -> dW [N, K]; dyt, xt: prepared columnwise [N, M], [K, M]
+torch::Tensor quant_wgrad(const torch::Tensor& dy2, const torch::Tensor& x2, const LayerQuant& layer, int64_t step,
+                          const torch::Tensor& dyt = {}, const torch::Tensor& xt = {});
 // True when the recipe leaves both operands of GEMM g of this layer as they are (no quantizer, no RHT).
 bool gemm_untouched(const LayerQuant& layer, Gemm g);
 

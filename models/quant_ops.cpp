@@ -5,6 +5,7 @@
 #include "common/error.h"
 #include "kernels/float_bits.h"
 #include "kernels/quantize.h"
+#include "kernels/quantize_pair.h"
 #include "kernels/quantize_segments.h"
 #ifdef UFP4_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -124,6 +125,49 @@ QuantizedTensor quantize(const torch::Tensor& x_in, const QuantSpec& spec, const
   if (ws_floats) io.workspace = ws.data_ptr<float>();
   run(ks, io, x);
   return q;
+}
+
+namespace {
+
+PairIO pair_io(const torch::Tensor& x) {
+  PairIO io;
+  io.in = x.data_ptr();
+  io.in_dtype = dtype_of(x, "quantize input");
+  io.rows = x.size(0);
+  io.cols = x.size(1);
+  return io;
+}
+
+}  // namespace
+
+bool quantize_pair_fused(const torch::Tensor& x, const QuantSpec& row, const QuantSpec& col) {
+  if (!x.is_cuda() || x.dim() != 2 || !x.is_contiguous()) return false;
+  if (x.scalar_type() != torch::kFloat32 && x.scalar_type() != torch::kBFloat16) return false;
+  PairIO io = pair_io(x);
+  io.row_out = io.col_out = const_cast<void*>(io.in);  // alignment only: the allocator's buffers are 256-byte aligned
+  return pair_path_applies(make_kernel_spec(row), make_kernel_spec(col), io);
+}
+
+std::pair<torch::Tensor, torch::Tensor> quantize_pair(const torch::Tensor& x_in, const QuantSpec& row, const QuantSpec& col) {
+  check_input(x_in);
+  torch::Tensor x = x_in.contiguous();
+  if (!quantize_pair_fused(x, row, col)) {
+    QuantizeOptions o;
+    o.out_dtype = torch::kBFloat16;
+    o.want_codes = false;
+    torch::Tensor r = quantize(x, row, o).dequant;
+    o.columnwise = true;
+    return {r, quantize(x, col, o).dequant};
+  }
+  torch::Tensor r = torch::empty({x.size(0), x.size(1)}, x.options().dtype(torch::kBFloat16));
+  torch::Tensor c = torch::empty({x.size(1), x.size(0)}, x.options().dtype(torch::kBFloat16));
+#ifdef UFP4_WITH_CUDA
+  PairIO io = pair_io(x);
+  io.row_out = r.data_ptr();
+  io.col_out = c.data_ptr();
+  cuda_quantize_pair(make_kernel_spec(row), make_kernel_spec(col), io, at::cuda::getCurrentCUDAStream(x.device().index()).stream());
+#endif
+  return {r, c};
 }
 
 torch::Tensor segment_key_table(const SegmentKeys& keys, torch::Device device) {

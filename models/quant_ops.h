@@ -35,6 +35,13 @@ torch::Device pick_device(const std::string& d);
 // x: 2-D float32 or bfloat16 tensor on CPU or CUDA (made contiguous if needed).
 QuantizedTensor quantize(const torch::Tensor& x, const QuantSpec& spec, const QuantizeOptions& opt = {});
 
+// Both layouts of x [rows, cols] (float32 or bfloat16) as BF16 dequantized values: rowwise with `row`
+// ([rows, cols]) and columnwise with `col` ([cols, rows], blocks along dim 0). The bits of two quantize()
+// calls; on CUDA one read of x where the pair kernel covers the call (kernels/quantize_pair.h).
+std::pair<torch::Tensor, torch::Tensor> quantize_pair(const torch::Tensor& x, const QuantSpec& row, const QuantSpec& col);
+// Whether quantize_pair reads x once for these specs (CUDA, the pair kernel's cases).
+bool quantize_pair_fused(const torch::Tensor& x, const QuantSpec& row, const QuantSpec& col);
+
 // The keys of each operand of a segmented quantization: its SR seed and RHT sign seed (QuantSpec::seed
 // and ::rht_seed of the operand quantized alone).
 struct SegmentKeys {

@@ -203,6 +203,44 @@ TEST_CASE("CUDA == CPU: the linear layer's quantized operands, bit for bit", "[l
   }
 }
 
+TEST_CASE("one read of X, dY and W for both layouts gives the bits of one layout at a time", "[linear][cuda]") {
+  UFP4_NEED_GPU();
+  // Outputs, gradients, telemetry and captured operands, with the pair kernel (pair_operands) and without.
+  for (const char* name : {"ufp4", "e2m1_ref", "nvfp4_nvidia"})
+    for (bool bf16_x : {true, false}) {
+      torch::manual_seed(12);
+      torch::Tensor x = torch::randn({256, 128}).cuda(), w = torch::randn({192, 128}).cuda(), dy = torch::randn({256, 192}).cuda();
+      if (bf16_x) x = x.to(torch::kBFloat16), dy = dy.to(torch::kBFloat16);  // the training path's activations
+      Grads g[2];
+      std::map<std::string, double> alpha[2];
+      OperandCapture::Operands cap[2];
+      for (int pair = 0; pair < 2; ++pair) {
+        auto L = make_layer(Recipe::load(name));
+        L->ctx->pair_operands = pair == 1;
+        L->ctx->step = 4;
+        L->ctx->telemetry = true;
+        L->ctx->capture = std::make_shared<OperandCapture>(std::set<int64_t>{4}, std::vector<std::string>{});
+        g[pair] = run_layer(x, w, torch::Tensor(), dy, L);
+        alpha[pair] = L->ctx->alpha;
+        cap[pair] = L->ctx->capture->take();
+        if (pair == 1 && std::string(name) == "ufp4") {  // the pair kernel does run here (BF16 dY: SR pairs too)
+          CHECK(quantize_pair_fused(w, operand_spec(*L, Gemm::kFprop, 1, 4), operand_spec(*L, Gemm::kDgrad, 1, 4)));
+          if (bf16_x) CHECK(quantize_pair_fused(dy, operand_spec(*L, Gemm::kDgrad, 0, 4), operand_spec(*L, Gemm::kWgrad, 0, 4)));
+        }
+      }
+      INFO(name << (bf16_x ? " bf16" : " f32"));
+      check_same(g[0], g[1]);
+      CHECK(alpha[0] == alpha[1]);
+      REQUIRE(cap[0].size() == cap[1].size());
+      for (const auto& kv : cap[0]) {
+        INFO(kv.first);
+        REQUIRE(cap[1].count(kv.first));
+        CHECK(test::first_bit_mismatch(kv.second.first, cap[1][kv.first].first) == -1);
+        if (kv.second.second.defined()) CHECK(test::first_bit_mismatch(kv.second.second, cap[1][kv.first].second) == -1);
+      }
+    }
+}
+
 TEST_CASE("keys: SR keys per layer and step, RHT signs shared / per layer / per step", "[linear]") {
   Recipe r = Recipe::load("ufp4");
   auto a = make_layer(r), b = make_layer(r);

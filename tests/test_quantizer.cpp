@@ -2,6 +2,8 @@
 // values, layouts, packing.
 #include <torch/torch.h>
 
+#include <sstream>
+
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -11,6 +13,7 @@
 #include "kernels/kernel_path.h"
 #include "kernels/philox.h"
 #include "kernels/quantize_hot.h"
+#include "kernels/quantize_pair.h"
 #include "kernels/rounding.h"
 #include "models/quant_ops.h"
 #include "tests/catch.h"
@@ -334,6 +337,63 @@ torch::Tensor hot_input(const std::string& regime, const Grid& g, int64_t rows, 
 
 }  // namespace
 
+namespace {
+
+// Every 16-element chunk of x [rows, 64] (BF16, or FP32 with kF32) through the hot arithmetic for grid g,
+// rounding rd and RHT size rht, against the reference's dequantized values. Returns the mismatching
+// chunks; counts the declined and the checked ones.
+template <bool kF32>
+int64_t compare_hot_chunks(const Grid& g, Rounding rd, int rht, const std::string& regime, const torch::Tensor& x, int64_t& declined,
+                           int64_t& checked) {
+  QuantSpec s;
+  s.grid = g;
+  s.rounding = rd;
+  s.rht = rht;
+  s.rht_seed = 99;
+  s.seed = 0xfeedfacecafebeefULL;
+  s.offset = 7;
+  QuantizeOptions o;
+  o.out_dtype = torch::kBFloat16;
+  o.want_codes = false;
+  const torch::Tensor want = quantize(x, s, o).dequant;
+  std::ostringstream os;
+  os << g.name() << " " << to_string(rd) << " rht=" << rht << " " << regime;
+  const std::string label = os.str();
+  const KernelSpec ks = make_kernel_spec(s);
+  const HotParams h = make_hot_params(ks);
+  const auto* in = reinterpret_cast<const uint32_t*>(x.data_ptr());
+  const auto* ref = reinterpret_cast<const uint32_t*>(want.data_ptr());
+  const int kind = (ks.fast.kind == kGridE2M1 ? 4 : 0) + (s.rounding == Rounding::kSr ? 2 : 0) + (s.rht ? 1 : 0);
+  constexpr int kWords = kF32 ? 16 : 8;  // input words a chunk
+  int64_t bad = 0;
+  for (int64_t c = 0; c < x.numel() / 16; ++c) {
+    uint32_t out[8];
+    const uint32_t* p = in + kWords * c;
+    const uint64_t oi = static_cast<uint64_t>(16 * c);
+#define UFP4_HOT(C, S, R) (kF32 ? hot_chunk_f32<C, S, R>(h, p, oi, out) : hot_chunk<C, S, R>(h, p, oi, out))
+    bool ok;
+    switch (kind) {
+      case 0: ok = UFP4_HOT(kGridUniform, false, false); break;
+      case 1: ok = UFP4_HOT(kGridUniform, false, true); break;
+      case 2: ok = UFP4_HOT(kGridUniform, true, false); break;
+      case 3: ok = UFP4_HOT(kGridUniform, true, true); break;
+      case 4: ok = UFP4_HOT(kGridE2M1, false, false); break;
+      case 5: ok = UFP4_HOT(kGridE2M1, false, true); break;
+      case 6: ok = UFP4_HOT(kGridE2M1, true, false); break;
+      default: ok = UFP4_HOT(kGridE2M1, true, true); break;
+    }
+#undef UFP4_HOT
+    if (!ok) { ++declined; continue; }
+    ++checked;
+    for (int k = 0; k < 8; ++k)
+      if (out[k] != ref[8 * c + k] && ++bad <= 3)
+        FAIL_CHECK(label << " chunk " << c << " word " << k << ": " << std::hex << out[k] << " vs " << ref[8 * c + k]);
+  }
+  return bad;
+}
+
+}  // namespace
+
 TEST_CASE("The hot kernel's chunk arithmetic equals the reference bit for bit, or declines the chunk", "[quantizer]") {
   const std::vector<Grid> grids = {Grid::from_name("e2m1"), Grid::from_name("e2m1", 4), Grid::from_name("e2m1", 3),
                                    Grid::from_name("e2m1", 2), Grid::from_name("e1m2"), Grid::from_name("int4")};
@@ -343,44 +403,9 @@ TEST_CASE("The hot kernel's chunk arithmetic equals the reference bit for bit, o
     for (auto rd : {Rounding::kRtne, Rounding::kSr})
       for (int rht : {0, 16})
         for (const char* regime : {"normal", "outliers", "dyadic", "ties", "tiny", "huge", "wide", "near_overflow"}) {
-          QuantSpec s;
-          s.grid = g;
-          s.rounding = rd;
-          s.rht = rht;
-          s.rht_seed = 99;
-          s.seed = 0xfeedfacecafebeefULL;
-          s.offset = 7;
-          const KernelSpec ks = make_kernel_spec(s);
-          const HotParams h = make_hot_params(ks);
           torch::Tensor x = hot_input(regime, g, rows, checked + 1);
-          QuantizeOptions o;
-          o.out_dtype = torch::kBFloat16;
-          o.want_codes = false;
-          torch::Tensor want = quantize(x, s, o).dequant;
-          const auto* in = reinterpret_cast<const uint32_t*>(x.data_ptr());
-          const auto* ref = reinterpret_cast<const uint32_t*>(want.data_ptr());
-          int64_t bad = 0, declined = 0;
-          for (int64_t c = 0; c < rows * 64 / 16; ++c) {
-            uint32_t out[8];
-            bool ok;
-            const int kind = (ks.fast.kind == kGridE2M1 ? 4 : 0) + (rd == Rounding::kSr ? 2 : 0) + (rht ? 1 : 0);
-            switch (kind) {
-              case 0: ok = hot_chunk<kGridUniform, false, false>(h, in + 8 * c, 16 * c, out); break;
-              case 1: ok = hot_chunk<kGridUniform, false, true>(h, in + 8 * c, 16 * c, out); break;
-              case 2: ok = hot_chunk<kGridUniform, true, false>(h, in + 8 * c, 16 * c, out); break;
-              case 3: ok = hot_chunk<kGridUniform, true, true>(h, in + 8 * c, 16 * c, out); break;
-              case 4: ok = hot_chunk<kGridE2M1, false, false>(h, in + 8 * c, 16 * c, out); break;
-              case 5: ok = hot_chunk<kGridE2M1, false, true>(h, in + 8 * c, 16 * c, out); break;
-              case 6: ok = hot_chunk<kGridE2M1, true, false>(h, in + 8 * c, 16 * c, out); break;
-              default: ok = hot_chunk<kGridE2M1, true, true>(h, in + 8 * c, 16 * c, out); break;
-            }
-            if (!ok) { ++declined; continue; }
-            ++checked;
-            for (int k = 0; k < 8; ++k)
-              if (out[k] != ref[8 * c + k] && ++bad <= 3)
-                FAIL_CHECK(g.name() << " " << to_string(rd) << " rht=" << rht << " " << regime << " chunk " << c << " word " << k << ": "
-                                    << std::hex << out[k] << " vs " << ref[8 * c + k]);
-          }
+          int64_t declined = 0;
+          const int64_t bad = compare_hot_chunks<false>(g, rd, rht, regime, x, declined, checked);
           CHECK(bad == 0);
           const std::string r = regime;
           INFO(g.name() << " " << to_string(rd) << " rht=" << rht << " " << regime << ": " << declined << " declined");
@@ -407,6 +432,80 @@ TEST_CASE("The hot kernel's chunk arithmetic equals the reference bit for bit, o
       if (++bad <= 3) FAIL_CHECK("tiny " << xt << " / " << d << ": " << got << " vs " << want);
   }
   CHECK(bad == 0);
+}
+
+TEST_CASE("The hot chunk arithmetic on FP32 input (the pair kernel's weights) equals the reference bit for bit, or declines", "[quantizer]") {
+  // The pair kernel feeds FP32 weights to the hot arithmetic (round to nearest); SR is held to the
+  // reference too. FP32 values are not sums of BF16 values: the butterflies round, as the reference's do.
+  const std::vector<Grid> grids = {Grid::from_name("e2m1"), Grid::from_name("e2m1", 4), Grid::from_name("e1m2"), Grid::from_name("int4")};
+  const int64_t rows = 512;
+  int64_t checked = 0, seed = 1;
+  for (const Grid& g : grids)
+    for (auto rd : {Rounding::kRtne, Rounding::kSr})
+      for (int rht : {0, 16})
+        for (const char* regime : {"normal", "outliers", "dyadic", "subnormal", "mixed", "near_overflow", "tiny_values"}) {
+          const std::string r = regime;
+          torch::Tensor x = test::make_input(r == "tiny_values" ? "normal" : regime, rows, 64, ++seed);
+          if (r == "tiny_values") {  // half the elements near FP32's smallest normals, in blocks of ordinary amax
+            torch::manual_seed(seed);
+            x = x * torch::where(torch::rand({rows, 64}) < 0.5, torch::full({rows, 64}, 1e-38f), torch::ones({rows, 64}));
+          }
+          int64_t declined = 0;
+          const int64_t bad = compare_hot_chunks<true>(g, rd, rht, regime, x, declined, checked);
+          CHECK(bad == 0);
+          INFO(g.name() << " " << to_string(rd) << " rht=" << rht << " " << regime << ": " << declined << " declined");
+          if (r == "normal" || r == "outliers" || r == "dyadic" || r == "tiny_values") CHECK(declined == 0);
+          if (r == "subnormal" || r == "near_overflow") CHECK(declined > 0);  // the range checks do fire
+        }
+  CHECK(checked > 150000);
+}
+
+TEST_CASE("The pair kernel covers X, dY and W of the quantized recipes, and declines what it cannot do", "[quantizer]") {
+  auto spec = [](const char* grid, Rounding rd, int rht) {
+    QuantSpec s;
+    s.grid = Grid::from_name(grid);
+    s.rounding = rd;
+    s.rht = rht;
+    return make_kernel_spec(s);
+  };
+  std::vector<float> buf(64 * 48 + 8);
+  REQUIRE((reinterpret_cast<uintptr_t>(buf.data()) & 15u) == 0);
+  PairIO io;
+  io.in = io.row_out = io.col_out = buf.data();
+  io.rows = 64;
+  io.cols = 48;
+  const auto rn = Rounding::kRtne, sr = Rounding::kSr;
+  for (const char* g : {"e2m1", "e1m2", "int4"}) {
+    io.in_dtype = DType::kBF16;
+    CHECK(pair_path_applies(spec(g, rn, 16), spec(g, rn, 16), io));  // UFP4's X: FPROP and WGRAD, both rotated
+    CHECK(pair_path_applies(spec(g, sr, 16), spec(g, sr, 16), io));  // UFP4's dY: DGRAD and WGRAD
+    CHECK(pair_path_applies(spec(g, sr, 0), spec(g, sr, 16), io));   // the E2M1 reference's dY: WGRAD rotated only
+    CHECK(pair_path_applies(spec(g, rn, 0), spec(g, rn, 0), io));
+    CHECK(!pair_path_applies(spec(g, rn, 16), spec(g, rn, 0), io));  // rotated rowwise only: no recipe's
+    CHECK(!pair_path_applies(spec(g, rn, 16), spec(g, sr, 16), io));  // one rounding a launch
+    io.in_dtype = DType::kF32;
+    CHECK(pair_path_applies(spec(g, rn, 16), spec(g, rn, 16), io));  // UFP4's W: FPROP and DGRAD
+    CHECK(pair_path_applies(spec(g, rn, 0), spec(g, rn, 0), io));    // the E2M1 reference's W
+    CHECK(!pair_path_applies(spec(g, sr, 16), spec(g, sr, 16), io));  // FP32 input: round to nearest only
+    CHECK(!pair_path_applies(spec(g, rn, 0), spec(g, rn, 16), io));
+  }
+  io.in_dtype = DType::kBF16;
+  const KernelSpec a = spec("e2m1", rn, 16);
+  auto declines = [&](auto&& change) {
+    PairIO io2 = io;
+    KernelSpec r = a, c = a;
+    change(r, c, io2);
+    return !pair_path_applies(r, c, io2);
+  };
+  CHECK(declines([&](KernelSpec&, KernelSpec& c, PairIO&) { c = spec("e1m2", rn, 16); }));  // two grid kinds
+  CHECK(declines([&](KernelSpec& r, KernelSpec&, PairIO&) { r = spec("int4_tc", rn, 16); }));
+  CHECK(declines([](KernelSpec& r, KernelSpec&, PairIO&) { r.block = 32; }));
+  CHECK(declines([](KernelSpec&, KernelSpec& c, PairIO&) { c.scale_kind = 1; }));
+  CHECK(declines([](KernelSpec&, KernelSpec&, PairIO& i) { i.rows = 40; }));
+  CHECK(declines([](KernelSpec&, KernelSpec&, PairIO& i) { i.cols = 40; }));
+  CHECK(declines([&](KernelSpec&, KernelSpec&, PairIO& i) { i.in = buf.data() + 1; }));
+  CHECK(declines([&](KernelSpec&, KernelSpec&, PairIO& i) { i.col_out = buf.data() + 2; }));
+  CHECK(declines([](KernelSpec&, KernelSpec&, PairIO& i) { i.row_out = nullptr; }));
 }
 
 TEST_CASE("select_path: which CUDA kernel each kind of call runs (the dispatcher's one decision)", "[quantizer]") {

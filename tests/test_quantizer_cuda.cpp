@@ -191,6 +191,60 @@ TEST_CASE("CUDA == CPU on the hot kernel: BF16 dequantized values of the trainin
   CHECK(n == 5 * 2 * 2 * 2 * 5 * 3);
 }
 
+TEST_CASE("CUDA pair kernel == two CPU quantizations: both layouts from one read, declined blocks included", "[quantizer][cuda]") {
+  UFP4_NEED_GPU();
+  int n = 0, fused = 0;
+  struct Case {
+    bool f32;
+    Rounding rd;
+    int row_rht, col_rht;
+  };
+  const Case cases[] = {{false, Rounding::kRtne, 16, 16}, {false, Rounding::kSr, 16, 16}, {false, Rounding::kSr, 0, 16},
+                        {false, Rounding::kRtne, 0, 16},  {false, Rounding::kRtne, 0, 0},  {false, Rounding::kSr, 0, 0},
+                        {true, Rounding::kRtne, 16, 16},  {true, Rounding::kRtne, 0, 0}};
+  for (const char* g : {"e2m1", "e1m2", "int4"})
+    for (const Case& c : cases)
+      for (const char* regime : {"normal", "outliers", "mixed", "subnormal", "near_overflow"})
+        // A partial tile in both directions, whole tiles, and an operand of a real model's shape.
+        for (auto sh : std::vector<std::pair<int64_t, int64_t>>{{16, 48}, {208, 336}, {2048, 1280}}) {
+          QuantSpec rs, cs;
+          rs.grid = cs.grid = Grid::from_name(g);
+          rs.rounding = cs.rounding = c.rd;
+          rs.rht = c.row_rht;
+          cs.rht = c.col_rht;
+          rs.rht_seed = 23;
+          cs.rht_seed = 29;  // each output keeps its own keys
+          rs.seed = 0x0123456789abcdefULL + n;
+          cs.seed = 0x7777777777777777ULL + n;
+          rs.offset = 3;
+          cs.offset = 5;
+          torch::Tensor x = test::make_input(regime, sh.first, sh.second, 500 + n);
+          if (!c.f32) x = x.to(torch::kBFloat16);
+          QuantizeOptions o;
+          o.out_dtype = torch::kBFloat16;
+          o.want_codes = false;
+          torch::Tensor want_row = quantize(x, rs, o).dequant;
+          o.columnwise = true;
+          torch::Tensor want_col = quantize(x, cs, o).dequant;
+          torch::Tensor xc = x.to(torch::kCUDA);
+          fused += quantize_pair_fused(xc, rs, cs);
+          auto got = quantize_pair(xc, rs, cs);
+          INFO(g << (c.f32 ? " f32 " : " bf16 ") << to_string(c.rd) << " rht=" << c.row_rht << "/" << c.col_rht << " " << regime << " "
+                 << sh.first << "x" << sh.second);
+          for (int k = 0; k < 2; ++k) {
+            const torch::Tensor& want = k ? want_col : want_row;
+            const torch::Tensor have = (k ? got.second : got.first).cpu();
+            REQUIRE(have.sizes() == want.sizes());
+            const int64_t i = test::first_bit_mismatch(want, have);
+            CHECK(i == -1);
+            if (i >= 0) FAIL_CHECK((k ? "columnwise: " : "rowwise: ") << test::describe_mismatch(want, have, i));
+          }
+          ++n;
+        }
+  CHECK(n == 3 * 8 * 5 * 3);
+  CHECK(fused == n);  // every case ran the pair kernel
+}
+
 TEST_CASE("CUDA segmented quantizer == its CPU oracle: segments of any length, padding, keys per operand", "[quantizer][cuda]") {
   UFP4_NEED_GPU();
   // 12 segments: empty ones, single rows, lengths that are and are not multiples of 16; then rows past the last end.
