@@ -235,9 +235,11 @@ std::string unmet_section(const BenchTargets& t, bool bw, bool fs, bool uf, bool
     md << "### ufp4 step / bf16 step, " << m << "\n\nufp4 " << fmt("%.2f", ms("ufp4")) << " ms, bf16 " << fmt("%.2f", ms("bf16")) << " ms";
     if (r.count("ufp4_rht_none")) md << "; without the RHT " << fmt("%.2f", ms("ufp4_rht_none")) << " ms";
     if (r.count("ufp4_no_sr")) md << "; without SR " << fmt("%.2f", ms("ufp4_no_sr")) << " ms";
-    md << ". What would close it: the quantization kernels of the GEMM operands (Figure 11) are the difference; "
-       << "quantizing each operand once for the GEMMs that share it, or fusing it into the producer's epilogue, removes "
-       << "passes over the activations.\n\n";
+    md << ". What would close it: the quantization kernels of the GEMM operands are the difference. X, dY and W are "
+       << "already read once for both of their layouts (the pair kernel; `results/bench/logs/pair-kernel-experiment.log`); "
+       << "dY's two stochastically rounded layouts are bound by their arithmetic (a Philox draw and the rounding per output "
+       << "element), not by memory, so the levers left are cheaper SR arithmetic and quantizing X in its producer's "
+       << "epilogue (RMSNorm, SwiGLU).\n\n";
   }
   for (const auto& line : unmet_other) md << line;
   for (const auto& m : ref_unmet) {
