@@ -17,6 +17,7 @@
 #include "common/error.h"
 #include "common/fs.h"
 #include "harness/dist/launch_env.h"
+#include "harness/io/array_io.h"
 #include "harness/io/run_results.h"
 #include "harness/train/run_manifest.h"
 #include "harness/train/trainer.h"
@@ -229,4 +230,56 @@ TEST_CASE("a batch that does not split over the ranks: one line naming train.bat
   CHECK(r.out.find(": train.batch: 6 sequences do not split over 2 ranks in micro-batches of 2 (allowed: a multiple of 4)") != std::string::npos);
   CHECK(r.out.find(".toml:0:") == std::string::npos);  // the key's line, not 0
   CHECK(r.out.find("launch:") == std::string::npos);
+}
+
+TEST_CASE("bench scaling on 1 and 2 Gloo ranks, and the report's data-parallel sections from it and from 1- and 2-rank runs", "[dist]") {
+  const std::string d = test::temp_dir();
+  const std::string ufp4 = UFP4_BINARY;
+  const Shell bench = sh(ufp4 + " bench scaling --gpus 1,2 --models tiny --recipes bf16 --batch 4 --micro-batch 2 --seq 64 --warmup 1 --steps 2 " +
+                         "--device cpu --out-dir " + d);
+  INFO(bench.out);
+  REQUIRE(bench.code == 0);
+  const std::string h5 = d + "/scaling.h5";
+  CHECK(read_h5_f32(h5, "scaling/gpus").data == std::vector<float>{1, 2});
+  for (const float v : read_h5_f32(h5, "scaling/tokens_per_s").data) CHECK(v > 0);
+  for (const float v : read_h5_f32(h5, "scaling/plan_memory_gb").data) CHECK(v > 0);
+  const std::string rows = read_h5_string_attrs(h5, "scaling/step_ms")["rows"];
+  CHECK(rows.find("tiny|bf16|none|none|") == 0);
+  CHECK(rows.find("\ntiny|bf16|gloo|zero1|off: data parallel") != std::string::npos);
+  CHECK(!read_h5_string_attrs(h5)["git_commit"].empty());
+
+  // One rank with seeds 1-3, two ranks with seed 1 twice: the correctness section's inputs.
+  const std::string runs = d + "/data-parallel";
+  make_dirs(runs);
+  for (int seed = 1; seed <= 3; ++seed) {
+    make_dirs(d + "/seed" + std::to_string(seed));
+    const std::string ms = test::tiny_manifest(d + "/seed" + std::to_string(seed), "bf16", 20, "batch = 4\nmicro_batch = 2\nseed = " + std::to_string(seed) + "\n");
+    REQUIRE(sh(ufp4 + " run " + ms).code == 0);
+    REQUIRE(sh("cp " + find_results(RunManifest::load(ms)) + " " + runs + "/1rank-seed" + std::to_string(seed) + ".h5").code == 0);
+  }
+  make_dirs(d + "/two");
+  const std::string m2 = test::tiny_manifest(d + "/two", "bf16", 20, "batch = 4\nmicro_batch = 2\nseed = 1\n");
+  for (const char* rep : {"a", "b"}) {
+    REQUIRE(sh(ufp4 + " run --force " + m2 + " --nproc-per-node 2").code == 0);
+    REQUIRE(sh("cp " + find_results(RunManifest::load(m2)) + " " + runs + "/2ranks-" + rep + ".h5").code == 0);
+  }
+  const Shell rep = sh(ufp4 + " report bench --results " + d + " --out " + d + "/bench.md");
+  INFO(rep.out);
+  REQUIRE(rep.code == 0);
+  const std::string md = read_text_file(d + "/bench.md");
+  INFO(md);
+  CHECK(md.find("## Data-parallel scaling") != std::string::npos);
+  CHECK(md.find("| tiny | bf16 | 2 | ") != std::string::npos);
+  CHECK(md.find("## Data-parallel correctness") != std::string::npos);
+  CHECK(md.find("| data-parallel efficiency, dense-1.5b on 4 GPUs (each recipe) | >= 90% | not measured (largest world here: 2 GPUs) | **not run** |") !=
+        std::string::npos);
+  // bf16 on the CPU: two ranks stay within FP32 rounding of one process, far inside the seed spread.
+  CHECK(md.find("| bf16 on 2 GPUs against one: validation loss within the seed spread at every evaluation | 3 seeds | largest difference 0.0000 | **met** |") !=
+        std::string::npos);
+  CHECK(md.find("| bf16 on 2 GPUs: two runs bit-identical | identical | bit-identical | **met** |") != std::string::npos);
+
+  const Shell bad = sh(ufp4 + " bench scaling --gpus 0 --models tiny --device cpu --out-dir " + d + "/bad");
+  CHECK(bad.code == 2);
+  CHECK(bad.out.find("bench: --gpus: '0' is not a world size (allowed: integers >= 1)") != std::string::npos);
+  CHECK(!file_exists(d + "/bad/scaling.h5"));
 }

@@ -63,4 +63,32 @@ struct StepBenchOptions {
 std::vector<StepBenchRow> run_step_benchmarks(const StepBenchOptions& o);
 void write_step_bench(const std::string& path, const std::vector<StepBenchRow>& rows, const StepBenchOptions& o);
 
+// Data-parallel scaling: N ranks on this machine, one a GPU, each at a fixed batch (harness/bench/bench_scaling.cpp).
+struct ScalingBenchOptions {
+  std::vector<int> gpus = {1, 2};  // world sizes; 1 is one process without data parallelism
+  std::vector<std::string> models = {"dense-113m", "dense-1.5b"};
+  std::vector<std::string> recipes = {"bf16", "ufp4"};
+  int64_t batch = 16, micro_batch = 8, seq_len = 2048;  // sequences a GPU a step, in micro-batches
+  int warmup = 3, steps = 10;
+  std::string device = "auto";
+  std::string backend = "auto";  // auto (NCCL on GPUs) | nccl | gloo
+  double bucket_mb = 25;         // gradient bucket size (DataParallelOptions::bucket_bytes)
+  // Set by the launcher for its ranks: where a rank writes its figures (@RANK@ becomes its rank).
+  std::string rank_out;
+};
+
+struct ScalingBenchRow {
+  std::string model, recipe, backend, sharding, cuda_graph;
+  int64_t gpus = 0, batch = 0, micro_batch = 0, seq_len = 0, steps = 0;
+  double step_ms = 0, step_ms_sd = 0;           // the slowest rank's median (and its sd)
+  double tokens_per_s = 0, mfu = 0;             // the world's tokens/s; MFU over N GPUs' peak
+  double peak_memory_gb = 0, peak_memory_gb_min = 0, plan_memory_gb = 0;  // largest and smallest rank; the plan's estimate
+  double loss = 0;
+};
+
+// In the launcher: one launch of N ranks per world size; returns a row per (N, model, recipe). In a
+// rank (rank_out set): times every model and recipe, writes its file, returns nothing.
+std::vector<ScalingBenchRow> run_scaling_benchmarks(const ScalingBenchOptions& o);
+void write_scaling_bench(const std::string& path, const std::vector<ScalingBenchRow>& rows, const ScalingBenchOptions& o);
+
 }  // namespace ufp4

@@ -6,17 +6,16 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <functional>
 #include <optional>
-#include <tuple>
 
 #include "common/error.h"
 #include "common/fs.h"
 #include "common/log.h"
 #include "harness/bench/bench.h"
+#include "harness/bench/step_timing.h"
 #include "harness/io/array_io.h"
 #include "harness/io/provenance.h"
 #include "harness/report/report.h"
@@ -27,63 +26,10 @@
 #include "models/model_config.h"
 #include "models/moe.h"
 #include "models/quant_ops.h"
-#ifdef UFP4_WITH_CUDA
-#include <ATen/cuda/CUDAContext.h>
-#include <ATen/cuda/CUDAEvent.h>
-#include <c10/cuda/CUDACachingAllocator.h>
-#endif
 
 namespace ufp4 {
 
 namespace {
-
-// Median, mean and sample sd of per-step times.
-struct Stats {
-  double median = 0, mean = 0, sd = 0;
-};
-Stats stats(std::vector<double> v) {
-  Stats s;
-  if (v.empty()) return s;
-  std::tie(s.mean, s.sd) = mean_sd(v);
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  s.median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-  return s;
-}
-
-void reset_peak(const torch::Device& d) {
-#ifdef UFP4_WITH_CUDA
-  if (d.is_cuda()) {
-    c10::cuda::CUDACachingAllocator::emptyCache();
-    c10::cuda::CUDACachingAllocator::resetPeakStats(d.index() < 0 ? 0 : d.index());
-  }
-#endif
-}
-
-// Runs pass(0 .. warmup + steps - 1) and returns the milliseconds of the timed ones (after the
-// warm-up): CUDA events on the current stream on a GPU, the host clock on CPU.
-std::vector<double> time_passes(const torch::Device& device, const StepBenchOptions& o, const std::function<void(int)>& pass) {
-  std::vector<double> ms;
-  for (int s = 0; s < o.warmup + o.steps; ++s) {
-    const bool timed = s >= o.warmup;
-#ifdef UFP4_WITH_CUDA
-    if (device.is_cuda()) {
-      at::cuda::CUDAEvent a(cudaEventDefault), b(cudaEventDefault);
-      auto stream = at::cuda::getCurrentCUDAStream();
-      a.record(stream);
-      pass(s);
-      b.record(stream);
-      b.synchronize();
-      if (timed) ms.push_back(a.elapsed_time(b));
-      continue;
-    }
-#endif
-    auto t0 = std::chrono::steady_clock::now();
-    pass(s);
-    if (timed) ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return ms;
-}
 
 // A row of our timings: identity, median / mean / sd of the timed passes, tokens/s, peak memory.
 StepBenchRow timed_row(const std::string& impl, const std::string& model, const std::string& recipe, int64_t batch, int64_t seq_len,
@@ -95,7 +41,7 @@ StepBenchRow timed_row(const std::string& impl, const std::string& model, const 
   r.batch = batch;
   r.seq_len = seq_len;
   r.steps = steps;
-  const Stats st = stats(ms);
+  const TimeStats st = time_stats(ms);
   r.step_ms = st.median;
   r.step_ms_mean = st.mean;
   r.step_ms_sd = st.sd;
@@ -131,7 +77,7 @@ StepBenchRow bench_ours(const std::string& model, const std::string& recipe, con
   auto ctx = std::make_shared<QuantContext>();
   ctx->recipe = Recipe::load(recipe);
   ctx->run_seed = 1;
-  reset_peak(device);
+  reset_peak_memory(device);
   Transformer net(mc, ctx);
   net->to(device);
   net->set_compute_dtype(device.is_cuda() ? torch::kBFloat16 : torch::kFloat32);
@@ -143,7 +89,7 @@ StepBenchRow bench_ours(const std::string& model, const std::string& recipe, con
   // As the trainer does: a CUDA graph where the model allows one (the first passes, warm-up, capture it).
   std::unique_ptr<StepGraph> step_graph;
   if (graph && StepGraph::obstacle(net, device, false).empty()) step_graph = std::make_unique<StepGraph>(net, *opt, 1, mc.seq_len, 1.0);
-  const std::vector<double> ms = time_passes(device, o, [&](int s) {
+  const std::vector<double> ms = time_passes(device, o.warmup, o.steps, [&](int s) {
     ctx->step = s;
     loss = step_graph ? step_graph->step([&] { return tokens; }).loss : train_step(net, *opt, [&] { return tokens; }, 1, mc.seq_len, 1.0).loss;
   });
@@ -168,7 +114,7 @@ StepBenchRow bench_moe_layer(const std::string& model, const std::string& recipe
   auto ctx = std::make_shared<QuantContext>();
   ctx->recipe = Recipe::load(recipe);
   ctx->run_seed = 1;
-  reset_peak(device);
+  reset_peak_memory(device);
   int64_t id = 0;
   Moe layer(mc, "layers.1.mlp", ctx, id, 1);
   layer->to(device);
@@ -176,7 +122,7 @@ StepBenchRow bench_moe_layer(const std::string& model, const std::string& recipe
   const int64_t T = o.moe_layer_tokens;
   torch::Tensor x = (torch::randn({1, T, mc.d_model}, torch::TensorOptions().device(device)) * 0.5).to(act).requires_grad_(true);
   torch::Tensor g = (torch::randn({1, T, mc.d_model}, torch::TensorOptions().device(device)) * 1e-3).to(act);
-  const std::vector<double> ms = time_passes(device, o, [&](int s) {
+  const std::vector<double> ms = time_passes(device, o.warmup, o.steps, [&](int s) {
     ctx->step = s;
     for (auto& p : layer->parameters()) p.mutable_grad() = torch::Tensor();
     x.mutable_grad() = torch::Tensor();
@@ -204,8 +150,8 @@ StepBenchRow bench_attention(const std::string& model, const StepBenchOptions& o
   torch::Tensor k = torch::randn({B, KV, S, hd}, opt).requires_grad_(true);
   torch::Tensor v = torch::randn({B, KV, S, hd}, opt).requires_grad_(true);
   torch::Tensor g = torch::randn({B, H, S, hd}, opt);
-  reset_peak(device);
-  const std::vector<double> ms = time_passes(device, o, [&](int) {
+  reset_peak_memory(device);
+  const std::vector<double> ms = time_passes(device, o.warmup, o.steps, [&](int) {
     for (auto* t : {&q, &k, &v}) t->mutable_grad() = torch::Tensor();
     grouped_causal_attention(q, k, v).backward(g);
   });

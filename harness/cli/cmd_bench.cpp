@@ -1,5 +1,7 @@
-// `ufp4 bench`: the kernel suite (Google Benchmark) and the training-step benchmark, written to HDF5
-// under --out-dir (kernels.h5 + Google Benchmark's JSON, step.h5) and rendered by `ufp4 report bench`.
+// `ufp4 bench`: the kernel suite (Google Benchmark), the training-step benchmark and the data-parallel
+// scaling benchmark, written to HDF5 under --out-dir (kernels.h5 + Google Benchmark's JSON, step.h5,
+// scaling.h5) and rendered by `ufp4 report bench`.
+#include <cstdlib>
 #include <iostream>
 #include <sstream>
 
@@ -26,21 +28,29 @@ std::vector<std::string> comma_list(const std::string& s) {
 }  // namespace
 
 int cmd_bench(const std::vector<std::string>& args) {
-  std::string what, out_dir, filter, models, recipes, extra, device, reference, moe_layers;
+  std::string what, out_dir, filter, models, recipes, extra, device, reference, moe_layers, gpus;
   KernelBenchOptions ko;
   StepBenchOptions so;
+  ScalingBenchOptions co;
   po::options_description d("options");
   d.add_options()
-      ("what", po::value(&what), "kernels | step | all")
-      ("out-dir", po::value(&out_dir)->default_value("results/bench"), "where kernels.h5, kernels.json and step.h5 go")
+      ("what", po::value(&what), "kernels | step | all | scaling")
+      ("out-dir", po::value(&out_dir)->default_value("results/bench"), "where kernels.h5, kernels.json, step.h5 and scaling.h5 go")
       ("filter", po::value(&filter)->default_value(""), "kernels: Google Benchmark regex over names (e.g. 'fused/e2m1')")
       ("iterations", po::value(&ko.iterations)->default_value(20), "kernels: timed launches per repetition")
       ("repetitions", po::value(&ko.repetitions)->default_value(5), "kernels: repetitions (the median is reported)")
       ("quick", po::bool_switch(&ko.quick), "kernels: two shapes only (smoke test)")
-      ("models", po::value(&models)->default_value("dense-20m:1024,dense-35m:1024,dense-113m,moe-81m"), "step: comma list of models; model:seq gives one its own sequence length (e.g. dense-20m:1024)")
-      ("recipes", po::value(&recipes)->default_value("bf16,e2m1_ref,ufp4"), "step: comma list of recipes")
+      ("models", po::value(&models),
+       "step: comma list of models (default dense-20m:1024,dense-35m:1024,dense-113m,moe-81m); model:seq gives one its own sequence "
+       "length (e.g. dense-20m:1024); scaling: comma list of models (default dense-113m,dense-1.5b)")
+      ("recipes", po::value(&recipes), "step: comma list of recipes (default bf16,e2m1_ref,ufp4); scaling: the same (default bf16,ufp4)")
       ("extra-recipes", po::value(&extra)->default_value(""), "step: more recipes on the first model (leave-one-out diagnostics)")
-      ("batch", po::value(&so.batch)->default_value(16), "step: sequences per step")
+      ("batch", po::value(&so.batch)->default_value(16), "step: sequences per step; scaling: sequences a GPU a step")
+      ("micro-batch", po::value(&co.micro_batch)->default_value(8), "scaling: sequences a micro-batch (the batch in batch / micro-batch passes)")
+      ("gpus", po::value(&gpus)->default_value("1,2"), "scaling: comma list of world sizes (ranks on this machine, one a GPU)")
+      ("backend", po::value(&co.backend)->default_value("auto"), "scaling: auto (NCCL on GPUs, Gloo on CPU) | nccl | gloo")
+      ("bucket-mb", po::value(&co.bucket_mb)->default_value(25), "scaling: gradient bucket size, MiB")
+      ("rank-out", po::value(&co.rank_out), "scaling: (set by the launcher for its ranks) where a rank writes its figures")
       ("seq", po::value(&so.seq_len)->default_value(2048), "step: tokens per sequence")
       ("warmup", po::value(&so.warmup)->default_value(3), "step: untimed steps first")
       ("steps", po::value(&so.steps)->default_value(10), "step: timed steps")
@@ -54,11 +64,38 @@ int cmd_bench(const std::vector<std::string>& args) {
       ("moe-layer-tokens", po::value(&so.moe_layer_tokens)->default_value(16384), "step: tokens through that layer");
   po::positional_options_description pos;
   pos.add("what", 1);
-  auto vm = parse_command("bench", "kernels|step|all [--out-dir DIR] [options]", d, args, &pos);
+  auto vm = parse_command("bench", "kernels|step|all|scaling [--out-dir DIR] [options]", d, args, &pos);
   if (!vm) return 0;
   so.nondeterministic = !vm->count("no-nondeterministic");
-  if (what != "kernels" && what != "step" && what != "all")
-    throw Error("bench: '" + what + "' is not a benchmark (allowed: kernels, step, all)");
+  if (what != "kernels" && what != "step" && what != "all" && what != "scaling")
+    throw Error("bench: '" + what + "' is not a benchmark (allowed: kernels, step, all, scaling)");
+  if (what == "scaling") {
+    co.models = comma_list(vm->count("models") ? models : "dense-113m,dense-1.5b");
+    co.recipes = comma_list(vm->count("recipes") ? recipes : "bf16,ufp4");
+    co.gpus.clear();
+    for (const auto& g : comma_list(gpus)) {
+      char* end = nullptr;
+      const long v = std::strtol(g.c_str(), &end, 10);
+      if (*end || v < 1) throw Error("bench: --gpus: '" + g + "' is not a world size (allowed: integers >= 1)");
+      co.gpus.push_back(static_cast<int>(v));
+    }
+    co.batch = so.batch;
+    co.seq_len = so.seq_len;
+    co.warmup = so.warmup;
+    co.steps = so.steps;
+    co.device = device;
+    if (co.backend != "auto" && co.backend != "nccl" && co.backend != "gloo")
+      throw Error("bench: --backend: '" + co.backend + "' is not allowed (allowed: auto, nccl, gloo)");
+    if (!(co.bucket_mb > 0)) throw Error("bench: --bucket-mb must be > 0");
+    const auto rows = run_scaling_benchmarks(co);
+    if (!co.rank_out.empty()) return 0;  // a rank: the launcher writes the file
+    make_dirs(out_dir);
+    write_scaling_bench(out_dir + "/scaling.h5", rows, co);
+    log_info("bench scaling: " + std::to_string(rows.size()) + " rows -> " + out_dir + "/scaling.h5");
+    return 0;
+  }
+  if (!vm->count("models")) models = "dense-20m:1024,dense-35m:1024,dense-113m,moe-81m";
+  if (!vm->count("recipes")) recipes = "bf16,e2m1_ref,ufp4";
   if (ko.iterations < 1 || ko.repetitions < 1) throw Error("bench: --iterations and --repetitions must be >= 1");
   so.models = comma_list(models);
   so.recipes = comma_list(recipes);

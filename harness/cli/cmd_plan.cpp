@@ -15,6 +15,7 @@
 #include "harness/io/array_io.h"
 #include "harness/io/provenance.h"
 #include "harness/io/run_results.h"
+#include "harness/train/data_parallel.h"
 #include "harness/train/manifest_fields.h"
 #include "harness/train/run_manifest.h"
 #include "harness/train/trainer.h"
@@ -121,8 +122,8 @@ void print_cluster_plan(const ModelConfig& c, int gpus, int64_t micro_batch, dou
   const ParamCount p = count_params(c);
   const MemoryEstimate m = estimate_memory(c, micro_batch);
   const double gb = 1e9, n = static_cast<double>(p.total);
-  const double replicated = m.total_gb();
-  const double zero1 = m.weights_gb + m.grads_gb + m.optimizer_gb / gpus + n * 4.0 / gpus / gb + m.activations_gb;  // + the reduce-scattered shard
+  const double replicated = data_parallel_memory_gb(c, micro_batch, gpus, false);
+  const double zero1 = data_parallel_memory_gb(c, micro_batch, gpus, true);
   std::printf("\n  %d GPUs, data parallel (micro-batch %lld a GPU): %.2f GB a GPU with replicated AdamW state, %.2f GB with ZeRO-1 "
               "(AdamW moments split %d ways)\n",
               gpus, static_cast<long long>(micro_batch), replicated, zero1, gpus);

@@ -26,6 +26,7 @@ std::string footer(const std::string& command, const std::vector<std::string>& s
 // "build/ufp4 report NAME --results DIR ..." for the footer.
 std::string regenerate_command(const std::string& name, const std::vector<std::string>& dirs);
 std::string fmt(const char* printf_format, double v);  // one number, printf-formatted
+std::vector<std::string> split_fields(const std::string& s, char sep);  // "a|b|" -> {"a", "b"}
 
 // Draws `fig` as <figures>/<name>.svg and returns the Markdown that shows it (or says why it was skipped);
 // "" when figures is empty (report to stdout).
@@ -54,6 +55,20 @@ std::string report_figure8(const std::string& root, const std::vector<std::strin
 // Shrinkage-bias analysis, Figures 2, 4-7, 12 and the attenuation chain (report_analysis.cpp).
 std::string report_analysis(const std::string& root, const std::string& tensors_h5, const std::vector<std::string>& chain_h5,
                             const std::string& figures);
+
+// Data-parallel sections of reports/bench.md (report_data_parallel.cpp): scaling from `ufp4 bench scaling`
+// (scaling.h5) and correctness from the run results in a folder (one GPU, three seeds; N GPUs, reruns);
+// each part is left out when its input is absent. target_rows: rows of the report's Targets table.
+struct DataParallelTargets {
+  double efficiency_min = 0.9;
+  int efficiency_gpus = 4;
+  std::string efficiency_model = "dense-1.5b";
+};
+struct DataParallelReport {
+  std::string markdown, target_rows;
+  std::vector<std::string> sources;
+};
+DataParallelReport report_data_parallel(const std::string& scaling_h5, const std::string& correctness_dir, const DataParallelTargets& t);
 
 // Figure 9 from `ufp4 fit` output (report_scaling.cpp).
 std::string report_figure9(const std::string& root, const std::string& fits, const std::string& figures);

@@ -18,14 +18,6 @@ namespace {
 // MFU as a percentage; n/a where the device had no known peak (device_peaks.h) or the row is CPU.
 std::string mfu_text(double mfu) { return mfu > 0 ? fmt("%.1f%%", 100 * mfu) : "n/a"; }
 
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string t;
-  while (std::getline(ss, t, sep)) out.push_back(t);
-  return out;
-}
-
 struct KRow {
   std::string kind, grid, rounding, layout, shape;
   int64_t rows = 0, cols = 0;
@@ -33,18 +25,18 @@ struct KRow {
 };
 
 std::vector<KRow> load_kernels(const std::string& path) {
-  const auto names = split(read_h5_string_attrs(path, "kernels/time_us")["names"], '\n');
+  const auto names = split_fields(read_h5_string_attrs(path, "kernels/time_us")["names"], '\n');
   const ArrayF32 t = read_h5_f32(path, "kernels/time_us"), sd = read_h5_f32(path, "kernels/time_us_sd"),
                  b = read_h5_f32(path, "kernels/bytes");
   std::vector<KRow> v;
   for (size_t i = 0; i < names.size() && i < t.data.size(); ++i) {
-    const auto f = split(names[i], '/');
+    const auto f = split_fields(names[i], '/');
     KRow r;
     if (f.size() == 2 && f[0] == "copy") r.kind = "copy";
     else if (f.size() == 6 && f[0] == "quantize") { r.kind = f[1]; r.grid = f[2]; r.rounding = f[3]; r.layout = f[4]; }
     else continue;
     r.shape = f.back();
-    const auto d = split(r.shape, 'x');
+    const auto d = split_fields(r.shape, 'x');
     if (d.size() != 2) continue;
     r.rows = std::stoll(d[0]);
     r.cols = std::stoll(d[1]);
@@ -64,14 +56,14 @@ struct SRow {
 };
 
 std::vector<SRow> load_steps(const std::string& path) {
-  const auto rows = split(read_h5_string_attrs(path, "step/step_ms")["rows"], '\n');
+  const auto rows = split_fields(read_h5_string_attrs(path, "step/step_ms")["rows"], '\n');
   const ArrayF32 ms = read_h5_f32(path, "step/step_ms"), sd = read_h5_f32(path, "step/step_ms_sd"),
                  tps = read_h5_f32(path, "step/tokens_per_s"), mfu = read_h5_f32(path, "step/mfu"),
                  mem = read_h5_f32(path, "step/peak_memory_gb"), batch = read_h5_f32(path, "step/batch"),
                  seq = read_h5_f32(path, "step/seq_len"), steps = read_h5_f32(path, "step/steps");
   std::vector<SRow> v;
   for (size_t i = 0; i < rows.size() && i < ms.data.size(); ++i) {
-    const auto f = split(rows[i], '|');
+    const auto f = split_fields(rows[i], '|');
     if (f.size() < 3) continue;
     SRow r;
     r.model = f[0]; r.impl = f[1]; r.recipe = f[2]; r.note = f.size() > 3 ? f[3] : "";
@@ -101,7 +93,7 @@ NcuStats load_ncu(const std::string& path, const std::string& name) {
     num.erase(std::remove(num.begin(), num.end(), ','), num.end());
     try { return std::stod(num); } catch (...) { return static_cast<double>(NAN); }
   };
-  const auto d = split(name.substr(name.rfind('_') + 1), 'x');
+  const auto d = split_fields(name.substr(name.rfind('_') + 1), 'x');
   const double elems = d.size() == 2 ? std::stod(d[0]) * std::stod(d[1]) : NAN;
   NcuStats s;
   s.us = metric("Duration");
@@ -127,6 +119,7 @@ std::string provenance_line(const std::string& path) {
 struct BenchTargets {
   double bw_min, fs_max, uf_min, sr_min, step_ufp4_max, det_max, eager_max, compiled_max;
   double moe_ufp4_max, moe_eager_max, moe_compiled_max;
+  DataParallelTargets data_parallel;
 };
 
 BenchTargets load_targets(const std::string& root) {
@@ -141,7 +134,9 @@ BenchTargets load_targets(const std::string& root) {
           get("kernels", "sr_over_rtne_throughput_min"),   get("step", "ufp4_over_bf16_max"),
           get("step", "deterministic_over_nondeterministic_max"), get("step", "bf16_over_pytorch_eager_max"),
           get("step", "bf16_over_pytorch_compiled_max"), get("step", "moe_ufp4_over_bf16_max"), get("step", "moe_bf16_over_pytorch_eager_max"),
-          get("step", "moe_bf16_over_pytorch_compiled_max")};
+          get("step", "moe_bf16_over_pytorch_compiled_max"),
+          DataParallelTargets{get("data_parallel", "efficiency_min"), static_cast<int>(get("data_parallel", "efficiency_gpus")),
+                              t["data_parallel"]["efficiency_model"].value_or(std::string("dense-1.5b"))}};
 }
 
 // "## Targets not met": for each failed bar, the measured facts behind it and what would close it.
@@ -262,8 +257,8 @@ std::string unmet_section(const BenchTargets& t, bool bw, bool fs, bool uf, bool
 
 std::string report_bench(const std::string& root, const std::string& dir, const std::string& figures) {
   const std::string kpath = dir + "/kernels.h5", spath = dir + "/step.h5";
-  if (!file_exists(kpath) && !file_exists(spath))
-    throw Error("report bench: no kernels.h5 or step.h5 in " + dir + " (run `ufp4 bench all --out-dir " + rel(dir) + "` on a GPU)");
+  if (!file_exists(kpath) && !file_exists(spath) && !file_exists(dir + "/scaling.h5"))
+    throw Error("report bench: no kernels.h5, step.h5 or scaling.h5 in " + dir + " (run `ufp4 bench all --out-dir " + rel(dir) + "` on a GPU)");
   const toml::table paper = load_paper(root + "/reports/paper/figure11.toml");
   const BenchTargets t = load_targets(root);
   const double big = paper["large_bytes"].value_or(64.0 * 1024 * 1024);
@@ -600,6 +595,11 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
     if (!text.empty()) sources.push_back(rel(path));
     return text;
   };
+  // Data parallelism: scaling.h5 and the correctness runs beside the step results.
+  const DataParallelReport dp = report_data_parallel(dir + "/scaling.h5", dir + "/data-parallel", t.data_parallel);
+  md << dp.markdown;
+  targets << dp.target_rows;
+  sources.insert(sources.end(), dp.sources.begin(), dp.sources.end());
   const std::string tune_log = optional_log("tune-hot.log");
   const std::string experiments_log = optional_log("col-sr-experiments.log");
   md << unmet_section(t, unmet_bw, unmet_fs, unmet_uf, unmet_sr, sr_worst, ncu, unmet_step, recipe_ms, bf16_ms, ref_ms, libtorch_ops_ms,

@@ -1,0 +1,261 @@
+// Data-parallel scaling benchmark: for each world size N, N ranks on this machine (the local launcher,
+// as `ufp4 run --nproc-per-node N` starts them) train each model and recipe at a fixed per-GPU batch
+// through the engine's own DataParallel step (bucketed collectives overlapped with backward, ZeRO-1);
+// N = 1 is one process without data parallelism, as `ufp4 run` trains on one GPU (CUDA graph where
+// the trainer would use one). Each rank times its steps with CUDA events after warm-up and writes its
+// figures to a file of its own; the launcher merges them: the world's step is its slowest rank's
+// median, its memory its largest rank's peak, beside the plan's estimate (data_parallel_memory_gb).
+#include <toml++/toml.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <sstream>
+
+#include "common/atomic_file.h"
+#include "common/error.h"
+#include "common/fs.h"
+#include "common/log.h"
+#include "harness/bench/bench.h"
+#include "harness/bench/step_timing.h"
+#include "harness/dist/launch_env.h"
+#include "harness/dist/local_launch.h"
+#include "harness/dist/process_groups.h"
+#include "harness/io/array_io.h"
+#include "harness/io/provenance.h"
+#include "harness/train/data_parallel.h"
+#include "harness/train/determinism.h"
+#include "harness/train/step_graph.h"
+#include "harness/train/train_step.h"
+#include "harness/train/trainer.h"
+#include "models/model_config.h"
+#include "models/quant_ops.h"
+
+namespace ufp4 {
+
+namespace {
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
+  return s;
+}
+
+// One rank's figures for one model and recipe.
+struct RankFigures {
+  double step_ms = 0, step_ms_sd = 0, peak_memory_gb = 0, loss = 0;
+  std::string cuda_graph;
+};
+
+RankFigures time_model(const std::string& model, const std::string& recipe, const ScalingBenchOptions& o, const torch::Device& device,
+                       ProcessGroups* groups) {
+  RunManifest m;  // the trainer's defaults (AdamW, clipping 1.0)
+  set_deterministic(true);
+  ModelConfig mc = model_config(model);
+  mc.seq_len = o.seq_len;
+  torch::manual_seed(1);
+  auto ctx = std::make_shared<QuantContext>();
+  ctx->recipe = Recipe::load(recipe);
+  ctx->run_seed = 1;
+  reset_peak_memory(device);
+  RankFigures f;
+  {
+    Transformer net(mc, ctx);
+    net->to(device);
+    net->set_compute_dtype(device.is_cuda() ? torch::kBFloat16 : torch::kFloat32);
+    auto opt = make_optimizer(net, m);
+    // Fixed random tokens, each rank its own: the step's cost does not depend on the text.
+    const int rank = groups ? groups->data->rank() : 0, world = groups ? groups->data->size() : 1;
+    torch::manual_seed(1000 + static_cast<uint64_t>(rank));
+    const torch::Tensor tokens =
+        torch::randint(0, mc.vocab, {o.batch, o.seq_len + 1}, torch::TensorOptions().dtype(torch::kInt64)).to(device);
+    int64_t next = 0;
+    const auto next_batch = [&] {
+      const torch::Tensor b = tokens.narrow(0, next, o.micro_batch);
+      next = (next + o.micro_batch) % o.batch;
+      return b;
+    };
+    const int64_t accum = o.batch / o.micro_batch;
+    std::unique_ptr<DataParallel> dp;
+    std::unique_ptr<StepGraph> graph;
+    if (groups) {
+      DataParallelOptions dpo;
+      dpo.bucket_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20));
+      dp = std::make_unique<DataParallel>(net, *opt, groups->data, dpo);
+    } else if (StepGraph::obstacle(net, device, false).empty()) {
+      graph = std::make_unique<StepGraph>(net, *opt, accum, mc.seq_len, 1.0);
+    }
+    const std::vector<double> ms = time_passes(device, o.warmup, o.steps, [&](int s) {
+      ctx->step = s;
+      f.loss = dp      ? dp->step(next_batch, accum, accum * world, mc.seq_len, 1.0, false).loss
+               : graph ? graph->step(next_batch).loss
+                       : train_step(net, *opt, next_batch, accum, mc.seq_len, 1.0).loss;
+    });
+    const TimeStats st = time_stats(ms);
+    f.step_ms = st.median;
+    f.step_ms_sd = st.sd;
+    f.peak_memory_gb = peak_memory_gb(device);
+    f.cuda_graph = graph ? graph->describe() : dp ? "off: data parallel" : "off";
+    if (groups) groups->data->barrier();  // every rank done before any frees the model
+  }
+  reset_peak_memory(device);
+  return f;
+}
+
+// A launched rank (or the one process of N = 1): every model and recipe, its figures to `out`.
+void run_rank(const ScalingBenchOptions& o, std::string out) {
+  const LaunchEnv env = read_launch_env();
+  if (const auto at = out.find("@RANK@"); at != std::string::npos) out.replace(at, 6, std::to_string(env.rank));
+  const torch::Device device = pick_device(o.device);
+  if (device.is_cuda()) use_local_gpu(env.local_rank);
+  if (env.rank != 0) set_log_level(LogLevel::kQuiet);
+  std::unique_ptr<ProcessGroups> groups;
+  if (env.world_size > 1) groups = std::make_unique<ProcessGroups>(env, DistOptions{o.backend, std::chrono::seconds(900)}, device.is_cuda());
+  std::ostringstream t;
+  t.precision(17);
+  t << "rank = " << env.rank << "\nworld_size = " << env.world_size << "\nbackend = \"" << (groups ? groups->backend() : "none") << "\"\n";
+  for (const auto& model : o.models)
+    for (const auto& recipe : o.recipes) {
+      const RankFigures f = time_model(model, recipe, o, device, groups.get());
+      char line[256];
+      std::snprintf(line, sizeof line, "bench scaling: %d rank(s) %-11s %-5s rank 0: %8.2f ms a step, peak %.1f GB", env.world_size, model.c_str(),
+                    recipe.c_str(), f.step_ms, f.peak_memory_gb);
+      log_info(line);
+      t << "\n[[row]]\nmodel = \"" << model << "\"\nrecipe = \"" << recipe << "\"\nstep_ms = " << f.step_ms << "\nstep_ms_sd = " << f.step_ms_sd
+        << "\npeak_memory_gb = " << f.peak_memory_gb << "\nloss = " << f.loss << "\ncuda_graph = \"" << f.cuda_graph << "\"\n";
+    }
+  write_text_atomically(out, t.str());
+}
+
+}  // namespace
+
+std::vector<ScalingBenchRow> run_scaling_benchmarks(const ScalingBenchOptions& o) {
+  if (!o.rank_out.empty()) {
+    run_rank(o, o.rank_out);
+    return {};
+  }
+  if (o.batch < 1 || o.micro_batch < 1 || o.batch % o.micro_batch != 0 || o.seq_len < 2 || o.steps < 1 || o.warmup < 0)
+    throw Error("bench scaling: --batch must be a positive multiple of --micro-batch; --seq >= 2, --steps >= 1, --warmup >= 0");
+  const torch::Device device = pick_device(o.device);
+  const int visible = device.is_cuda() ? static_cast<int>(torch::cuda::device_count()) : 0;
+  for (const int n : o.gpus) {
+    if (n < 1) throw Error("bench scaling: --gpus: " + std::to_string(n) + " is not a world size (allowed: 1 or more)");
+    if (device.is_cuda() && n > visible)
+      throw Error("bench scaling: --gpus " + std::to_string(n) + ": this machine shows " + std::to_string(visible) + " GPU(s)");
+  }
+  for (const auto& m : o.models) model_config(m);
+  for (const auto& r : o.recipes) Recipe::load(r);
+  const std::string tmp = "/tmp/ufp4-bench-scaling-" + std::to_string(::getpid());
+  make_dirs(tmp);
+  std::vector<ScalingBenchRow> rows;
+  for (const int n : o.gpus) {
+    std::vector<std::string> argv = {executable_dir() + "/ufp4", "bench", "scaling", "--models", join(o.models), "--recipes", join(o.recipes),
+                                     "--batch", std::to_string(o.batch), "--micro-batch", std::to_string(o.micro_batch),
+                                     "--seq", std::to_string(o.seq_len), "--warmup", std::to_string(o.warmup), "--steps", std::to_string(o.steps),
+                                     "--device", o.device, "--backend", o.backend, "--bucket-mb", std::to_string(o.bucket_mb),
+                                     "--rank-out", tmp + "/world" + std::to_string(n) + "-rank@RANK@.toml"};
+    log_info("bench scaling: " + std::to_string(n) + " rank(s)");
+    const int rc = launch_local_ranks(n, argv, std::chrono::seconds(30));
+    if (rc != 0) throw RuntimeError("bench scaling: the " + std::to_string(n) + "-rank run failed (exit " + std::to_string(rc) + ")");
+    std::vector<toml::table> ranks;
+    for (int r = 0; r < n; ++r) ranks.push_back(toml::parse_file(tmp + "/world" + std::to_string(n) + "-rank" + std::to_string(r) + ".toml"));
+    const std::string backend = ranks[0]["backend"].value_or(std::string("?"));
+    size_t i = 0;
+    for (const auto& model : o.models)
+      for (const auto& recipe : o.recipes) {
+        ScalingBenchRow row;
+        row.model = model;
+        row.recipe = recipe;
+        row.gpus = n;
+        row.backend = backend;
+        row.sharding = n > 1 ? "zero1" : "none";
+        row.batch = o.batch;
+        row.micro_batch = o.micro_batch;
+        row.seq_len = o.seq_len;
+        row.steps = o.steps;
+        for (const auto& t : ranks) {
+          const toml::table& f = *t["row"].as_array()->at(i).as_table();
+          const double ms = f["step_ms"].value_or(0.0), mem = f["peak_memory_gb"].value_or(0.0);
+          if (ms >= row.step_ms) {
+            row.step_ms = ms;
+            row.step_ms_sd = f["step_ms_sd"].value_or(0.0);
+          }
+          row.peak_memory_gb = std::max(row.peak_memory_gb, mem);
+          row.peak_memory_gb_min = row.peak_memory_gb_min > 0 ? std::min(row.peak_memory_gb_min, mem) : mem;
+        }
+        row.loss = (*ranks[0]["row"].as_array()->at(i).as_table())["loss"].value_or(0.0);
+        row.cuda_graph = (*ranks[0]["row"].as_array()->at(i).as_table())["cuda_graph"].value_or(std::string());
+        const ModelConfig mc = [&] { ModelConfig c = model_config(model); c.seq_len = o.seq_len; return c; }();
+        row.tokens_per_s = static_cast<double>(n * o.batch * o.seq_len) / (row.step_ms * 1e-3);
+        row.mfu = device.is_cuda() ? row.tokens_per_s * train_flops_per_token(mc) / (peak_flops(device) * n) : 0.0;
+        row.plan_memory_gb = data_parallel_memory_gb(mc, o.micro_batch, n, true);
+        char line[256];
+        std::snprintf(line, sizeof line, "bench scaling: %d rank(s) %-11s %-5s %8.2f ms a step  %10.0f tok/s  MFU %5.1f%%  peak %.1f GB a GPU (plan %.1f)",
+                      n, model.c_str(), recipe.c_str(), row.step_ms, row.tokens_per_s, 100 * row.mfu, row.peak_memory_gb, row.plan_memory_gb);
+        log_info(line);
+        rows.push_back(row);
+        ++i;
+      }
+  }
+  remove_tree(tmp);
+  return rows;
+}
+
+void write_scaling_bench(const std::string& path, const std::vector<ScalingBenchRow>& rows, const ScalingBenchOptions& o) {
+  H5Writer w(path);
+  write_provenance(w);
+  w.attr("schema_version", static_cast<int64_t>(1));
+  w.attr("what", std::string("data-parallel scaling: N ranks on one machine, fixed per-GPU batch, the engine's DataParallel step (ZeRO-1, "
+                             "bucketed collectives overlapped with backward); N = 1 one process without data parallelism; CUDA events "
+                             "per step after warm-up; a world's step is its slowest rank's median"));
+  w.attr("warmup_steps", static_cast<int64_t>(o.warmup));
+  w.attr("bucket_mb", o.bucket_mb);
+  const char* nvls = std::getenv("NCCL_NVLS_ENABLE");
+  w.attr("nccl_nvls_enable", std::string(nvls ? nvls : "(unset)"));
+  w.attr("mfu_peak_flops", peak_flops(pick_device(o.device)));
+  std::string names;
+  std::vector<float> ms, sd, tps, mfu, mem, mem_min, plan, loss;
+  std::vector<int64_t> gpus, batch, micro, seq, steps;
+  for (const auto& r : rows) {
+    names += r.model + "|" + r.recipe + "|" + r.backend + "|" + r.sharding + "|" + r.cuda_graph + "\n";
+    ms.push_back(static_cast<float>(r.step_ms));
+    sd.push_back(static_cast<float>(r.step_ms_sd));
+    tps.push_back(static_cast<float>(r.tokens_per_s));
+    mfu.push_back(static_cast<float>(r.mfu));
+    mem.push_back(static_cast<float>(r.peak_memory_gb));
+    mem_min.push_back(static_cast<float>(r.peak_memory_gb_min));
+    plan.push_back(static_cast<float>(r.plan_memory_gb));
+    loss.push_back(static_cast<float>(r.loss));
+    gpus.push_back(r.gpus);
+    batch.push_back(r.batch);
+    micro.push_back(r.micro_batch);
+    seq.push_back(r.seq_len);
+    steps.push_back(r.steps);
+  }
+  const std::vector<int64_t> n = {static_cast<int64_t>(rows.size())};
+  w.write_f32("scaling/step_ms", ms.data(), n);
+  w.attr("units", std::string("milliseconds per optimizer step: the slowest rank's median over timed steps"), "scaling/step_ms");
+  w.attr("rows", names, "scaling/step_ms");
+  w.attr("row_format", std::string("model|recipe|backend|optimizer sharding|cuda graph"), "scaling/step_ms");
+  w.write_f32("scaling/step_ms_sd", sd.data(), n);
+  w.write_f32("scaling/tokens_per_s", tps.data(), n);
+  w.attr("units", std::string("tokens a second of the whole world: gpus x batch x seq_len / step"), "scaling/tokens_per_s");
+  w.write_f32("scaling/mfu", mfu.data(), n);
+  w.write_f32("scaling/peak_memory_gb", mem.data(), n);
+  w.attr("units", std::string("GB (1e9 bytes) the caching allocator handed out at its peak, the largest over ranks"), "scaling/peak_memory_gb");
+  w.write_f32("scaling/peak_memory_gb_min", mem_min.data(), n);
+  w.write_f32("scaling/plan_memory_gb", plan.data(), n);
+  w.attr("units", std::string("GB a GPU by the plan (data_parallel_memory_gb, ZeRO-1 for N > 1)"), "scaling/plan_memory_gb");
+  w.write_f32("scaling/loss", loss.data(), n);
+  w.write_i64("scaling/gpus", gpus.data(), n);
+  w.write_i64("scaling/batch", batch.data(), n);
+  w.attr("units", std::string("sequences a GPU a step"), "scaling/batch");
+  w.write_i64("scaling/micro_batch", micro.data(), n);
+  w.write_i64("scaling/seq_len", seq.data(), n);
+  w.write_i64("scaling/steps", steps.data(), n);
+  w.commit();
+}
+
+}  // namespace ufp4

@@ -1,0 +1,61 @@
+#include "harness/bench/step_timing.h"
+
+#include <algorithm>
+#include <chrono>
+#include <tuple>
+
+#include "harness/report/report.h"
+#ifdef UFP4_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
+namespace ufp4 {
+
+TimeStats time_stats(std::vector<double> v) {
+  TimeStats s;
+  if (v.empty()) return s;
+  std::tie(s.mean, s.sd) = mean_sd(v);
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  s.median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  return s;
+}
+
+std::vector<double> time_passes(const torch::Device& device, int warmup, int steps, const std::function<void(int)>& pass) {
+  std::vector<double> ms;
+  for (int s = 0; s < warmup + steps; ++s) {
+    const bool timed = s >= warmup;
+#ifdef UFP4_WITH_CUDA
+    if (device.is_cuda()) {
+      at::cuda::CUDAEvent a(cudaEventDefault), b(cudaEventDefault);
+      auto stream = at::cuda::getCurrentCUDAStream();
+      a.record(stream);
+      pass(s);
+      b.record(stream);
+      b.synchronize();
+      if (timed) ms.push_back(a.elapsed_time(b));
+      continue;
+    }
+#endif
+    (void)device;
+    auto t0 = std::chrono::steady_clock::now();
+    pass(s);
+    if (timed) ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return ms;
+}
+
+void reset_peak_memory(const torch::Device& device) {
+#ifdef UFP4_WITH_CUDA
+  if (device.is_cuda()) {
+    c10::cuda::CUDACachingAllocator::emptyCache();
+    c10::cuda::CUDACachingAllocator::resetPeakStats(device.index() < 0 ? c10::cuda::current_device() : device.index());
+  }
+#else
+  (void)device;
+#endif
+}
+
+}  // namespace ufp4

@@ -1,0 +1,204 @@
+// Data-parallel sections of reports/bench.md: scaling (tokens/s, efficiency, memory a GPU against the
+// plan) from `ufp4 bench scaling`, and correctness (a proxy trained on N GPUs against one GPU with the
+// same global batch, and two N-GPU runs against each other) from run results.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "common/error.h"
+#include "common/fs.h"
+#include "harness/io/array_io.h"
+#include "harness/io/run_results.h"
+#include "harness/report/report.h"
+
+namespace ufp4 {
+
+namespace {
+
+struct ScalingRow {
+  std::string model, recipe, backend, sharding, graph;
+  int64_t gpus = 0, batch = 0, micro = 0, seq = 0, steps = 0;
+  double ms = NAN, sd = NAN, tps = NAN, mfu = NAN, mem = NAN, mem_min = NAN, plan = NAN;
+};
+
+std::vector<ScalingRow> load_scaling(const std::string& path) {
+  const auto names = split_fields(read_h5_string_attrs(path, "scaling/step_ms")["rows"], '\n');
+  const ArrayF32 ms = read_h5_f32(path, "scaling/step_ms"), sd = read_h5_f32(path, "scaling/step_ms_sd"),
+                 tps = read_h5_f32(path, "scaling/tokens_per_s"), mfu = read_h5_f32(path, "scaling/mfu"),
+                 mem = read_h5_f32(path, "scaling/peak_memory_gb"), mem_min = read_h5_f32(path, "scaling/peak_memory_gb_min"),
+                 plan = read_h5_f32(path, "scaling/plan_memory_gb"), gpus = read_h5_f32(path, "scaling/gpus"),
+                 batch = read_h5_f32(path, "scaling/batch"), micro = read_h5_f32(path, "scaling/micro_batch"),
+                 seq = read_h5_f32(path, "scaling/seq_len"), steps = read_h5_f32(path, "scaling/steps");
+  std::vector<ScalingRow> v;
+  for (size_t i = 0; i < names.size() && i < ms.data.size(); ++i) {
+    const auto f = split_fields(names[i], '|');
+    if (f.size() < 5) continue;
+    ScalingRow r;
+    r.model = f[0]; r.recipe = f[1]; r.backend = f[2]; r.sharding = f[3]; r.graph = f[4];
+    r.ms = ms.data[i]; r.sd = sd.data[i]; r.tps = tps.data[i]; r.mfu = mfu.data[i];
+    r.mem = mem.data[i]; r.mem_min = mem_min.data[i]; r.plan = plan.data[i];
+    r.gpus = static_cast<int64_t>(gpus.data[i]); r.batch = static_cast<int64_t>(batch.data[i]);
+    r.micro = static_cast<int64_t>(micro.data[i]); r.seq = static_cast<int64_t>(seq.data[i]); r.steps = static_cast<int64_t>(steps.data[i]);
+    v.push_back(r);
+  }
+  if (v.empty()) throw Error(path + ": no rows in scaling/step_ms");
+  return v;
+}
+
+// Whether two runs agree bit for bit in every curve and in their final weights; else where they first part.
+std::string bit_difference(const RunResults& a, const RunResults& b) {
+  const auto ca = named_curves(a), cb = named_curves(b);
+  for (size_t c = 0; c < ca.size() && c < cb.size(); ++c) {
+    const auto &x = ca[c].values, &y = cb[c].values;
+    if (x.size() != y.size()) return ca[c].name + " has " + std::to_string(x.size()) + " values against " + std::to_string(y.size());
+    for (size_t i = 0; i < x.size(); ++i)
+      if (std::memcmp(&x[i], &y[i], sizeof(double)) != 0)
+        return ca[c].name + " differs first at index " + std::to_string(i) + " (" + fmt("%.9g", x[i]) + " against " + fmt("%.9g", y[i]) + ")";
+  }
+  if (a.weights_sha256 != b.weights_sha256) return "the final weights differ";
+  return "";
+}
+
+}  // namespace
+
+DataParallelReport report_data_parallel(const std::string& scaling_h5, const std::string& correctness_dir, const DataParallelTargets& t) {
+  DataParallelReport out;
+  std::ostringstream md, rows;
+  if (file_exists(scaling_h5)) {
+    const auto v = load_scaling(scaling_h5);
+    auto a = read_h5_string_attrs(scaling_h5);
+    out.sources.push_back(rel(scaling_h5) + ": " + a["device"] + ", commit " + a["git_commit"] + ", torch " + a["torch"] + ", CUDA " + a["cuda"] +
+                          ", " + a["utc"]);
+    std::map<std::pair<std::string, std::string>, double> one;  // (model, recipe) -> tokens/s on one GPU
+    for (const auto& r : v)
+      if (r.gpus == 1) one[{r.model, r.recipe}] = r.tps;
+    std::set<int64_t> sizes;
+    for (const auto& r : v) sizes.insert(r.gpus);
+    const ScalingRow& r0 = v.front();
+    std::string backend = "none: one GPU only";
+    for (const auto& r : v)
+      if (r.gpus > 1) backend = r.backend;
+    md << "## Data-parallel scaling\n\n"
+       << "The engine's data-parallel step (`harness/train/data_parallel.h`: gradient buckets reduce-scattered while backward "
+       << "still runs, the AdamW state split over the ranks (ZeRO-1), the updated weights all-gathered) on N GPUs of one machine, "
+       << "one rank a GPU started by `ufp4 bench scaling` (backend " << backend << "), at a fixed batch a GPU: " << r0.batch
+       << " sequences of " << r0.seq << " tokens in micro-batches of " << r0.micro << ", random tokens, deterministic mode. "
+       << "N = 1 is one process without data parallelism, as `ufp4 run` trains on one GPU (a CUDA graph where the trainer uses one). "
+       << "Step: the slowest rank's median over " << r0.steps << " timed steps after warm-up (CUDA events). Efficiency: "
+       << "tokens/s / (N x one GPU's tokens/s). Memory: the caching allocator's peak on the largest rank, beside the plan's "
+       << "estimate (`ufp4 plan --model M --gpus N --micro-batch " << r0.micro << "`: FP32 weights and a BF16 copy, FP32 "
+       << "gradients, AdamW moments split N ways with the reduce-scattered gradient shard, one micro-batch of activations). "
+       << "World sizes measured: ";
+    for (auto it = sizes.begin(); it != sizes.end(); ++it) md << (it == sizes.begin() ? "" : ", ") << *it;
+    md << ".\n\n| model | recipe | GPUs | step ms | tokens/s | efficiency | MFU | peak GB a GPU | plan GB a GPU |\n"
+       << "|---|---|---|---|---|---|---|---|---|\n";
+    std::map<std::string, double> worst_at;  // model -> worst efficiency at t.efficiency_gpus over recipes
+    for (const auto& r : v) {
+      const auto base = one.find({r.model, r.recipe});
+      const double eff = base != one.end() && base->second > 0 ? r.tps / (static_cast<double>(r.gpus) * base->second) : NAN;
+      if (r.gpus == t.efficiency_gpus && r.model == t.efficiency_model && std::isfinite(eff))
+        worst_at[r.model] = worst_at.count(r.model) ? std::min(worst_at[r.model], eff) : eff;
+      md << "| " << r.model << " | " << r.recipe << " | " << r.gpus << " | " << fmt("%.1f", r.ms) << " ± " << fmt("%.1f", r.sd) << " | "
+         << fmt("%.0f", r.tps) << " | " << (std::isfinite(eff) ? fmt("%.1f%%", 100 * eff) : "n/a") << " | "
+         << (r.mfu > 0 ? fmt("%.1f%%", 100 * r.mfu) : "n/a") << " | " << fmt("%.1f", r.mem)
+         << (r.gpus > 1 && std::fabs(r.mem - r.mem_min) > 0.05 ? " (smallest " + fmt("%.1f", r.mem_min) + ")" : "") << " | "
+         << fmt("%.1f", r.plan) << " |\n";
+    }
+    md << "\n";
+    const std::string bar_name = "data-parallel efficiency, " + t.efficiency_model + " on " + std::to_string(t.efficiency_gpus) + " GPUs (each recipe)";
+    if (worst_at.count(t.efficiency_model)) {
+      const double e = worst_at[t.efficiency_model];
+      rows << "| " << bar_name << " | >= " << fmt("%.0f%%", 100 * t.efficiency_min) << " | " << fmt("%.1f%%", 100 * e) << " | "
+           << (e >= t.efficiency_min ? "**met**" : "**not met**") << " |\n";
+    } else {
+      rows << "| " << bar_name << " | >= " << fmt("%.0f%%", 100 * t.efficiency_min) << " | not measured (largest world here: "
+           << *sizes.rbegin() << " GPUs) | **not run** |\n";
+    }
+  }
+
+  // Correctness: runs grouped by recipe; one GPU (seeds) against N GPUs (reruns of one seed).
+  std::vector<std::string> files;
+  if (is_dir(correctness_dir)) walk_files(correctness_dir, ".h5", files);
+  std::sort(files.begin(), files.end());
+  std::map<std::string, std::vector<RunResults>> by_recipe;
+  for (const auto& f : files)
+    if (is_run_results(f)) {
+      RunResults r = read_run_results(f);
+      by_recipe[r.recipe].push_back(std::move(r));
+    }
+  if (!by_recipe.empty()) {
+    const RunResults& any = by_recipe.begin()->second.front();
+    md << "## Data-parallel correctness\n\n"
+       << "`" << any.model << "` trained for " << any.steps_done << " steps (" << fmt("%.2f", any.epochs) << " epochs of its corpus) with "
+       << "the same global batch on one GPU and with data parallelism on N GPUs (`ufp4 run --nproc-per-node N`, backend and "
+       << "ZeRO-1 as below). One process sums its micro-batches' gradients in sequence, N ranks sum N partial sums (and the "
+       << "clipping norm is taken in FP64 over the shards), so the curves agree closely, not bit for bit; a 4-bit recipe turns "
+       << "last-bit differences into different codes. The tolerance: at every evaluation the N-GPU validation loss lies within "
+       << "the spread (largest minus smallest) of three one-GPU seeds at that evaluation, i.e. the rank layout moves the curve "
+       << "less than a change of seed does. Two N-GPU runs of one manifest must agree bit for bit (every curve and the final "
+       << "weights' SHA-256).\n\n";
+    for (const auto& [recipe, runs] : by_recipe) {
+      std::map<int64_t, const RunResults*> seeds;   // one GPU: seed -> run
+      std::map<int64_t, std::vector<const RunResults*>> multi;  // world size -> runs of seed 1
+      for (const auto& r : runs) {
+        out.sources.push_back(rel(r.path) + ": " + r.device_name + ", commit " + r.attr("git_commit") + ", world " + std::to_string(r.world_size) +
+                              " (" + r.backend + ", " + r.optimizer_sharding + "), seed " + std::to_string(r.seed));
+        if (r.world_size == 1) seeds[r.seed] = &r;
+        else multi[r.world_size].push_back(&r);
+      }
+      if (!seeds.count(1) || multi.empty()) {
+        md << "### " << recipe << "\n\nIncomplete: the one-GPU seed-1 run or an N-GPU run is missing.\n\n";
+        continue;
+      }
+      const RunResults& base = *seeds.at(1);
+      for (const auto& [n, reps] : multi) {
+        const RunResults& dp = *reps.front();
+        md << "### " << recipe << ", " << n << " GPUs (" << dp.backend << ", " << dp.optimizer_sharding << ") against one\n\n| step |";
+        for (const auto& s : seeds) md << " 1 GPU seed " << s.first << " |";
+        md << " seed spread | " << n << " GPUs | difference | within |\n|---|";
+        for (size_t i = 0; i < seeds.size() + 4; ++i) md << "---|";
+        md << "\n";
+        bool all_within = seeds.size() >= 3;
+        double worst = 0;
+        for (size_t e = 0; e < base.curves.eval_step.size() && e < dp.curves.eval_loss.size(); ++e) {
+          double lo = INFINITY, hi = -INFINITY;
+          md << "| " << static_cast<int64_t>(base.curves.eval_step[e]) + 1 << " |";
+          for (const auto& s : seeds) {
+            const double l = e < s.second->curves.eval_loss.size() ? s.second->curves.eval_loss[e] : NAN;
+            lo = std::min(lo, l);
+            hi = std::max(hi, l);
+            md << " " << fmt("%.4f", l) << " |";
+          }
+          const double d = dp.curves.eval_loss[e] - base.curves.eval_loss[e];
+          const bool ok = std::fabs(d) <= hi - lo;
+          all_within = all_within && ok;
+          worst = std::max(worst, std::fabs(d));
+          md << " " << fmt("%.4f", hi - lo) << " | " << fmt("%.4f", dp.curves.eval_loss[e]) << " | " << fmt("%+.4f", d) << " | "
+             << (ok ? "yes" : "no") << " |\n";
+        }
+        md << "\nFinal training loss (mean of the last " << base.last_k << " steps): one GPU " << fmt("%.4f", base.mean_loss_last_k) << ", "
+           << n << " GPUs " << fmt("%.4f", dp.mean_loss_last_k) << ".";
+        std::string rerun = "not rerun";
+        if (reps.size() >= 2) {
+          const std::string diff = bit_difference(*reps[0], *reps[1]);
+          rerun = diff.empty() ? "bit-identical" : "differ: " + diff;
+          md << " Two " << n << "-GPU runs: " << (diff.empty() ? "bit-identical (every curve; final weights SHA-256 " + reps[0]->weights_sha256.substr(0, 16) + ")" : rerun)
+             << ".";
+        }
+        md << "\n\n";
+        rows << "| " << recipe << " on " << n << " GPUs against one: validation loss within the seed spread at every evaluation | "
+             << "3 seeds | largest difference " << fmt("%.4f", worst) << " | " << (all_within ? "**met**" : "**not met**") << " |\n";
+        rows << "| " << recipe << " on " << n << " GPUs: two runs bit-identical | identical | " << rerun << " | "
+             << (rerun == "bit-identical" ? "**met**" : "**not met**") << " |\n";
+      }
+    }
+  }
+  out.markdown = md.str();
+  out.target_rows = rows.str();
+  return out;
+}
+
+}  // namespace ufp4
