@@ -136,9 +136,13 @@ DataParallelReport report_data_parallel(const std::string& scaling_h5, const std
        << "the same global batch on one GPU and with data parallelism on N GPUs (`ufp4 run --nproc-per-node N`, backend and "
        << "ZeRO-1 as below). One process sums its micro-batches' gradients in sequence, N ranks sum N partial sums (and the "
        << "clipping norm is taken in FP64 over the shards), so the curves agree closely, not bit for bit; a 4-bit recipe turns "
-       << "last-bit differences into different codes. The tolerance: at every evaluation the N-GPU validation loss lies within "
-       << "the spread (largest minus smallest) of three one-GPU seeds at that evaluation, i.e. the rank layout moves the curve "
-       << "less than a change of seed does. Two N-GPU runs of one manifest must agree bit for bit (every curve and the final "
+       << "last-bit differences into different codes. The tolerance: at each evaluation the ratio of "
+       << "|N-GPU - one GPU| (seed 1 both) to the mean |difference| between pairs of one-GPU seeds (1, 2, 3), and the median of "
+       << "these ratios over the evaluations at most 1: the rank layout moves the curve less than a change of seed does. The "
+       << "median, not every point: once the last-bit differences have grown, an N-GPU run is close to a fresh draw, and a "
+       << "fresh draw lands outside the range of three seeds at a single point about 29% of the time (simulated, normal "
+       << "draws), while a wrong data-parallel step (a mis-scaled or missing gradient) moves the curve at every evaluation, "
+       << "in one direction. Two N-GPU runs of one manifest must agree bit for bit (every curve and the final "
        << "weights' SHA-256).\n\n";
     for (const auto& [recipe, runs] : by_recipe) {
       std::map<int64_t, const RunResults*> seeds;   // one GPU: seed -> run
@@ -158,27 +162,34 @@ DataParallelReport report_data_parallel(const std::string& scaling_h5, const std
         const RunResults& dp = *reps.front();
         md << "### " << recipe << ", " << n << " GPUs (" << dp.backend << ", " << dp.optimizer_sharding << ") against one\n\n| step |";
         for (const auto& s : seeds) md << " 1 GPU seed " << s.first << " |";
-        md << " seed spread | " << n << " GPUs | difference | within |\n|---|";
+        md << " seed pairs' mean difference | " << n << " GPUs | difference | ratio |\n|---|";
         for (size_t i = 0; i < seeds.size() + 4; ++i) md << "---|";
         md << "\n";
-        bool all_within = seeds.size() >= 3;
-        double worst = 0;
+        std::vector<double> ratios;
+        double worst = 0, worst_step = 0;
         for (size_t e = 0; e < base.curves.eval_step.size() && e < dp.curves.eval_loss.size(); ++e) {
-          double lo = INFINITY, hi = -INFINITY;
+          std::vector<double> l;
           md << "| " << static_cast<int64_t>(base.curves.eval_step[e]) + 1 << " |";
           for (const auto& s : seeds) {
-            const double l = e < s.second->curves.eval_loss.size() ? s.second->curves.eval_loss[e] : NAN;
-            lo = std::min(lo, l);
-            hi = std::max(hi, l);
-            md << " " << fmt("%.4f", l) << " |";
+            l.push_back(e < s.second->curves.eval_loss.size() ? s.second->curves.eval_loss[e] : NAN);
+            md << " " << fmt("%.4f", l.back()) << " |";
           }
+          double pair_sum = 0;
+          int pairs = 0;
+          for (size_t i = 0; i < l.size(); ++i)
+            for (size_t j = i + 1; j < l.size(); ++j, ++pairs) pair_sum += std::fabs(l[i] - l[j]);
+          const double seed_diff = pairs > 0 ? pair_sum / pairs : NAN;
           const double d = dp.curves.eval_loss[e] - base.curves.eval_loss[e];
-          const bool ok = std::fabs(d) <= hi - lo;
-          all_within = all_within && ok;
-          worst = std::max(worst, std::fabs(d));
-          md << " " << fmt("%.4f", hi - lo) << " | " << fmt("%.4f", dp.curves.eval_loss[e]) << " | " << fmt("%+.4f", d) << " | "
-             << (ok ? "yes" : "no") << " |\n";
+          const double ratio = std::fabs(d) / seed_diff;
+          ratios.push_back(ratio);
+          if (ratio > worst) { worst = ratio; worst_step = base.curves.eval_step[e] + 1; }
+          md << " " << fmt("%.4f", seed_diff) << " | " << fmt("%.4f", dp.curves.eval_loss[e]) << " | " << fmt("%+.4f", d) << " | "
+             << fmt("%.2f", ratio) << " |\n";
         }
+        std::sort(ratios.begin(), ratios.end());
+        const size_t k = ratios.size();
+        const double median = k == 0 ? NAN : k % 2 ? ratios[k / 2] : 0.5 * (ratios[k / 2 - 1] + ratios[k / 2]);
+        const bool within = seeds.size() >= 3 && median <= 1.0;
         md << "\nFinal training loss (mean of the last " << base.last_k << " steps): one GPU " << fmt("%.4f", base.mean_loss_last_k) << ", "
            << n << " GPUs " << fmt("%.4f", dp.mean_loss_last_k) << ".";
         std::string rerun = "not rerun";
@@ -189,8 +200,9 @@ DataParallelReport report_data_parallel(const std::string& scaling_h5, const std
              << ".";
         }
         md << "\n\n";
-        rows << "| " << recipe << " on " << n << " GPUs against one: validation loss within the seed spread at every evaluation | "
-             << "3 seeds | largest difference " << fmt("%.4f", worst) << " | " << (all_within ? "**met**" : "**not met**") << " |\n";
+        rows << "| " << recipe << " on " << n << " GPUs against one: validation loss, median over evaluations of the absolute difference over the "
+             << "seed pairs' mean absolute difference | <= 1 (" << seeds.size() << " seeds) | " << fmt("%.2f", median) << " (largest " << fmt("%.2f", worst)
+             << " at step " << fmt("%.0f", worst_step) << ") | " << (within ? "**met**" : "**not met**") << " |\n";
         rows << "| " << recipe << " on " << n << " GPUs: two runs bit-identical | identical | " << rerun << " | "
              << (rerun == "bit-identical" ? "**met**" : "**not met**") << " |\n";
       }
