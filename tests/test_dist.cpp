@@ -271,7 +271,7 @@ TEST_CASE("bench scaling on 1 and 2 Gloo ranks, and the report's data-parallel s
   CHECK(md.find("## Data-parallel scaling") != std::string::npos);
   CHECK(md.find("| tiny | bf16 | 2 | ") != std::string::npos);
   CHECK(md.find("## Data-parallel correctness") != std::string::npos);
-  CHECK(md.find("| data-parallel efficiency, dense-1.5b on 4 GPUs (each recipe) | >= 90% | not measured (largest world here: 2 GPUs) | **not run** |") !=
+  CHECK(md.find("| data-parallel efficiency, dense-1.5b on 4 GPUs (each recipe) | >= 90% | not measured: the largest world here is 2 GPUs | **not run** |") !=
         std::string::npos);
   // bf16 on the CPU: two ranks stay within FP32 rounding of one process, far inside the seed spread.
   CHECK(md.find("| bf16 on 2 GPUs against one: validation loss, median over evaluations of the absolute difference over the seed pairs' mean "

@@ -95,12 +95,12 @@ DataParallelReport report_data_parallel(const std::string& scaling_h5, const std
     for (auto it = sizes.begin(); it != sizes.end(); ++it) md << (it == sizes.begin() ? "" : ", ") << *it;
     md << ".\n\n| model | recipe | GPUs | step ms | tokens/s | efficiency | MFU | peak GB a GPU | plan GB a GPU |\n"
        << "|---|---|---|---|---|---|---|---|---|\n";
-    std::map<std::string, double> worst_at;  // model -> worst efficiency at t.efficiency_gpus over recipes
+    std::map<int64_t, double> worst_at;  // world size -> the bar's model's worst efficiency over recipes
     for (const auto& r : v) {
       const auto base = one.find({r.model, r.recipe});
       const double eff = base != one.end() && base->second > 0 ? r.tps / (static_cast<double>(r.gpus) * base->second) : NAN;
-      if (r.gpus == t.efficiency_gpus && r.model == t.efficiency_model && std::isfinite(eff))
-        worst_at[r.model] = worst_at.count(r.model) ? std::min(worst_at[r.model], eff) : eff;
+      if (r.model == t.efficiency_model && std::isfinite(eff))
+        worst_at[r.gpus] = worst_at.count(r.gpus) ? std::min(worst_at[r.gpus], eff) : eff;
       md << "| " << r.model << " | " << r.recipe << " | " << r.gpus << " | " << fmt("%.1f", r.ms) << " ± " << fmt("%.1f", r.sd) << " | "
          << fmt("%.0f", r.tps) << " | " << (std::isfinite(eff) ? fmt("%.1f%%", 100 * eff) : "n/a") << " | "
          << (r.mfu > 0 ? fmt("%.1f%%", 100 * r.mfu) : "n/a") << " | " << fmt("%.1f", r.mem)
@@ -109,13 +109,15 @@ DataParallelReport report_data_parallel(const std::string& scaling_h5, const std
     }
     md << "\n";
     const std::string bar_name = "data-parallel efficiency, " + t.efficiency_model + " on " + std::to_string(t.efficiency_gpus) + " GPUs (each recipe)";
-    if (worst_at.count(t.efficiency_model)) {
-      const double e = worst_at[t.efficiency_model];
+    if (worst_at.count(t.efficiency_gpus)) {
+      const double e = worst_at[t.efficiency_gpus];
       rows << "| " << bar_name << " | >= " << fmt("%.0f%%", 100 * t.efficiency_min) << " | " << fmt("%.1f%%", 100 * e) << " | "
            << (e >= t.efficiency_min ? "**met**" : "**not met**") << " |\n";
     } else {
-      rows << "| " << bar_name << " | >= " << fmt("%.0f%%", 100 * t.efficiency_min) << " | not measured (largest world here: "
-           << *sizes.rbegin() << " GPUs) | **not run** |\n";
+      const int64_t largest = *sizes.rbegin();
+      rows << "| " << bar_name << " | >= " << fmt("%.0f%%", 100 * t.efficiency_min) << " | not measured: the largest world here is "
+           << largest << " GPUs" << (largest > 1 && worst_at.count(largest) ? " (" + fmt("%.1f%%", 100 * worst_at[largest]) + " there)" : "")
+           << " | **not run** |\n";
     }
   }
 
