@@ -11,6 +11,7 @@ usage: python dev/attention_gqa.py [--reps 10]
 """
 import argparse
 import hashlib
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -47,7 +48,12 @@ def run(q, k, v, go, backend, native):
     return o, q.grad, k.grad, v.grad
 
 
-def time_ms(fn, warm=3, iters=20):
+def time_ms(fn, warm=3, iters=20, rounds=3):
+    """The median over `rounds` of the median of `iters` timed calls (after `warm` untimed ones)."""
+    return sorted(time_round(fn, warm, iters) for _ in range(rounds))[rounds // 2]
+
+
+def time_round(fn, warm, iters):
     for _ in range(warm):
         fn()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -66,7 +72,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=10)
     args = ap.parse_args()
+    warnings.filterwarnings("ignore", category=UserWarning)  # SDPA's notes on the kernels it declines
     print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, {torch.cuda.get_device_name()}")
+    # Clocks up before the first timing: a few seconds of large products.
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    for _ in range(200):
+        a @ a
+    torch.cuda.synchronize()
     print("| shape | backend | deterministic mode | K, V | fwd+bwd ms | distinct (o,dq,dk,dv) over reps | max abs diff vs copied |")
     print("|---|---|---|---|---|---|---|")
     for name, (B, H, KV, S, D) in SHAPES.items():
