@@ -16,6 +16,13 @@ torch::Tensor rope_composition(const torch::Tensor& x, const torch::Tensor& cos,
 
 torch::Tensor grouped_causal_attention(const torch::Tensor& q, torch::Tensor k, torch::Tensor v) {
   const int64_t B = q.size(0), H = q.size(1), KV = k.size(1), S = k.size(2), hd = k.size(3);
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+  // On a GPU in half precision SDPA's kernels read each KV head for its group themselves: no copies of
+  // K and V, and no sum of their gradients after. Flash's gradients in deterministic mode are the
+  // copied form's bit for bit (results/bench/logs/attention-gqa.log, dev/attention_gqa.py).
+  if (KV != H && q.is_cuda() && (q.scalar_type() == torch::kBFloat16 || q.scalar_type() == torch::kHalf))
+    return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, {}, /*enable_gqa=*/true);
+#endif
   if (KV != H) {
     // Grouped-query attention: each KV head serves its group of query heads. Broadcast, then copy: the
     // backward is a plain sum over the group (deterministic and fast), where repeat_interleave's is an

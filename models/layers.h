@@ -35,7 +35,8 @@ TORCH_MODULE(Mlp);
 torch::Tensor rope_composition(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 
 // Causal attention of q [B, H, S, hd] over k, v [B, KV, S, hd] (KV divides H), unquantized: LibTorch's
-// scaled-dot-product attention (2.x), the plain composition before. What the model and the step
+// scaled-dot-product attention (2.x; grouped KV heads read in place on a GPU in half precision from
+// 2.5, else broadcast and copied), the plain composition before. What the model and the step
 // benchmark's attention rows run.
 torch::Tensor grouped_causal_attention(const torch::Tensor& q, torch::Tensor k, torch::Tensor v);
 
