@@ -6,7 +6,8 @@
 #     (`ufp4 run --nproc-per-node N`); the results go to $OUT_DIR/data-parallel/;
 #  2. scaling: `ufp4 bench scaling` at world sizes 1, 2, 4, 8 up to the GPUs here ($OUT_DIR/scaling.h5).
 # NCCL's NVLink multicast stays as the machine sets it (NCCL_NVLS_ENABLE=0 is inherited by every rank).
-#   UFP4_GIT_COMMIT=<commit> OUT_DIR=<dir> tools/gpu-scaling.sh [extra `ufp4 bench scaling` options]
+#   UFP4_GIT_COMMIT=<commit> OUT_DIR=<dir> [PACK=<file.tgz>] tools/gpu-scaling.sh [extra `ufp4 bench scaling` options]
+# PACK: also one archive of $OUT_DIR's results and $LOGS (a machine that returns only a few files).
 source "$(dirname "$0")/gpu-common.sh" scaling
 OUT_DIR=${OUT_DIR:-results/bench}
 gpus=$(nvidia-smi -L | wc -l)
@@ -41,3 +42,7 @@ done
 build/ufp4 bench scaling --gpus "$sizes" --out-dir "$OUT_DIR" "$@" > "$LOGS/bench-scaling.log" 2>&1
 echo "bench scaling exit $? ($(elapsed))"
 grep "bench scaling:.*tok/s" "$LOGS/bench-scaling.log"
+if [ -n "${PACK:-}" ]; then
+  tar czf "$PACK" -C "$(dirname "$OUT_DIR")" "$(basename "$OUT_DIR")" -C "$(cd "$(dirname "$LOGS")" && pwd)" "$(basename "$LOGS")"
+  echo "packed: $PACK"
+fi
