@@ -8,11 +8,12 @@ Dev tool (not part of the build): its findings choose the backend in models/laye
 usage: python dev/attention_backends.py [--reps 20]
 """
 import argparse
-import hashlib
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from sdpa_timing import digest, time_ms
 
 SHAPES = {  # name: (batch, heads, seq, head_dim)
     "dense-20m": (16, 4, 1024, 64),
@@ -27,13 +28,6 @@ BACKENDS = {
 }
 
 
-def digest(*ts):
-    h = hashlib.sha256()
-    for t in ts:
-        h.update(t.contiguous().view(torch.uint8).cpu().numpy().tobytes())
-    return h.hexdigest()[:16]
-
-
 def run(q, k, v, go, backend):
     for t in (q, k, v):
         t.grad = None
@@ -41,21 +35,6 @@ def run(q, k, v, go, backend):
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     o.backward(go)
     return o, q.grad, k.grad, v.grad
-
-
-def time_ms(fn, warm=3, iters=20):
-    for _ in range(warm):
-        fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(iters):
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    times.sort()
-    return times[len(times) // 2]
 
 
 def main():

@@ -10,12 +10,13 @@ Dev tool (not part of the build): its findings choose the formulation in models/
 usage: python dev/attention_gqa.py [--reps 10]
 """
 import argparse
-import hashlib
 import warnings
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from sdpa_timing import digest, time_ms
 
 SHAPES = {  # name: (batch, heads, kv heads, seq, head_dim)
     "dense-20m": (16, 4, 2, 1024, 64),
@@ -23,13 +24,6 @@ SHAPES = {  # name: (batch, heads, kv heads, seq, head_dim)
     "dense-113m": (16, 12, 4, 2048, 64),
 }
 BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
-
-
-def digest(*ts):
-    h = hashlib.sha256()
-    for t in ts:
-        h.update(t.contiguous().view(torch.uint8).cpu().numpy().tobytes())
-    return h.hexdigest()[:16]
 
 
 def run(q, k, v, go, backend, native):
@@ -46,26 +40,6 @@ def run(q, k, v, go, backend, native):
             o = F.scaled_dot_product_attention(q, ke, ve, is_causal=True)
     o.backward(go)
     return o, q.grad, k.grad, v.grad
-
-
-def time_ms(fn, warm=3, iters=20, rounds=3):
-    """The median over `rounds` of the median of `iters` timed calls (after `warm` untimed ones)."""
-    return sorted(time_round(fn, warm, iters) for _ in range(rounds))[rounds // 2]
-
-
-def time_round(fn, warm, iters):
-    for _ in range(warm):
-        fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(iters):
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    times.sort()
-    return times[len(times) // 2]
 
 
 def main():
@@ -103,7 +77,7 @@ def main():
                     seen = {digest(o, dq, dk, dv)}
                     for _ in range(args.reps - 1):
                         seen.add(digest(*run(q, k, v, go, backend, native)))
-                    ms = time_ms(lambda: run(q, k, v, go, backend, native))
+                    ms = time_ms(lambda: run(q, k, v, go, backend, native), rounds=3)
                     print(f"| {name} | {bname} | {det} | {label} | {ms:.3f} | {len(seen)} | {err} |", flush=True)
         torch.use_deterministic_algorithms(False)
 

@@ -175,18 +175,20 @@ std::vector<ScalingBenchRow> run_scaling_benchmarks(const ScalingBenchOptions& o
         row.micro_batch = o.micro_batch;
         row.seq_len = o.seq_len;
         row.steps = o.steps;
-        for (const auto& t : ranks) {
-          const toml::table& f = *t["row"].as_array()->at(i).as_table();
+        for (size_t r = 0; r < ranks.size(); ++r) {
+          const toml::table& f = *ranks[r]["row"].as_array()->at(i).as_table();
           const double ms = f["step_ms"].value_or(0.0), mem = f["peak_memory_gb"].value_or(0.0);
           if (ms >= row.step_ms) {
             row.step_ms = ms;
             row.step_ms_sd = f["step_ms_sd"].value_or(0.0);
           }
-          row.peak_memory_gb = std::max(row.peak_memory_gb, mem);
-          row.peak_memory_gb_min = row.peak_memory_gb_min > 0 ? std::min(row.peak_memory_gb_min, mem) : mem;
+          row.peak_memory_gb = r == 0 ? mem : std::max(row.peak_memory_gb, mem);
+          row.peak_memory_gb_min = r == 0 ? mem : std::min(row.peak_memory_gb_min, mem);
+          if (r == 0) {
+            row.loss = f["loss"].value_or(0.0);
+            row.cuda_graph = f["cuda_graph"].value_or(std::string());
+          }
         }
-        row.loss = (*ranks[0]["row"].as_array()->at(i).as_table())["loss"].value_or(0.0);
-        row.cuda_graph = (*ranks[0]["row"].as_array()->at(i).as_table())["cuda_graph"].value_or(std::string());
         const ModelConfig mc = [&] { ModelConfig c = model_config(model); c.seq_len = o.seq_len; return c; }();
         row.tokens_per_s = static_cast<double>(n * o.batch * o.seq_len) / (row.step_ms * 1e-3);
         row.mfu = device.is_cuda() ? row.tokens_per_s * train_flops_per_token(mc) / (peak_flops(device) * n) : 0.0;
