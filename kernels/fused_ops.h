@@ -47,11 +47,22 @@ UFP4_HD float add_rn(float a, float b) {
 // e^x: x = n ln2 + r (Cody-Waite, |r| <= ln2 / 2), degree-7 Taylor of e^r, times 2^n. 0 below
 // -104 (under the smallest subnormal), inf above 88.8, NaN for NaN.
 UFP4_HD float exp_f32(float x) {
-  if (!(x > -104.0f)) return x != x ? x : 0.0f;
-  if (x > 88.8f) return INFINITY;
-  const float n = rintf(mul_rn(x, 1.44269502f));
-  float r = fmaf(-n, 0.693145751953125f, x);  // ln2's high part: n * it is exact for |n| < 2^11
-  r = fmaf(-n, 1.42860677e-6f, r);
+  const float kLog2e = 1.44269502f, kLn2Hi = 0.693145751953125f, kLn2Lo = 1.42860677e-6f;  // kLn2Hi n is exact for |n| < 2^11
+  // 1.5 2^23: adding it rounds |t| < 2^22 to an integer (to nearest even, as rintf) held in the low mantissa bits.
+  const float kShift = 12582912.0f;
+  float n, shifted = 0.0f;
+  const bool common = fabsf(x) <= 86.0f;  // |n| <= 125: p 2^n is normal, so adding n to the exponent field is exact
+  if (common) {
+    // n without a float-to-integer conversion (a quarter-rate instruction on the GPU); same n as the rintf below.
+    shifted = add_rn(mul_rn(x, kLog2e), kShift);
+    n = add_rn(shifted, -kShift);
+  } else {
+    if (!(x > -104.0f)) return x != x ? x : 0.0f;
+    if (x > 88.8f) return INFINITY;
+    n = rintf(mul_rn(x, kLog2e));
+  }
+  float r = fmaf(-n, kLn2Hi, x);
+  r = fmaf(-n, kLn2Lo, r);
   float p = 1.0f / 5040.0f;
   p = fmaf(p, r, 1.0f / 720.0f);
   p = fmaf(p, r, 1.0f / 120.0f);
@@ -60,8 +71,9 @@ UFP4_HD float exp_f32(float x) {
   p = fmaf(p, r, 0.5f);
   p = fmaf(p, r, 1.0f);
   p = fmaf(p, r, 1.0f);
+  // p in [0.70, 1.42]. shifted's bits are those of 1.5 2^23 plus n; shifted left by 23 only n's remain.
+  if (common) return bits_f32(f32_bits(p) + (f32_bits(shifted) << 23));
   const int ni = static_cast<int>(n);
-  // p in [0.70, 1.42]: p 2^n is normal for n in [-125, 127], and adding n to the exponent field is exact.
   if (ni >= -125 && ni <= 127) return bits_f32(f32_bits(p) + (static_cast<uint32_t>(ni) << 23));
   return ldexpf(p, ni);  // correctly rounded where the result is subnormal (or overflows)
 }
@@ -164,7 +176,8 @@ struct RopeIO {
   const float* cos = nullptr;  // [seq, hd / 2] FP32 (rows past seq are not read)
   const float* sin = nullptr;
   bool inverse = false;  // the backward: rotate by -angle
-  void* y = nullptr;     // [batch, heads, seq, hd], contiguous
+  void* y = nullptr;     // element (b, h, s, j) at b y_stride_b + h y_stride_h + s y_stride_s + j
+  int64_t y_stride_b = 0, y_stride_h = 0, y_stride_s = 0;
 };
 
 UFP4_HD float round_to_dtype(bool bf16, float v) { return bf16 ? round_to_bf16(v) : v; }
@@ -194,10 +207,11 @@ void cuda_cross_entropy_forward(const CrossEntropyIO& io, cudaStream_t stream);
 void cuda_cross_entropy_backward(const CrossEntropyIO& io, cudaStream_t stream);
 void cuda_swiglu_forward(const SwiGluIO& io, cudaStream_t stream);
 void cuda_swiglu_backward(const SwiGluIO& io, cudaStream_t stream);
-// RoPE: hd / 2 a multiple of 8; x's strides multiples of 8 and x, y 16-byte aligned (rope_cuda_applies).
+// RoPE: hd / 2 a multiple of 8; x's and y's strides multiples of 16 bytes and x, y 16-byte aligned (rope_cuda_applies).
 inline bool rope_cuda_applies(const RopeIO& io) {
   const int64_t a = io.dtype == DType::kBF16 ? 8 : 4;  // elements in 16 bytes
   return io.head_dim % 16 == 0 && io.head_dim > 0 && io.stride_b % a == 0 && io.stride_h % a == 0 && io.stride_s % a == 0 &&
+         io.y_stride_b % a == 0 && io.y_stride_h % a == 0 && io.y_stride_s % a == 0 &&
          (reinterpret_cast<uintptr_t>(io.x) & 15u) == 0 && (reinterpret_cast<uintptr_t>(io.y) & 15u) == 0 &&
          (reinterpret_cast<uintptr_t>(io.cos) & 15u) == 0 && (reinterpret_cast<uintptr_t>(io.sin) & 15u) == 0;
 }

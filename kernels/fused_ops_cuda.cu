@@ -29,8 +29,25 @@ __device__ __forceinline__ void load8(const void* base, int64_t elem, float (&v)
   }
 }
 
+__device__ __forceinline__ void unpack_bf16x8(const uint4 q, float (&v)[8]) {
+  const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) { v[2 * k] = bits_f32(w[k] << 16); v[2 * k + 1] = bits_f32(w[k] & 0xffff0000u); }
+}
+
 template <bool kBf16>
 __device__ __forceinline__ void store8(void* base, int64_t elem, const float (&v_in)[8]) {
+  if (kBf16) {
+    // No NaN among the eight (the sum is NaN otherwise, or for inf - inf: then the general path, same
+    // bits): the hardware's RNE conversion, two values an instruction.
+    const float any = add_rn(add_rn(add_rn(v_in[0], v_in[1]), add_rn(v_in[2], v_in[3])), add_rn(add_rn(v_in[4], v_in[5]), add_rn(v_in[6], v_in[7])));
+    if (any == any) {
+      const uint4 q = make_uint4(pack_bf16x2_finite(v_in[0], v_in[1]), pack_bf16x2_finite(v_in[2], v_in[3]), pack_bf16x2_finite(v_in[4], v_in[5]),
+                                 pack_bf16x2_finite(v_in[6], v_in[7]));
+      *reinterpret_cast<uint4*>(static_cast<uint16_t*>(base) + elem) = q;
+      return;
+    }
+  }
   float v[8];
 #pragma unroll
   for (int e = 0; e < 8; ++e) v[e] = canon_nan(v_in[e]);
@@ -156,33 +173,60 @@ __global__ void __launch_bounds__(1024) rms_norm_weight_grad_kernel(const float*
   if (c == 0 && out < d) dw[out] = canon_nan(v);
 }
 
-template <bool kBf16>
+// Cross entropy, a block a row. The forward's row max is fmaxf's, which skips NaNs where the contract's
+// max_nan returns one: a row holding a NaN gets a NaN sum of exponentials instead, so lse and the loss are
+// the same NaN; otherwise the two maxima are equal (up to the sign of a zero maximum, which changes no
+// x - m and no lse).
+// kCached > 0 (BF16): each thread keeps its kCached vectors of the row in registers between the max and the
+// sum, so the row is read from memory once (vocab <= 8 kCeThreads kCached).
+template <bool kBf16, int kCached>
 __global__ void __launch_bounds__(kCeThreads) cross_entropy_forward_kernel(const CrossEntropyIO io) {
+  static_assert(kCached == 0 || kBf16, "the register cache holds BF16 rows");
   __shared__ float part[kCeThreads / 32];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int64_t t = blockIdx.x, o = t * io.vocab, nv = io.vocab / 8;
-  float m = -INFINITY;
-  for (int64_t v = tid; v < nv; v += kCeThreads) {
-    float x[8];
-    load8<kBf16>(io.logits, o + 8 * v, x);
+  uint4 cache[kCached > 0 ? kCached : 1];
+  if constexpr (kCached > 0) {
+    const uint4* row = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(io.logits) + o);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) m = max_nan(m, x[e]);
+    for (int c = 0; c < kCached; ++c)
+      if (tid + c * kCeThreads < nv) cache[c] = row[tid + c * kCeThreads];
   }
+  // f on this thread's vectors of the row, in increasing order (from the cache, or re-read: L1/L2).
+  auto each_vector = [&](auto&& f) {
+    float x[8];
+    if constexpr (kCached > 0) {
 #pragma unroll
-  for (int h = 1; h < 32; h *= 2) m = max_nan(m, __shfl_xor_sync(kFull, m, h));
+      for (int c = 0; c < kCached; ++c)
+        if (tid + c * kCeThreads < nv) {
+          unpack_bf16x8(cache[c], x);
+          f(x);
+        }
+    } else {
+      for (int64_t v = tid; v < nv; v += kCeThreads) {
+        load8<kBf16>(io.logits, o + 8 * v, x);
+        f(x);
+      }
+    }
+  };
+  float m = -INFINITY;
+  each_vector([&](const float (&x)[8]) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) m = fmaxf(m, x[e]);
+  });
+#pragma unroll
+  for (int h = 1; h < 32; h *= 2) m = fmaxf(m, __shfl_xor_sync(kFull, m, h));
   if (lane == 0) part[warp] = m;
   __syncthreads();
   m = part[0];
 #pragma unroll
-  for (int w = 1; w < kCeThreads / 32; ++w) m = max_nan(m, part[w]);
+  for (int w = 1; w < kCeThreads / 32; ++w) m = fmaxf(m, part[w]);
   __syncthreads();  // part is reused
   float s = 0.0f;
-  for (int64_t v = tid; v < nv; v += kCeThreads) {
-    float x[8];
-    load8<kBf16>(io.logits, o + 8 * v, x);  // second read: L1/L2
+  each_vector([&](const float (&x)[8]) {
 #pragma unroll
     for (int e = 0; e < 8; ++e) s = add_rn(s, exp_f32(x[e] - m));
-  }
+  });
   s = warp_tree_sum(s);
   if (lane == 0) part[warp] = s;
   __syncthreads();
@@ -215,15 +259,24 @@ __global__ void __launch_bounds__(kCeThreads) cross_entropy_forward_kernel(const
 template <bool kBf16>
 __global__ void __launch_bounds__(kCeThreads) cross_entropy_backward_kernel(const CrossEntropyIO io) {
   const int64_t t = blockIdx.x, o = t * io.vocab, nv = io.vocab / 8, y = io.targets[t];
-  const bool counted = y != io.ignore_index;
+  if (y == io.ignore_index) {  // an ignored row's gradient is 0
+    const float zero[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    for (int64_t v = threadIdx.x; v < nv; v += kCeThreads) store8<kBf16>(io.dlogits, o + 8 * v, zero);
+    return;
+  }
   const float lse = io.lse[t], scale = *io.scale;
   for (int64_t v = threadIdx.x; v < nv; v += kCeThreads) {
-    float x[8];
+    float x[8], p[8];
     load8<kBf16>(io.logits, o + 8 * v, x);
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
-      const float p = exp_f32(x[e] - lse);
-      x[e] = counted ? mul_rn(8 * v + e == y ? p - 1.0f : p, scale) : 0.0f;
+      p[e] = exp_f32(x[e] - lse);
+      x[e] = mul_rn(p[e], scale);
+    }
+    if (static_cast<uint64_t>(y - 8 * v) < 8) {  // the vector holding the target
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        if (8 * v + e == y) x[e] = mul_rn(p[e] - 1.0f, scale);
     }
     store8<kBf16>(io.dlogits, o + 8 * v, x);
   }
@@ -270,8 +323,10 @@ template <bool kBf16>
 __global__ void __launch_bounds__(256) rope_kernel(const RopeIO io) {
   const int64_t half = io.head_dim / 2, per_row = half / 8, n = io.batch * io.heads * io.seq * per_row;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t row = i / per_row, j = (i % per_row) * 8, t = row % io.seq, bh = row / io.seq;
-    const int64_t in = (bh / io.heads) * io.stride_b + (bh % io.heads) * io.stride_h + t * io.stride_s, out = row * io.head_dim;
+    // Rows in (b, s, h) order: a token's heads lie side by side in the projection's output and, for the
+    // layout attention takes, in y.
+    const int64_t row = i / per_row, j = (i % per_row) * 8, h = row % io.heads, bt = row / io.heads, t = bt % io.seq, bb = bt / io.seq;
+    const int64_t in = bb * io.stride_b + h * io.stride_h + t * io.stride_s, out = bb * io.y_stride_b + h * io.y_stride_h + t * io.y_stride_s;
     float a[8], b[8];
     load8<kBf16>(io.x, in + j, a);
     load8<kBf16>(io.x, in + half + j, b);
@@ -341,8 +396,11 @@ void cuda_cross_entropy_forward(const CrossEntropyIO& io, cudaStream_t stream) {
   check_shape(io.vocab, "cross_entropy");
   if (io.rows == 0) return;
   if (io.rows > 0x7fffffff) throw Error("cross_entropy: too many rows for one launch");
-  if (io.dtype == DType::kBF16) cross_entropy_forward_kernel<true><<<static_cast<unsigned>(io.rows), kCeThreads, 0, stream>>>(io);
-  else cross_entropy_forward_kernel<false><<<static_cast<unsigned>(io.rows), kCeThreads, 0, stream>>>(io);
+  constexpr int kCached = 16;  // a 32768-token vocabulary in BF16
+  const unsigned rows = static_cast<unsigned>(io.rows);
+  if (io.dtype == DType::kBF16 && io.vocab <= 8 * kCeThreads * kCached) cross_entropy_forward_kernel<true, kCached><<<rows, kCeThreads, 0, stream>>>(io);
+  else if (io.dtype == DType::kBF16) cross_entropy_forward_kernel<true, 0><<<rows, kCeThreads, 0, stream>>>(io);
+  else cross_entropy_forward_kernel<false, 0><<<rows, kCeThreads, 0, stream>>>(io);
   check_launch("cross_entropy forward kernel launch");
 }
 

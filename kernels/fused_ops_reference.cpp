@@ -133,7 +133,7 @@ void reference_rope(const RopeIO& io) {
   for (int64_t b = 0; b < io.batch; ++b)
     for (int64_t h = 0; h < io.heads; ++h)
       for (int64_t t = 0; t < io.seq; ++t) {
-        const int64_t in = b * io.stride_b + h * io.stride_h + t * io.stride_s, out = ((b * io.heads + h) * io.seq + t) * io.head_dim;
+        const int64_t in = b * io.stride_b + h * io.stride_h + t * io.stride_s, out = b * io.y_stride_b + h * io.y_stride_h + t * io.y_stride_s;
         for (int64_t j = 0; j < half; ++j) {
           const float c = round_to_dtype(bf16, io.cos[t * half + j]), sn = round_to_dtype(bf16, io.sin[t * half + j]);
           float ya, yb;

@@ -170,7 +170,7 @@ struct SwiGluFunction : public torch::autograd::Function<SwiGluFunction> {
   }
 };
 
-// x [B, H, S, hd] (any strides, last dimension contiguous) -> the rotation, contiguous [B, H, S, hd].
+// x [B, H, S, hd] and y [B, H, S, hd], any strides with the last dimension contiguous.
 RopeIO rope_io(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin, const torch::Tensor& y, bool inverse) {
   RopeIO io;
   io.dtype = dtype_of(x, "rope input");
@@ -186,12 +186,22 @@ RopeIO rope_io(const torch::Tensor& x, const torch::Tensor& cos, const torch::Te
   io.sin = sin.data_ptr<float>();
   io.inverse = inverse;
   io.y = y.data_ptr();
+  io.y_stride_b = y.stride(0);
+  io.y_stride_h = y.stride(1);
+  io.y_stride_s = y.stride(2);
   return io;
+}
+
+// [B, H, S, hd] viewed on [B, S, H, hd] memory: the layout SDPA's kernels take and give, so neither the
+// attention nor the reshape to [B, S, H hd] around it copies (forward or backward).
+torch::Tensor empty_heads_inner(const torch::Tensor& like) {
+  return torch::empty({like.size(0), like.size(2), like.size(1), like.size(3)}, like.options().memory_format(torch::MemoryFormat::Contiguous))
+      .transpose(1, 2);
 }
 
 struct RopeFunction : public torch::autograd::Function<RopeFunction> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
-    torch::Tensor y = torch::empty(x.sizes(), x.options().memory_format(torch::MemoryFormat::Contiguous));
+    torch::Tensor y = empty_heads_inner(x);
     run_op(x, rope_io(x, cos, sin, y, false), UFP4_CUDA_OP(cuda_rope), reference_rope);
     ctx->save_for_backward({cos, sin});
     return y;
@@ -199,7 +209,8 @@ struct RopeFunction : public torch::autograd::Function<RopeFunction> {
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grads) {
     auto saved = ctx->get_saved_variables();
-    torch::Tensor dy = grads[0].contiguous(), dx = torch::empty_like(dy);
+    torch::Tensor dy = grads[0], dx = empty_heads_inner(dy);
+    if (!fused_rope_applies(dy, saved[0], saved[1])) dy = dy.contiguous();  // the kernel reads any 16-byte strides
     run_op(dy, rope_io(dy, saved[0], saved[1], dx, true), UFP4_CUDA_OP(cuda_rope), reference_rope);
     return {dx, torch::Tensor(), torch::Tensor()};
   }
@@ -217,7 +228,8 @@ bool fused_rope_applies(const torch::Tensor& x, const torch::Tensor& cos, const 
       return false;
   if (x.device().is_cpu()) return true;
 #ifdef UFP4_WITH_CUDA
-  RopeIO io = rope_io(x, cos, sin, x, false);  // y: any 16-byte aligned pointer (a fresh tensor is)
+  RopeIO io = rope_io(x, cos, sin, x, false);  // y: a fresh tensor of the layout empty_heads_inner makes (16-byte aligned)
+  io.y_stride_b = io.y_stride_h = io.y_stride_s = 0;
   return x.is_cuda() && rope_cuda_applies(io);
 #else
   return false;

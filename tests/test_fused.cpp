@@ -175,7 +175,8 @@ std::string rope_vs_composition(const torch::Tensor& qkv0, const torch::Tensor& 
   torch::Tensor yqa = fused_rope(qa, cos, sin), yka = fused_rope(ka, cos, sin);
   torch::Tensor c = cos.slice(0, 0, S), sn = sin.slice(0, 0, S);
   torch::Tensor yqb = rope_composition(qb, c, sn), ykb = rope_composition(kb, c, sn);
-  torch::Tensor dq = torch::randn(yqa.sizes()).to(qkv0.scalar_type()).to(qkv0.device());
+  // dq on [B, S, H, hd] memory (as attention's backward gives it), dk on [B, H, S, hd] memory: both strides.
+  torch::Tensor dq = torch::randn({yqa.size(0), yqa.size(2), yqa.size(1), yqa.size(3)}).to(qkv0.scalar_type()).to(qkv0.device()).transpose(1, 2);
   torch::Tensor dk = torch::randn(yka.sizes()).to(qkv0.scalar_type()).to(qkv0.device());
   torch::autograd::backward({yqa, yka}, {dq, dk});
   torch::autograd::backward({yqb, ykb}, {dq, dk});
@@ -354,11 +355,14 @@ TEST_CASE("CUDA RoPE == CPU reference and == the composition on the GPU, bitwise
       torch::Tensor qkv = (torch::randn({B, S, (H + 2 * KV) * hd}) * 3).to(dtype);
       auto [cos, sin] = rope_tables(S + 1, hd);
       INFO("dtype " << dtype << " B " << B << " S " << S << " H " << H << " KV " << KV << " hd " << hd);
-      // The kernel against the reference, on the strided q view, both directions.
-      for (bool inverse : {false, true}) {
+      // The kernel against the reference, on the strided q view, both directions, into [B, H, S, hd] memory and
+      // into [B, S, H, hd] memory (the layout the model's attention takes).
+      for (bool inverse : {false, true})
+      for (bool heads_inner : {false, true}) {
         auto run = [&](const torch::Device& dev) {
           torch::Tensor x = qkv.to(dev), c = cos.to(dev), sn = sin.to(dev);
-          torch::Tensor q = qk_views(x, H, KV, hd).first, y = torch::empty(q.sizes(), q.options().memory_format(torch::MemoryFormat::Contiguous));
+          torch::Tensor q = qk_views(x, H, KV, hd).first;
+          torch::Tensor y = heads_inner ? torch::empty({B, S, H, hd}, q.options()).transpose(1, 2) : torch::empty({B, H, S, hd}, q.options());
           RopeIO io;
           io.dtype = dt(qkv);
           io.batch = B;
@@ -373,11 +377,14 @@ TEST_CASE("CUDA RoPE == CPU reference and == the composition on the GPU, bitwise
           io.sin = sn.data_ptr<float>();
           io.inverse = inverse;
           io.y = y.data_ptr();
+          io.y_stride_b = y.stride(0);
+          io.y_stride_h = y.stride(1);
+          io.y_stride_s = y.stride(2);
           if (dev.is_cuda()) { cuda_rope(io, nullptr); torch::cuda::synchronize(); }
           else reference_rope(io);
-          return std::vector<torch::Tensor>{y.cpu()};
+          return std::vector<torch::Tensor>{y.contiguous().cpu()};
         };
-        INFO("inverse " << inverse);
+        INFO("inverse " << inverse << " heads inner " << heads_inner);
         CHECK(first_difference({"y"}, run(torch::kCPU), run(torch::kCUDA)) == "");
       }
       // The autograd op against LibTorch's composition, both on the GPU.
