@@ -29,12 +29,6 @@ __device__ __forceinline__ void load8(const void* base, int64_t elem, float (&v)
   }
 }
 
-__device__ __forceinline__ void unpack_bf16x8(const uint4 q, float (&v)[8]) {
-  const uint32_t w[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-  for (int k = 0; k < 4; ++k) { v[2 * k] = bits_f32(w[k] << 16); v[2 * k + 1] = bits_f32(w[k] & 0xffff0000u); }
-}
-
 template <bool kBf16>
 __device__ __forceinline__ void store8(void* base, int64_t elem, const float (&v_in)[8]) {
   if (kBf16) {
@@ -176,44 +170,20 @@ __global__ void __launch_bounds__(1024) rms_norm_weight_grad_kernel(const float*
 // Cross entropy, a block a row. The forward's row max is fmaxf's, which skips NaNs where the contract's
 // max_nan returns one: a row holding a NaN gets a NaN sum of exponentials instead, so lse and the loss are
 // the same NaN; otherwise the two maxima are equal (up to the sign of a zero maximum, which changes no
-// x - m and no lse).
-// kCached > 0 (BF16): each thread keeps its kCached vectors of the row in registers between the max and the
-// sum, so the row is read from memory once (vocab <= 8 kCeThreads kCached).
-template <bool kBf16, int kCached>
+// x - m and no lse). (Keeping a 32768-wide BF16 row in registers between the two passes, 16 vectors a
+// thread, measured 1.8x slower: dev/cuda/cross_entropy_variants.cu's log.)
+template <bool kBf16>
 __global__ void __launch_bounds__(kCeThreads) cross_entropy_forward_kernel(const CrossEntropyIO io) {
-  static_assert(kCached == 0 || kBf16, "the register cache holds BF16 rows");
   __shared__ float part[kCeThreads / 32];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int64_t t = blockIdx.x, o = t * io.vocab, nv = io.vocab / 8;
-  uint4 cache[kCached > 0 ? kCached : 1];
-  if constexpr (kCached > 0) {
-    const uint4* row = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(io.logits) + o);
-#pragma unroll
-    for (int c = 0; c < kCached; ++c)
-      if (tid + c * kCeThreads < nv) cache[c] = row[tid + c * kCeThreads];
-  }
-  // f on this thread's vectors of the row, in increasing order (from the cache, or re-read: L1/L2).
-  auto each_vector = [&](auto&& f) {
-    float x[8];
-    if constexpr (kCached > 0) {
-#pragma unroll
-      for (int c = 0; c < kCached; ++c)
-        if (tid + c * kCeThreads < nv) {
-          unpack_bf16x8(cache[c], x);
-          f(x);
-        }
-    } else {
-      for (int64_t v = tid; v < nv; v += kCeThreads) {
-        load8<kBf16>(io.logits, o + 8 * v, x);
-        f(x);
-      }
-    }
-  };
   float m = -INFINITY;
-  each_vector([&](const float (&x)[8]) {
+  for (int64_t v = tid; v < nv; v += kCeThreads) {
+    float x[8];
+    load8<kBf16>(io.logits, o + 8 * v, x);
 #pragma unroll
     for (int e = 0; e < 8; ++e) m = fmaxf(m, x[e]);
-  });
+  }
 #pragma unroll
   for (int h = 1; h < 32; h *= 2) m = fmaxf(m, __shfl_xor_sync(kFull, m, h));
   if (lane == 0) part[warp] = m;
@@ -223,10 +193,12 @@ __global__ void __launch_bounds__(kCeThreads) cross_entropy_forward_kernel(const
   for (int w = 1; w < kCeThreads / 32; ++w) m = fmaxf(m, part[w]);
   __syncthreads();  // part is reused
   float s = 0.0f;
-  each_vector([&](const float (&x)[8]) {
+  for (int64_t v = tid; v < nv; v += kCeThreads) {
+    float x[8];
+    load8<kBf16>(io.logits, o + 8 * v, x);  // second read: L1/L2
 #pragma unroll
     for (int e = 0; e < 8; ++e) s = add_rn(s, exp_f32(x[e] - m));
-  });
+  }
   s = warp_tree_sum(s);
   if (lane == 0) part[warp] = s;
   __syncthreads();
@@ -396,11 +368,8 @@ void cuda_cross_entropy_forward(const CrossEntropyIO& io, cudaStream_t stream) {
   check_shape(io.vocab, "cross_entropy");
   if (io.rows == 0) return;
   if (io.rows > 0x7fffffff) throw Error("cross_entropy: too many rows for one launch");
-  constexpr int kCached = 16;  // a 32768-token vocabulary in BF16
-  const unsigned rows = static_cast<unsigned>(io.rows);
-  if (io.dtype == DType::kBF16 && io.vocab <= 8 * kCeThreads * kCached) cross_entropy_forward_kernel<true, kCached><<<rows, kCeThreads, 0, stream>>>(io);
-  else if (io.dtype == DType::kBF16) cross_entropy_forward_kernel<true, 0><<<rows, kCeThreads, 0, stream>>>(io);
-  else cross_entropy_forward_kernel<false, 0><<<rows, kCeThreads, 0, stream>>>(io);
+  if (io.dtype == DType::kBF16) cross_entropy_forward_kernel<true><<<static_cast<unsigned>(io.rows), kCeThreads, 0, stream>>>(io);
+  else cross_entropy_forward_kernel<false><<<static_cast<unsigned>(io.rows), kCeThreads, 0, stream>>>(io);
   check_launch("cross_entropy forward kernel launch");
 }
 
