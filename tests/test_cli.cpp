@@ -195,6 +195,20 @@ TEST_CASE("ufp4 check passes on an equal curve and names run, step and values wh
   CHECK(bad.out.find(want) != std::string::npos);
 }
 
+TEST_CASE("ufp4 check --exact takes the reference made on the result's GPU model when a run has several", "[cli]") {
+  std::vector<std::string> refs;
+  const std::string dir = std::string(UFP4_SOURCE_DIR) + "/results/reference/gpu";
+  walk_files(dir, ".h5", refs);
+  REQUIRE(refs.size() >= 2);  // one NVIDIA H200, one NVIDIA H100 (results/reference/gpu/README.md)
+  for (const auto& r : refs) {
+    INFO(r);
+    Result res = run_cli("check '" + r + "' --exact --reference " + dir);
+    CHECK(res.code == 0);
+    CHECK(res.out.find("final weights bit-identical") != std::string::npos);
+    CHECK(res.out.find("within the tolerance") == std::string::npos);
+  }
+}
+
 TEST_CASE("reproduce Table 1: the presets match the paper's Table 1 field for field", "[cli]") {
   Result r = run_cli("report table1 --out -");
   CHECK(r.code == 0);

@@ -2,7 +2,7 @@
 # One GPU command for trustworthy runs: build, the [cuda] tests, then for a dense and a MoE proxy
 # (experiments/determinism/*.toml) two uninterrupted runs and one stopped by SIGTERM and resumed,
 # compared bit for bit (ufp4 check --exact: loss, grad norm, eval loss, telemetry, final weights),
-# then make check-gpu. MAKE_REFERENCE=1 first writes results/reference/gpu/ from a run on this GPU.
+# then make check-gpu. MAKE_REFERENCE=1 first writes results/reference/gpu/<GPU model>/ from a run on this GPU.
 # CUDA_TESTS narrows the [cuda] tests (e.g. "[cuda][train]"). Logs and results land in $LOGS
 # (default logs/determinism).
 #   UFP4_GIT_COMMIT=<commit> [MAKE_REFERENCE=1] tools/gpu-determinism.sh
@@ -38,9 +38,11 @@ for m in experiments/determinism/*.toml; do
 done
 if [ "${MAKE_REFERENCE:-0}" = 1 ]; then
   build/ufp4 run --force experiments/gpu/check.toml > "$LOGS/reference.log" 2>&1 || { tail -n 5 "$LOGS/reference.log"; exit 1; }
-  rm -rf results/reference/gpu && mkdir -p results/reference/gpu && cp build/gpu-check/runs/*.h5 results/reference/gpu/
-  cp results/reference/gpu/*.h5 "$LOGS/"
-  echo "reference: $(ls results/reference/gpu)"
+  # One folder a GPU model (make check-gpu is bit-exact against the reference of the model it runs on).
+  ref="results/reference/gpu/$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1 | tr 'A-Z ' 'a-z-')"
+  rm -rf "$ref" && mkdir -p "$ref" && cp build/gpu-check/runs/*.h5 "$ref/"
+  cp "$ref"/*.h5 "$LOGS/"
+  echo "reference: $(ls "$ref")"
 fi
 make check-gpu > "$LOGS/check-gpu.log" 2>&1
 echo "make check-gpu exit $?:"; grep -E "^(ok|FAIL|note)" "$LOGS/check-gpu.log"

@@ -95,9 +95,10 @@ int cmd_check(const std::vector<std::string>& args) {
   for (const auto& file : files) {
     const RunResults f = read_run_results(file);
     const std::string& name = f.run_name;
+    // A run name may have references made on several GPU models: the one of this result's model first.
     const RunResults* ref = nullptr;
     for (const auto& r : ref_runs)
-      if (r.run_name == name) ref = &r;
+      if (r.run_name == name && (!ref || (r.device_name == f.device_name && ref->device_name != f.device_name))) ref = &r;
     if (!ref) {
       std::cout << "FAIL " << name << ": no reference with this run name in " << reference << "\n";
       ++failures;
