@@ -19,6 +19,7 @@
 #include "common/fs.h"
 #include "common/log.h"
 #include "harness/bench/bench.h"
+#include "harness/bench/row_columns.h"
 #include "harness/bench/step_timing.h"
 #include "harness/dist/launch_env.h"
 #include "harness/dist/local_launch.h"
@@ -218,45 +219,26 @@ void write_scaling_bench(const std::string& path, const std::vector<ScalingBench
   w.attr("nccl_nvls_enable", std::string(nvls ? nvls : "(unset)"));
   w.attr("mfu_peak_flops", peak_flops(pick_device(o.device)));
   std::string names;
-  std::vector<float> ms, sd, tps, mfu, mem, mem_min, plan, loss;
-  std::vector<int64_t> gpus, batch, micro, seq, steps;
-  for (const auto& r : rows) {
-    names += r.model + "|" + r.recipe + "|" + r.backend + "|" + r.sharding + "|" + r.cuda_graph + "\n";
-    ms.push_back(static_cast<float>(r.step_ms));
-    sd.push_back(static_cast<float>(r.step_ms_sd));
-    tps.push_back(static_cast<float>(r.tokens_per_s));
-    mfu.push_back(static_cast<float>(r.mfu));
-    mem.push_back(static_cast<float>(r.peak_memory_gb));
-    mem_min.push_back(static_cast<float>(r.peak_memory_gb_min));
-    plan.push_back(static_cast<float>(r.plan_memory_gb));
-    loss.push_back(static_cast<float>(r.loss));
-    gpus.push_back(r.gpus);
-    batch.push_back(r.batch);
-    micro.push_back(r.micro_batch);
-    seq.push_back(r.seq_len);
-    steps.push_back(r.steps);
-  }
-  const std::vector<int64_t> n = {static_cast<int64_t>(rows.size())};
-  w.write_f32("scaling/step_ms", ms.data(), n);
-  w.attr("units", std::string("milliseconds per optimizer step: the slowest rank's median over timed steps"), "scaling/step_ms");
+  for (const auto& r : rows) names += r.model + "|" + r.recipe + "|" + r.backend + "|" + r.sharding + "|" + r.cuda_graph + "\n";
+  using R = ScalingBenchRow;
+  RowColumns<R>()
+      .f32("step_ms", [](const R& r) { return r.step_ms; }, "milliseconds per optimizer step: the slowest rank's median over timed steps")
+      .f32("step_ms_sd", [](const R& r) { return r.step_ms_sd; })
+      .f32("tokens_per_s", [](const R& r) { return r.tokens_per_s; }, "tokens a second of the whole world: gpus x batch x seq_len / step")
+      .f32("mfu", [](const R& r) { return r.mfu; })
+      .f32("peak_memory_gb", [](const R& r) { return r.peak_memory_gb; },
+           "GB (1e9 bytes) the caching allocator handed out at its peak, the largest over ranks")
+      .f32("peak_memory_gb_min", [](const R& r) { return r.peak_memory_gb_min; })
+      .f32("plan_memory_gb", [](const R& r) { return r.plan_memory_gb; }, "GB a GPU by the plan (data_parallel_memory_gb, ZeRO-1 for N > 1)")
+      .f32("loss", [](const R& r) { return r.loss; })
+      .i64("gpus", [](const R& r) { return r.gpus; })
+      .i64("batch", [](const R& r) { return r.batch; }, "sequences a GPU a step")
+      .i64("micro_batch", [](const R& r) { return r.micro_batch; })
+      .i64("seq_len", [](const R& r) { return r.seq_len; })
+      .i64("steps", [](const R& r) { return r.steps; })
+      .write(w, "scaling", rows);
   w.attr("rows", names, "scaling/step_ms");
   w.attr("row_format", std::string("model|recipe|backend|optimizer sharding|cuda graph"), "scaling/step_ms");
-  w.write_f32("scaling/step_ms_sd", sd.data(), n);
-  w.write_f32("scaling/tokens_per_s", tps.data(), n);
-  w.attr("units", std::string("tokens a second of the whole world: gpus x batch x seq_len / step"), "scaling/tokens_per_s");
-  w.write_f32("scaling/mfu", mfu.data(), n);
-  w.write_f32("scaling/peak_memory_gb", mem.data(), n);
-  w.attr("units", std::string("GB (1e9 bytes) the caching allocator handed out at its peak, the largest over ranks"), "scaling/peak_memory_gb");
-  w.write_f32("scaling/peak_memory_gb_min", mem_min.data(), n);
-  w.write_f32("scaling/plan_memory_gb", plan.data(), n);
-  w.attr("units", std::string("GB a GPU by the plan (data_parallel_memory_gb, ZeRO-1 for N > 1)"), "scaling/plan_memory_gb");
-  w.write_f32("scaling/loss", loss.data(), n);
-  w.write_i64("scaling/gpus", gpus.data(), n);
-  w.write_i64("scaling/batch", batch.data(), n);
-  w.attr("units", std::string("sequences a GPU a step"), "scaling/batch");
-  w.write_i64("scaling/micro_batch", micro.data(), n);
-  w.write_i64("scaling/seq_len", seq.data(), n);
-  w.write_i64("scaling/steps", steps.data(), n);
   w.commit();
 }
 

@@ -15,6 +15,7 @@
 #include "common/fs.h"
 #include "common/log.h"
 #include "harness/bench/bench.h"
+#include "harness/bench/row_columns.h"
 #include "harness/bench/step_timing.h"
 #include "harness/io/array_io.h"
 #include "harness/io/provenance.h"
@@ -301,36 +302,22 @@ void write_step_bench(const std::string& path, const std::vector<StepBenchRow>& 
   w.attr("warmup_steps", static_cast<int64_t>(o.warmup));
   w.attr("mfu_peak_flops", peak_flops(torch::Device(torch::kCUDA)));
   std::string names;
-  std::vector<float> ms, mean, sd, tps, mfu, mem, loss;
-  std::vector<int64_t> batch, seq, steps;
-  for (const auto& r : rows) {
-    names += r.model + "|" + r.impl + "|" + r.recipe + "|" + r.note + "\n";
-    ms.push_back(static_cast<float>(r.step_ms));
-    mean.push_back(static_cast<float>(r.step_ms_mean));
-    sd.push_back(static_cast<float>(r.step_ms_sd));
-    tps.push_back(static_cast<float>(r.tokens_per_s));
-    mfu.push_back(static_cast<float>(r.mfu));
-    mem.push_back(static_cast<float>(r.peak_memory_gb));
-    loss.push_back(static_cast<float>(r.loss));
-    batch.push_back(r.batch);
-    seq.push_back(r.seq_len);
-    steps.push_back(r.steps);
-  }
-  const std::vector<int64_t> n = {static_cast<int64_t>(rows.size())};
-  w.write_f32("step/step_ms", ms.data(), n);
-  w.attr("units", std::string("milliseconds per optimizer step, median over timed steps"), "step/step_ms");
+  for (const auto& r : rows) names += r.model + "|" + r.impl + "|" + r.recipe + "|" + r.note + "\n";
+  using R = StepBenchRow;
+  RowColumns<R>()
+      .f32("step_ms", [](const R& r) { return r.step_ms; }, "milliseconds per optimizer step, median over timed steps")
+      .f32("step_ms_mean", [](const R& r) { return r.step_ms_mean; })
+      .f32("step_ms_sd", [](const R& r) { return r.step_ms_sd; })
+      .f32("tokens_per_s", [](const R& r) { return r.tokens_per_s; })
+      .f32("mfu", [](const R& r) { return r.mfu; }, "model FLOPs (train_flops_per_token) x tokens/s over the BF16 dense peak")
+      .f32("peak_memory_gb", [](const R& r) { return r.peak_memory_gb; })
+      .f32("loss", [](const R& r) { return r.loss; })
+      .i64("batch", [](const R& r) { return r.batch; })
+      .i64("seq_len", [](const R& r) { return r.seq_len; })
+      .i64("steps", [](const R& r) { return r.steps; })
+      .write(w, "step", rows);
   w.attr("rows", names, "step/step_ms");
   w.attr("row_format", std::string("model|impl|recipe|note"), "step/step_ms");
-  w.write_f32("step/step_ms_mean", mean.data(), n);
-  w.write_f32("step/step_ms_sd", sd.data(), n);
-  w.write_f32("step/tokens_per_s", tps.data(), n);
-  w.write_f32("step/mfu", mfu.data(), n);
-  w.attr("units", std::string("model FLOPs (train_flops_per_token) x tokens/s over the BF16 dense peak"), "step/mfu");
-  w.write_f32("step/peak_memory_gb", mem.data(), n);
-  w.write_f32("step/loss", loss.data(), n);
-  w.write_i64("step/batch", batch.data(), n);
-  w.write_i64("step/seq_len", seq.data(), n);
-  w.write_i64("step/steps", steps.data(), n);
   w.commit();
 }
 
