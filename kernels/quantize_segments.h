@@ -16,11 +16,16 @@
 //                max(16, block, rht), and len_g a multiple of rht (zero rows complete the last RHT
 //                segment: the caller's, as in the dense WGRAD).
 //   block_2d   : the 16x16 tiles of the input; begin_g must be a multiple of 16.
+// Gathered input (src_rows): layout row r holds input row src_rows[r], or zeros where src_rows[r] < 0,
+// so the caller need not build the padded [rows, cols] copy (the MoE WGRAD operands: each expert's
+// tokens moved to whole 16-row groups). Read by the CPU oracle and the hot columnwise kernel only
+// (segments_take_src); elsewhere the caller gathers first.
 // Alignment and lengths live on the device, so the kernels cannot check them: callers must.
 #pragma once
 #include <cstdint>
 
 #include "kernels/quantize.h"
+#include "kernels/quantize_hot.h"
 
 namespace ufp4 {
 
@@ -38,7 +43,19 @@ struct SegmentedQuantizeIO {
   const uint32_t* rht_signs = nullptr;  // [G * 4] RHT sign bits of each operand (KernelSpec::rht_signs); null when rht is off
   float* tensor_amax = nullptr;       // [G] each operand's tensor amax after RHT; required for nvfp4, written if given
   float* workspace = nullptr;         // block_2d: quantize_workspace_floats(s, rows, cols) floats
+  const int64_t* src_rows = nullptr;  // [rows]: the input row of each layout row, -1 for zeros; null: row r
+  int64_t in_rows = 0;                // rows of the input when src_rows is given
 };
+
+// The training path's specs (kernels/quantize_hot.h) on BF16 in and out: the hot kernels take them.
+constexpr int kHotMaxSegments = 1024;  // the hot kernels hold the segment ends in shared memory
+inline bool segments_hot_path_applies(const KernelSpec& s, const SegmentedQuantizeIO& io) {
+  return hot_spec_applies(s) && io.in_dtype == DType::kBF16 && io.out_dtype == DType::kBF16 && io.segments <= kHotMaxSegments &&
+         (io.columnwise ? io.cols % 2 == 0 : io.cols % 16 == 0) && aligned16(io.in) && aligned16(io.dequant);
+}
+
+// Whether the CUDA kernels read a gathered input (src_rows) themselves: the hot columnwise kernel.
+inline bool segments_take_src(const KernelSpec& s, const SegmentedQuantizeIO& io) { return io.columnwise && segments_hot_path_applies(s, io); }
 
 // Throws ufp4::Error for what can be checked on the host (sizes, pointers, RHT dividing cols when rowwise).
 void check_segments_shape(const KernelSpec& s, const SegmentedQuantizeIO& io);

@@ -210,14 +210,6 @@ void dispatch(const KernelSpec& s, const SegmentedQuantizeIO& io, cudaStream_t s
 
 // ---- hot kernels ----------------------------------------------------------------------------------
 constexpr int kHotSegThreads = 256;
-constexpr int kHotMaxSegments = 1024;  // segment ends held in shared memory
-
-bool segments_hot_applies(const KernelSpec& s, const SegmentedQuantizeIO& io) {
-  const bool grid_ok = (s.fast.kind == kGridE2M1 || s.fast.kind == kGridUniform) && s.grid.gmax == s.fast.top;
-  return grid_ok && s.block == 16 && !s.block_2d && s.scale_kind == 0 && (s.rht == 0 || (s.rht == 16 && s.rht_scale == 0.25f)) &&
-         io.in_dtype == DType::kBF16 && io.out_dtype == DType::kBF16 && io.segments <= kHotMaxSegments &&
-         (io.columnwise ? io.cols % 2 == 0 : io.cols % 16 == 0) && aligned16(io.in) && aligned16(io.dequant);
-}
 
 // The draws of elements sr0 .. sr0 + 15 in hot_chunk_values' form (byte i: element i).
 __device__ __forceinline__ U32x4 chunk_draws(uint64_t seed, uint64_t offset, uint64_t sr0) {
@@ -327,10 +319,15 @@ __global__ void __launch_bounds__(kHotSegThreads) segments_hot_col_kernel(const 
       if (i < nstore) dst[i * pairs] = 0u;
     return;
   }
-  const uint32_t* src = static_cast<const uint32_t*>(io.in) + j0 * pairs + pair;
+  // Row j0 + i of the layout, or the input row it is gathered from (zeros where that is -1).
+  const uint32_t* in = static_cast<const uint32_t*>(io.in) + pair;
+  const int64_t* src_rows = io.src_rows;
   uint32_t w[16];
 #pragma unroll
-  for (int i = 0; i < 16; ++i) w[i] = i < nvalid ? src[i * pairs] : 0u;
+  for (int i = 0; i < 16; ++i) {
+    const int64_t row = i >= nvalid ? -1 : src_rows ? src_rows[j0 + i] : j0 + i;
+    w[i] = row >= 0 ? in[row * pairs] : 0u;
+  }
   const uint32_t signs = kRht ? io.rht_signs[4 * g] : 0u;  // operands start on whole RHT segments: position i
   const uint64_t seed = kSR ? io.seeds[g] : 0;
   uint32_t out[2][8];
@@ -391,7 +388,8 @@ void dispatch_hot(const KernelSpec& s, const SegmentedQuantizeIO& io, cudaStream
 void cuda_quantize_segments(const KernelSpec& s, const SegmentedQuantizeIO& io, cudaStream_t stream) {
   check_segments_shape(s, io);
   if (io.segments > (1 << 30)) throw Error("quantize segments: too many segments");
-  if (segments_hot_applies(s, io)) {
+  if (io.src_rows && !segments_take_src(s, io)) throw Error("quantize segments: only the hot columnwise kernel reads a gathered input");
+  if (segments_hot_path_applies(s, io)) {
     dispatch_hot(s, io, stream);
     return;
   }

@@ -18,11 +18,27 @@ void check_segments_shape(const KernelSpec& s, const SegmentedQuantizeIO& io) {
     throw Error("rht: size " + std::to_string(s.rht) + " must divide the quantized dimension (" + std::to_string(io.cols) + ")");
   if (s.scale_kind == 1 && !io.tensor_amax) throw Error("quantize segments: nvfp4 scales need a tensor_amax buffer per segment");
   if (s.block_2d && !io.workspace) throw Error("quantize segments: block_2d needs a workspace");
+  if (io.src_rows && io.in_rows <= 0) throw Error("quantize segments: a gathered input needs its row count");
 }
 
 void reference_quantize_segments(const KernelSpec& s, const SegmentedQuantizeIO& io) {
   check_segments_shape(s, io);
   const size_t in_size = io.in_dtype == DType::kF32 ? 4 : 2, out_size = io.out_dtype == DType::kF32 ? 4 : 2;
+  if (io.src_rows) {  // the gathered input, then the layout as given
+    const size_t row_bytes = static_cast<size_t>(io.cols) * in_size;
+    std::vector<char> gathered(static_cast<size_t>(io.rows) * row_bytes, 0);
+    for (int64_t r = 0; r < io.rows; ++r) {
+      const int64_t from = io.src_rows[r];
+      if (from >= io.in_rows) throw Error("quantize segments: row " + std::to_string(r) + " gathers input row " + std::to_string(from) +
+                                          " of " + std::to_string(io.in_rows));
+      if (from >= 0) std::memcpy(gathered.data() + r * row_bytes, static_cast<const char*>(io.in) + from * row_bytes, row_bytes);
+    }
+    SegmentedQuantizeIO laid = io;
+    laid.in = gathered.data();
+    laid.src_rows = nullptr;
+    reference_quantize_segments(s, laid);
+    return;
+  }
   std::memset(io.dequant, 0, static_cast<size_t>(io.rows * io.cols) * out_size);  // padding: +0
   const int64_t C = io.cols;
   int64_t begin = 0;

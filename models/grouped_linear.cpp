@@ -89,8 +89,8 @@ struct GroupedLinearFunction : public torch::autograd::Function<GroupedLinearFun
         // Blocks and RHT segments run along tokens inside each expert's rows: each expert's rows start
         // on a whole group in a padded copy (wgrad_rows).
         const GroupedRows rows = m.wgrad_rows(ends, x.size(0));
-        torch::Tensor a = m.grouped_operand(gather_rows(dy, rows.src), Gemm::kWgrad, 0, step, true, rows.ends, rows.lens);
-        torch::Tensor b = m.grouped_operand(gather_rows(x, rows.src), Gemm::kWgrad, 1, step, true, rows.ends, rows.lens);
+        torch::Tensor a = m.grouped_operand(dy, Gemm::kWgrad, 0, step, true, rows.ends, rows.lens, rows.src);
+        torch::Tensor b = m.grouped_operand(x, Gemm::kWgrad, 1, step, true, rows.ends, rows.lens, rows.src);
         dw = grouped_mm(a.to(dy.scalar_type()).t(), b.to(dy.scalar_type()), rows.ends).to(w.scalar_type());
       }
       // An expert without rows has no GEMM to write its slice: its gradient is 0.
@@ -115,10 +115,6 @@ struct GroupedLinearFunction : public torch::autograd::Function<GroupedLinearFun
 };
 
 }  // namespace
-
-torch::Tensor gather_rows(const torch::Tensor& t, const torch::Tensor& src) {
-  return t.index_select(0, src.clamp_min(0)).masked_fill_((src < 0).unsqueeze(1), 0);
-}
 
 bool grouped_mm_available() {
 #ifdef UFP4_GROUPED_MM
@@ -184,9 +180,9 @@ SegmentKeys GroupedLinearImpl::expert_keys(Gemm g, int slot, int64_t step) const
 }
 
 torch::Tensor GroupedLinearImpl::grouped_operand(const torch::Tensor& t, Gemm g, int slot, int64_t step, bool columnwise,
-                                                 const torch::Tensor& ends, const torch::Tensor& lens) const {
+                                                 const torch::Tensor& ends, const torch::Tensor& lens, const torch::Tensor& src) const {
   const LayerQuant& L = *layers[0];
-  if (L.bf16 || !L.ctx->recipe.at(g).op[slot].quantize) return t;
+  if (L.bf16 || !L.ctx->recipe.at(g).op[slot].quantize) return src.defined() ? gather_rows(t, src) : t;
   // The per-expert path's dequantized dtype: BF16 into the GPU's GEMMs, FP32 on CPU or when the recipe asks.
   const bool fp32 = !t.is_cuda() || L.ctx->recipe.gemm_precision == "fp32";
   const QuantSpec spec = operand_spec(L, g, slot, step);
@@ -195,7 +191,7 @@ torch::Tensor GroupedLinearImpl::grouped_operand(const torch::Tensor& t, Gemm g,
   KeyTable& k = key_tables_[static_cast<int>(g) * 2 + slot];
   if (!k.table.defined() || k.seed != spec.seed || k.rht_seed != spec.rht_seed || k.table.device() != t.device())
     k = {spec.seed, spec.rht_seed, segment_key_table(expert_keys(g, slot, step), t.device())};
-  return quantize_segments(t, spec, k.table, ends, lens, columnwise, fp32 ? torch::kFloat32 : torch::kBFloat16);
+  return quantize_segments(t, spec, k.table, ends, lens, columnwise, fp32 ? torch::kFloat32 : torch::kBFloat16, src);
 }
 
 GroupedRows GroupedLinearImpl::wgrad_rows(const torch::Tensor& ends, int64_t rows) const {

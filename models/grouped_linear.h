@@ -36,9 +36,6 @@ struct GroupedRows {
   int64_t rows = 0;
 };
 
-// Rows of t by index (GroupedRows::src), zero rows where the index is -1.
-torch::Tensor gather_rows(const torch::Tensor& t, const torch::Tensor& src);
-
 class GroupedLinearImpl : public torch::nn::Module {
  public:
   // Expert e's layer id is first_layer_id + e * id_stride (the ids per-expert QuantLinears would get).
@@ -53,8 +50,9 @@ class GroupedLinearImpl : public torch::nn::Module {
 
   // Operand `slot` of GEMM g for every expert in the segmented layout of (ends, lens), quantized with
   // each expert's keys and dequantized to the per-expert path's dtype; t itself where the recipe leaves it.
+  // src (optional): the layout's rows are gather_rows(t, src) (GroupedRows::src), t read in place where it can.
   torch::Tensor grouped_operand(const torch::Tensor& t, Gemm g, int slot, int64_t step, bool columnwise, const torch::Tensor& ends,
-                                const torch::Tensor& lens) const;
+                                const torch::Tensor& lens, const torch::Tensor& src = torch::Tensor()) const;
   // WGRAD's layout for routing ends over `rows` rows: each expert's rows start on a multiple of the
   // largest of 16, the RHT size and the quantized operands' blocks; lens = the rows rounded up to the
   // RHT size (the per-expert path's zero rows). Computed on the device.

@@ -186,12 +186,16 @@ torch::Tensor segment_key_table(const SegmentKeys& keys, torch::Device device) {
 }
 
 torch::Tensor quantize_segments(const torch::Tensor& x, const QuantSpec& spec, const SegmentKeys& keys, const torch::Tensor& ends,
-                                const torch::Tensor& lens, bool columnwise, torch::ScalarType out_dtype) {
-  return quantize_segments(x, spec, segment_key_table(keys, x.device()), ends, lens, columnwise, out_dtype);
+                                const torch::Tensor& lens, bool columnwise, torch::ScalarType out_dtype, const torch::Tensor& src) {
+  return quantize_segments(x, spec, segment_key_table(keys, x.device()), ends, lens, columnwise, out_dtype, src);
+}
+
+torch::Tensor gather_rows(const torch::Tensor& t, const torch::Tensor& src) {
+  return t.index_select(0, src.clamp_min(0)).masked_fill_((src < 0).unsqueeze(1), 0);
 }
 
 torch::Tensor quantize_segments(const torch::Tensor& x_in, const QuantSpec& spec, const torch::Tensor& key_table, const torch::Tensor& ends,
-                                const torch::Tensor& lens, bool columnwise, torch::ScalarType out_dtype) {
+                                const torch::Tensor& lens, bool columnwise, torch::ScalarType out_dtype, const torch::Tensor& src) {
   check_input(x_in);
   if (out_dtype != torch::kFloat32 && out_dtype != torch::kBFloat16) throw Error("quantize segments: output dtype must be float32 or bfloat16");
   const int64_t G = ends.numel();
@@ -203,21 +207,28 @@ torch::Tensor quantize_segments(const torch::Tensor& x_in, const QuantSpec& spec
   };
   check_index(ends, "ends");
   if (lens.defined()) check_index(lens, "lens");
+  if (src.defined() && (src.scalar_type() != torch::kInt64 || src.dim() != 1 || src.device() != x_in.device() || !src.is_contiguous()))
+    throw Error("quantize segments: src must be a contiguous int64 [rows] tensor on the input's device");
   torch::Tensor x = x_in.contiguous();
   const KernelSpec ks = make_kernel_spec(spec);
-  torch::Tensor out = torch::empty({x.size(0), x.size(1)}, x.options().dtype(out_dtype));
+  const int64_t rows = src.defined() ? src.size(0) : x.size(0);
+  torch::Tensor out = torch::empty({rows, x.size(1)}, x.options().dtype(out_dtype));
   auto f32 = x.options().dtype(torch::kFloat32);
   torch::Tensor tensor_amax = spec.scale == ScaleKind::kNvfp4 ? torch::empty({G}, f32) : torch::Tensor();
-  const int64_t ws_floats = quantize_workspace_floats(ks, x.size(0), x.size(1));
+  const int64_t ws_floats = quantize_workspace_floats(ks, rows, x.size(1));
   torch::Tensor ws = torch::empty({ws_floats}, f32);
   SegmentedQuantizeIO io;
   io.in = x.data_ptr();
   io.in_dtype = dtype_of(x, "quantize input");
-  io.rows = x.size(0);
+  io.rows = rows;
   io.cols = x.size(1);
   io.columnwise = columnwise;
   io.dequant = out.data_ptr();
   io.out_dtype = out_dtype == torch::kBFloat16 ? DType::kBF16 : DType::kF32;
+  if (src.defined()) {
+    io.src_rows = src.data_ptr<int64_t>();
+    io.in_rows = x.size(0);
+  }
   io.segments = G;
   io.ends = ends.data_ptr<int32_t>();
   io.lens = lens.defined() ? lens.data_ptr<int32_t>() : nullptr;
@@ -227,6 +238,11 @@ torch::Tensor quantize_segments(const torch::Tensor& x_in, const QuantSpec& spec
   io.workspace = ws.data_ptr<float>();
   if (x.is_cuda()) {
 #ifdef UFP4_WITH_CUDA
+    if (src.defined() && !segments_take_src(ks, io)) {  // this kernel reads the layout only: gather it
+      x = gather_rows(x, src);
+      io.in = x.data_ptr();
+      io.src_rows = nullptr;
+    }
     cuda_quantize_segments(ks, io, at::cuda::getCurrentCUDAStream(x.device().index()).stream());
 #endif
   } else {

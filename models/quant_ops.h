@@ -56,11 +56,18 @@ torch::Tensor segment_key_table(const SegmentKeys& keys, torch::Device device);
 // bfloat16 on CPU or CUDA: operand g quantized with `spec` and keys g of `key_table` (segment_key_table).
 // ends, lens: int32 [G] on x's device (lens undefined: whole segments). Returns the dequantized
 // [rows, cols] in out_dtype. CPU runs the oracle (tests); CUDA one launch, no host synchronisation.
+// src (int64 [rows] on x's device, optional): the layout is gather_rows(x, src), read in place where
+// the kernel can (the columnwise hot kernel), gathered first elsewhere; the result is the same.
 torch::Tensor quantize_segments(const torch::Tensor& x, const QuantSpec& spec, const torch::Tensor& key_table, const torch::Tensor& ends,
-                                const torch::Tensor& lens, bool columnwise, torch::ScalarType out_dtype);
+                                const torch::Tensor& lens, bool columnwise, torch::ScalarType out_dtype,
+                                const torch::Tensor& src = torch::Tensor());
 // The same with the keys given directly.
 torch::Tensor quantize_segments(const torch::Tensor& x, const QuantSpec& spec, const SegmentKeys& keys, const torch::Tensor& ends,
-                                const torch::Tensor& lens, bool columnwise, torch::ScalarType out_dtype);
+                                const torch::Tensor& lens, bool columnwise, torch::ScalarType out_dtype,
+                                const torch::Tensor& src = torch::Tensor());
+
+// Rows of t by index: row i of the result is t[src[i]], zeros where src[i] is -1.
+torch::Tensor gather_rows(const torch::Tensor& t, const torch::Tensor& src);
 
 // RHT of each length-n segment along dim 1 (or dim 0 when columnwise, written transposed).
 // inverse=true undoes it (CPU only).

@@ -250,8 +250,9 @@ OperandComparison compare_grouped_operands(const Recipe& recipe, torch::Device d
   const torch::Tensor ddy = m->grouped_operand(dy, Gemm::kDgrad, 0, step, false, ends, torch::Tensor());
   const torch::Tensor dw = m->grouped_operand(w.view({E * N, K}), Gemm::kDgrad, 1, step, true, wrows, torch::Tensor()).view({E, N, K});
   const GroupedRows rows = m->wgrad_rows(ends, A);
-  const torch::Tensor wdy = m->grouped_operand(gather_rows(dy, rows.src), Gemm::kWgrad, 0, step, true, rows.ends, rows.lens);
-  const torch::Tensor wx = m->grouped_operand(gather_rows(x, rows.src), Gemm::kWgrad, 1, step, true, rows.ends, rows.lens);
+  // As the layer's backward makes them: the tokens read in place through the padded layout's row map.
+  const torch::Tensor wdy = m->grouped_operand(dy, Gemm::kWgrad, 0, step, true, rows.ends, rows.lens, rows.src);
+  const torch::Tensor wx = m->grouped_operand(x, Gemm::kWgrad, 1, step, true, rows.ends, rows.lens, rows.src);
   const torch::Tensor pends = rows.ends.cpu(), plens = rows.lens.cpu();
   const torch::ScalarType dq = act;
   int64_t begin = 0, pbegin = 0;

@@ -331,6 +331,50 @@ TEST_CASE("CUDA segmented quantizer == its CPU oracle: segments of any length, p
             REQUIRE(test::first_bit_mismatch(a, b) < 0);
           }
   }
+  // A gathered layout (src): each operand's rows taken from scattered rows of a source, -1 (zeros) for
+  // the rows that complete an RHT segment and for layout padding. The hot columnwise kernel reads the
+  // source in place; every other kernel gets the gathered copy; the CPU oracle gathers. All three equal
+  // the oracle on the copy.
+  {
+    const int64_t in_rows = 600;  // more than the 512 operand rows
+    torch::Tensor source = test::make_input("mixed", in_rows, cols, 11).to(torch::kBFloat16);
+    std::vector<int64_t> src_col(rows_col, -1), src_row(rows_row, -1);
+    int64_t k = 0, cb = 0, rb = 0;
+    for (int64_t g = 0; g < G; cb = col_ends[g], rb = row_ends[g], ++g)
+      for (int64_t i = 0; i < counts[g]; ++i, ++k) {
+        src_col[cb + i] = (k * 263) % in_rows;  // 263 is prime to 600: distinct source rows
+        src_row[rb + i] = (k * 263) % in_rows;
+      }
+    int cases = 0;
+    for (const char* grid : {"e2m1", "e1m2"})
+      for (auto rd : {Rounding::kRtne, Rounding::kSr})
+        for (int rht : {0, 16})
+          for (auto sc : {ScaleKind::kFp32, ScaleKind::kNvfp4})
+            for (bool col : {true, false}) {
+              QuantSpec s;
+              s.grid = Grid::parse(grid);
+              s.rounding = rd;
+              s.rht = rht;
+              s.scale = sc;
+              s.offset = 5;
+              std::vector<int32_t> lens = col_lens;
+              if (col && !rht)
+                for (int64_t g = 0; g < G; ++g) lens[g] = counts[g];
+              torch::Tensor src = torch::tensor(col ? src_col : src_row, torch::kInt64);
+              torch::Tensor ends = torch::tensor(col ? col_ends : row_ends, torch::kInt32);
+              torch::Tensor ln = col ? torch::tensor(lens, torch::kInt32) : torch::Tensor();
+              torch::Tensor want = quantize_segments(gather_rows(source, src), s, keys, ends, ln, col, torch::kBFloat16);
+              torch::Tensor cpu = quantize_segments(source, s, keys, ends, ln, col, torch::kBFloat16, src);
+              torch::Tensor gpu = quantize_segments(source.to(torch::kCUDA), s, keys, ends.to(torch::kCUDA),
+                                                    ln.defined() ? ln.to(torch::kCUDA) : ln, col, torch::kBFloat16, src.to(torch::kCUDA)).cpu();
+              INFO("gathered " << grid << " " << to_string(rd) << " rht=" << rht << " scale=" << to_string(sc) << (col ? " col" : " row"));
+              REQUIRE(want.size(0) == (col ? rows_col : rows_row));
+              REQUIRE(test::first_bit_mismatch(want, cpu) < 0);
+              REQUIRE(test::first_bit_mismatch(want, gpu) < 0);
+              ++cases;
+            }
+    CHECK(cases == 32);
+  }
   // 16x16 2D weight tiles: 6 experts' [64, 200] weights stacked, both directions.
   torch::Tensor w = test::make_input("mixed", 6 * 64, 200, 8);
   torch::Tensor wends = torch::arange(1, 7, torch::kInt32) * 64;
