@@ -291,12 +291,39 @@ __global__ void __launch_bounds__(kHotSegThreads) segments_hot_row_kernel(const 
   dst[1] = make_uint4(out[4], out[5], out[6], out[7]);
 }
 
+// SR draws of a chunk whose first element is not on a 16-element group (columnwise operands of any
+// length, without the RHT): out of line, so the common case keeps its registers.
+__device__ __noinline__ U32x4 unaligned_draws(uint64_t seed, uint64_t offset, uint64_t sr0) { return chunk_draws(seed, offset, sr0); }
+
+// A columnwise chunk the hot arithmetic declined, in the general arithmetic, out of line after the hot
+// stores (so the rare case costs the hot loop no registers): reloads column `col` of layout rows
+// j0 .. j0 + nvalid - 1 (through the row map), rounds it, and overwrites the column's stored halves.
+template <int kClass, bool kSR>
+__device__ __noinline__ void general_col_chunk(const KernelSpec& s, const SegmentedQuantizeIO& io, const float* sh_level, const uint8_t* sh_code,
+                                               int64_t col, int64_t j0, int nvalid, int nstore, uint32_t signs, uint64_t seed, uint64_t sr0) {
+  const uint16_t* in = static_cast<const uint16_t*>(io.in);
+  float x[16];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const int64_t row = i >= nvalid ? -1 : io.src_rows ? io.src_rows[j0 + i] : j0 + i;
+    x[i] = row >= 0 ? bits_f32(static_cast<uint32_t>(in[row * io.cols + col]) << 16) : 0.0f;
+  }
+  uint32_t out[8];
+  general_chunk<kClass, kSR>(s, sh_level, sh_code, x, signs, seed, sr0, nvalid, out);
+  uint16_t* dst = static_cast<uint16_t*>(io.dequant) + j0 * io.cols + col;
+  for (int i = 0; i < nstore; ++i) dst[i * io.cols] = i < nvalid ? static_cast<uint16_t>(out[i / 2] >> (16 * (i & 1))) : 0;
+}
+
 // Columnwise: a thread owns two adjacent columns of 16 token rows (4-byte loads and stores, a warp
-// covering 256 contiguous bytes of each row); each column is one chunk of its operand.
+// covering 256 contiguous bytes of each row); each column is one chunk of its operand. Both chunks'
+// draws come first (two independent Philox chains overlap the loads and the first transform); chunks
+// the hot arithmetic declines are redone out of line after the stores: with that code inlined for both
+// chunks the SR kernel took 154 registers, one block an SM, and ran at half the RTNE kernel's speed;
+// now two blocks fit (128 registers), and three of the RTNE kernel as before.
 template <int kClass, bool kSR, bool kRht>
-__global__ void __launch_bounds__(kHotSegThreads) segments_hot_col_kernel(const __grid_constant__ KernelSpec s,
-                                                                         const __grid_constant__ SegmentedQuantizeIO io,
-                                                                         const __grid_constant__ HotParams h) {
+__global__ void __launch_bounds__(kHotSegThreads, kSR ? 2 : 3) segments_hot_col_kernel(const __grid_constant__ KernelSpec s,
+                                                                            const __grid_constant__ SegmentedQuantizeIO io,
+                                                                            const __grid_constant__ HotParams h) {
   __shared__ int32_t sh_ends[kHotMaxSegments];
   __shared__ float sh_level[16];
   __shared__ uint8_t sh_code[16];
@@ -330,7 +357,17 @@ __global__ void __launch_bounds__(kHotSegThreads) segments_hot_col_kernel(const 
   }
   const uint32_t signs = kRht ? io.rht_signs[4 * g] : 0u;  // operands start on whole RHT segments: position i
   const uint64_t seed = kSR ? io.seeds[g] : 0;
+  // Element (column, pos) of the [cols, len] operand, for columns 2 pair and 2 pair + 1.
+  const uint64_t sr0[2] = {static_cast<uint64_t>(2 * pair * len + pos), static_cast<uint64_t>((2 * pair + 1) * len + pos)};
+  U32x4 rnd[2] = {};
+  if (kSR) {
+    const uint64_t offset = sr_offset(s);
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+      rnd[half] = (sr0[half] & 15) == 0 ? sr_bytes16(seed, offset, sr0[half] >> 4) : unaligned_draws(seed, offset, sr0[half]);
+  }
   uint32_t out[2][8];
+  uint32_t declined = 0;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     float x[16];
@@ -339,11 +376,10 @@ __global__ void __launch_bounds__(kHotSegThreads) segments_hot_col_kernel(const 
       const uint32_t flip = kRht && ((signs >> i) & 1u) ? 0x80000000u : 0u;
       x[i] = bits_f32((half ? (w[i] & 0xffff0000u) : (w[i] << 16)) ^ flip);
     }
-    const uint64_t sr0 = static_cast<uint64_t>((2 * pair + half) * len + pos);  // element (column, pos) of the [cols, len] operand
-    if (!hot_chunk_values<kClass, kSR, kRht>(h, x, kSR ? chunk_draws(seed, sr_offset(s), sr0) : U32x4{}, out[half])) {
+    if (!hot_chunk_values<kClass, kSR, kRht>(h, x, rnd[half], out[half])) {
+      declined |= 1u << half;
 #pragma unroll
-      for (int i = 0; i < 16; ++i) x[i] = bits_f32(half ? (w[i] & 0xffff0000u) : (w[i] << 16));
-      general_chunk<kClass, kSR>(s, sh_level, sh_code, x, signs, seed, sr0, nvalid, out[half]);
+      for (int k = 0; k < 8; ++k) out[half][k] = 0u;
     }
   }
   // Element i of each column: the low (even i) or high half of word i / 2; the pair's word for row i.
@@ -352,6 +388,10 @@ __global__ void __launch_bounds__(kHotSegThreads) segments_hot_col_kernel(const 
     const uint32_t lo = (i & 1) ? out[0][i / 2] >> 16 : out[0][i / 2] & 0xffffu;
     const uint32_t hi = (i & 1) ? out[1][i / 2] & 0xffff0000u : out[1][i / 2] << 16;
     if (i < nstore) dst[i * pairs] = i < nvalid ? (lo | hi) : 0u;
+  }
+  for (; declined; declined &= declined - 1) {
+    const int half = __ffs(declined) - 1;
+    general_col_chunk<kClass, kSR>(s, io, sh_level, sh_code, 2 * pair + half, j0, nvalid, nstore, signs, seed, sr0[half]);
   }
 }
 
