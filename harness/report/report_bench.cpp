@@ -520,11 +520,13 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
                                 fmt("%.2f", kv.second) + " ms. The experts' operands are quantized for all experts at once "
                                 "(the segmented kernels, `kernels/quantize_segments.h`) and their GEMMs run grouped, as the BF16 "
                                 "ones do; the difference is the quantizers' traffic. The segmented kernels take longer than the hot "
-                                "kernel on the same tensor (the segmented-quantizer table: most with SR, columnwise), and WGRAD first "
-                                "copies dY and X into its padded token-major layout. What would close it: WGRAD's operands read in "
-                                "place (each expert's source rows passed to the kernel instead of a padded copy), the hot kernel's "
-                                "tiling for the columnwise SR case, and one pass that writes both FPROP's rowwise and WGRAD's "
-                                "columnwise operand of the same activation.\n\n");
+                                "kernel on the same tensor (the segmented-quantizer table: most with SR, columnwise). WGRAD's "
+                                "columnwise kernel reads each expert's tokens in place through its padded layout's row map (no "
+                                "gathered copy); every activation is still read once for FPROP/DGRAD and once for WGRAD. What would "
+                                "close it: one pass that writes both the rowwise and the columnwise operand of the same activation "
+                                "(the dense layers' pair kernel, segmented), and the hot kernel's tiling for the columnwise SR case "
+                                "(at 8fd9f7e on an H100 it ran at 0.71 of the RTNE kernel's speed on moe-81m's routed X, "
+                                "`results/bench/logs/bench-kernels-segments-h100.log`).\n\n");
         }
       for (const auto& nd : nondet_ms[kv.first]) {
         const double det = recipe_ms[kv.first][nd.first], ratio = det / nd.second;
