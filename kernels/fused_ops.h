@@ -187,6 +187,43 @@ UFP4_HD void rope_pair(bool bf16, float a, float b, float c, float sn, float& ya
   yb = round_to_dtype(bf16, add_rn(round_to_dtype(bf16, mul_rn(b, c)), round_to_dtype(bf16, mul_rn(a, sn))));
 }
 
+// --- MoE combine: each token's weighted sum of its k expert rows, and the dispatch's backward -------
+// y [A, d] BF16, A = T k expert rows in expert-sorted order; slot s = t k + j is token t's j-th
+// assignment (experts ascending), its row inverse[s] (order[a]: the slot of row a); kept [A] or null:
+// rows past an expert's capacity count as zeros; w [T, k] BF16. Every product and sum is rounded to
+// BF16 in slot order, as LibTorch's composition (gather, k products, k - 1 sums) rounds it:
+//   forward  out[t] = (((y_s0 w0) + y_s1 w1) + ...) + y_s(k-1) w(k-1),   y_s = kept ? y[inverse[s]] : +0
+//   backward dy[a] = kept[a] ? dout[t] w[t, j] : +0 for (t, j) of slot order[a] (with k > 1 a -0 becomes
+//            +0, as the composition's sum of the slots' zero-filled gradients makes it), and
+//            dw[t, j] = the sum over i of BF16(dout[t, i] y_s[i]), folded by kRmsLanes partners in the
+//            row order above, rounded to BF16 (the composition's sum runs in LibTorch's own order);
+//   dispatch backward  dx[t] = ((g[inverse[t k]] + g[inverse[t k + 1]]) + ...), g [A, d]: each token's
+//            k row gradients summed in slot order (the gradient of the gather that dispatched it).
+constexpr int kMoeMaxTopK = 8;
+struct MoeCombineIO {
+  int64_t tokens = 0, top_k = 0, d = 0;
+  const uint16_t* y = nullptr;
+  const int64_t* inverse = nullptr;  // [A]
+  const int64_t* order = nullptr;    // [A] (backward)
+  const bool* kept = nullptr;        // [A] or null
+  const uint16_t* w = nullptr;       // [T, k]
+  uint16_t* out = nullptr;           // forward [T, d]
+  const uint16_t* dout = nullptr;    // backward [T, d]
+  uint16_t* dy = nullptr;            // backward [A, d]
+  uint16_t* dw = nullptr;            // backward [T, k]
+};
+struct MoeDispatchBackwardIO {
+  int64_t tokens = 0, top_k = 0, d = 0;
+  const uint16_t* g = nullptr;       // [A, d]
+  const int64_t* inverse = nullptr;  // [A]
+  uint16_t* dx = nullptr;            // [T, d]
+};
+// One element of a slot's gradient: BF16(dout w), a -0 made +0 when the token has more than one slot.
+UFP4_HD float moe_slot_grad(float dout, float w, int64_t top_k) {
+  const float v = round_to_bf16(mul_rn(dout, w));
+  return top_k > 1 ? add_rn(v, 0.0f) : v;
+}
+
 // CPU reference (the order above); any d and vocab.
 void reference_rms_norm_forward(const RmsNormIO& io);
 void reference_rms_norm_backward(const RmsNormIO& io);
@@ -195,6 +232,9 @@ void reference_cross_entropy_backward(const CrossEntropyIO& io);
 void reference_swiglu_forward(const SwiGluIO& io);
 void reference_swiglu_backward(const SwiGluIO& io);
 void reference_rope(const RopeIO& io);
+void reference_moe_combine_forward(const MoeCombineIO& io);
+void reference_moe_combine_backward(const MoeCombineIO& io);
+void reference_moe_dispatch_backward(const MoeDispatchBackwardIO& io);
 
 // CUDA (kernels/fused_ops_cuda.cu): d, vocab and h multiples of 8, 16-byte aligned rows; the
 // caller's stream. What the CUDA kernels accept:
@@ -216,5 +256,11 @@ inline bool rope_cuda_applies(const RopeIO& io) {
          (reinterpret_cast<uintptr_t>(io.cos) & 15u) == 0 && (reinterpret_cast<uintptr_t>(io.sin) & 15u) == 0;
 }
 void cuda_rope(const RopeIO& io, cudaStream_t stream);
+// MoE combine and dispatch backward (kernels/moe_combine_cuda.cu): d a multiple of 8, top_k at most
+// kMoeMaxTopK, 16-byte aligned rows (moe_combine_cuda_applies on y, dout, g and the outputs).
+inline bool moe_combine_cuda_applies(int64_t d, int64_t top_k) { return d % 8 == 0 && d > 0 && top_k >= 1 && top_k <= kMoeMaxTopK; }
+void cuda_moe_combine_forward(const MoeCombineIO& io, cudaStream_t stream);
+void cuda_moe_combine_backward(const MoeCombineIO& io, cudaStream_t stream);
+void cuda_moe_dispatch_backward(const MoeDispatchBackwardIO& io, cudaStream_t stream);
 
 }  // namespace ufp4

@@ -7,65 +7,13 @@
 #include "common/error.h"
 #include "kernels/cuda_check.cuh"
 #include "kernels/fused_ops.h"
+#include "kernels/fused_device.cuh"
 
 namespace ufp4 {
 
 namespace {
 
-constexpr unsigned kFull = 0xffffffffu;
 constexpr int kRowsPerBlock = 8;  // RMSNorm: warps (rows or groups) a 256-thread block
-
-template <bool kBf16>
-__device__ __forceinline__ void load8(const void* base, int64_t elem, float (&v)[8]) {
-  if (kBf16) {
-    const uint4 q = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(base) + elem);
-    const uint32_t w[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-    for (int k = 0; k < 4; ++k) { v[2 * k] = bits_f32(w[k] << 16); v[2 * k + 1] = bits_f32(w[k] & 0xffff0000u); }
-  } else {
-    const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(base) + elem);
-    const float4 a = p[0], b = p[1];
-    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
-  }
-}
-
-template <bool kBf16>
-__device__ __forceinline__ void store8(void* base, int64_t elem, const float (&v_in)[8]) {
-  if (kBf16) {
-    // No NaN among the eight (the sum is NaN otherwise, or for inf - inf: then the general path, same
-    // bits): the hardware's RNE conversion, two values an instruction.
-    const float any = add_rn(add_rn(add_rn(v_in[0], v_in[1]), add_rn(v_in[2], v_in[3])), add_rn(add_rn(v_in[4], v_in[5]), add_rn(v_in[6], v_in[7])));
-    if (any == any) {
-      const uint4 q = make_uint4(pack_bf16x2_finite(v_in[0], v_in[1]), pack_bf16x2_finite(v_in[2], v_in[3]), pack_bf16x2_finite(v_in[4], v_in[5]),
-                                 pack_bf16x2_finite(v_in[6], v_in[7]));
-      *reinterpret_cast<uint4*>(static_cast<uint16_t*>(base) + elem) = q;
-      return;
-    }
-  }
-  float v[8];
-#pragma unroll
-  for (int e = 0; e < 8; ++e) v[e] = canon_nan(v_in[e]);
-  if (kBf16) {
-    // RNE as f32_to_bf16_bits.
-    uint4 q;
-    q.x = static_cast<uint32_t>(f32_to_bf16_bits(v[0])) | (static_cast<uint32_t>(f32_to_bf16_bits(v[1])) << 16);
-    q.y = static_cast<uint32_t>(f32_to_bf16_bits(v[2])) | (static_cast<uint32_t>(f32_to_bf16_bits(v[3])) << 16);
-    q.z = static_cast<uint32_t>(f32_to_bf16_bits(v[4])) | (static_cast<uint32_t>(f32_to_bf16_bits(v[5])) << 16);
-    q.w = static_cast<uint32_t>(f32_to_bf16_bits(v[6])) | (static_cast<uint32_t>(f32_to_bf16_bits(v[7])) << 16);
-    *reinterpret_cast<uint4*>(static_cast<uint16_t*>(base) + elem) = q;
-  } else {
-    float4* p = reinterpret_cast<float4*>(static_cast<float*>(base) + elem);
-    p[0] = make_float4(v[0], v[1], v[2], v[3]);
-    p[1] = make_float4(v[4], v[5], v[6], v[7]);
-  }
-}
-
-// The butterfly over a warp, h = 1, ..., 16.
-__device__ __forceinline__ float warp_tree_sum(float v) {
-#pragma unroll
-  for (int h = 1; h < 32; h *= 2) v = add_rn(v, __shfl_xor_sync(kFull, v, h));
-  return v;
-}
 
 template <bool kBf16>
 __global__ void __launch_bounds__(256) rms_norm_forward_kernel(const RmsNormIO io) {

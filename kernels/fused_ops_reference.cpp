@@ -144,4 +144,53 @@ void reference_rope(const RopeIO& io) {
       }
 }
 
+namespace {
+
+// Element i of expert row a as a slot of its token reads it: zeros past the capacity.
+float moe_row(const MoeCombineIO& io, int64_t a, int64_t i) {
+  return io.kept && !io.kept[a] ? 0.0f : load(io.y, DType::kBF16, a * io.d + i);
+}
+
+}  // namespace
+
+void reference_moe_combine_forward(const MoeCombineIO& io) {
+  const int64_t k = io.top_k, d = io.d;
+  for (int64_t t = 0; t < io.tokens; ++t)
+    for (int64_t i = 0; i < d; ++i) {
+      float acc = 0.0f;
+      for (int64_t j = 0; j < k; ++j) {
+        const float p = round_to_bf16(mul_rn(moe_row(io, io.inverse[t * k + j], i), load(io.w, DType::kBF16, t * k + j)));
+        acc = j == 0 ? p : round_to_bf16(add_rn(acc, p));
+      }
+      store(io.out, DType::kBF16, t * d + i, acc);
+    }
+}
+
+void reference_moe_combine_backward(const MoeCombineIO& io) {
+  const int64_t k = io.top_k, d = io.d, A = io.tokens * k;
+  for (int64_t a = 0; a < A; ++a) {
+    const int64_t s = io.order[a], t = s / k;
+    const float w = load(io.w, DType::kBF16, s);
+    const bool kept = !io.kept || io.kept[a];
+    for (int64_t i = 0; i < d; ++i) store(io.dy, DType::kBF16, a * d + i, kept ? moe_slot_grad(load(io.dout, DType::kBF16, t * d + i), w, k) : 0.0f);
+  }
+  for (int64_t s = 0; s < A; ++s) {
+    const int64_t t = s / k, a = io.inverse[s];
+    const float sum = row_sum(d, kRmsLanes, [&](int64_t i, float acc) {
+      return add_rn(acc, round_to_bf16(mul_rn(load(io.dout, DType::kBF16, t * d + i), moe_row(io, a, i))));
+    });
+    store(io.dw, DType::kBF16, s, k > 1 ? add_rn(round_to_bf16(sum), 0.0f) : sum);
+  }
+}
+
+void reference_moe_dispatch_backward(const MoeDispatchBackwardIO& io) {
+  const int64_t k = io.top_k, d = io.d;
+  for (int64_t t = 0; t < io.tokens; ++t)
+    for (int64_t i = 0; i < d; ++i) {
+      float acc = load(io.g, DType::kBF16, io.inverse[t * k] * d + i);
+      for (int64_t j = 1; j < k; ++j) acc = round_to_bf16(add_rn(acc, load(io.g, DType::kBF16, io.inverse[t * k + j] * d + i)));
+      store(io.dx, DType::kBF16, t * d + i, acc);
+    }
+}
+
 }  // namespace ufp4

@@ -293,4 +293,97 @@ torch::Tensor fused_cross_entropy(const torch::Tensor& logits, const torch::Tens
   return CrossEntropyFunction::apply(logits, targets, ignore_index);
 }
 
+namespace {
+
+const int64_t* index_ptr(const torch::Tensor& t) { return t.data_ptr<int64_t>(); }
+
+// MoE combine: the routing's index tensors ride along as saved data (no gradient).
+struct MoeCombineFunction : public torch::autograd::Function<MoeCombineFunction> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& y_in, const torch::Tensor& w_in,
+                               const torch::Tensor& inverse, const torch::Tensor& order, const torch::Tensor& kept) {
+    const torch::Tensor y = y_in.contiguous(), w = w_in.contiguous();
+    const int64_t T = w.size(0), k = w.size(1), d = y.size(1);
+    torch::Tensor out = torch::empty({T, d}, y.options());
+    MoeCombineIO io;
+    io.tokens = T;
+    io.top_k = k;
+    io.d = d;
+    io.y = static_cast<const uint16_t*>(y.data_ptr());
+    io.inverse = index_ptr(inverse);
+    io.kept = kept.numel() ? kept.data_ptr<bool>() : nullptr;
+    io.w = static_cast<const uint16_t*>(w.data_ptr());
+    io.out = static_cast<uint16_t*>(out.data_ptr());
+    run_op(y, io, UFP4_CUDA_OP(cuda_moe_combine_forward), reference_moe_combine_forward);
+    ctx->save_for_backward({y, w});
+    ctx->saved_data["inverse"] = inverse;
+    ctx->saved_data["order"] = order;
+    ctx->saved_data["kept"] = kept;
+    return out;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const torch::Tensor &y = saved[0], &w = saved[1];
+    const torch::Tensor inverse = ctx->saved_data["inverse"].toTensor(), order = ctx->saved_data["order"].toTensor(),
+                        kept = ctx->saved_data["kept"].toTensor();
+    const torch::Tensor dout = grads[0].contiguous();
+    torch::Tensor dy = torch::empty_like(y), dw = torch::empty_like(w);
+    MoeCombineIO io;
+    io.tokens = w.size(0);
+    io.top_k = w.size(1);
+    io.d = y.size(1);
+    io.y = static_cast<const uint16_t*>(y.data_ptr());
+    io.inverse = index_ptr(inverse);
+    io.order = index_ptr(order);
+    io.kept = kept.numel() ? kept.data_ptr<bool>() : nullptr;
+    io.w = static_cast<const uint16_t*>(w.data_ptr());
+    io.dout = static_cast<const uint16_t*>(dout.data_ptr());
+    io.dy = static_cast<uint16_t*>(dy.data_ptr());
+    io.dw = static_cast<uint16_t*>(dw.data_ptr());
+    run_op(y, io, UFP4_CUDA_OP(cuda_moe_combine_backward), reference_moe_combine_backward);
+    return {dy, dw, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+bool fused_moe_combine_applies(const torch::Tensor& rows, int64_t top_k) {
+  if (rows.scalar_type() != torch::kBFloat16 || rows.dim() != 2 || rows.numel() == 0 || top_k < 1 || top_k > kMoeMaxTopK) return false;
+  if (rows.device().is_cpu()) return true;
+#ifdef UFP4_WITH_CUDA
+  return rows.is_cuda() && moe_combine_cuda_applies(rows.size(1), top_k) && rows.is_contiguous() && fused_cuda_applies(rows.size(1), rows.data_ptr());
+#else
+  return false;
+#endif
+}
+
+torch::Tensor fused_moe_combine(const torch::Tensor& y, const torch::Tensor& w, const torch::Tensor& inverse, const torch::Tensor& order,
+                                const torch::Tensor& kept) {
+  check_kernel_device(y, "moe combine");
+  const int64_t A = y.size(0);
+  if (w.scalar_type() != torch::kBFloat16 || w.dim() != 2 || w.size(0) * w.size(1) != A || w.device() != y.device())
+    throw Error("moe combine: weights must be bfloat16 [tokens, k] on the rows' device with tokens x k = " + std::to_string(A) + " rows");
+  if (inverse.numel() != A || order.numel() != A || (kept.defined() && kept.numel() != A))
+    throw Error("moe combine: inverse, order and kept must hold one entry a row (" + std::to_string(A) + ")");
+  return MoeCombineFunction::apply(y, w, inverse.contiguous(), order.contiguous(),
+                                   kept.defined() ? kept.contiguous() : torch::empty({0}, y.options().dtype(torch::kBool)));
+}
+
+torch::Tensor fused_moe_dispatch_backward(const torch::Tensor& g_in, const torch::Tensor& inverse, int64_t top_k) {
+  check_kernel_device(g_in, "moe dispatch backward");
+  if (g_in.dim() != 2 || top_k < 1 || g_in.size(0) % top_k || inverse.numel() != g_in.size(0))
+    throw Error("moe dispatch backward: " + std::to_string(top_k) + " rows a token and one inverse entry a row");
+  const torch::Tensor g = g_in.contiguous(), inv = inverse.contiguous();
+  torch::Tensor dx = torch::empty({g.size(0) / top_k, g.size(1)}, g.options());
+  MoeDispatchBackwardIO io;
+  io.tokens = dx.size(0);
+  io.top_k = top_k;
+  io.d = g.size(1);
+  io.g = static_cast<const uint16_t*>(g.data_ptr());
+  io.inverse = index_ptr(inv);
+  io.dx = static_cast<uint16_t*>(dx.data_ptr());
+  run_op(g, io, UFP4_CUDA_OP(cuda_moe_dispatch_backward), reference_moe_dispatch_backward);
+  return dx;
+}
+
 }  // namespace ufp4

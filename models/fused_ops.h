@@ -28,4 +28,17 @@ bool fused_rms_norm_applies(const torch::Tensor& x);
 bool fused_cross_entropy_applies(const torch::Tensor& logits);
 bool fused_swiglu_applies(const torch::Tensor& gu);  // CUDA: h a multiple of 8
 
+// The MoE layer's combine (kernels/fused_ops.h): expert rows y [A, d] (bfloat16, expert-sorted) into
+// tokens [T, d] with weights w [T, k] (bfloat16): each token's weighted sum over its slots in order,
+// with the bits of LibTorch's composition (gather, k products, k - 1 sums), forward and rows' gradient;
+// the weights' gradient summed in the kernels' order. inverse, order: int64 [A] (Routing); kept: bool
+// [A] or undefined (dropless). One pass a direction.
+torch::Tensor fused_moe_combine(const torch::Tensor& y, const torch::Tensor& w, const torch::Tensor& inverse, const torch::Tensor& order,
+                                const torch::Tensor& kept);
+// The dispatch's backward (not an autograd op): each token's k row gradients of g [A, d] (bfloat16)
+// summed in slot order (inverse: Routing::inverse) in one pass, with the composition's bits: [T, d].
+torch::Tensor fused_moe_dispatch_backward(const torch::Tensor& g, const torch::Tensor& inverse, int64_t top_k);
+// Whether both take rows of this shape and dtype on their device (bfloat16, k <= 8; CUDA: d a multiple of 8).
+bool fused_moe_combine_applies(const torch::Tensor& rows, int64_t top_k);
+
 }  // namespace ufp4

@@ -38,13 +38,15 @@ torch::Tensor MoeImpl::forward(const torch::Tensor& x) {
   // Switch-style balance loss: E * sum_e (fraction of assignments to e) * (mean probability of e).
   torch::Tensor counts = r.assigned.to(torch::kFloat32);
   aux_loss = E * ((counts / static_cast<double>(T * top_k)) * probs.mean(0)).sum();
-  torch::Tensor h = fc1(dispatch_tokens(flat, r), r);
+  // The fused combine on CUDA only: CPU runs keep LibTorch's composition (the CI reference curves).
+  const bool fused_routing = fused_combine && flat.is_cuda();
+  torch::Tensor h = fc1(dispatch_tokens(flat, r, fused_routing), r);
   if (fused && h.is_cuda() && fused_swiglu_applies(h)) h = fused_swiglu(h);
   else {
     auto gu = h.chunk(2, -1);
     h = torch::silu(gu[0]) * gu[1];
   }
-  torch::Tensor out = combine_tokens(fc2(h, r), r);
+  torch::Tensor out = combine_tokens(fc2(h, r), r, fused_routing);
   if (shared) out = out + shared(flat);
   return out.view(x.sizes());
 }

@@ -27,6 +27,7 @@ class MoeImpl : public torch::nn::Module {
   int64_t top_k, n_experts;
   double capacity_factor;
   bool fused = true;                              // the fused SwiGLU kernel on CUDA (models/fused_ops.h)
+  bool fused_combine = true;                      // the fused dispatch backward and combine on CUDA (the same bits)
 };
 TORCH_MODULE(Moe);
 

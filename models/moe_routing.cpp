@@ -1,5 +1,7 @@
 #include "models/moe_routing.h"
 
+#include "models/fused_ops.h"
+
 namespace ufp4 {
 
 namespace {
@@ -32,18 +34,22 @@ struct PermuteCols : public torch::autograd::Function<PermuteCols> {
 // rows' gradients back to assignment order and sums each token's k of them, slot by slot.
 struct DispatchTokens : public torch::autograd::Function<DispatchTokens> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& token,
-                               const torch::Tensor& inverse, int64_t k) {
+                               const torch::Tensor& inverse, int64_t k, bool fused) {
     ctx->saved_data["inverse"] = inverse;
     ctx->saved_data["k"] = k;
+    ctx->saved_data["fused"] = fused;
     return x.index_select(0, token);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list g) {
     const int64_t k = ctx->saved_data["k"].toInt();
+    if (ctx->saved_data["fused"].toBool() && fused_moe_combine_applies(g[0], k))
+      return {fused_moe_dispatch_backward(g[0], ctx->saved_data["inverse"].toTensor(), k), torch::Tensor(), torch::Tensor(), torch::Tensor(),
+              torch::Tensor()};
     torch::Tensor ga = g[0].index_select(0, ctx->saved_data["inverse"].toTensor());
     ga = ga.view({ga.size(0) / k, k, ga.size(1)});
     torch::Tensor dx = ga.select(1, 0);
     for (int64_t j = 1; j < k; ++j) dx = dx + ga.select(1, j);
-    return {dx.contiguous(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {dx.contiguous(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -87,11 +93,13 @@ Routing route(const torch::Tensor& idx, const torch::Tensor& weights, int64_t ex
   return r;
 }
 
-torch::Tensor dispatch_tokens(const torch::Tensor& x, const Routing& r) {
-  return DispatchTokens::apply(x, r.order.div(r.top_k, "floor"), r.inverse, r.top_k);
+torch::Tensor dispatch_tokens(const torch::Tensor& x, const Routing& r, bool fused) {
+  return DispatchTokens::apply(x, r.order.div(r.top_k, "floor"), r.inverse, r.top_k, fused);
 }
 
-torch::Tensor combine_tokens(const torch::Tensor& y, const Routing& r) {
+torch::Tensor combine_tokens(const torch::Tensor& y, const Routing& r, bool fused) {
+  if (fused && fused_moe_combine_applies(y, r.top_k))
+    return fused_moe_combine(y, r.weights.to(y.scalar_type()), r.inverse, r.order, r.kept);
   torch::Tensor rows = r.kept.defined() ? torch::where(r.kept.unsqueeze(1), y, torch::zeros({}, y.options())) : y;
   torch::Tensor per_slot = PermuteRows::apply(rows, r.inverse, r.order).view({r.tokens, r.top_k, y.size(1)});
   torch::Tensor w = r.weights.to(y.scalar_type());

@@ -30,11 +30,14 @@ struct Routing {
 Routing route(const torch::Tensor& idx, const torch::Tensor& weights, int64_t experts, int64_t capacity);
 
 // [T, d] -> [A, d]: row r is token order[r] / k. Its backward sums each token's k rows (a gather and a
-// fixed-order sum, no atomics).
-torch::Tensor dispatch_tokens(const torch::Tensor& x, const Routing& r);
+// fixed-order sum, no atomics). fused: that backward in one pass (models/fused_ops.h; the CPU reference
+// on CPU), with the same bits.
+torch::Tensor dispatch_tokens(const torch::Tensor& x, const Routing& r, bool fused = false);
 
 // [A, d] expert outputs (dropped rows ignored) -> [T, d]: sum over each token's slots, in ascending
-// expert order, of weight * output. The backward gathers, no atomics.
-torch::Tensor combine_tokens(const torch::Tensor& y, const Routing& r);
+// expert order, of weight * output. The backward gathers, no atomics. fused: one pass a direction
+// (models/fused_ops.h; the CPU reference on CPU): the composition's bits but for the weights' gradient,
+// summed in the kernels' order.
+torch::Tensor combine_tokens(const torch::Tensor& y, const Routing& r, bool fused = false);
 
 }  // namespace ufp4

@@ -61,6 +61,7 @@ void TransformerImpl::set_fused_ops(const FusedOps& f) {
   for (auto& m : moe) {
     if (!m) continue;
     m->fused = f.swiglu;
+    m->fused_combine = f.moe_combine;
     if (m->shared) m->shared->fused = f.swiglu;
   }
 }

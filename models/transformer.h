@@ -20,8 +20,8 @@ struct TransformerOutput {
 
 // Which of the model's fused kernels run (on CUDA); the others take LibTorch's composition.
 struct FusedOps {
-  bool rms_norm = true, swiglu = true, rope = true, cross_entropy = true;
-  static FusedOps all(bool on) { return {on, on, on, on}; }
+  bool rms_norm = true, swiglu = true, rope = true, cross_entropy = true, moe_combine = true;
+  static FusedOps all(bool on) { return {on, on, on, on, on}; }
 };
 
 class TransformerImpl : public torch::nn::Module {
@@ -31,7 +31,7 @@ class TransformerImpl : public torch::nn::Module {
   TransformerOutput loss(const torch::Tensor& tokens, const torch::Tensor& targets);
   // Activations run in this dtype (BF16 on GPU, FP32 on CPU); parameters stay FP32 (master weights).
   void set_compute_dtype(torch::ScalarType t) { compute_dtype_ = t; }
-  // On CUDA, RMSNorm, SwiGLU, RoPE and the loss run as fused kernels (models/fused_ops.h) unless turned off
+  // On CUDA, RMSNorm, SwiGLU, RoPE, the loss and the MoE combine run as fused kernels (models/fused_ops.h) unless turned off
   // here, all at once or one by one (the benchmark's leave-one-out rows); CPU always takes LibTorch's
   // composition (the CI reference curves).
   void set_fused_ops(bool on) { set_fused_ops(FusedOps::all(on)); }

@@ -54,7 +54,8 @@ StepBenchRow timed_row(const std::string& impl, const std::string& model, const 
 // The row's name for a set of fused kernels: all on "ufp4", all off "ufp4-libtorch-ops" (what the fused
 // kernels buy together), one off "ufp4-without-fused-<op>" (what that one buys: leave-one-out).
 std::string fused_impl(const FusedOps& f) {
-  const std::vector<std::pair<const char*, bool>> ops = {{"rms-norm", f.rms_norm}, {"swiglu", f.swiglu}, {"rope", f.rope}, {"loss", f.cross_entropy}};
+  const std::vector<std::pair<const char*, bool>> ops = {{"rms-norm", f.rms_norm}, {"swiglu", f.swiglu}, {"rope", f.rope}, {"loss", f.cross_entropy},
+                                                         {"moe-combine", f.moe_combine}};
   std::string off;
   int n_off = 0;
   for (const auto& op : ops)
@@ -254,7 +255,8 @@ std::vector<StepBenchRow> run_step_benchmarks(const StepBenchOptions& o) {
     // What the fused kernels buy on the first model: all of them, then each alone (leave-one-out).
     if (i == 0 && device.is_cuda()) {
       report(bench_ours(model, "bf16", om, device, FusedOps::all(false)));
-      for (bool FusedOps::*op : {&FusedOps::rms_norm, &FusedOps::swiglu, &FusedOps::rope, &FusedOps::cross_entropy}) {
+      for (bool FusedOps::*op : {&FusedOps::rms_norm, &FusedOps::swiglu, &FusedOps::rope, &FusedOps::cross_entropy, &FusedOps::moe_combine}) {
+        if (op == &FusedOps::moe_combine && model_config(model).n_experts == 0) continue;  // dense: nothing to leave out
         FusedOps f;
         f.*op = false;
         report(bench_ours(model, "bf16", om, device, f));

@@ -451,13 +451,13 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
     std::ostringstream loo;
     for (const auto& r : rows)
       if (r.recipe == "bf16" && bf16_ms.count(r.model) && (r.impl == "ufp4-libtorch-ops" || r.impl.rfind("ufp4-without-fused-", 0) == 0)) {
-        const std::string what = r.impl == "ufp4-libtorch-ops" ? "all four" : r.impl.substr(std::string("ufp4-without-fused-").size());
+        const std::string what = r.impl == "ufp4-libtorch-ops" ? "all" : r.impl.substr(std::string("ufp4-without-fused-").size());
         loo << "| " << r.model << " | " << what << " | " << fmt("%.2f", r.ms) << " | " << fmt("%.2f", bf16_ms[r.model]) << " | "
             << fmt("%.2f", r.ms - bf16_ms[r.model]) << " |\n";
       }
     if (!loo.str().empty())
       md << "### What each fused kernel buys\n\nOur BF16 step (deterministic) with one fused kernel of `models/fused_ops.h` "
-         << "replaced by LibTorch's composition of the same maths, or all four, against the step with all of them, in the "
+         << "replaced by LibTorch's composition of the same maths, or all of them, against the step with all of them, in the "
          << "same command: the difference is what that kernel saves a step.\n\n| model | fused kernel left out | step ms "
          << "without it | with all | saved ms |\n|---|---|---|---|---|\n" << loo.str() << "\n";
     std::map<std::string, double> layer_bf16;

@@ -1,0 +1,130 @@
+// CUDA kernels of the MoE combine and the dispatch's backward (contract: kernels/fused_ops.h). The
+// forward and the dispatch's backward: a thread takes 8 columns of one token and walks its k slots in
+// order. The combine's backward: a warp a token; lane p takes the row vectors p, p + 32, ... and, for
+// each of them, every slot in order (the weight gradient's partials), so the token's gradient row is
+// read once for its k expert rows.
+#include <cuda_runtime.h>
+
+#include "kernels/cuda_check.cuh"
+#include "kernels/fused_device.cuh"
+#include "kernels/fused_ops.h"
+
+namespace ufp4 {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+// Vector c (8 values) of expert row a as slot values: zeros past the capacity.
+__device__ __forceinline__ void slot_row(const MoeCombineIO& io, int64_t a, int64_t c, float (&v)[8]) {
+  if (io.kept && !io.kept[a]) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] = 0.0f;
+    return;
+  }
+  load8<true>(io.y, a * io.d + 8 * c, v);
+}
+
+__global__ void __launch_bounds__(kThreads) moe_combine_forward_kernel(const __grid_constant__ MoeCombineIO io) {
+  const int64_t vecs = io.d / 8, i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (i >= io.tokens * vecs) return;
+  const int64_t t = i / vecs, c = i % vecs, k = io.top_k;
+  float acc[8];
+  for (int64_t j = 0; j < k; ++j) {
+    float v[8];
+    slot_row(io, io.inverse[t * k + j], c, v);
+    const float w = bf16_bits_to_f32(io.w[t * k + j]);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const float p = round_to_bf16(mul_rn(v[e], w));
+      acc[e] = j == 0 ? p : round_to_bf16(add_rn(acc[e], p));
+    }
+  }
+  store8<true>(io.out, t * io.d + 8 * c, acc);
+}
+
+__global__ void __launch_bounds__(kThreads) moe_combine_backward_kernel(const __grid_constant__ MoeCombineIO io) {
+  const int64_t t = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (t >= io.tokens) return;  // whole warps leave together
+  const int64_t k = io.top_k, vecs = io.d / 8;
+  int64_t rows[kMoeMaxTopK];
+  float w[kMoeMaxTopK], part[kMoeMaxTopK];
+  bool kept[kMoeMaxTopK];
+#pragma unroll
+  for (int j = 0; j < kMoeMaxTopK; ++j) {
+    part[j] = 0.0f;
+    if (j < k) {
+      rows[j] = io.inverse[t * k + j];
+      w[j] = bf16_bits_to_f32(io.w[t * k + j]);
+      kept[j] = !io.kept || io.kept[rows[j]];
+    }
+  }
+  for (int64_t c = lane; c < vecs; c += 32) {
+    float g[8];
+    load8<true>(io.dout, t * io.d + 8 * c, g);
+#pragma unroll
+    for (int j = 0; j < kMoeMaxTopK; ++j) {
+      if (j >= k) break;
+      float dy[8], v[8];
+      slot_row(io, rows[j], c, v);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        dy[e] = kept[j] ? moe_slot_grad(g[e], w[j], k) : 0.0f;
+        part[j] = add_rn(part[j], round_to_bf16(mul_rn(g[e], v[e])));
+      }
+      store8<true>(io.dy, rows[j] * io.d + 8 * c, dy);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kMoeMaxTopK; ++j) {
+    if (j >= k) break;
+    const float sum = warp_tree_sum(part[j]);
+    if (lane == 0) io.dw[t * k + j] = f32_to_bf16_bits(canon_nan(k > 1 ? add_rn(round_to_bf16(sum), 0.0f) : sum));
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) moe_dispatch_backward_kernel(const __grid_constant__ MoeDispatchBackwardIO io) {
+  const int64_t vecs = io.d / 8, i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (i >= io.tokens * vecs) return;
+  const int64_t t = i / vecs, c = i % vecs, k = io.top_k;
+  float acc[8];
+  load8<true>(io.g, io.inverse[t * k] * io.d + 8 * c, acc);
+  for (int64_t j = 1; j < k; ++j) {
+    float v[8];
+    load8<true>(io.g, io.inverse[t * k + j] * io.d + 8 * c, v);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[e] = round_to_bf16(add_rn(acc[e], v[e]));
+  }
+  store8<true>(io.dx, t * io.d + 8 * c, acc);
+}
+
+unsigned blocks_for(int64_t threads) { return static_cast<unsigned>((threads + kThreads - 1) / kThreads); }
+
+void check_shape(int64_t tokens, int64_t top_k, int64_t d, const char* what) {
+  if (tokens <= 0 || !moe_combine_cuda_applies(d, top_k))
+    throw Error(std::string(what) + ": the CUDA kernel takes a last dimension that is a multiple of 8 and 1 to " + std::to_string(kMoeMaxTopK) +
+                " slots a token, got " + std::to_string(d) + " and " + std::to_string(top_k));
+}
+
+}  // namespace
+
+void cuda_moe_combine_forward(const MoeCombineIO& io, cudaStream_t stream) {
+  check_shape(io.tokens, io.top_k, io.d, "moe combine");
+  moe_combine_forward_kernel<<<blocks_for(io.tokens * io.d / 8), kThreads, 0, stream>>>(io);
+  check_launch("moe combine forward");
+}
+
+void cuda_moe_combine_backward(const MoeCombineIO& io, cudaStream_t stream) {
+  check_shape(io.tokens, io.top_k, io.d, "moe combine");
+  moe_combine_backward_kernel<<<blocks_for(io.tokens * 32), kThreads, 0, stream>>>(io);
+  check_launch("moe combine backward");
+}
+
+void cuda_moe_dispatch_backward(const MoeDispatchBackwardIO& io, cudaStream_t stream) {
+  check_shape(io.tokens, io.top_k, io.d, "moe dispatch backward");
+  moe_dispatch_backward_kernel<<<blocks_for(io.tokens * io.d / 8), kThreads, 0, stream>>>(io);
+  check_launch("moe dispatch backward");
+}
+
+}  // namespace ufp4
