@@ -51,17 +51,19 @@ struct Outputs {
 
 // Combine then dispatch on `dev`, fused or composed: the forward values and the inputs' gradients.
 Outputs run(const Case& c, const Batch& b, const torch::Device& dev, bool fused) {
-  torch::Tensor weights = b.weights.to(dev).requires_grad_(true), y = b.y.to(dev).requires_grad_(true), x = b.x.to(dev).requires_grad_(true);
+  // Fresh leaves (on the CPU, to() would return the batch's own tensors, and their gradients would pile up).
+  auto leaf = [&](const torch::Tensor& t) { return t.to(dev).clone().detach().requires_grad_(true); };
+  torch::Tensor weights = leaf(b.weights), y = leaf(b.y), x = leaf(b.x);
   const Routing r = route(b.idx.to(dev), weights, c.experts, c.capacity);
   Outputs o;
   o.out = combine_tokens(y, r, fused);
   o.rows = dispatch_tokens(x, r, fused);
   torch::autograd::backward({o.out, o.rows}, {b.dout.to(dev), b.g.to(dev)});
-  o.dy = y.grad().cpu();
-  o.dw = weights.grad().cpu();
-  o.dx = x.grad().cpu();
-  o.out = o.out.detach().cpu();
-  o.rows = o.rows.detach().cpu();
+  o.dy = y.grad().cpu().clone();
+  o.dw = weights.grad().cpu().clone();
+  o.dx = x.grad().cpu().clone();
+  o.out = o.out.detach().cpu().clone();
+  o.rows = o.rows.detach().cpu().clone();
   return o;
 }
 
