@@ -567,9 +567,20 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
                   "kernel, or cuDNN's deterministic backward where LibTorch exposes it), and residual + RMSNorm as one kernel.\n\n";
           unmet_other.push_back(text);
         }
-        if (moe && ratio > t.moe_compiled_max)
+        if (moe && ratio > t.moe_compiled_max) {
+          const bool combine_timed = std::any_of(rows.begin(), rows.end(), [&](const auto& r) {
+            return r.model == kv.first && r.impl == "ufp4-without-fused-moe-combine";
+          });
           unmet_other.push_back("### bf16 step / PyTorch compiled step, " + kv.first + "\n\nOurs " + fmt("%.2f", kv.second) +
-                              " ms, compiled " + fmt("%.2f", compiled_ms[kv.first]) + " ms.\n\n");
+                              " ms, compiled " + fmt("%.2f", compiled_ms[kv.first]) + " ms. Besides deterministic attention (the "
+                              "attention rows below), Nsight Compute's per-kernel times of one BF16 step (logs/ncu-step-moe-81m.txt) "
+                              "show the routing's LibTorch operations: the combine's and the dispatch's BF16 products, sums, gathers, "
+                              "zero fills and copies, and the sorts, where the compiler fuses what it can. The fused combine "
+                              "(`models/fused_ops.h`: one kernel a direction for the combine, one for the dispatch's backward, the "
+                              "composition's bits) replaces the first group; " +
+                              (combine_timed ? std::string("the leave-one-out row `moe-combine` times what it buys.\n\n")
+                                             : std::string("these rows were measured before it existed (no `moe-combine` leave-one-out row).\n\n")));
+        }
       }
     }
   }
