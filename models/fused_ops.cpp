@@ -297,13 +297,17 @@ namespace {
 
 const int64_t* index_ptr(const torch::Tensor& t) { return t.data_ptr<int64_t>(); }
 
+// t contiguous and 16-byte aligned (the MoE kernels' row vectors): copied only when it is neither.
+torch::Tensor vector_rows(const torch::Tensor& t) {
+  torch::Tensor c = t.contiguous();
+  return reinterpret_cast<uintptr_t>(c.data_ptr()) % 16 ? c.clone() : c;
+}
+
 // MoE combine: the routing's index tensors ride along as saved data (no gradient).
 struct MoeCombineFunction : public torch::autograd::Function<MoeCombineFunction> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& y_in, const torch::Tensor& w_in,
                                const torch::Tensor& inverse, const torch::Tensor& order, const torch::Tensor& kept) {
-    torch::Tensor y = y_in.contiguous();
-    if (reinterpret_cast<uintptr_t>(y.data_ptr()) % 16) y = y.clone();  // the kernels' 16-byte row loads
-    const torch::Tensor w = w_in.contiguous();
+    const torch::Tensor y = vector_rows(y_in), w = w_in.contiguous();
     const int64_t T = w.size(0), k = w.size(1), d = y.size(1);
     torch::Tensor out = torch::empty({T, d}, y.options());
     MoeCombineIO io;
@@ -328,8 +332,7 @@ struct MoeCombineFunction : public torch::autograd::Function<MoeCombineFunction>
     const torch::Tensor &y = saved[0], &w = saved[1];
     const torch::Tensor inverse = ctx->saved_data["inverse"].toTensor(), order = ctx->saved_data["order"].toTensor(),
                         kept = ctx->saved_data["kept"].toTensor();
-    torch::Tensor dout = grads[0].contiguous();
-    if (reinterpret_cast<uintptr_t>(dout.data_ptr()) % 16) dout = dout.clone();  // the kernels' 16-byte row loads
+    const torch::Tensor dout = vector_rows(grads[0]);
     torch::Tensor dy = torch::empty_like(y), dw = torch::empty_like(w);
     MoeCombineIO io;
     io.tokens = w.size(0);
@@ -376,9 +379,7 @@ torch::Tensor fused_moe_dispatch_backward(const torch::Tensor& g_in, const torch
   check_kernel_device(g_in, "moe dispatch backward");
   if (g_in.dim() != 2 || top_k < 1 || g_in.size(0) % top_k || inverse.numel() != g_in.size(0))
     throw Error("moe dispatch backward: " + std::to_string(top_k) + " rows a token and one inverse entry a row");
-  torch::Tensor g = g_in.contiguous();
-  if (reinterpret_cast<uintptr_t>(g.data_ptr()) % 16) g = g.clone();  // the kernels' 16-byte row loads
-  const torch::Tensor inv = inverse.contiguous();
+  const torch::Tensor g = vector_rows(g_in), inv = inverse.contiguous();
   torch::Tensor dx = torch::empty({g.size(0) / top_k, g.size(1)}, g.options());
   MoeDispatchBackwardIO io;
   io.tokens = dx.size(0);

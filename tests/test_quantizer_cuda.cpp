@@ -265,6 +265,19 @@ TEST_CASE("CUDA segmented quantizer == its CPU oracle: segments of any length, p
     keys.rht_seeds.push_back(1000 + g);
   }
   const int64_t rows_row = r + 9, rows_col = c + 40;
+  auto segment_spec = [](const char* grid, ScaleKind sc, Rounding rd, int rht, int block, uint64_t offset) {
+    QuantSpec s;
+    s.grid = Grid::parse(grid);
+    s.scale = sc;
+    s.rounding = rd;
+    s.rht = rht;
+    s.block = block;
+    s.offset = offset;
+    return s;
+  };
+  // Columnwise operand lengths: whole RHT segments, or (without the RHT) any length, so that SR indices
+  // fall off the 16-element groups.
+  auto operand_lens = [&](bool rht) { return rht ? col_lens : std::vector<int32_t>(counts, counts + G); };
   torch::Tensor xr = test::make_input("outliers", rows_row, cols, 3);
   torch::Tensor xc = test::make_input("outliers", rows_col, cols, 4);
   // The caller's zero rows complete each columnwise operand; other layout rows hold anything (not read).
@@ -279,13 +292,7 @@ TEST_CASE("CUDA segmented quantizer == its CPU oracle: segments of any length, p
         for (int rht : {0, 16, 128})
           for (int block : {16, 64})
             for (bool col : {false, true}) {
-              QuantSpec s;
-              s.grid = Grid::parse(grid);
-              s.scale = sc;
-              s.rounding = rd;
-              s.rht = rht;
-              s.block = block;
-              s.offset = 42;
+              const QuantSpec s = segment_spec(grid, sc, rd, rht, block, 42);
               const bool in_bf16 = (n % 2) == 0, out_bf16 = (n % 4) < 2;
               ++n;
               torch::Tensor x = (col ? xc : xr).to(in_bf16 ? torch::kBFloat16 : torch::kFloat32);
@@ -312,15 +319,8 @@ TEST_CASE("CUDA segmented quantizer == its CPU oracle: segments of any length, p
       for (auto rd : {Rounding::kRtne, Rounding::kSr})
         for (int rht : {0, 16})
           for (bool col : {false, true}) {
-            QuantSpec s;
-            s.grid = Grid::parse(grid);
-            s.rounding = rd;
-            s.rht = rht;
-            s.offset = 9;
-            // Columnwise without RHT: operands of any length (SR indices off the 16-element groups).
-            std::vector<int32_t> lens = col_lens;
-            if (col && !rht)
-              for (int64_t g = 0; g < G; ++g) lens[g] = counts[g];
+            const QuantSpec s = segment_spec(grid, ScaleKind::kFp32, rd, rht, 16, 9);
+            const std::vector<int32_t> lens = operand_lens(rht);
             const torch::Tensor& x = col ? hc : hr;
             torch::Tensor ends = torch::tensor(col ? col_ends : row_ends, torch::kInt32);
             torch::Tensor ln = col ? torch::tensor(lens, torch::kInt32) : torch::Tensor();
@@ -351,15 +351,8 @@ TEST_CASE("CUDA segmented quantizer == its CPU oracle: segments of any length, p
         for (int rht : {0, 16})
           for (auto sc : {ScaleKind::kFp32, ScaleKind::kNvfp4})
             for (bool col : {true, false}) {
-              QuantSpec s;
-              s.grid = Grid::parse(grid);
-              s.rounding = rd;
-              s.rht = rht;
-              s.scale = sc;
-              s.offset = 5;
-              std::vector<int32_t> lens = col_lens;
-              if (col && !rht)
-                for (int64_t g = 0; g < G; ++g) lens[g] = counts[g];
+              const QuantSpec s = segment_spec(grid, sc, rd, rht, 16, 5);
+              const std::vector<int32_t> lens = operand_lens(rht);
               torch::Tensor src = torch::tensor(col ? src_col : src_row, torch::kInt64);
               torch::Tensor ends = torch::tensor(col ? col_ends : row_ends, torch::kInt32);
               torch::Tensor ln = col ? torch::tensor(lens, torch::kInt32) : torch::Tensor();

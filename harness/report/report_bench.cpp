@@ -525,7 +525,7 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
                                 "gathered copy); every activation is still read once for FPROP/DGRAD and once for WGRAD. What would "
                                 "close it: one pass that writes both the rowwise and the columnwise operand of the same activation "
                                 "(the dense layers' pair kernel, segmented), and the hot kernel's tiling for the columnwise SR case "
-                                "(at 8fd9f7e on an H100 it ran at 0.71 of the RTNE kernel's speed on moe-81m's routed X, "
+                                "(its time against the RTNE kernel's on moe-81m's routed X: "
                                 "`results/bench/logs/bench-kernels-segments-h100.log`).\n\n");
         }
       for (const auto& nd : nondet_ms[kv.first]) {
