@@ -51,7 +51,7 @@ struct SegmentedQuantizeIO {
 constexpr int kHotMaxSegments = 1024;  // the hot kernels hold the segment ends in shared memory
 inline bool segments_hot_path_applies(const KernelSpec& s, const SegmentedQuantizeIO& io) {
   return hot_spec_applies(s) && io.in_dtype == DType::kBF16 && io.out_dtype == DType::kBF16 && io.segments <= kHotMaxSegments &&
-         (io.columnwise ? io.cols % 2 == 0 : io.cols % 16 == 0) && aligned16(io.in) && aligned16(io.dequant);
+         io.cols % (io.columnwise ? 8 : 16) == 0 && aligned16(io.in) && aligned16(io.dequant);
 }
 
 // Whether the CUDA kernels read a gathered input (src_rows) themselves: the hot columnwise kernel.

@@ -211,15 +211,6 @@ void dispatch(const KernelSpec& s, const SegmentedQuantizeIO& io, cudaStream_t s
 // ---- hot kernels ----------------------------------------------------------------------------------
 constexpr int kHotSegThreads = 256;
 
-// The draws of elements sr0 .. sr0 + 15 in hot_chunk_values' form (byte i: element i).
-__device__ __forceinline__ U32x4 chunk_draws(uint64_t seed, uint64_t offset, uint64_t sr0) {
-  if ((sr0 & 15) == 0) return sr_bytes16(seed, offset, sr0 >> 4);
-  U32x4 r{{0, 0, 0, 0}};
-#pragma unroll
-  for (int i = 0; i < 16; ++i) r.v[i >> 2] |= sr_draw(seed, offset, sr0 + i) << (8 * (i & 3));
-  return r;
-}
-
 // One chunk of raw values x (RHT signs not applied) in the general arithmetic: the chunks the hot
 // path declines (zero, non-finite, tiny or huge blocks). Elements from nvalid on are +0.
 template <int kClass, bool kSR>
@@ -242,7 +233,7 @@ __device__ __forceinline__ void general_chunk(const KernelSpec& s, const float* 
 // The segment ends and the grid's levels and codes into shared memory (the whole block calls it).
 __device__ __forceinline__ void load_hot_tables(const KernelSpec& s, const SegmentedQuantizeIO& io, int32_t* sh_ends, float* sh_level,
                                                 uint8_t* sh_code) {
-  for (int i = threadIdx.x; i < io.segments; i += kHotSegThreads) sh_ends[i] = io.ends[i];
+  for (int i = threadIdx.x; i < io.segments; i += blockDim.x) sh_ends[i] = io.ends[i];
   if (threadIdx.x < 16) { sh_level[threadIdx.x] = s.grid.level[threadIdx.x]; sh_code[threadIdx.x] = s.grid.code[threadIdx.x]; }
   __syncthreads();
 }
@@ -291,119 +282,107 @@ __global__ void __launch_bounds__(kHotSegThreads) segments_hot_row_kernel(const 
   dst[1] = make_uint4(out[4], out[5], out[6], out[7]);
 }
 
-// SR draws of a chunk whose first element is not on a 16-element group (columnwise operands of any
-// length, without the RHT): out of line, so the common case keeps its registers.
-__device__ __noinline__ U32x4 unaligned_draws(uint64_t seed, uint64_t offset, uint64_t sr0) { return chunk_draws(seed, offset, sr0); }
+// Columnwise tiles: 16 layout rows (one chunk of one operand: columnwise operands start on multiples
+// of 16) x 128 columns, one column a thread.
+constexpr int kSegColThreads = 128;
+constexpr int kSegColUnits = kSegColThreads / 8;  // 16-byte units of a tile row
+using SegColTile = uint4[16][kSegColUnits];
 
-// A columnwise chunk the hot arithmetic declined, in the general arithmetic, out of line after the hot
-// stores (so the rare case costs the hot loop no registers): reloads column `col` of layout rows
-// j0 .. j0 + nvalid - 1 (through the row map), rounds it, and overwrites the column's stored halves.
+// A column chunk the hot arithmetic declined (or whose SR draws are off a 16-element group), in the
+// general arithmetic: out of line, so the rare case costs the hot code no registers. col: the chunk's
+// raw values in the tile (element i at col[i * 128]).
 template <int kClass, bool kSR>
-__device__ __noinline__ void general_col_chunk(const KernelSpec& s, const SegmentedQuantizeIO& io, const float* sh_level, const uint8_t* sh_code,
-                                               int64_t col, int64_t j0, int nvalid, int nstore, uint32_t signs, uint64_t seed, uint64_t sr0) {
-  const uint16_t* in = static_cast<const uint16_t*>(io.in);
+__device__ __noinline__ void general_col_chunk(const KernelSpec& s, const float* sh_level, const uint8_t* sh_code, const uint16_t* col,
+                                               uint32_t signs, uint64_t seed, uint64_t sr0, int nvalid, uint32_t* out) {
   float x[16];
 #pragma unroll
-  for (int i = 0; i < 16; ++i) {
-    const int64_t row = i >= nvalid ? -1 : io.src_rows ? io.src_rows[j0 + i] : j0 + i;
-    x[i] = row >= 0 ? bits_f32(static_cast<uint32_t>(in[row * io.cols + col]) << 16) : 0.0f;
-  }
-  uint32_t out[8];
-  general_chunk<kClass, kSR>(s, sh_level, sh_code, x, signs, seed, sr0, nvalid, out);
-  uint16_t* dst = static_cast<uint16_t*>(io.dequant) + j0 * io.cols + col;
-  for (int i = 0; i < nstore; ++i) dst[i * io.cols] = i < nvalid ? static_cast<uint16_t>(out[i / 2] >> (16 * (i & 1))) : 0;
+  for (int i = 0; i < 16; ++i) x[i] = bits_f32(static_cast<uint32_t>(col[i * kSegColThreads]) << 16);
+  uint32_t o[8];
+  general_chunk<kClass, kSR>(s, sh_level, sh_code, x, signs, seed, sr0, nvalid, o);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) out[k] = o[k];
 }
 
-// Columnwise: a thread owns two adjacent columns of 16 token rows (4-byte loads and stores, a warp
-// covering 256 contiguous bytes of each row); each column is one chunk of its operand. Both chunks'
-// draws come first (two independent Philox chains overlap the loads and the first transform); chunks
-// the hot arithmetic declines are redone out of line after the stores: with that code inlined for both
-// chunks the SR kernel took 154 registers, one block an SM, and ran at half the RTNE kernel's speed;
-// now two blocks fit (128 registers), and three of the RTNE kernel as before.
+// Columnwise: a block copies its tile to shared memory in coalesced 16-byte units (layout row j0 + i
+// read from input row src_rows[j0 + i] when the layout is gathered, zeros for -1 and past the
+// operand), each thread rounds one column chunk in place, and the block stores the tile in 16-byte
+// units. Two columns a thread straight from global memory (4-byte accesses, 16 a thread in flight, the
+// SR code for both chunks live) ran at about half the rowwise kernel's speed.
 template <int kClass, bool kSR, bool kRht>
-__global__ void __launch_bounds__(kHotSegThreads, kSR ? 2 : 3) segments_hot_col_kernel(const __grid_constant__ KernelSpec s,
-                                                                            const __grid_constant__ SegmentedQuantizeIO io,
-                                                                            const __grid_constant__ HotParams h) {
+__global__ void __launch_bounds__(kSegColThreads) segments_hot_col_kernel(const __grid_constant__ KernelSpec s,
+                                                                         const __grid_constant__ SegmentedQuantizeIO io,
+                                                                         const __grid_constant__ HotParams h) {
   __shared__ int32_t sh_ends[kHotMaxSegments];
   __shared__ float sh_level[16];
   __shared__ uint8_t sh_code[16];
+  __shared__ SegColTile tile;
   const int G = static_cast<int>(io.segments);
   load_hot_tables(s, io, sh_ends, sh_level, sh_code);
-  const int64_t pairs = io.cols / 2;
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * kHotSegThreads + threadIdx.x;
-  const int64_t pair = t % pairs, j0 = (t / pairs) * 16;
-  if (j0 >= io.rows) return;
+  const int tid = threadIdx.x;
+  const int64_t j0 = static_cast<int64_t>(blockIdx.x) * 16, c0 = static_cast<int64_t>(blockIdx.y) * kSegColThreads;
   const int nstore = io.rows - j0 >= 16 ? 16 : static_cast<int>(io.rows - j0);
-  uint32_t* dst = static_cast<uint32_t*>(io.dequant) + j0 * pairs + pair;
+  const int units = io.cols - c0 >= kSegColThreads ? kSegColUnits : static_cast<int>(io.cols - c0) / 8;  // cols % 8 == 0
   const int g = segment_of(sh_ends, G, j0);
   const int64_t begin = g > 0 && g < G ? sh_ends[g - 1] : 0;
   const int64_t pos = j0 - begin;
   const int64_t len = g < G ? (io.lens ? io.lens[g] : sh_ends[g] - begin) : 0;
   const int nvalid = pos >= len ? 0 : (len - pos >= 16 ? 16 : static_cast<int>(len - pos));
-  if (nvalid == 0) {  // layout padding
+  // Thread t moves units t and t + 128: row u / 16, unit u % 16.
 #pragma unroll
-    for (int i = 0; i < 16; ++i)
-      if (i < nstore) dst[i * pairs] = 0u;
-    return;
+  for (int q = 0; q < 2; ++q) {
+    const int u = tid + q * kSegColThreads, i = u / kSegColUnits, k = u % kSegColUnits;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (k < units && i < nvalid) {
+      const int64_t row = io.src_rows ? io.src_rows[j0 + i] : j0 + i;
+      if (row >= 0) v = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(io.in) + row * io.cols + c0) + k);
+    }
+    tile[i][k] = v;
   }
-  // Row j0 + i of the layout, or the input row it is gathered from (zeros where that is -1).
-  const uint32_t* in = static_cast<const uint32_t*>(io.in) + pair;
-  const int64_t* src_rows = io.src_rows;
-  uint32_t w[16];
-#pragma unroll
-  for (int i = 0; i < 16; ++i) {
-    const int64_t row = i >= nvalid ? -1 : src_rows ? src_rows[j0 + i] : j0 + i;
-    w[i] = row >= 0 ? in[row * pairs] : 0u;
-  }
-  const uint32_t signs = kRht ? io.rht_signs[4 * g] : 0u;  // operands start on whole RHT segments: position i
-  const uint64_t seed = kSR ? io.seeds[g] : 0;
-  // Element (column, pos) of the [cols, len] operand, for columns 2 pair and 2 pair + 1.
-  const uint64_t sr0[2] = {static_cast<uint64_t>(2 * pair * len + pos), static_cast<uint64_t>((2 * pair + 1) * len + pos)};
-  U32x4 rnd[2] = {};
-  if (kSR) {
-    const uint64_t offset = sr_offset(s);
-#pragma unroll
-    for (int half = 0; half < 2; ++half)
-      rnd[half] = (sr0[half] & 15) == 0 ? sr_bytes16(seed, offset, sr0[half] >> 4) : unaligned_draws(seed, offset, sr0[half]);
-  }
-  uint32_t out[2][8];
-  uint32_t declined = 0;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
+  __syncthreads();
+  uint16_t* col = reinterpret_cast<uint16_t*>(&tile[0][0]) + tid;  // element i at col[i * 128]
+  if (nvalid > 0 && tid < 8 * units) {
+    const uint32_t signs = kRht ? io.rht_signs[4 * g] : 0u;  // operands start on whole RHT segments: position i
     float x[16];
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
       const uint32_t flip = kRht && ((signs >> i) & 1u) ? 0x80000000u : 0u;
-      x[i] = bits_f32((half ? (w[i] & 0xffff0000u) : (w[i] << 16)) ^ flip);
+      x[i] = bits_f32((static_cast<uint32_t>(col[i * kSegColThreads]) << 16) ^ flip);
     }
-    if (!hot_chunk_values<kClass, kSR, kRht>(h, x, rnd[half], out[half])) {
-      declined |= 1u << half;
+    const uint64_t seed = kSR ? io.seeds[g] : 0;
+    const uint64_t sr0 = static_cast<uint64_t>((c0 + tid) * len + pos);  // element (column, pos) of the [cols, len] operand
+    // SR draws off a 16-element group (operands of any length, without the RHT) take the general code
+    // too: an out-of-line draw function here cost the kernel 90 registers.
+    const bool aligned = !kSR || (sr0 & 15) == 0;
+    const U32x4 rnd = kSR && aligned ? sr_bytes16(seed, sr_offset(s), sr0 >> 4) : U32x4{};
+    uint32_t out[8];
+    if (!aligned || !hot_chunk_values<kClass, kSR, kRht>(h, x, rnd, out))
+      general_col_chunk<kClass, kSR>(s, sh_level, sh_code, col, signs, seed, sr0, nvalid, out);
+    // A thread's column only: no other thread reads these halves.
 #pragma unroll
-      for (int k = 0; k < 8; ++k) out[half][k] = 0u;
-    }
+    for (int i = 0; i < 16; ++i) col[i * kSegColThreads] = i < nvalid ? static_cast<uint16_t>(out[i / 2] >> (16 * (i & 1))) : 0;
   }
-  // Element i of each column: the low (even i) or high half of word i / 2; the pair's word for row i.
+  __syncthreads();
 #pragma unroll
-  for (int i = 0; i < 16; ++i) {
-    const uint32_t lo = (i & 1) ? out[0][i / 2] >> 16 : out[0][i / 2] & 0xffffu;
-    const uint32_t hi = (i & 1) ? out[1][i / 2] & 0xffff0000u : out[1][i / 2] << 16;
-    if (i < nstore) dst[i * pairs] = i < nvalid ? (lo | hi) : 0u;
-  }
-  for (; declined; declined &= declined - 1) {
-    const int half = __ffs(declined) - 1;
-    general_col_chunk<kClass, kSR>(s, io, sh_level, sh_code, 2 * pair + half, j0, nvalid, nstore, signs, seed, sr0[half]);
+  for (int q = 0; q < 2; ++q) {
+    const int u = tid + q * kSegColThreads, i = u / kSegColUnits, k = u % kSegColUnits;
+    if (k < units && i < nstore) reinterpret_cast<uint4*>(static_cast<uint16_t*>(io.dequant) + (j0 + i) * io.cols + c0)[k] = tile[i][k];
   }
 }
 
 template <bool kCol, int kClass, bool kSR, bool kRht>
 void launch_hot_segments(const KernelSpec& s, const SegmentedQuantizeIO& io, cudaStream_t stream) {
-  const int64_t threads = kCol ? (io.cols / 2) * ((io.rows + 15) / 16) : io.rows * (io.cols / 16);
-  const int64_t blocks = (threads + kHotSegThreads - 1) / kHotSegThreads;
-  if (blocks > 0x7fffffff) throw Error("quantize segments: tensor too large for one launch");
-  if (blocks == 0) return;
   const HotParams h = make_hot_params(s);
-  if (kCol) segments_hot_col_kernel<kClass, kSR, kRht><<<static_cast<unsigned>(blocks), kHotSegThreads, 0, stream>>>(s, io, h);
-  else segments_hot_row_kernel<kClass, kSR, kRht><<<static_cast<unsigned>(blocks), kHotSegThreads, 0, stream>>>(s, io, h);
+  if (kCol) {
+    const dim3 grid(static_cast<unsigned>((io.rows + 15) / 16), static_cast<unsigned>((io.cols + kSegColThreads - 1) / kSegColThreads));
+    if ((io.rows + 15) / 16 > 0x7fffffff || grid.y > 65535u) throw Error("quantize segments: tensor too large for one launch");
+    if (grid.x == 0 || grid.y == 0) return;
+    segments_hot_col_kernel<kClass, kSR, kRht><<<grid, kSegColThreads, 0, stream>>>(s, io, h);
+  } else {
+    const int64_t blocks = (io.rows * (io.cols / 16) + kHotSegThreads - 1) / kHotSegThreads;
+    if (blocks > 0x7fffffff) throw Error("quantize segments: tensor too large for one launch");
+    if (blocks == 0) return;
+    segments_hot_row_kernel<kClass, kSR, kRht><<<static_cast<unsigned>(blocks), kHotSegThreads, 0, stream>>>(s, io, h);
+  }
   check_cuda(cudaGetLastError(), "quantize segments hot kernel launch");
 }
 

@@ -368,6 +368,34 @@ TEST_CASE("CUDA segmented quantizer == its CPU oracle: segments of any length, p
             }
     CHECK(cases == 32);
   }
+  // Columnwise widths the hot kernel's 128-column tiles do not divide (200: a partial tile) and one it
+  // does not take (202: not a multiple of 8; the general kernel, on the gathered copy when gathered).
+  for (int64_t width : {200, 202}) {
+    torch::Tensor hc = test::make_input("mixed", rows_col, width, 12);
+    int64_t begin = 0;
+    for (int64_t g = 0; g < G; begin = col_ends[g++]) hc.slice(0, begin + counts[g], begin + col_lens[g]).zero_();
+    hc = hc.to(torch::kBFloat16);
+    torch::Tensor source = test::make_input("outliers", 600, width, 13).to(torch::kBFloat16);
+    std::vector<int64_t> src_col(rows_col, -1);
+    int64_t k = 0;
+    for (int64_t g = 0, cb = 0; g < G; cb = col_ends[g++])
+      for (int64_t i = 0; i < counts[g]; ++i, ++k) src_col[cb + i] = (k * 263) % 600;
+    torch::Tensor src = torch::tensor(src_col, torch::kInt64);
+    torch::Tensor ends = torch::tensor(col_ends, torch::kInt32);
+    for (auto rd : {Rounding::kRtne, Rounding::kSr})
+      for (int rht : {0, 16}) {
+        const QuantSpec s = segment_spec("e2m1", ScaleKind::kFp32, rd, rht, 16, 7);
+        torch::Tensor ln = torch::tensor(operand_lens(rht), torch::kInt32);
+        torch::Tensor a = quantize_segments(hc, s, keys, ends, ln, true, torch::kBFloat16);
+        torch::Tensor b = quantize_segments(hc.to(torch::kCUDA), s, keys, ends.to(torch::kCUDA), ln.to(torch::kCUDA), true, torch::kBFloat16).cpu();
+        torch::Tensor want = quantize_segments(gather_rows(source, src), s, keys, ends, ln, true, torch::kBFloat16);
+        torch::Tensor gpu = quantize_segments(source.to(torch::kCUDA), s, keys, ends.to(torch::kCUDA), ln.to(torch::kCUDA), true,
+                                              torch::kBFloat16, src.to(torch::kCUDA)).cpu();
+        INFO("width " << width << " " << to_string(rd) << " rht=" << rht);
+        REQUIRE(test::first_bit_mismatch(a, b) < 0);
+        REQUIRE(test::first_bit_mismatch(want, gpu) < 0);
+      }
+  }
   // 16x16 2D weight tiles: 6 experts' [64, 200] weights stacked, both directions.
   torch::Tensor w = test::make_input("mixed", 6 * 64, 200, 8);
   torch::Tensor wends = torch::arange(1, 7, torch::kInt32) * 64;
