@@ -519,14 +519,14 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
             unmet_other.push_back("### ufp4 step / bf16 step, " + kv.first + "\n\nufp4 " + fmt("%.2f", r.ms) + " ms, bf16 " +
                                 fmt("%.2f", kv.second) + " ms. The experts' operands are quantized for all experts at once "
                                 "(the segmented kernels, `kernels/quantize_segments.h`) and their GEMMs run grouped, as the BF16 "
-                                "ones do; the difference is the quantizers' traffic. The segmented kernels take longer than the hot "
-                                "kernel on the same tensor (the segmented-quantizer table: most with SR, columnwise). WGRAD's "
-                                "columnwise kernel reads each expert's tokens in place through its padded layout's row map (no "
-                                "gathered copy); every activation is still read once for FPROP/DGRAD and once for WGRAD. What would "
-                                "close it: one pass that writes both the rowwise and the columnwise operand of the same activation "
-                                "(the dense layers' pair kernel, segmented), and the hot kernel's tiling for the columnwise SR case "
-                                "(its time against the RTNE kernel's on moe-81m's routed X: "
-                                "`results/bench/logs/bench-kernels-segments-h100.log`).\n\n");
+                                "ones do; the difference is the quantizers' traffic. WGRAD's columnwise kernel reads each expert's "
+                                "tokens in place through its padded layout's row map (no gathered copy), a 16 x 128 tile a block "
+                                "through shared memory (its times on moe-81m's routed X, rowwise and columnwise: "
+                                "`results/bench/logs/bench-kernels-segments-h100.log`); every activation is still read once for "
+                                "FPROP/DGRAD and once for WGRAD. What would close it: one pass that writes both the rowwise and the "
+                                "columnwise operand of the same activation (the dense layers' pair kernel, segmented), and the "
+                                "quantization of fc2's input and fc1's output gradient inside the SwiGLU kernels that produce "
+                                "them.\n\n");
         }
       for (const auto& nd : nondet_ms[kv.first]) {
         const double det = recipe_ms[kv.first][nd.first], ratio = det / nd.second;
