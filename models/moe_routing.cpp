@@ -53,6 +53,16 @@ struct DispatchTokens : public torch::autograd::Function<DispatchTokens> {
   }
 };
 
+// Integer keys no larger than max_key in the narrowest type that holds them: LibTorch's radix sort on
+// the GPU takes one pass per byte of its key type (8 for int64), and a stable sort by the same values
+// gives the same order in any type.
+torch::Tensor narrow_keys(const torch::Tensor& keys, int64_t max_key) {
+  if (max_key <= 255) return keys.to(torch::kByte);
+  if (max_key <= 32767) return keys.to(torch::kShort);
+  if (max_key <= 2147483647) return keys.to(torch::kInt);
+  return keys;
+}
+
 }  // namespace
 
 torch::Tensor Routing::host_ends() const {
@@ -71,8 +81,8 @@ Routing route(const torch::Tensor& idx, const torch::Tensor& weights, int64_t ex
   r.weights = PermuteCols::apply(weights, std::get<1>(by_expert));
   torch::Tensor flat = std::get<0>(by_expert).flatten();  // [A], assignment a = t * k + slot
   // Stable: within an expert, assignments stay in token order (capacity keeps the first ones).
-  auto sorted = flat.sort(/*stable=*/true, /*dim=*/0, /*descending=*/false);
-  torch::Tensor expert_of_row = std::get<0>(sorted), order = std::get<1>(sorted);
+  auto sorted = narrow_keys(flat, experts - 1).sort(/*stable=*/true, /*dim=*/0, /*descending=*/false);
+  torch::Tensor expert_of_row = std::get<0>(sorted).to(flat.scalar_type()), order = std::get<1>(sorted);
   torch::Tensor ids = torch::arange(experts, flat.options());
   torch::Tensor starts = torch::searchsorted(expert_of_row, ids, /*out_int32=*/false, /*right=*/false);
   torch::Tensor ends = torch::searchsorted(expert_of_row, ids, /*out_int32=*/false, /*right=*/true);
@@ -82,13 +92,13 @@ Routing route(const torch::Tensor& idx, const torch::Tensor& weights, int64_t ex
     torch::Tensor place = torch::arange(A, flat.options()) - starts.index_select(0, expert_of_row);
     torch::Tensor keep = place < capacity;
     torch::Tensor key = torch::where(keep, expert_of_row, torch::full_like(expert_of_row, experts));
-    torch::Tensor again = std::get<1>(key.sort(/*stable=*/true, /*dim=*/0, /*descending=*/false));
+    torch::Tensor again = std::get<1>(narrow_keys(key, experts).sort(/*stable=*/true, /*dim=*/0, /*descending=*/false));
     order = order.index_select(0, again);
     r.kept = keep.index_select(0, again);
     ends = torch::cumsum(torch::clamp_max(ends - starts, capacity), 0);
   }
   r.order = order;
-  r.inverse = torch::argsort(order, /*dim=*/0, /*descending=*/false);
+  r.inverse = torch::argsort(narrow_keys(order, A - 1), /*dim=*/0, /*descending=*/false);  // a permutation: unique keys
   r.ends = ends.to(torch::kInt32);
   return r;
 }

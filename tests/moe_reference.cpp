@@ -1,5 +1,6 @@
 #include "tests/moe_reference.h"
 
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -65,46 +66,54 @@ bool same(const torch::Tensor& a, const torch::Tensor& b) {
 // each expert's segment its assignments in token order, the first `capacity` of them; dropped rows last.
 void check_routing(torch::Device device) {
   torch::manual_seed(7);
-  const int64_t T = 40, k = 3, E = 6;
-  torch::Tensor idx = std::get<1>(torch::rand({T, E}).topk(k, -1)).to(device);
-  torch::Tensor w = torch::rand({T, k}).to(device);
-  INFO(device);
-  for (int64_t capacity : {0, 5, 1000}) {
-    INFO("capacity " << capacity);
-    const Routing r = route(idx, w, E, capacity);
-    const int64_t A = T * k;
-    REQUIRE(r.order.size(0) == A);
-    CHECK(torch::equal(r.order.index_select(0, r.inverse).cpu(), torch::arange(A)));
-    // Slots of each token in ascending expert order, weights moved with them.
-    torch::Tensor ids = std::get<0>(idx.sort(-1));
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t j = 0; j < k; ++j) {
-        const int64_t e = ids[t][j].item<int64_t>();
-        int64_t slot = 0;
-        while (idx[t][slot].item<int64_t>() != e) ++slot;
-        CHECK(r.weights[t][j].item<float>() == w[t][slot].item<float>());
-      }
-    const torch::Tensor ends = r.host_ends();
-    int64_t start = 0, kept = 0;
-    for (int64_t e = 0; e < E; ++e) {
-      const int64_t end = ends[e].item<int64_t>();
-      // Expert e's segment: its assignments in token order, the first `capacity` of them.
-      std::vector<int64_t> expected;
+  // 6 experts (one-byte sort keys), and 300 experts over 400 assignments (two-byte keys).
+  for (const auto& shape : std::vector<std::array<int64_t, 3>>{{40, 3, 6}, {200, 2, 300}}) {
+    const int64_t T = shape[0], k = shape[1], E = shape[2];
+    torch::Tensor idx = std::get<1>(torch::rand({T, E}).topk(k, -1)).to(device);
+    torch::Tensor w = torch::rand({T, k}).to(device);
+    INFO(device << " T " << T << " k " << k << " E " << E);
+    torch::Tensor idx_cpu = idx.cpu(), w_cpu = w.cpu();
+    torch::Tensor ids = std::get<0>(idx_cpu.sort(-1));
+    auto I = idx_cpu.accessor<int64_t, 2>(), S = ids.accessor<int64_t, 2>();
+    auto W = w_cpu.accessor<float, 2>();
+    for (int64_t capacity : {int64_t{0}, int64_t{5}, int64_t{1000}}) {
+      INFO("capacity " << capacity);
+      const Routing r = route(idx, w, E, capacity);
+      const int64_t A = T * k;
+      REQUIRE(r.order.size(0) == A);
+      CHECK(torch::equal(r.order.index_select(0, r.inverse).cpu(), torch::arange(A)));
+      // Slots of each token in ascending expert order, weights moved with them.
+      torch::Tensor rw = r.weights.cpu(), order = r.order.cpu();
+      auto RW = rw.accessor<float, 2>();
+      auto O = order.accessor<int64_t, 1>();
       for (int64_t t = 0; t < T; ++t)
-        for (int64_t j = 0; j < k; ++j)
-          if (ids[t][j].item<int64_t>() == e) expected.push_back(t * k + j);
-      if (capacity > 0 && static_cast<int64_t>(expected.size()) > capacity) expected.resize(capacity);
-      REQUIRE(end - start == static_cast<int64_t>(expected.size()));
-      for (int64_t i = 0; i < end - start; ++i) CHECK(r.order[start + i].item<int64_t>() == expected[i]);
-      kept += end - start;
-      start = end;
-    }
-    if (capacity == 0) {
-      CHECK(!r.kept.defined());
-      CHECK(kept == A);
-    } else {
-      CHECK(r.kept.sum().item<int64_t>() == kept);
-      CHECK(r.kept.slice(0, 0, kept).all().item<bool>());
+        for (int64_t j = 0; j < k; ++j) {
+          int64_t slot = 0;
+          while (I[t][slot] != S[t][j]) ++slot;
+          CHECK(RW[t][j] == W[t][slot]);
+        }
+      const torch::Tensor ends = r.host_ends();
+      // Each expert's assignments in token order.
+      std::vector<std::vector<int64_t>> expected(E);
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t j = 0; j < k; ++j) expected[S[t][j]].push_back(t * k + j);
+      int64_t start = 0, kept = 0;
+      for (int64_t e = 0; e < E; ++e) {
+        const int64_t end = ends[e].item<int64_t>();
+        // Expert e's segment: the first `capacity` of them.
+        if (capacity > 0 && static_cast<int64_t>(expected[e].size()) > capacity) expected[e].resize(capacity);
+        REQUIRE(end - start == static_cast<int64_t>(expected[e].size()));
+        for (int64_t i = 0; i < end - start; ++i) CHECK(O[start + i] == expected[e][i]);
+        kept += end - start;
+        start = end;
+      }
+      if (capacity == 0) {
+        CHECK(!r.kept.defined());
+        CHECK(kept == A);
+      } else {
+        CHECK(r.kept.sum().item<int64_t>() == kept);
+        CHECK(r.kept.slice(0, 0, kept).all().item<bool>());
+      }
     }
   }
 }
