@@ -201,6 +201,10 @@ GroupedRows GroupedLinearImpl::wgrad_rows(const torch::Tensor& ends, int64_t row
   int64_t align = std::max(16, rht);
   for (const OperandRecipe& o : r.op)
     if (touched && o.quantize) align = std::max<int64_t>(align, o.spec.block);
+  WgradRowsCache& cache = *wgrad_rows_cache;
+  if (cache.ends.defined() && cache.ends.unsafeGetTensorImpl() == ends.unsafeGetTensorImpl() && cache.rows == rows && cache.align == align &&
+      cache.rht == rht)
+    return cache.value;
   const int64_t E = ends.size(0);
   const torch::Tensor starts = segment_starts(ends), counts = ends - starts;
   GroupedRows out;
@@ -214,6 +218,7 @@ GroupedRows GroupedLinearImpl::wgrad_rows(const torch::Tensor& ends, int64_t row
   const torch::Tensor local = at - segment_starts(out.ends).to(torch::kInt64).index_select(0, g);
   const torch::Tensor valid = (seg < E).logical_and(local < counts.to(torch::kInt64).index_select(0, g));
   out.src = torch::where(valid, starts.to(torch::kInt64).index_select(0, g) + local, torch::full_like(local, -1));
+  cache = {ends, rows, align, rht, out};
   return out;
 }
 

@@ -57,6 +57,15 @@ class GroupedLinearImpl : public torch::nn::Module {
   // largest of 16, the RHT size and the quantized operands' blocks; lens = the rows rounded up to the
   // RHT size (the per-expert path's zero rows). Computed on the device.
   GroupedRows wgrad_rows(const torch::Tensor& ends, int64_t rows) const;
+  // The last wgrad_rows() result, shared by the linears of one MoE layer (MoeImpl): fc2's backward
+  // computes the layout, fc1's (same routing ends, same alignment) reuses it instead of some 30 small
+  // launches. Held with its ends tensor, so no other tensor can take that tensor's identity meanwhile.
+  struct WgradRowsCache {
+    torch::Tensor ends;
+    int64_t rows = 0, align = 0, rht = 0;
+    GroupedRows value;
+  };
+  std::shared_ptr<WgradRowsCache> wgrad_rows_cache = std::make_shared<WgradRowsCache>();
   // Each expert's SR and RHT seeds for operand `slot` of GEMM g at `step`.
   SegmentKeys expert_keys(Gemm g, int slot, int64_t step) const;
 

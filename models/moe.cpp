@@ -16,6 +16,7 @@ MoeImpl::MoeImpl(const ModelConfig& c, const std::string& prefix, const std::sha
                                                             layer_index, n));
   fc2 = register_module("experts_linear_fc2", GroupedLinear(c.n_experts, c.expert_hidden, c.d_model, prefix, "linear_fc2", ctx, id + 1, 2,
                                                             layer_index, n));
+  fc1->wgrad_rows_cache = fc2->wgrad_rows_cache;  // the same routing: one WGRAD layout a layer
   for (int64_t e = 0; e < c.n_experts; ++e) {
     fc1->init_expert(e);
     fc2->init_expert(e);

@@ -259,6 +259,16 @@ OperandComparison compare_grouped_operands(const Recipe& recipe, torch::Device d
   const torch::Tensor ddy = m->grouped_operand(dy, Gemm::kDgrad, 0, step, false, ends, torch::Tensor());
   const torch::Tensor dw = m->grouped_operand(w.view({E * N, K}), Gemm::kDgrad, 1, step, true, wrows, torch::Tensor()).view({E, N, K});
   const GroupedRows rows = m->wgrad_rows(ends, A);
+  // The layout is reused for the same ends tensor (a MoE layer's second linear), recomputed for
+  // another tensor of the same values and for another row count, and equal each time.
+  {
+    const GroupedRows again = m->wgrad_rows(ends, A), other = m->wgrad_rows(ends.clone(), A), more = m->wgrad_rows(ends, A + 16);
+    if (again.src.data_ptr() != rows.src.data_ptr()) fail("wgrad_rows not reused for the same ends");
+    if (other.src.data_ptr() == rows.src.data_ptr() || more.src.data_ptr() == rows.src.data_ptr()) fail("wgrad_rows reused for other ends or rows");
+    if (!torch::equal(other.src, rows.src) || !torch::equal(other.ends, rows.ends) || !torch::equal(other.lens, rows.lens))
+      fail("wgrad_rows recomputed differently");
+    if (more.rows != rows.rows + 16 || !torch::equal(more.ends, rows.ends)) fail("wgrad_rows for more rows");
+  }
   // As the layer's backward makes them: the tokens read in place through the padded layout's row map.
   const torch::Tensor wdy = m->grouped_operand(dy, Gemm::kWgrad, 0, step, true, rows.ends, rows.lens, rows.src);
   const torch::Tensor wx = m->grouped_operand(x, Gemm::kWgrad, 1, step, true, rows.ends, rows.lens, rows.src);
