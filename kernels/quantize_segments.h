@@ -50,7 +50,8 @@ struct SegmentedQuantizeIO {
 // The training path's specs (kernels/quantize_hot.h) on BF16 in and out: the hot kernels take them.
 constexpr int kHotMaxSegments = 1024;  // the hot kernels hold the segment ends in shared memory
 inline bool segments_hot_path_applies(const KernelSpec& s, const SegmentedQuantizeIO& io) {
-  return hot_spec_applies(s) && io.in_dtype == DType::kBF16 && io.out_dtype == DType::kBF16 && io.segments <= kHotMaxSegments &&
+  return hot_spec_applies(s) && (io.in_dtype == DType::kBF16 || io.in_dtype == DType::kF32) && io.out_dtype == DType::kBF16 &&
+         io.segments <= kHotMaxSegments &&
          io.cols % (io.columnwise ? 8 : 16) == 0 && aligned16(io.in) && aligned16(io.dequant);
 }
 

@@ -1,9 +1,9 @@
 // CUDA kernels of the segmented quantizer (kernels/quantize_segments.h). Each chunk's operand is found
 // from the segment ends on the device: its keys, its tensor amax, its SR indices and where its values
 // land. No host synchronisation: the launch sizes depend on the tensor's shape only.
-// - The hot kernels: the training path's specs (kernels/quantize_hot.h: BF16, 1x16, FP32 scales, RHT
-//   off or 16, E2M1 or uniform grids) with the hot path's chunk arithmetic; chunks outside its proven
-//   range take the general arithmetic.
+// - The hot kernels: the training path's specs (kernels/quantize_hot.h: BF16 or FP32 in, BF16 out,
+//   1x16, FP32 scales, RHT off or 16, E2M1 or uniform grids) with the hot path's chunk arithmetic;
+//   chunks outside its proven range take the general arithmetic.
 // - The general kernel: every other spec, in the general kernel's scheme (kernels/quantize_cuda.cu: one
 //   thread owns one 16-element chunk of an output row; the chunks of one RHT segment or one scaling
 //   block exchange values through shared memory).
@@ -238,8 +238,13 @@ __device__ __forceinline__ void load_hot_tables(const KernelSpec& s, const Segme
   __syncthreads();
 }
 
+// An input element's FP32 bits from its word: BF16 (the activations) widened, or FP32 (the master
+// weights) as is.
+template <bool kF32>
+__device__ __forceinline__ uint32_t input_bits(uint32_t word) { return kF32 ? word : word << 16; }
+
 // Rowwise: a thread owns one 16-element chunk of a row.
-template <int kClass, bool kSR, bool kRht>
+template <int kClass, bool kSR, bool kRht, bool kF32>
 __global__ void __launch_bounds__(kHotSegThreads) segments_hot_row_kernel(const __grid_constant__ KernelSpec s,
                                                                          const __grid_constant__ SegmentedQuantizeIO io,
                                                                          const __grid_constant__ HotParams h) {
@@ -261,21 +266,34 @@ __global__ void __launch_bounds__(kHotSegThreads) segments_hot_row_kernel(const 
     dst[1] = make_uint4(0, 0, 0, 0);
     return;
   }
-  const uint4* src = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(io.in) + r * io.cols + j0);
-  const uint4 a = src[0], b = src[1];
-  const uint32_t w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+  // The chunk's 16 elements as FP32 bits: two 16-byte loads of BF16, or four of FP32.
+  uint32_t bits[16];
+  if (kF32) {
+    const uint4* src = reinterpret_cast<const uint4*>(static_cast<const float*>(io.in) + r * io.cols + j0);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const uint4 a = src[q];
+      bits[4 * q] = a.x, bits[4 * q + 1] = a.y, bits[4 * q + 2] = a.z, bits[4 * q + 3] = a.w;
+    }
+  } else {
+    const uint4* src = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(io.in) + r * io.cols + j0);
+    const uint4 a = src[0], b = src[1];
+    const uint32_t w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int i = 0; i < 16; ++i) bits[i] = (i & 1) ? (w[i / 2] & 0xffff0000u) : (w[i / 2] << 16);
+  }
   const uint32_t signs = kRht ? io.rht_signs[4 * g] : 0u;
   float x[16];
 #pragma unroll
   for (int i = 0; i < 16; ++i) {
     const uint32_t flip = kRht && ((signs >> i) & 1u) ? 0x80000000u : 0u;
-    x[i] = bits_f32(((i & 1) ? (w[i / 2] & 0xffff0000u) : (w[i / 2] << 16)) ^ flip);
+    x[i] = bits_f32(bits[i] ^ flip);
   }
   const uint64_t seed = kSR ? io.seeds[g] : 0, sr0 = static_cast<uint64_t>(pos * io.cols + j0);
   uint32_t out[8];
   if (!hot_chunk_values<kClass, kSR, kRht>(h, x, kSR ? sr_bytes16(seed, sr_offset(s), sr0 >> 4) : U32x4{}, out)) {
 #pragma unroll
-    for (int i = 0; i < 16; ++i) x[i] = bits_f32((i & 1) ? (w[i / 2] & 0xffff0000u) : (w[i / 2] << 16));
+    for (int i = 0; i < 16; ++i) x[i] = bits_f32(bits[i]);
     general_chunk<kClass, kSR>(s, sh_level, sh_code, x, signs, seed, sr0, 16, out);
   }
   dst[0] = make_uint4(out[0], out[1], out[2], out[3]);
@@ -285,18 +303,24 @@ __global__ void __launch_bounds__(kHotSegThreads) segments_hot_row_kernel(const 
 // Columnwise tiles: 16 layout rows (one chunk of one operand: columnwise operands start on multiples
 // of 16) x 128 columns, one column a thread.
 constexpr int kSegColThreads = 128;
-constexpr int kSegColUnits = kSegColThreads / 8;  // 16-byte units of a tile row
-using SegColTile = uint4[16][kSegColUnits];
+constexpr int kSegColUnits = kSegColThreads / 8;  // 16-byte units of a BF16 tile row (the output's)
+
+// Input element i of a thread's column in the tile (col: its first element), as FP32 bits.
+template <bool kF32>
+__device__ __forceinline__ uint32_t tile_bits(const void* col, int i) {
+  if (kF32) return static_cast<const uint32_t*>(col)[i * kSegColThreads];
+  return input_bits<false>(static_cast<const uint16_t*>(col)[i * kSegColThreads]);
+}
 
 // A column chunk the hot arithmetic declined (or whose SR draws are off a 16-element group), in the
 // general arithmetic: out of line, so the rare case costs the hot code no registers. col: the chunk's
 // raw values in the tile (element i at col[i * 128]).
-template <int kClass, bool kSR>
-__device__ __noinline__ void general_col_chunk(const KernelSpec& s, const float* sh_level, const uint8_t* sh_code, const uint16_t* col,
+template <int kClass, bool kSR, bool kF32>
+__device__ __noinline__ void general_col_chunk(const KernelSpec& s, const float* sh_level, const uint8_t* sh_code, const void* col,
                                                uint32_t signs, uint64_t seed, uint64_t sr0, int nvalid, uint32_t* out) {
   float x[16];
 #pragma unroll
-  for (int i = 0; i < 16; ++i) x[i] = bits_f32(static_cast<uint32_t>(col[i * kSegColThreads]) << 16);
+  for (int i = 0; i < 16; ++i) x[i] = bits_f32(tile_bits<kF32>(col, i));
   uint32_t o[8];
   general_chunk<kClass, kSR>(s, sh_level, sh_code, x, signs, seed, sr0, nvalid, o);
 #pragma unroll
@@ -307,46 +331,55 @@ __device__ __noinline__ void general_col_chunk(const KernelSpec& s, const float*
 // read from input row src_rows[j0 + i] when the layout is gathered, zeros for -1 and past the
 // operand), each thread rounds one column chunk in place, and the block stores the tile in 16-byte
 // units. Two columns a thread straight from global memory (4-byte accesses, 16 a thread in flight, the
-// SR code for both chunks live) ran at about half the rowwise kernel's speed.
-template <int kClass, bool kSR, bool kRht>
+// SR code for both chunks live) ran at about half the rowwise kernel's speed. BF16 input: the results
+// overwrite the thread's own column; FP32 input (twice the tile) gets a BF16 output tile of its own.
+template <int kClass, bool kSR, bool kRht, bool kF32>
 __global__ void __launch_bounds__(kSegColThreads) segments_hot_col_kernel(const __grid_constant__ KernelSpec s,
                                                                          const __grid_constant__ SegmentedQuantizeIO io,
                                                                          const __grid_constant__ HotParams h) {
+  constexpr int kInUnits = kF32 ? 2 * kSegColUnits : kSegColUnits;  // 16-byte units of an input tile row
   __shared__ int32_t sh_ends[kHotMaxSegments];
   __shared__ float sh_level[16];
   __shared__ uint8_t sh_code[16];
-  __shared__ SegColTile tile;
+  __shared__ uint4 tile[16][kInUnits];
+  __shared__ uint4 out_tile[kF32 ? 16 : 1][kSegColUnits];
   const int G = static_cast<int>(io.segments);
   load_hot_tables(s, io, sh_ends, sh_level, sh_code);
   const int tid = threadIdx.x;
   const int64_t j0 = static_cast<int64_t>(blockIdx.x) * 16, c0 = static_cast<int64_t>(blockIdx.y) * kSegColThreads;
   const int nstore = io.rows - j0 >= 16 ? 16 : static_cast<int>(io.rows - j0);
-  const int units = io.cols - c0 >= kSegColThreads ? kSegColUnits : static_cast<int>(io.cols - c0) / 8;  // cols % 8 == 0
+  const int units = io.cols - c0 >= kSegColThreads ? kSegColUnits : static_cast<int>(io.cols - c0) / 8;  // output units; cols % 8 == 0
+  const int in_units = kF32 ? 2 * units : units;
   const int g = segment_of(sh_ends, G, j0);
   const int64_t begin = g > 0 && g < G ? sh_ends[g - 1] : 0;
   const int64_t pos = j0 - begin;
   const int64_t len = g < G ? (io.lens ? io.lens[g] : sh_ends[g] - begin) : 0;
   const int nvalid = pos >= len ? 0 : (len - pos >= 16 ? 16 : static_cast<int>(len - pos));
-  // Thread t moves units t and t + 128: row u / 16, unit u % 16.
+  // Thread t moves units t, t + 128, ...: row u / kInUnits, unit u % kInUnits.
+  const char* in = static_cast<const char*>(io.in) + c0 * (kF32 ? 4 : 2);
+  const int64_t in_row_bytes = io.cols * (kF32 ? 4 : 2);
 #pragma unroll
-  for (int q = 0; q < 2; ++q) {
-    const int u = tid + q * kSegColThreads, i = u / kSegColUnits, k = u % kSegColUnits;
+  for (int q = 0; q < kInUnits / 8; ++q) {
+    const int u = tid + q * kSegColThreads, i = u / kInUnits, k = u % kInUnits;
     uint4 v = make_uint4(0, 0, 0, 0);
-    if (k < units && i < nvalid) {
+    if (k < in_units && i < nvalid) {
       const int64_t row = io.src_rows ? io.src_rows[j0 + i] : j0 + i;
-      if (row >= 0) v = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(io.in) + row * io.cols + c0) + k);
+      if (row >= 0) v = __ldg(reinterpret_cast<const uint4*>(in + row * in_row_bytes) + k);
     }
     tile[i][k] = v;
   }
   __syncthreads();
-  uint16_t* col = reinterpret_cast<uint16_t*>(&tile[0][0]) + tid;  // element i at col[i * 128]
+  // The thread's column: element i of the input at col[i * 128], of the output at ocol[i * 128].
+  const void* col = kF32 ? static_cast<const void*>(reinterpret_cast<const uint32_t*>(&tile[0][0]) + tid)
+                         : static_cast<const void*>(reinterpret_cast<const uint16_t*>(&tile[0][0]) + tid);
+  uint16_t* ocol = reinterpret_cast<uint16_t*>(kF32 ? &out_tile[0][0] : &tile[0][0]) + tid;
   if (nvalid > 0 && tid < 8 * units) {
     const uint32_t signs = kRht ? io.rht_signs[4 * g] : 0u;  // operands start on whole RHT segments: position i
     float x[16];
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
       const uint32_t flip = kRht && ((signs >> i) & 1u) ? 0x80000000u : 0u;
-      x[i] = bits_f32((static_cast<uint32_t>(col[i * kSegColThreads]) << 16) ^ flip);
+      x[i] = bits_f32(tile_bits<kF32>(col, i) ^ flip);
     }
     const uint64_t seed = kSR ? io.seeds[g] : 0;
     const uint64_t sr0 = static_cast<uint64_t>((c0 + tid) * len + pos);  // element (column, pos) of the [cols, len] operand
@@ -356,49 +389,65 @@ __global__ void __launch_bounds__(kSegColThreads) segments_hot_col_kernel(const 
     const U32x4 rnd = kSR && aligned ? sr_bytes16(seed, sr_offset(s), sr0 >> 4) : U32x4{};
     uint32_t out[8];
     if (!aligned || !hot_chunk_values<kClass, kSR, kRht>(h, x, rnd, out))
-      general_col_chunk<kClass, kSR>(s, sh_level, sh_code, col, signs, seed, sr0, nvalid, out);
+      general_col_chunk<kClass, kSR, kF32>(s, sh_level, sh_code, col, signs, seed, sr0, nvalid, out);
     // A thread's column only: no other thread reads these halves.
 #pragma unroll
-    for (int i = 0; i < 16; ++i) col[i * kSegColThreads] = i < nvalid ? static_cast<uint16_t>(out[i / 2] >> (16 * (i & 1))) : 0;
+    for (int i = 0; i < 16; ++i) ocol[i * kSegColThreads] = i < nvalid ? static_cast<uint16_t>(out[i / 2] >> (16 * (i & 1))) : 0;
+  } else if (kF32) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) ocol[i * kSegColThreads] = 0;  // layout padding, or columns past the tensor (not stored)
   }
   __syncthreads();
+  const uint4(*otile)[kSegColUnits] = kF32 ? out_tile : reinterpret_cast<const uint4(*)[kSegColUnits]>(&tile[0][0]);
 #pragma unroll
   for (int q = 0; q < 2; ++q) {
     const int u = tid + q * kSegColThreads, i = u / kSegColUnits, k = u % kSegColUnits;
-    if (k < units && i < nstore) reinterpret_cast<uint4*>(static_cast<uint16_t*>(io.dequant) + (j0 + i) * io.cols + c0)[k] = tile[i][k];
+    if (k < units && i < nstore) reinterpret_cast<uint4*>(static_cast<uint16_t*>(io.dequant) + (j0 + i) * io.cols + c0)[k] = otile[i][k];
   }
 }
 
-template <bool kCol, int kClass, bool kSR, bool kRht>
+template <bool kCol, int kClass, bool kSR, bool kRht, bool kF32>
 void launch_hot_segments(const KernelSpec& s, const SegmentedQuantizeIO& io, cudaStream_t stream) {
   const HotParams h = make_hot_params(s);
   if (kCol) {
     const dim3 grid(static_cast<unsigned>((io.rows + 15) / 16), static_cast<unsigned>((io.cols + kSegColThreads - 1) / kSegColThreads));
     if ((io.rows + 15) / 16 > 0x7fffffff || grid.y > 65535u) throw Error("quantize segments: tensor too large for one launch");
     if (grid.x == 0 || grid.y == 0) return;
-    segments_hot_col_kernel<kClass, kSR, kRht><<<grid, kSegColThreads, 0, stream>>>(s, io, h);
+    segments_hot_col_kernel<kClass, kSR, kRht, kF32><<<grid, kSegColThreads, 0, stream>>>(s, io, h);
   } else {
     const int64_t blocks = (io.rows * (io.cols / 16) + kHotSegThreads - 1) / kHotSegThreads;
     if (blocks > 0x7fffffff) throw Error("quantize segments: tensor too large for one launch");
     if (blocks == 0) return;
-    segments_hot_row_kernel<kClass, kSR, kRht><<<static_cast<unsigned>(blocks), kHotSegThreads, 0, stream>>>(s, io, h);
+    segments_hot_row_kernel<kClass, kSR, kRht, kF32><<<static_cast<unsigned>(blocks), kHotSegThreads, 0, stream>>>(s, io, h);
   }
   check_cuda(cudaGetLastError(), "quantize segments hot kernel launch");
 }
 
-template <bool kCol, int kClass>
+template <bool kCol, int kClass, bool kF32>
 void launch_hot_segments_rounding(const KernelSpec& s, const SegmentedQuantizeIO& io, cudaStream_t stream) {
-  if (s.rounding == 1) { if (s.rht) launch_hot_segments<kCol, kClass, true, true>(s, io, stream); else launch_hot_segments<kCol, kClass, true, false>(s, io, stream); }
-  else { if (s.rht) launch_hot_segments<kCol, kClass, false, true>(s, io, stream); else launch_hot_segments<kCol, kClass, false, false>(s, io, stream); }
+  if (s.rounding == 1) {
+    if (s.rht) launch_hot_segments<kCol, kClass, true, true, kF32>(s, io, stream);
+    else launch_hot_segments<kCol, kClass, true, false, kF32>(s, io, stream);
+  } else {
+    if (s.rht) launch_hot_segments<kCol, kClass, false, true, kF32>(s, io, stream);
+    else launch_hot_segments<kCol, kClass, false, false, kF32>(s, io, stream);
+  }
+}
+
+template <bool kCol, bool kF32>
+void launch_hot_segments_grid(const KernelSpec& s, const SegmentedQuantizeIO& io, cudaStream_t stream) {
+  if (s.fast.kind == kGridE2M1) launch_hot_segments_rounding<kCol, kGridE2M1, kF32>(s, io, stream);
+  else launch_hot_segments_rounding<kCol, kGridUniform, kF32>(s, io, stream);
 }
 
 void dispatch_hot(const KernelSpec& s, const SegmentedQuantizeIO& io, cudaStream_t stream) {
+  const bool f32 = io.in_dtype == DType::kF32;  // the experts' FP32 master weights
   if (io.columnwise) {
-    if (s.fast.kind == kGridE2M1) launch_hot_segments_rounding<true, kGridE2M1>(s, io, stream);
-    else launch_hot_segments_rounding<true, kGridUniform>(s, io, stream);
+    if (f32) launch_hot_segments_grid<true, true>(s, io, stream);
+    else launch_hot_segments_grid<true, false>(s, io, stream);
   } else {
-    if (s.fast.kind == kGridE2M1) launch_hot_segments_rounding<false, kGridE2M1>(s, io, stream);
-    else launch_hot_segments_rounding<false, kGridUniform>(s, io, stream);
+    if (f32) launch_hot_segments_grid<false, true>(s, io, stream);
+    else launch_hot_segments_grid<false, false>(s, io, stream);
   }
 }
 

@@ -309,25 +309,27 @@ TEST_CASE("CUDA segmented quantizer == its CPU oracle: segments of any length, p
             }
   // The training path's specs (the hot kernels: BF16, 1x16, FP32 scales, RHT off or 16) on every input
   // regime, so that the chunks the hot arithmetic declines (zero, subnormal, huge, non-finite) are met.
+  // BF16 input (the activations) and FP32 input (the experts' master weights).
   for (const char* regime : {"outliers", "mixed", "subnormal", "near_overflow"}) {
-    torch::Tensor hr = test::make_input(regime, rows_row, cols, 5).to(torch::kBFloat16);
-    torch::Tensor hc = test::make_input(regime, rows_col, cols, 6);
+    torch::Tensor hr32 = test::make_input(regime, rows_row, cols, 5);
+    torch::Tensor hc32 = test::make_input(regime, rows_col, cols, 6);
     int64_t begin = 0;
-    for (int64_t g = 0; g < G; begin = col_ends[g++]) hc.slice(0, begin + counts[g], begin + col_lens[g]).zero_();
-    hc = hc.to(torch::kBFloat16);
+    for (int64_t g = 0; g < G; begin = col_ends[g++]) hc32.slice(0, begin + counts[g], begin + col_lens[g]).zero_();
+    const torch::Tensor hr = hr32.to(torch::kBFloat16), hc = hc32.to(torch::kBFloat16);
+    for (bool f32 : {false, true})
     for (const char* grid : {"e2m1", "e1m2", "int4_tc"})
       for (auto rd : {Rounding::kRtne, Rounding::kSr})
         for (int rht : {0, 16})
           for (bool col : {false, true}) {
             const QuantSpec s = segment_spec(grid, ScaleKind::kFp32, rd, rht, 16, 9);
             const std::vector<int32_t> lens = operand_lens(rht);
-            const torch::Tensor& x = col ? hc : hr;
+            const torch::Tensor& x = col ? (f32 ? hc32 : hc) : (f32 ? hr32 : hr);
             torch::Tensor ends = torch::tensor(col ? col_ends : row_ends, torch::kInt32);
             torch::Tensor ln = col ? torch::tensor(lens, torch::kInt32) : torch::Tensor();
             torch::Tensor a = quantize_segments(x, s, keys, ends, ln, col, torch::kBFloat16);
             torch::Tensor b = quantize_segments(x.to(torch::kCUDA), s, keys, ends.to(torch::kCUDA),
                                                 ln.defined() ? ln.to(torch::kCUDA) : ln, col, torch::kBFloat16).cpu();
-            INFO(regime << " " << grid << " " << to_string(rd) << " rht=" << rht << (col ? " col" : " row"));
+            INFO(regime << (f32 ? " fp32 " : " bf16 ") << grid << " " << to_string(rd) << " rht=" << rht << (col ? " col" : " row"));
             REQUIRE(test::first_bit_mismatch(a, b) < 0);
           }
   }
@@ -388,11 +390,15 @@ TEST_CASE("CUDA segmented quantizer == its CPU oracle: segments of any length, p
         torch::Tensor ln = torch::tensor(operand_lens(rht), torch::kInt32);
         torch::Tensor a = quantize_segments(hc, s, keys, ends, ln, true, torch::kBFloat16);
         torch::Tensor b = quantize_segments(hc.to(torch::kCUDA), s, keys, ends.to(torch::kCUDA), ln.to(torch::kCUDA), true, torch::kBFloat16).cpu();
+        torch::Tensor hc32 = hc.to(torch::kFloat32) * 1.0009765625;  // FP32 values off the BF16 grid
+        torch::Tensor a32 = quantize_segments(hc32, s, keys, ends, ln, true, torch::kBFloat16);
+        torch::Tensor b32 = quantize_segments(hc32.to(torch::kCUDA), s, keys, ends.to(torch::kCUDA), ln.to(torch::kCUDA), true, torch::kBFloat16).cpu();
         torch::Tensor want = quantize_segments(gather_rows(source, src), s, keys, ends, ln, true, torch::kBFloat16);
         torch::Tensor gpu = quantize_segments(source.to(torch::kCUDA), s, keys, ends.to(torch::kCUDA), ln.to(torch::kCUDA), true,
                                               torch::kBFloat16, src.to(torch::kCUDA)).cpu();
         INFO("width " << width << " " << to_string(rd) << " rht=" << rht);
         REQUIRE(test::first_bit_mismatch(a, b) < 0);
+        REQUIRE(test::first_bit_mismatch(a32, b32) < 0);
         REQUIRE(test::first_bit_mismatch(want, gpu) < 0);
       }
   }
