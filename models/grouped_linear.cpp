@@ -209,15 +209,17 @@ GroupedRows GroupedLinearImpl::wgrad_rows(const torch::Tensor& ends, int64_t row
   const torch::Tensor starts = segment_starts(ends), counts = ends - starts;
   GroupedRows out;
   out.lens = rht ? (counts + (rht - 1)).div(rht, "floor").mul(rht).to(torch::kInt32) : counts;
-  out.ends = torch::cumsum((counts + (align - 1)).div(align, "floor").mul(align), 0).to(torch::kInt32);
+  const torch::Tensor padded = (counts + (align - 1)).div(align, "floor").mul(align).to(torch::kInt64);
+  const torch::Tensor pends = torch::cumsum(padded, 0), pstarts = pends - padded;
+  out.ends = pends.to(torch::kInt32);
   // A bound on the padded rows that needs no look at the counts: each expert adds at most align - 1.
   out.rows = rows + E * (align - 1);
+  // Padded row p of expert e's segment holds source row p + starts[e] - pstarts[e] while p < pstarts[e]
+  // + counts[e]; the rows past the last segment fall to expert E - 1 and past that bound too.
   const torch::Tensor at = torch::arange(out.rows, ends.options().dtype(torch::kInt64));
-  const torch::Tensor seg = torch::searchsorted(out.ends, at, /*out_int32=*/false, /*right=*/true);
-  const torch::Tensor g = seg.clamp_max(E - 1);
-  const torch::Tensor local = at - segment_starts(out.ends).to(torch::kInt64).index_select(0, g);
-  const torch::Tensor valid = (seg < E).logical_and(local < counts.to(torch::kInt64).index_select(0, g));
-  out.src = torch::where(valid, starts.to(torch::kInt64).index_select(0, g) + local, torch::full_like(local, -1));
+  const torch::Tensor g = torch::searchsorted(pends, at, /*out_int32=*/false, /*right=*/true).clamp_max(E - 1);
+  const torch::Tensor shift = starts.to(torch::kInt64) - pstarts, valid_end = pstarts + counts.to(torch::kInt64);
+  out.src = torch::where(at < valid_end.index_select(0, g), at + shift.index_select(0, g), torch::full_like(at, -1));
   cache = {ends, rows, align, rht, out};
   return out;
 }
