@@ -1,8 +1,8 @@
 // CUDA kernels of the MoE combine and the dispatch's backward (contract: kernels/fused_ops.h), one
 // instantiation per top_k. The forward and the dispatch's backward: a thread takes 8 columns of one
-// token and walks its k slots in order. The combine's backward: a warp a token; lane p takes the row vectors p, p + 32, ... and, for
-// each of them, every slot in order (the weight gradient's partials), so the token's gradient row is
-// read once for its k expert rows.
+// token and walks its k slots in order. The combine's backward: a warp a token; lane p takes the row
+// vectors p, p + 32, ... and, for each of them, every slot in order (the weight gradient's partials),
+// so the token's gradient row is read once for its k expert rows.
 #include <cuda_runtime.h>
 
 #include "kernels/cuda_check.cuh"
@@ -25,13 +25,20 @@ __device__ __forceinline__ void slot_row(const MoeCombineIO& io, int64_t a, int6
   load8<true>(io.y, a * io.d + 8 * c, v);
 }
 
+// This thread's token t and 8-column vector c of a [tokens, d] pass a thread a vector; false past the end.
+__device__ __forceinline__ bool token_vector(int64_t tokens, int64_t d, int64_t& t, int64_t& c) {
+  const int64_t vecs = d / 8, i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (i >= tokens * vecs) return false;
+  t = i / vecs, c = i % vecs;
+  return true;
+}
+
 // K: the slots a token (top_k), fixed at compile time so that every slot's loads are issued before the
 // first is used (with a run-time loop each slot's row waited for the previous one's arithmetic).
 template <int K>
 __global__ void __launch_bounds__(kThreads) moe_combine_forward_kernel(const __grid_constant__ MoeCombineIO io) {
-  const int64_t vecs = io.d / 8, i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-  if (i >= io.tokens * vecs) return;
-  const int64_t t = i / vecs, c = i % vecs;
+  int64_t t, c;
+  if (!token_vector(io.tokens, io.d, t, c)) return;
   float v[K][8];
 #pragma unroll
   for (int j = 0; j < K; ++j) slot_row(io, io.inverse[t * K + j], c, v[j]);
@@ -91,9 +98,8 @@ __global__ void __launch_bounds__(kThreads) moe_combine_backward_kernel(const __
 
 template <int K>
 __global__ void __launch_bounds__(kThreads) moe_dispatch_backward_kernel(const __grid_constant__ MoeDispatchBackwardIO io) {
-  const int64_t vecs = io.d / 8, i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-  if (i >= io.tokens * vecs) return;
-  const int64_t t = i / vecs, c = i % vecs;
+  int64_t t, c;
+  if (!token_vector(io.tokens, io.d, t, c)) return;
   float v[K][8];
 #pragma unroll
   for (int j = 0; j < K; ++j) load8<true>(io.g, io.inverse[t * K + j] * io.d + 8 * c, v[j]);

@@ -47,7 +47,7 @@ struct SegmentedQuantizeIO {
   int64_t in_rows = 0;                // rows of the input when src_rows is given
 };
 
-// The training path's specs (kernels/quantize_hot.h) on BF16 in and out: the hot kernels take them.
+// The training path's specs (kernels/quantize_hot.h), BF16 or FP32 in and BF16 out: the hot kernels take them.
 constexpr int kHotMaxSegments = 1024;  // the hot kernels hold the segment ends in shared memory
 inline bool segments_hot_path_applies(const KernelSpec& s, const SegmentedQuantizeIO& io) {
   return hot_spec_applies(s) && (io.in_dtype == DType::kBF16 || io.in_dtype == DType::kF32) && io.out_dtype == DType::kBF16 &&

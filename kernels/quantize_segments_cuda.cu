@@ -238,11 +238,6 @@ __device__ __forceinline__ void load_hot_tables(const KernelSpec& s, const Segme
   __syncthreads();
 }
 
-// An input element's FP32 bits from its word: BF16 (the activations) widened, or FP32 (the master
-// weights) as is.
-template <bool kF32>
-__device__ __forceinline__ uint32_t input_bits(uint32_t word) { return kF32 ? word : word << 16; }
-
 // Rowwise: a thread owns one 16-element chunk of a row.
 template <int kClass, bool kSR, bool kRht, bool kF32>
 __global__ void __launch_bounds__(kHotSegThreads) segments_hot_row_kernel(const __grid_constant__ KernelSpec s,
@@ -309,7 +304,7 @@ constexpr int kSegColUnits = kSegColThreads / 8;  // 16-byte units of a BF16 til
 template <bool kF32>
 __device__ __forceinline__ uint32_t tile_bits(const void* col, int i) {
   if (kF32) return static_cast<const uint32_t*>(col)[i * kSegColThreads];
-  return input_bits<false>(static_cast<const uint16_t*>(col)[i * kSegColThreads]);
+  return static_cast<uint32_t>(static_cast<const uint16_t*>(col)[i * kSegColThreads]) << 16;
 }
 
 // A column chunk the hot arithmetic declined (or whose SR draws are off a 16-element group), in the

@@ -317,21 +317,21 @@ TEST_CASE("CUDA segmented quantizer == its CPU oracle: segments of any length, p
     for (int64_t g = 0; g < G; begin = col_ends[g++]) hc32.slice(0, begin + counts[g], begin + col_lens[g]).zero_();
     const torch::Tensor hr = hr32.to(torch::kBFloat16), hc = hc32.to(torch::kBFloat16);
     for (bool f32 : {false, true})
-    for (const char* grid : {"e2m1", "e1m2", "int4_tc"})
-      for (auto rd : {Rounding::kRtne, Rounding::kSr})
-        for (int rht : {0, 16})
-          for (bool col : {false, true}) {
-            const QuantSpec s = segment_spec(grid, ScaleKind::kFp32, rd, rht, 16, 9);
-            const std::vector<int32_t> lens = operand_lens(rht);
-            const torch::Tensor& x = col ? (f32 ? hc32 : hc) : (f32 ? hr32 : hr);
-            torch::Tensor ends = torch::tensor(col ? col_ends : row_ends, torch::kInt32);
-            torch::Tensor ln = col ? torch::tensor(lens, torch::kInt32) : torch::Tensor();
-            torch::Tensor a = quantize_segments(x, s, keys, ends, ln, col, torch::kBFloat16);
-            torch::Tensor b = quantize_segments(x.to(torch::kCUDA), s, keys, ends.to(torch::kCUDA),
-                                                ln.defined() ? ln.to(torch::kCUDA) : ln, col, torch::kBFloat16).cpu();
-            INFO(regime << (f32 ? " fp32 " : " bf16 ") << grid << " " << to_string(rd) << " rht=" << rht << (col ? " col" : " row"));
-            REQUIRE(test::first_bit_mismatch(a, b) < 0);
-          }
+      for (const char* grid : {"e2m1", "e1m2", "int4_tc"})
+        for (auto rd : {Rounding::kRtne, Rounding::kSr})
+          for (int rht : {0, 16})
+            for (bool col : {false, true}) {
+              const QuantSpec s = segment_spec(grid, ScaleKind::kFp32, rd, rht, 16, 9);
+              const std::vector<int32_t> lens = operand_lens(rht);
+              const torch::Tensor& x = col ? (f32 ? hc32 : hc) : (f32 ? hr32 : hr);
+              torch::Tensor ends = torch::tensor(col ? col_ends : row_ends, torch::kInt32);
+              torch::Tensor ln = col ? torch::tensor(lens, torch::kInt32) : torch::Tensor();
+              torch::Tensor a = quantize_segments(x, s, keys, ends, ln, col, torch::kBFloat16);
+              torch::Tensor b = quantize_segments(x.to(torch::kCUDA), s, keys, ends.to(torch::kCUDA),
+                                                  ln.defined() ? ln.to(torch::kCUDA) : ln, col, torch::kBFloat16).cpu();
+              INFO(regime << (f32 ? " fp32 " : " bf16 ") << grid << " " << to_string(rd) << " rht=" << rht << (col ? " col" : " row"));
+              REQUIRE(test::first_bit_mismatch(a, b) < 0);
+            }
   }
   // A gathered layout (src): each operand's rows taken from scattered rows of a source, -1 (zeros) for
   // the rows that complete an RHT segment and for layout padding. The hot columnwise kernel reads the
