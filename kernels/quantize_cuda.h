@@ -29,6 +29,10 @@ void cuda_quantize_pair(const KernelSpec& row, const KernelSpec& col, const Pair
 // device pointers (ends, lens, keys and tensor amax included). io.workspace as for cuda_quantize().
 void cuda_quantize_segments(const KernelSpec& s, const SegmentedQuantizeIO& io, cudaStream_t stream);
 
+// Both segmented operands of one routed activation from one read (kernels/quantize_segments.h), for
+// calls where segments_pair_applies(); device pointers.
+void cuda_quantize_segments_pair(const KernelSpec& row, const KernelSpec& col, const SegmentedPairIO& io, cudaStream_t stream);
+
 // Standalone RHT of each length-n segment of each row: in [rows, cols] -> out [rows, cols]
 // (rowwise) or out [cols, rows] (columnwise: segments run along dim 0, written transposed).
 void cuda_rht(const KernelSpec& s, const void* in, DType in_dtype, void* out, DType out_dtype,

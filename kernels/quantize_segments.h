@@ -58,6 +58,28 @@ inline bool segments_hot_path_applies(const KernelSpec& s, const SegmentedQuanti
 // Whether the CUDA kernels read a gathered input (src_rows) themselves: the hot columnwise kernel.
 inline bool segments_take_src(const KernelSpec& s, const SegmentedQuantizeIO& io) { return io.columnwise && segments_hot_path_applies(s, io); }
 
+// Both operands of one routed activation from one read (the pair kernel,
+// kernels/quantize_segments_pair_cuda.cu): the rowwise operand in the input's own layout (row: segments
+// row.ends, whole segments, no gather) and the columnwise operand in a padded layout gathered from the
+// same input (col: col.src_rows, the MoE WGRAD layout of models/grouped_linear.h). Layout segment g
+// holds rows of row segment g: layout row j is row src_rows[j] - begin_g of row operand g, and every
+// row below row.ends[G - 1] appears in src_rows once; rows from row.ends[G - 1] on are written +0.
+// Each output is, bit for bit, the segmented quantization of its own io with its own spec and keys.
+struct SegmentedPairIO {
+  SegmentedQuantizeIO row, col;
+};
+
+// What the pair kernel covers: both specs on the hot arithmetic with the same grid kind and rounding,
+// the columnwise operand rotated wherever the rowwise one is, BF16 in and out, 16-column rows.
+inline bool segments_pair_applies(const KernelSpec& rs, const KernelSpec& cs, const SegmentedPairIO& p) {
+  const SegmentedQuantizeIO &r = p.row, &c = p.col;
+  return hot_spec_applies(rs) && hot_spec_applies(cs) && rs.fast.kind == cs.fast.kind && rs.rounding == cs.rounding && (cs.rht || !rs.rht) &&
+         r.in_dtype == DType::kBF16 && c.in_dtype == DType::kBF16 && r.out_dtype == DType::kBF16 && c.out_dtype == DType::kBF16 &&
+         r.in == c.in && !r.columnwise && c.columnwise && !r.src_rows && !r.lens && c.src_rows && c.in_rows == r.rows && c.rows >= r.rows &&
+         r.cols == c.cols && r.cols % 16 == 0 && r.segments == c.segments && r.segments <= kHotMaxSegments && !r.tensor_amax &&
+         !c.tensor_amax && aligned16(r.in) && aligned16(r.dequant) && aligned16(c.dequant);
+}
+
 // Throws ufp4::Error for what can be checked on the host (sizes, pointers, RHT dividing cols when rowwise).
 void check_segments_shape(const KernelSpec& s, const SegmentedQuantizeIO& io);
 

@@ -11,6 +11,7 @@
 #include "kernels/quantize_device.cuh"
 #include "kernels/quantize_hot.h"
 #include "kernels/quantize_segments.h"
+#include "kernels/quantize_segments_hot.cuh"
 
 namespace ufp4 {
 
@@ -19,17 +20,6 @@ namespace {
 constexpr int kTR = 32;  // output rows per thread block
 constexpr int kTC = 8;   // 16-element chunks per thread block (128 elements: the largest group)
 constexpr int kThreads = kTR * kTC;
-
-// The segment holding row t: the first g with ends[g] > t (G when none does).
-__device__ __forceinline__ int segment_of(const int32_t* ends, int G, int64_t t) {
-  int lo = 0, hi = G;
-  while (lo < hi) {
-    const int mid = (lo + hi) >> 1;
-    if (ends[mid] > t) hi = mid;
-    else lo = mid + 1;
-  }
-  return lo;
-}
 
 // Rounds the chunk's first nvalid elements (SR index of element i: sr0 + i) and stores nstore values,
 // element i at out[o0 + i * ostride]; elements past nvalid are layout padding (+0).
@@ -211,25 +201,6 @@ void dispatch(const KernelSpec& s, const SegmentedQuantizeIO& io, cudaStream_t s
 // ---- hot kernels ----------------------------------------------------------------------------------
 constexpr int kHotSegThreads = 256;
 
-// One chunk of raw values x (RHT signs not applied) in the general arithmetic: the chunks the hot
-// path declines (zero, non-finite, tiny or huge blocks). Elements from nvalid on are +0.
-template <int kClass, bool kSR>
-__device__ __forceinline__ void general_chunk(const KernelSpec& s, const float* sh_level, const uint8_t* sh_code, float (&x)[16], uint32_t signs,
-                                              uint64_t seed, uint64_t sr0, int nvalid, uint32_t (&out)[8]) {
-  if (s.rht) rht16_signs(s, signs, x);
-  uint8_t bits = 0;
-  const ChunkScale cs = chunk_scale(s, chunk_amax(x), 0.0f, bits);
-  float y[16];
-#pragma unroll
-  for (int i = 0; i < 16; ++i) {
-    uint32_t code = 0;
-    const uint32_t k = kSR && i < nvalid ? sr_draw(seed, sr_offset(s), sr0 + i) : 0u;
-    y[i] = i < nvalid ? round_element<kClass>(s, sh_level, sh_code, cs, kSR, false, x[i], k, code) : 0.0f;
-  }
-#pragma unroll
-  for (int k = 0; k < 8; ++k) out[k] = pack_bf16x2(y[2 * k], y[2 * k + 1], false);
-}
-
 // The segment ends and the grid's levels and codes into shared memory (the whole block calls it).
 __device__ __forceinline__ void load_hot_tables(const KernelSpec& s, const SegmentedQuantizeIO& io, int32_t* sh_ends, float* sh_level,
                                                 uint8_t* sh_code) {
@@ -295,33 +266,6 @@ __global__ void __launch_bounds__(kHotSegThreads) segments_hot_row_kernel(const 
   dst[1] = make_uint4(out[4], out[5], out[6], out[7]);
 }
 
-// Columnwise tiles: 16 layout rows (one chunk of one operand: columnwise operands start on multiples
-// of 16) x 128 columns, one column a thread.
-constexpr int kSegColThreads = 128;
-constexpr int kSegColUnits = kSegColThreads / 8;  // 16-byte units of a BF16 tile row (the output's)
-
-// Input element i of a thread's column in the tile (col: its first element), as FP32 bits.
-template <bool kF32>
-__device__ __forceinline__ uint32_t tile_bits(const void* col, int i) {
-  if (kF32) return static_cast<const uint32_t*>(col)[i * kSegColThreads];
-  return static_cast<uint32_t>(static_cast<const uint16_t*>(col)[i * kSegColThreads]) << 16;
-}
-
-// A column chunk the hot arithmetic declined (or whose SR draws are off a 16-element group), in the
-// general arithmetic: out of line, so the rare case costs the hot code no registers. col: the chunk's
-// raw values in the tile (element i at col[i * 128]).
-template <int kClass, bool kSR, bool kF32>
-__device__ __noinline__ void general_col_chunk(const KernelSpec& s, const float* sh_level, const uint8_t* sh_code, const void* col,
-                                               uint32_t signs, uint64_t seed, uint64_t sr0, int nvalid, uint32_t* out) {
-  float x[16];
-#pragma unroll
-  for (int i = 0; i < 16; ++i) x[i] = bits_f32(tile_bits<kF32>(col, i));
-  uint32_t o[8];
-  general_chunk<kClass, kSR>(s, sh_level, sh_code, x, signs, seed, sr0, nvalid, o);
-#pragma unroll
-  for (int k = 0; k < 8; ++k) out[k] = o[k];
-}
-
 // Columnwise: a block copies its tile to shared memory in coalesced 16-byte units (layout row j0 + i
 // read from input row src_rows[j0 + i] when the layout is gathered, zeros for -1 and past the
 // operand), each thread rounds one column chunk in place, and the block stores the tile in 16-byte
@@ -369,22 +313,8 @@ __global__ void __launch_bounds__(kSegColThreads) segments_hot_col_kernel(const 
                          : static_cast<const void*>(reinterpret_cast<const uint16_t*>(&tile[0][0]) + tid);
   uint16_t* ocol = reinterpret_cast<uint16_t*>(kF32 ? &out_tile[0][0] : &tile[0][0]) + tid;
   if (nvalid > 0 && tid < 8 * units) {
-    const uint32_t signs = kRht ? io.rht_signs[4 * g] : 0u;  // operands start on whole RHT segments: position i
-    float x[16];
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      const uint32_t flip = kRht && ((signs >> i) & 1u) ? 0x80000000u : 0u;
-      x[i] = bits_f32(tile_bits<kF32>(col, i) ^ flip);
-    }
-    const uint64_t seed = kSR ? io.seeds[g] : 0;
-    const uint64_t sr0 = static_cast<uint64_t>((c0 + tid) * len + pos);  // element (column, pos) of the [cols, len] operand
-    // SR draws off a 16-element group (operands of any length, without the RHT) take the general code
-    // too: an out-of-line draw function here cost the kernel 90 registers.
-    const bool aligned = !kSR || (sr0 & 15) == 0;
-    const U32x4 rnd = kSR && aligned ? sr_bytes16(seed, sr_offset(s), sr0 >> 4) : U32x4{};
     uint32_t out[8];
-    if (!aligned || !hot_chunk_values<kClass, kSR, kRht>(h, x, rnd, out))
-      general_col_chunk<kClass, kSR, kF32>(s, sh_level, sh_code, col, signs, seed, sr0, nvalid, out);
+    round_col_chunk<kClass, kSR, kRht, kF32>(s, h, io, sh_level, sh_code, col, g, c0 + tid, len, pos, nvalid, out);
     // A thread's column only: no other thread reads these halves.
 #pragma unroll
     for (int i = 0; i < 16; ++i) ocol[i * kSegColThreads] = i < nvalid ? static_cast<uint16_t>(out[i / 2] >> (16 * (i & 1))) : 0;

@@ -39,19 +39,33 @@ struct GroupedLinearFunction : public torch::autograd::Function<GroupedLinearFun
                                const torch::Tensor& kept, const torch::Tensor& host_ends, int64_t module_ptr) {
     const auto& m = *reinterpret_cast<const GroupedLinearImpl*>(module_ptr);
     const int64_t step = m.layers[0]->ctx->step;
-    ctx->save_for_backward({x, w});
+    const bool grouped_dgrad = m.runs_grouped(x, Gemm::kDgrad), grouped_wgrad = m.runs_grouped(x, Gemm::kWgrad);
+    // X's WGRAD operand quantized now, from the read that quantizes its FPROP operand (the segmented pair
+    // kernel); then x itself is needed later only if DGRAD runs expert by expert (zeros_like(x)).
+    const bool pair = m.runs_grouped(x, Gemm::kFprop) && grouped_wgrad && !gemm_untouched(*m.layers[0], Gemm::kWgrad) &&
+                      m.pairs_operands(x, Gemm::kFprop, 0, Gemm::kWgrad, 1, step);
+    ctx->save_for_backward({pair && grouped_dgrad ? torch::Tensor() : x, w});
+    ctx->saved_data["rows"] = x.size(0);
     ctx->saved_data["ends"] = ends;
     ctx->saved_data["kept"] = kept;
     ctx->saved_data["host_ends"] = host_ends;
     ctx->saved_data["module"] = module_ptr;
     ctx->saved_data["step"] = step;
     // Decided now for the backward too: the recipe and the capture steps are those of this step.
-    ctx->saved_data["grouped_dgrad"] = m.runs_grouped(x, Gemm::kDgrad);
-    ctx->saved_data["grouped_wgrad"] = m.runs_grouped(x, Gemm::kWgrad);
+    ctx->saved_data["grouped_dgrad"] = grouped_dgrad;
+    ctx->saved_data["grouped_wgrad"] = grouped_wgrad;
     const int64_t E = w.size(0), N = w.size(1), K = w.size(2);
     if (m.runs_grouped(x, Gemm::kFprop)) {
       const torch::Tensor wrows = weight_ends(E, N, ends.device());
-      torch::Tensor xq = m.grouped_operand(x, Gemm::kFprop, 0, step, false, ends, torch::Tensor());
+      torch::Tensor xq;
+      if (pair) {
+        const GroupedRows rows = m.wgrad_rows(ends, x.size(0));
+        auto q = m.grouped_operand_pair(x, Gemm::kFprop, 0, Gemm::kWgrad, 1, step, ends, rows);
+        xq = q.first;
+        ctx->saved_data["x_wgrad"] = q.second;
+      } else {
+        xq = m.grouped_operand(x, Gemm::kFprop, 0, step, false, ends, torch::Tensor());
+      }
       torch::Tensor wq = m.grouped_operand(w.view({E * N, K}), Gemm::kFprop, 1, step, false, wrows, torch::Tensor()).view({E, N, K});
       torch::Tensor y = grouped_mm(xq.to(x.scalar_type()), wq.to(x.scalar_type()).transpose(1, 2), ends);
       if (kept.numel()) y.masked_fill_(kept.logical_not().unsqueeze(1), 0);  // rows past the last end are not written
@@ -75,22 +89,37 @@ struct GroupedLinearFunction : public torch::autograd::Function<GroupedLinearFun
     torch::Tensor dx, dw;
     const bool want_dx = ctx->needs_input_grad(0), want_dw = ctx->needs_input_grad(1);
     const int64_t N = w.size(1), K = w.size(2);
-    if (want_dx && ctx->saved_data["grouped_dgrad"].toBool()) {
+    const bool grouped_dgrad = ctx->saved_data["grouped_dgrad"].toBool(), grouped_wgrad = ctx->saved_data["grouped_wgrad"].toBool();
+    const int64_t rows_in = ctx->saved_data["rows"].toInt();
+    // dY's DGRAD and WGRAD operands from one read (the segmented pair kernel) when both GEMMs run grouped.
+    torch::Tensor dy_wgrad;
+    GroupedRows wrows_dy;
+    const bool dy_pair = want_dx && want_dw && grouped_dgrad && grouped_wgrad && !gemm_untouched(*m.layers[0], Gemm::kWgrad) &&
+                         m.pairs_operands(dy, Gemm::kDgrad, 0, Gemm::kWgrad, 0, step);
+    if (want_dx && grouped_dgrad) {
       const torch::Tensor wrows = weight_ends(E, N, ends.device());
-      torch::Tensor a = m.grouped_operand(dy, Gemm::kDgrad, 0, step, false, ends, torch::Tensor());
+      torch::Tensor a;
+      if (dy_pair) {
+        wrows_dy = m.wgrad_rows(ends, rows_in);
+        std::tie(a, dy_wgrad) = m.grouped_operand_pair(dy, Gemm::kDgrad, 0, Gemm::kWgrad, 0, step, ends, wrows_dy);
+      } else {
+        a = m.grouped_operand(dy, Gemm::kDgrad, 0, step, false, ends, torch::Tensor());
+      }
       torch::Tensor b = m.grouped_operand(w.view({E * N, K}), Gemm::kDgrad, 1, step, true, wrows, torch::Tensor()).view({E, N, K});
       dx = grouped_mm(a.to(dy.scalar_type()), b.to(dy.scalar_type()), ends);
       if (kept.numel()) dx.masked_fill_(kept.logical_not().unsqueeze(1), 0);
     }
-    if (want_dw && ctx->saved_data["grouped_wgrad"].toBool()) {
+    if (want_dw && grouped_wgrad) {
       if (gemm_untouched(*m.layers[0], Gemm::kWgrad)) {
         dw = grouped_mm(dy.t(), x, ends).to(w.scalar_type());
       } else {
         // Blocks and RHT segments run along tokens inside each expert's rows: each expert's rows start
-        // on a whole group in a padded copy (wgrad_rows).
-        const GroupedRows rows = m.wgrad_rows(ends, x.size(0));
-        torch::Tensor a = m.grouped_operand(dy, Gemm::kWgrad, 0, step, true, rows.ends, rows.lens, rows.src);
-        torch::Tensor b = m.grouped_operand(x, Gemm::kWgrad, 1, step, true, rows.ends, rows.lens, rows.src);
+        // on a whole group in a padded copy (wgrad_rows; x_wgrad, when the forward made it, is in this
+        // layout: the same function of the same ends).
+        const GroupedRows rows = dy_pair ? wrows_dy : m.wgrad_rows(ends, rows_in);
+        torch::Tensor a = dy_pair ? dy_wgrad : m.grouped_operand(dy, Gemm::kWgrad, 0, step, true, rows.ends, rows.lens, rows.src);
+        torch::Tensor b = ctx->saved_data.count("x_wgrad") ? ctx->saved_data["x_wgrad"].toTensor()
+                                                            : m.grouped_operand(x, Gemm::kWgrad, 1, step, true, rows.ends, rows.lens, rows.src);
         dw = grouped_mm(a.to(dy.scalar_type()).t(), b.to(dy.scalar_type()), rows.ends).to(w.scalar_type());
       }
       // An expert without rows has no GEMM to write its slice: its gradient is 0.
@@ -185,13 +214,33 @@ torch::Tensor GroupedLinearImpl::grouped_operand(const torch::Tensor& t, Gemm g,
   if (L.bf16 || !L.ctx->recipe.at(g).op[slot].quantize) return src.defined() ? gather_rows(t, src) : t;
   // The per-expert path's dequantized dtype: BF16 into the GPU's GEMMs, FP32 on CPU or when the recipe asks.
   const bool fp32 = !t.is_cuda() || L.ctx->recipe.gemm_precision == "fp32";
-  const QuantSpec spec = operand_spec(L, g, slot, step);
+  const auto k = operand_keys(g, slot, step, t.device());
+  return quantize_segments(t, k.first, k.second, ends, lens, columnwise, fp32 ? torch::kFloat32 : torch::kBFloat16, src);
+}
+
+std::pair<QuantSpec, torch::Tensor> GroupedLinearImpl::operand_keys(Gemm g, int slot, int64_t step, torch::Device device) const {
+  const QuantSpec spec = operand_spec(*layers[0], g, slot, step);
   // The experts' keys follow from expert 0's (the same run seed, recipe and step, fixed layer ids): the
   // device table is rebuilt only when those change (every step with per-step RHT signs).
   KeyTable& k = key_tables_[static_cast<int>(g) * 2 + slot];
-  if (!k.table.defined() || k.seed != spec.seed || k.rht_seed != spec.rht_seed || k.table.device() != t.device())
-    k = {spec.seed, spec.rht_seed, segment_key_table(expert_keys(g, slot, step), t.device())};
-  return quantize_segments(t, spec, k.table, ends, lens, columnwise, fp32 ? torch::kFloat32 : torch::kBFloat16, src);
+  if (!k.table.defined() || k.seed != spec.seed || k.rht_seed != spec.rht_seed || k.table.device() != device)
+    k = {spec.seed, spec.rht_seed, segment_key_table(expert_keys(g, slot, step), device)};
+  return {spec, k.table};
+}
+
+bool GroupedLinearImpl::pairs_operands(const torch::Tensor& t, Gemm row_g, int row_slot, Gemm col_g, int col_slot, int64_t step) const {
+  const LayerQuant& L = *layers[0];
+  if (L.bf16 || !L.ctx->recipe.at(row_g).op[row_slot].quantize || !L.ctx->recipe.at(col_g).op[col_slot].quantize) return false;
+  if (L.ctx->recipe.gemm_precision == "fp32") return false;
+  return quantize_segments_pair_fused(t, operand_spec(L, row_g, row_slot, step), operand_spec(L, col_g, col_slot, step), weight.size(0));
+}
+
+std::pair<torch::Tensor, torch::Tensor> GroupedLinearImpl::grouped_operand_pair(const torch::Tensor& t, Gemm row_g, int row_slot, Gemm col_g,
+                                                                                int col_slot, int64_t step, const torch::Tensor& ends,
+                                                                                const GroupedRows& rows) const {
+  const auto r = operand_keys(row_g, row_slot, step, t.device());
+  const auto c = operand_keys(col_g, col_slot, step, t.device());
+  return quantize_segments_pair(t, r.first, r.second, ends, c.first, c.second, rows.ends, rows.lens, rows.src);
 }
 
 GroupedRows GroupedLinearImpl::wgrad_rows(const torch::Tensor& ends, int64_t rows) const {

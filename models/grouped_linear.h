@@ -53,6 +53,14 @@ class GroupedLinearImpl : public torch::nn::Module {
   // src (optional): the layout's rows are gather_rows(t, src) (GroupedRows::src), t read in place where it can.
   torch::Tensor grouped_operand(const torch::Tensor& t, Gemm g, int slot, int64_t step, bool columnwise, const torch::Tensor& ends,
                                 const torch::Tensor& lens, const torch::Tensor& src = torch::Tensor()) const;
+  // Whether operand (row_g, row_slot) rowwise and (col_g, col_slot) columnwise of t come from one read
+  // (grouped_operand_pair's pair kernel): both quantized, on the segmented pair kernel's specs.
+  bool pairs_operands(const torch::Tensor& t, Gemm row_g, int row_slot, Gemm col_g, int col_slot, int64_t step) const;
+  // Those two operands, both quantized, as BF16 (the grouped GEMMs' operands): grouped_operand(t, row_g,
+  // row_slot, step, false, ends) and grouped_operand(t, col_g, col_slot, step, true, rows.ends, rows.lens,
+  // rows.src) on CUDA, bit for bit, from one read of t where it can.
+  std::pair<torch::Tensor, torch::Tensor> grouped_operand_pair(const torch::Tensor& t, Gemm row_g, int row_slot, Gemm col_g, int col_slot,
+                                                               int64_t step, const torch::Tensor& ends, const GroupedRows& rows) const;
   // WGRAD's layout for routing ends over `rows` rows: each expert's rows start on a multiple of the
   // largest of 16, the RHT size and the quantized operands' blocks; lens = the rows rounded up to the
   // RHT size (the per-expert path's zero rows). Computed on the device.
@@ -79,6 +87,8 @@ class GroupedLinearImpl : public torch::nn::Module {
     torch::Tensor table;              // segment_key_table() of all experts
   };
   mutable std::array<KeyTable, 6> key_tables_;  // per (GEMM, operand slot)
+  // Operand `slot` of GEMM g's spec (expert 0's) and the device table of every expert's keys.
+  std::pair<QuantSpec, torch::Tensor> operand_keys(Gemm g, int slot, int64_t step, torch::Device device) const;
 };
 TORCH_MODULE(GroupedLinear);
 

@@ -252,6 +252,78 @@ torch::Tensor quantize_segments(const torch::Tensor& x_in, const QuantSpec& spec
   return out;
 }
 
+#ifdef UFP4_WITH_CUDA
+namespace {
+
+// The segmented io of x for one operand (device pointers; keys from a segment_key_table).
+SegmentedQuantizeIO segments_io(const torch::Tensor& x, bool columnwise, const torch::Tensor& out, const torch::Tensor& keys,
+                                const torch::Tensor& ends, const torch::Tensor& lens) {
+  SegmentedQuantizeIO io;
+  io.in = x.data_ptr();
+  io.in_dtype = dtype_of(x, "quantize input");
+  io.rows = out.size(0);
+  io.cols = x.size(1);
+  io.columnwise = columnwise;
+  io.dequant = out.data_ptr();
+  io.out_dtype = dtype_of(out, "quantize output");
+  io.segments = ends.numel();
+  io.ends = ends.data_ptr<int32_t>();
+  io.lens = lens.defined() ? lens.data_ptr<int32_t>() : nullptr;
+  io.seeds = reinterpret_cast<const uint64_t*>(keys.data_ptr<int64_t>());
+  io.rht_signs = reinterpret_cast<const uint32_t*>(keys.data_ptr<int64_t>() + ends.numel());
+  return io;
+}
+
+}  // namespace
+#endif
+
+bool quantize_segments_pair_fused(const torch::Tensor& x, const QuantSpec& row, const QuantSpec& col, int64_t segments) {
+  if (!x.is_cuda() || x.dim() != 2 || !x.is_contiguous() || x.scalar_type() != torch::kBFloat16 || segments <= 0) return false;
+  SegmentedPairIO p;
+  for (SegmentedQuantizeIO* io : {&p.row, &p.col}) {
+    io->in = io->dequant = x.data_ptr();  // alignment only: the allocator's buffers are 256-byte aligned
+    io->in_dtype = io->out_dtype = DType::kBF16;
+    io->rows = io->in_rows = x.size(0);
+    io->cols = x.size(1);
+    io->segments = segments;
+  }
+  p.row.in_rows = 0;
+  p.col.columnwise = true;
+  static const int64_t any_row = 0;
+  p.col.src_rows = &any_row;  // the layout is gathered
+  return segments_pair_applies(make_kernel_spec(row), make_kernel_spec(col), p);
+}
+
+std::pair<torch::Tensor, torch::Tensor> quantize_segments_pair(const torch::Tensor& x_in, const QuantSpec& row, const torch::Tensor& row_keys,
+                                                               const torch::Tensor& row_ends, const QuantSpec& col, const torch::Tensor& col_keys,
+                                                               const torch::Tensor& col_ends, const torch::Tensor& col_lens, const torch::Tensor& src) {
+  check_input(x_in);
+  torch::Tensor x = x_in.contiguous();
+  if (!src.defined() || src.numel() < x.size(0) || row_ends.numel() != col_ends.numel() || !quantize_segments_pair_fused(x, row, col, row_ends.numel()))
+    return {quantize_segments(x, row, row_keys, row_ends, torch::Tensor(), false, torch::kBFloat16),
+            quantize_segments(x, col, col_keys, col_ends, col_lens, true, torch::kBFloat16, src)};
+  const int64_t G = row_ends.numel();
+  for (const torch::Tensor* t : {&row_ends, &col_ends, &col_lens})
+    if (t->defined() && (t->scalar_type() != torch::kInt32 || t->numel() != G || t->device() != x.device() || !t->is_contiguous()))
+      throw Error("quantize segments pair: ends and lens must be contiguous int32 [segments] tensors on the input's device");
+  for (const torch::Tensor* t : {&row_keys, &col_keys})
+    if (t->scalar_type() != torch::kInt64 || t->numel() != 3 * G || t->device() != x.device())
+      throw Error("quantize segments pair: the key tables must hold the keys of " + std::to_string(G) + " segments on the input's device");
+  if (src.scalar_type() != torch::kInt64 || src.dim() != 1 || src.device() != x.device() || !src.is_contiguous())
+    throw Error("quantize segments pair: src must be a contiguous int64 [rows] tensor on the input's device");
+  torch::Tensor r = torch::empty({x.size(0), x.size(1)}, x.options());
+  torch::Tensor c = torch::empty({src.size(0), x.size(1)}, x.options());
+#ifdef UFP4_WITH_CUDA
+  SegmentedPairIO p;
+  p.row = segments_io(x, false, r, row_keys, row_ends, torch::Tensor());
+  p.col = segments_io(x, true, c, col_keys, col_ends, col_lens);
+  p.col.src_rows = src.data_ptr<int64_t>();
+  p.col.in_rows = x.size(0);
+  cuda_quantize_segments_pair(make_kernel_spec(row), make_kernel_spec(col), p, at::cuda::getCurrentCUDAStream(x.device().index()).stream());
+#endif
+  return {r, c};
+}
+
 torch::Tensor rht(const torch::Tensor& x_in, const QuantSpec& spec, bool columnwise, torch::ScalarType out_dtype, bool inverse) {
   check_input(x_in);
   QuantSpec s = spec;

@@ -66,6 +66,17 @@ torch::Tensor quantize_segments(const torch::Tensor& x, const QuantSpec& spec, c
                                 const torch::Tensor& lens, bool columnwise, torch::ScalarType out_dtype,
                                 const torch::Tensor& src = torch::Tensor());
 
+// Both segmented operands of x [rows, cols] (BF16 or FP32; BF16 out) from one read where the pair kernel
+// covers the call (CUDA, kernels/quantize_segments.h's SegmentedPairIO): the rowwise operand with `row`
+// and row_keys over segments row_ends (whole segments), and the columnwise operand with `col` and col_keys
+// in the padded layout (col_ends, col_lens, src) gathered from x. The bits of the two quantize_segments
+// calls, which it makes where the kernel does not cover the call.
+std::pair<torch::Tensor, torch::Tensor> quantize_segments_pair(const torch::Tensor& x, const QuantSpec& row, const torch::Tensor& row_keys,
+                                                               const torch::Tensor& row_ends, const QuantSpec& col, const torch::Tensor& col_keys,
+                                                               const torch::Tensor& col_ends, const torch::Tensor& col_lens, const torch::Tensor& src);
+// Whether quantize_segments_pair reads x once for these specs (CUDA, BF16, the pair kernel's cases).
+bool quantize_segments_pair_fused(const torch::Tensor& x, const QuantSpec& row, const QuantSpec& col, int64_t segments);
+
 // Rows of t by index: row i of the result is t[src[i]], zeros where src[i] is -1.
 torch::Tensor gather_rows(const torch::Tensor& t, const torch::Tensor& src);
 

@@ -272,6 +272,24 @@ OperandComparison compare_grouped_operands(const Recipe& recipe, torch::Device d
   // As the layer's backward makes them: the tokens read in place through the padded layout's row map.
   const torch::Tensor wdy = m->grouped_operand(dy, Gemm::kWgrad, 0, step, true, rows.ends, rows.lens, rows.src);
   const torch::Tensor wx = m->grouped_operand(x, Gemm::kWgrad, 1, step, true, rows.ends, rows.lens, rows.src);
+  // Both operands of X and of dY from one read where the segmented pair kernel covers the recipe: the
+  // whole tensors (padding and dropped rows included) equal the separate quantizations'. The pair gives
+  // BF16 operands: the GPU's grouped GEMMs' (the CPU and FP32 GEMMs take FP32 ones).
+  if (device.is_cuda() && recipe.gemm_precision != "fp32") {
+    const std::pair<torch::Tensor, torch::Tensor> px = m->grouped_operand_pair(x, Gemm::kFprop, 0, Gemm::kWgrad, 1, step, ends, rows);
+    const std::pair<torch::Tensor, torch::Tensor> pdy = m->grouped_operand_pair(dy, Gemm::kDgrad, 0, Gemm::kWgrad, 0, step, ends, rows);
+    out.pairs_fused = m->pairs_operands(x, Gemm::kFprop, 0, Gemm::kWgrad, 1, step) + m->pairs_operands(dy, Gemm::kDgrad, 0, Gemm::kWgrad, 0, step);
+    const bool quantized[] = {!m->layers[0]->bf16 && recipe.at(Gemm::kFprop).op[0].quantize, !m->layers[0]->bf16 && recipe.at(Gemm::kWgrad).op[1].quantize,
+                              !m->layers[0]->bf16 && recipe.at(Gemm::kDgrad).op[0].quantize, !m->layers[0]->bf16 && recipe.at(Gemm::kWgrad).op[0].quantize};
+    if (quantized[0] && quantized[1]) {
+      check(px.first, fx, "pair fprop.x");
+      check(px.second, wx, "pair wgrad.x");
+    }
+    if (quantized[2] && quantized[3]) {
+      check(pdy.first, ddy, "pair dgrad.dy");
+      check(pdy.second, wdy, "pair wgrad.dy");
+    }
+  }
   const torch::Tensor pends = rows.ends.cpu(), plens = rows.lens.cpu();
   const torch::ScalarType dq = act;
   int64_t begin = 0, pbegin = 0;

@@ -44,6 +44,7 @@ MoeComparison compare_moe(const ModelConfig& c, const std::string& recipe, torch
 struct OperandComparison {
   int64_t operands = 0;    // per-expert operands compared
   std::string mismatches;  // "" when all equal, else which
+  int pairs_fused = 0;     // of the two operand pairs (X: FPROP + WGRAD, dY: DGRAD + WGRAD), those read once
 };
 OperandComparison compare_grouped_operands(const Recipe& recipe, torch::Device device);
 

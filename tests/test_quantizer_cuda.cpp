@@ -422,6 +422,89 @@ TEST_CASE("CUDA segmented quantizer == its CPU oracle: segments of any length, p
     }
 }
 
+TEST_CASE("CUDA segmented pair kernel == CPU oracle of both operands: rowwise in place, columnwise gathered", "[quantizer][cuda]") {
+  UFP4_NEED_GPU();
+  // 12 experts' rows (empty ones, single rows, multiples of 16 and not), 9 dropped rows past the last end;
+  // the columnwise layout as the MoE WGRAD's: each expert's rows from a multiple of 16, zeros after.
+  const int64_t G = 12;
+  const int32_t counts[G] = {17, 0, 70, 1, 32, 0, 45, 16, 128, 3, 0, 200};
+  std::vector<int32_t> row_ends, col_ends, lens16, lens0;
+  int32_t r = 0, c = 0;
+  for (int32_t n : counts) {
+    row_ends.push_back(r += n);
+    lens16.push_back((n + 15) / 16 * 16);  // the RHT-16 operand: the caller's zero rows complete it
+    lens0.push_back(n);
+    c += (n + 15) / 16 * 16;
+    col_ends.push_back(c);
+  }
+  const int64_t rows = r + 9, layout_rows = rows + G * 15;
+  std::vector<int64_t> src(layout_rows, -1);
+  for (int64_t g = 0, rb = 0, cb = 0; g < G; rb = row_ends[g], cb = col_ends[g], ++g)
+    for (int64_t i = 0; i < counts[g]; ++i) src[cb + i] = rb + i;
+  SegmentKeys rkeys, ckeys;
+  for (int64_t g = 0; g < G; ++g) {
+    rkeys.seeds.push_back(0x9e3779b97f4a7c15ULL * (g + 1));
+    rkeys.rht_seeds.push_back(100 + g);
+    ckeys.seeds.push_back(0x5851f42d4c957f2dULL * (g + 3));
+    ckeys.rht_seeds.push_back(700 + g);
+  }
+  struct Case {
+    Rounding rd;
+    int row_rht, col_rht;
+  };
+  const Case cases[] = {{Rounding::kRtne, 16, 16}, {Rounding::kSr, 16, 16}, {Rounding::kSr, 0, 16},
+                        {Rounding::kRtne, 0, 16},  {Rounding::kRtne, 0, 0},  {Rounding::kSr, 0, 0}};
+  const torch::Tensor row_ends_d = torch::tensor(row_ends, torch::kInt32).to(torch::kCUDA);
+  const torch::Tensor col_ends_d = torch::tensor(col_ends, torch::kInt32).to(torch::kCUDA);
+  const torch::Tensor src_h = torch::tensor(src, torch::kInt64), src_d = src_h.to(torch::kCUDA);
+  const torch::Tensor rkt = segment_key_table(rkeys, torch::kCUDA), ckt = segment_key_table(ckeys, torch::kCUDA);
+  int n = 0, fused = 0;
+  for (const char* grid : {"e2m1", "e1m2", "int4"})
+    for (const Case& k : cases)
+      for (const char* regime : {"normal", "outliers", "mixed", "subnormal", "near_overflow"})
+        // Three whole 128-column tiles, and a partial one (208 = 128 + 80).
+        for (int64_t cols : {384, 208}) {
+          QuantSpec rs, cs;
+          rs.grid = cs.grid = Grid::from_name(grid);
+          rs.rounding = cs.rounding = k.rd;
+          rs.rht = k.row_rht;
+          cs.rht = k.col_rht;
+          rs.offset = 3 + n;
+          cs.offset = 5;
+          // Without the RHT the columnwise operands are the rows themselves: SR draws off the 16-element groups.
+          const std::vector<int32_t>& lens = k.col_rht ? lens16 : lens0;
+          torch::Tensor x = test::make_input(regime, rows, cols, 900 + n).to(torch::kBFloat16);
+          const torch::Tensor ln = torch::tensor(lens, torch::kInt32);
+          const torch::Tensor want_row = quantize_segments(x, rs, rkeys, torch::tensor(row_ends, torch::kInt32), torch::Tensor(), false, torch::kBFloat16);
+          const torch::Tensor want_col = quantize_segments(x, cs, ckeys, torch::tensor(col_ends, torch::kInt32), ln, true, torch::kBFloat16, src_h);
+          const torch::Tensor xd = x.to(torch::kCUDA);
+          fused += quantize_segments_pair_fused(xd, rs, cs, G);
+          const auto got = quantize_segments_pair(xd, rs, rkt, row_ends_d, cs, ckt, col_ends_d, ln.to(torch::kCUDA), src_d);
+          INFO(grid << " " << to_string(k.rd) << " rht=" << k.row_rht << "/" << k.col_rht << " " << regime << " cols=" << cols);
+          for (int o = 0; o < 2; ++o) {
+            const torch::Tensor& want = o ? want_col : want_row;
+            const torch::Tensor have = (o ? got.second : got.first).cpu();
+            REQUIRE(have.sizes() == want.sizes());
+            const int64_t i = test::first_bit_mismatch(want, have);
+            CHECK(i == -1);
+            if (i >= 0) FAIL_CHECK((o ? "columnwise: " : "rowwise: ") << test::describe_mismatch(want, have, i));
+          }
+          ++n;
+        }
+  CHECK(n == 3 * 6 * 5 * 2);
+  CHECK(fused == n);  // every case ran the pair kernel
+  // Rowwise RHT without the columnwise one is no recipe's: two quantizations, the same bits.
+  {
+    QuantSpec rs, cs;
+    rs.rht = 16;
+    torch::Tensor x = test::make_input("mixed", rows, 384, 77).to(torch::kBFloat16);
+    CHECK_FALSE(quantize_segments_pair_fused(x.to(torch::kCUDA), rs, cs, G));
+    const auto got = quantize_segments_pair(x.to(torch::kCUDA), rs, rkt, row_ends_d, cs, ckt, col_ends_d, torch::tensor(lens0, torch::kInt32).to(torch::kCUDA), src_d);
+    CHECK(test::first_bit_mismatch(quantize_segments(x, rs, rkeys, torch::tensor(row_ends, torch::kInt32), torch::Tensor(), false, torch::kBFloat16),
+                                   got.first.cpu()) < 0);
+  }
+}
+
 // A CUDA-graph step keeps the step number in device memory (QuantSpec::offset_add): the kernels add
 // it to the SR offset. The draws must be those of the same offset given in the spec, in every kernel
 // family: the hot kernel (rowwise, columnwise), the general kernel, the segmented kernels.
