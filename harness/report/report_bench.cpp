@@ -519,14 +519,16 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
             unmet_other.push_back("### ufp4 step / bf16 step, " + kv.first + "\n\nufp4 " + fmt("%.2f", r.ms) + " ms, bf16 " +
                                 fmt("%.2f", kv.second) + " ms. The experts' operands are quantized for all experts at once "
                                 "(the segmented kernels, `kernels/quantize_segments.h`) and their GEMMs run grouped, as the BF16 "
-                                "ones do; the difference is the quantizers' traffic. WGRAD's columnwise kernel reads each expert's "
-                                "tokens in place through its padded layout's row map (no gathered copy), a 16 x 128 tile a block "
-                                "through shared memory (its times on moe-81m's routed X, rowwise and columnwise: "
-                                "`results/bench/logs/bench-kernels-segments-h100.log`); every activation is still read once for "
-                                "FPROP/DGRAD and once for WGRAD. What would close it: one pass that writes both the rowwise and the "
-                                "columnwise operand of the same activation (the dense layers' pair kernel, segmented), and the "
-                                "quantization of fc2's input and fc1's output gradient inside the SwiGLU kernels that produce "
-                                "them.\n\n");
+                                "ones do; the difference is the quantizers' work. Each routed activation (X, dY) is read once for both "
+                                "of its operands (the segmented pair kernel: a 16 x 128 tile of WGRAD's padded layout a block, "
+                                "read in place through its row map, rounded rowwise and columnwise); that pass bought 0.3 ms of "
+                                "the step over two kernels (61cff20: 46.08 ms, `results/bench/step-moe.h5`'s history), for the "
+                                "reason the dense pair kernel found: stochastic rounding and the RHT bind these kernels by their "
+                                "arithmetic more than by their reads, and each operand is still written as BF16 (2 bytes an "
+                                "element: the H100's GEMMs take no 4-bit operands). What would close it: quantizing inside the "
+                                "kernels that produce the activations (the SwiGLU kernels for fc2's input and fc1's output "
+                                "gradient, the combine's backward for fc2's output gradient), so that the BF16 activation is "
+                                "neither written nor read again.\n\n");
         }
       for (const auto& nd : nondet_ms[kv.first]) {
         const double det = recipe_ms[kv.first][nd.first], ratio = det / nd.second;
