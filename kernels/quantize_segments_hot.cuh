@@ -70,11 +70,11 @@ __device__ __noinline__ void general_col_chunk(const KernelSpec& s, const float*
 
 // Column chunk of a tile: column c of operand g from operand position pos (of len; nvalid of its 16
 // elements inside), raw values at col[i * 128]; out: its 16 BF16 results, element 2k in the low half of
-// word k. rnd: the chunk's SR draws (col_chunk_draws) when its SR index is on a 16-element group.
+// word k.
 template <int kClass, bool kSR, bool kRht, bool kF32>
-__device__ __forceinline__ void round_col_chunk_drawn(const KernelSpec& s, const HotParams& h, const SegmentedQuantizeIO& io, const float* sh_level,
-                                                      const uint8_t* sh_code, const void* col, int g, int64_t c, int64_t len, int64_t pos,
-                                                      int nvalid, const U32x4& rnd, uint32_t (&out)[8]) {
+__device__ __forceinline__ void round_col_chunk(const KernelSpec& s, const HotParams& h, const SegmentedQuantizeIO& io, const float* sh_level,
+                                                const uint8_t* sh_code, const void* col, int g, int64_t c, int64_t len, int64_t pos, int nvalid,
+                                                uint32_t (&out)[8]) {
   const uint32_t signs = kRht ? io.rht_signs[4 * g] : 0u;  // operands start on whole RHT segments: position i
   float x[16];
 #pragma unroll
@@ -82,25 +82,14 @@ __device__ __forceinline__ void round_col_chunk_drawn(const KernelSpec& s, const
     const uint32_t flip = kRht && ((signs >> i) & 1u) ? 0x80000000u : 0u;
     x[i] = bits_f32(tile_bits<kF32>(col, i) ^ flip);
   }
+  const uint64_t seed = kSR ? io.seeds[g] : 0;
   const uint64_t sr0 = static_cast<uint64_t>(c * len + pos);  // element (column, pos) of the [cols, len] operand
   // SR draws off a 16-element group (operands of any length, without the RHT) take the general code
   // too: an out-of-line draw function here cost the kernel 90 registers.
   const bool aligned = !kSR || (sr0 & 15) == 0;
+  const U32x4 rnd = kSR && aligned ? sr_bytes16(seed, sr_offset(s), sr0 >> 4) : U32x4{};
   if (!aligned || !hot_chunk_values<kClass, kSR, kRht>(h, x, rnd, out))
-    general_col_chunk<kClass, kSR, kF32>(s, sh_level, sh_code, col, signs, kSR ? io.seeds[g] : 0, sr0, nvalid, out);
-}
-
-// The SR draws of that chunk (those of its 16-element group; unused when off one).
-__device__ __forceinline__ U32x4 col_chunk_draws(const KernelSpec& s, const SegmentedQuantizeIO& io, int g, int64_t c, int64_t len, int64_t pos) {
-  return sr_bytes16(io.seeds[g], sr_offset(s), static_cast<uint64_t>(c * len + pos) >> 4);
-}
-
-template <int kClass, bool kSR, bool kRht, bool kF32>
-__device__ __forceinline__ void round_col_chunk(const KernelSpec& s, const HotParams& h, const SegmentedQuantizeIO& io, const float* sh_level,
-                                                const uint8_t* sh_code, const void* col, int g, int64_t c, int64_t len, int64_t pos, int nvalid,
-                                                uint32_t (&out)[8]) {
-  const U32x4 rnd = kSR ? col_chunk_draws(s, io, g, c, len, pos) : U32x4{};
-  round_col_chunk_drawn<kClass, kSR, kRht, kF32>(s, h, io, sh_level, sh_code, col, g, c, len, pos, nvalid, rnd, out);
+    general_col_chunk<kClass, kSR, kF32>(s, sh_level, sh_code, col, signs, seed, sr0, nvalid, out);
 }
 
 }  // namespace

@@ -71,23 +71,14 @@ __global__ void __launch_bounds__(kSegColThreads) segments_pair_kernel(const __g
   const int ri = tid >> 3, rc = tid & 7;
   const int64_t src = ri < nvalid ? cio.src_rows[j0 + ri] : -1;
   const bool row_live = src >= 0 && 16 * rc < 8 * units;
-  const bool col_live = nvalid > 0 && tid < 8 * units;
-  const uint32_t row_signs = kRowRht && row_live ? rio.rht_signs[4 * g] : 0u;
+  uint32_t row_signs = 0;
   uint64_t row_seed = 0, row_sr0 = 0;
-  // Both chunks' SR draws before either is rounded, unconditionally (a dead chunk's are unused): two
-  // independent Philox chains the scheduler interleaves, where one after the other each waits out its
-  // own latency.
-  U32x4 row_rnd{}, col_rnd{};
-  if (kSR) {
-    const int gk = g < G ? g : 0;
-    const int64_t row_begin = gk > 0 ? rio.ends[gk - 1] : 0;
-    row_seed = rio.seeds[gk];
-    row_sr0 = static_cast<uint64_t>((src - row_begin) * cols + c0 + 16 * rc);  // element (row, column) of the [len, cols] operand
-    row_rnd = sr_bytes16(row_seed, sr_offset(rs), row_sr0 >> 4);
-    col_rnd = col_chunk_draws(cs, cio, gk, c0 + tid, len, pos);
-  }
   bool row_declined = false;
   if (row_live) {
+    const int64_t row_begin = g > 0 ? rio.ends[g - 1] : 0;
+    row_signs = kRowRht ? rio.rht_signs[4 * g] : 0u;
+    row_seed = kSR ? rio.seeds[g] : 0;
+    row_sr0 = static_cast<uint64_t>((src - row_begin) * cols + c0 + 16 * rc);  // element (row, column) of the [len, cols] operand
     // Units 2 rc and 2 rc + 1, the upper half of the quarter warp taking them in the other order: no bank conflicts.
     const int first = 2 * rc + (rc >> 2), second = 4 * rc + 1 - first;
     const uint4 a = tile[ri][first], b = tile[ri][second];
@@ -100,7 +91,7 @@ __global__ void __launch_bounds__(kSegColThreads) segments_pair_kernel(const __g
       x[i] = bits_f32(((i & 1) ? (w[i / 2] & 0xffff0000u) : (w[i / 2] << 16)) ^ flip);
     }
     uint32_t out[8];
-    if (hot_chunk_values<kClass, kSR, kRowRht>(rh, x, row_rnd, out)) {
+    if (hot_chunk_values<kClass, kSR, kRowRht>(rh, x, kSR ? sr_bytes16(row_seed, sr_offset(rs), row_sr0 >> 4) : U32x4{}, out)) {
       uint4* dst = reinterpret_cast<uint4*>(static_cast<uint16_t*>(rio.dequant) + src * cols + c0 + 16 * rc);
       dst[0] = make_uint4(out[0], out[1], out[2], out[3]);
       dst[1] = make_uint4(out[4], out[5], out[6], out[7]);
@@ -112,9 +103,9 @@ __global__ void __launch_bounds__(kSegColThreads) segments_pair_kernel(const __g
   // Columnwise: column c0 + tid, as the columnwise hot kernel rounds it.
   const uint16_t* col = reinterpret_cast<const uint16_t*>(&tile[0][0]) + tid;
   uint16_t* ocol = reinterpret_cast<uint16_t*>(&out_tile[0][0]) + tid;
-  if (col_live) {
+  if (nvalid > 0 && tid < 8 * units) {
     uint32_t out[8];
-    round_col_chunk_drawn<kClass, kSR, kColRht, false>(cs, ch, cio, sh_level[1], sh_code[1], col, g, c0 + tid, len, pos, nvalid, col_rnd, out);
+    round_col_chunk<kClass, kSR, kColRht, false>(cs, ch, cio, sh_level[1], sh_code[1], col, g, c0 + tid, len, pos, nvalid, out);
 #pragma unroll
     for (int i = 0; i < 16; ++i) ocol[i * kSegColThreads] = i < nvalid ? static_cast<uint16_t>(out[i / 2] >> (16 * (i & 1))) : 0;
   } else {
