@@ -65,6 +65,8 @@ struct Device {
   int32_t* seg_ends = nullptr;
   uint64_t* seg_seeds = nullptr;
   uint32_t* seg_signs = nullptr;
+  int64_t* seg_src = nullptr;  // the pair's layout row map (identity: equal segments of whole 16-row groups need no padding)
+  int64_t seg_src_rows = 0;
 
   explicit Device(int64_t max_elems) {
     int dev = 0;
@@ -100,7 +102,7 @@ struct Device {
   }
   ~Device() {
     cudaFree(in); cudaFree(out); cudaFree(tmp); cudaFree(flush);
-    cudaFree(seg_ends); cudaFree(seg_seeds); cudaFree(seg_signs);
+    cudaFree(seg_ends); cudaFree(seg_seeds); cudaFree(seg_signs); cudaFree(seg_src);
     cudaEventDestroy(start); cudaEventDestroy(stop); cudaStreamDestroy(stream);
   }
   // Evicts the operands from L2 between repeats (not timed).
@@ -149,6 +151,28 @@ void launch(const Case& c, Device& d) {
     cuda_quantize_segments(spec_of(c, 16), io, d.stream);
     return;
   }
+  if (c.kind == "segments-pair") {
+    // Both operands of the tensor from one read (as the MoE layer quantizes X and dY): rowwise in place
+    // into out, columnwise through the row map into tmp.
+    SegmentedPairIO p;
+    for (SegmentedQuantizeIO* io : {&p.row, &p.col}) {
+      io->in = d.in;
+      io->in_dtype = io->out_dtype = DType::kBF16;
+      io->rows = R;
+      io->cols = C;
+      io->segments = c.shape.segments;
+      io->ends = d.seg_ends;
+      io->seeds = d.seg_seeds;
+      io->rht_signs = d.seg_signs;
+    }
+    p.row.dequant = d.out;
+    p.col.dequant = d.tmp;
+    p.col.columnwise = true;
+    p.col.src_rows = d.seg_src;
+    p.col.in_rows = R;
+    cuda_quantize_segments_pair(spec_of(c, 16), spec_of(c, 16), p, d.stream);
+    return;
+  }
   QuantizeIO io;
   io.in_dtype = DType::kBF16;
   io.out_dtype = DType::kBF16;
@@ -177,11 +201,19 @@ void upload_segment_ends(const Case& c, Device& d) {
   for (int64_t g = 0; g < G; ++g) ends[g] = static_cast<int32_t>(((R * (g + 1) / G) / 16) * 16);
   ends[G - 1] = static_cast<int32_t>(R);
   check(cudaMemcpy(d.seg_ends, ends.data(), ends.size() * sizeof(int32_t), cudaMemcpyHostToDevice), "cudaMemcpy");
+  if (c.kind == "segments-pair" && d.seg_src_rows < R) {
+    std::vector<int64_t> src(static_cast<size_t>(R));
+    for (int64_t r = 0; r < R; ++r) src[r] = r;
+    cudaFree(d.seg_src);
+    check(cudaMalloc(&d.seg_src, src.size() * sizeof(int64_t)), "cudaMalloc");
+    check(cudaMemcpy(d.seg_src, src.data(), src.size() * sizeof(int64_t), cudaMemcpyHostToDevice), "cudaMemcpy");
+    d.seg_src_rows = R;
+  }
 }
 
 void time_case(benchmark::State& st, const Case& c, Device& d) {
   try {
-    if (c.kind == "segments") upload_segment_ends(c, d);
+    if (c.kind == "segments" || c.kind == "segments-pair") upload_segment_ends(c, d);
     launch(c, d);  // warm-up: module load, first-touch
     check(cudaStreamSynchronize(d.stream), "warm-up");
     for (auto _ : st) {
@@ -241,6 +273,17 @@ std::vector<Case> cases(bool quick) {
             c.flops = n * 7;
             v.push_back(c);
           }
+    // Both of its layouts from one read (the segmented pair kernel): against the row and col rows' sum.
+    if (sh.segments > 0)
+      for (const char* grid : {"e2m1", "e1m2"})
+        for (const char* rounding : {"rtne", "sr"}) {
+          Case c;
+          c.kind = "segments-pair"; c.grid = grid; c.rounding = rounding; c.shape = sh;
+          c.name = std::string("quantize/segments") + std::to_string(sh.segments) + "/" + grid + "/" + rounding + "/pair/" + dims;
+          c.bytes = 6 * n;  // one BF16 read, two BF16 writes
+          c.flops = n * 14;
+          v.push_back(c);
+        }
   }
   return v;
 }

@@ -367,8 +367,12 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
     std::ostringstream seg;
     for (const auto& r : rows) {
       if (r.kind.rfind("segments", 0) != 0) continue;
-      auto f = by.find("fused/" + r.grid + "/" + r.rounding + "/" + r.layout + "/" + r.shape);
-      const double fused_us = f == by.end() ? NAN : f->second->us;
+      // A pair row (both layouts from one read) against the segmented rowwise and columnwise rows together.
+      const bool pair = r.layout == "pair";
+      auto us_of = [&](const std::string& key) { auto f = by.find(key); return f == by.end() ? NAN : f->second->us; };
+      const std::string seg_key = r.kind + "/" + r.grid + "/" + r.rounding + "/";
+      const double fused_us = pair ? us_of(seg_key + "row/" + r.shape) + us_of(seg_key + "col/" + r.shape)
+                                   : us_of("fused/" + r.grid + "/" + r.rounding + "/" + r.layout + "/" + r.shape);
       const double cu = copy_us.count(r.shape) ? copy_us[r.shape] : NAN;
       seg << "| " << r.shape << " | " << r.kind.substr(8) << " | " << r.grid << " | " << r.rounding << " | " << r.layout << " | "
           << fmt("%.1f", r.us) << " | " << fmt("%.1f", fused_us) << " | " << fmt("%.2f", r.us / fused_us) << " | "
@@ -378,7 +382,12 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
       md << "## Segmented quantizer (the MoE experts' operands)\n\nOne launch quantizes G equal expert segments of a routed "
          << "activation, each with its own SR seed and RHT signs (`kernels/quantize_segments.h`; RHT-16 fused), beside the "
          << "`fused` kernel on the same whole tensor with one set of keys. Columnwise: quantized along the tokens of each segment, "
-         << "written token-major (WGRAD's layout).\n\n| shape | segments | grid | rounding | layout | segmented µs | fused µs | "
+         << "written token-major (WGRAD's layout)."
+         << (std::any_of(rows.begin(), rows.end(), [](const KRow& r) { return r.layout == "pair"; })
+                 ? " Pair: both layouts from one read (the MoE layer's X and dY), its `fused µs` the segmented rowwise and "
+                   "columnwise rows together."
+                 : "")
+         << "\n\n| shape | segments | grid | rounding | layout | segmented µs | fused µs | "
          << "segmented / fused | segmented TB/s | / copy BW |\n|---|---|---|---|---|---|---|---|---|---|\n"
          << seg.str() << "\n";
   }
