@@ -21,13 +21,14 @@ echo "bench kernels exit $? after $(( $(date +%s) - t0 )) s"
 build/ufp4 bench step --out-dir "$BENCH" "$@" > "$LOGS/bench-step.log" 2>&1
 echo "bench step exit $? after $(( $(date +%s) - t0 )) s"
 grep "bench step:" "$LOGS/bench-step.log" | tail -n 12
-# Profile evidence: Nsight Compute on the fused kernels of one large shape (PROFILE=0 skips it).
+# Profile evidence: Nsight Compute on the fused kernels of one large shape (PROFILE=0 skips it;
+# NCU_CASES: other `bench kernels` names, e.g. quantize/segments32/e1m2/sr/pair/131072x384, the MoE pair kernel).
+NCU_CASES=${NCU_CASES:-"quantize/fused/e2m1/rtne/row/16384x5632 quantize/fused/e2m1/rtne/col/16384x5632 quantize/fused/e2m1/sr/row/16384x5632 quantize/fused/e2m1/sr/col/16384x5632 quantize/fused/e1m2/sr/row/16384x5632"}
 if [ "${PROFILE:-1}" = 1 ] && command -v ncu >/dev/null; then
-  for f in quantize/fused/e2m1/rtne/row/16384x5632 quantize/fused/e2m1/rtne/col/16384x5632 quantize/fused/e2m1/sr/row/16384x5632 quantize/fused/e2m1/sr/col/16384x5632 \
-           quantize/fused/e1m2/sr/row/16384x5632; do
+  for f in $NCU_CASES; do
     ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section InstructionStats --section ComputeWorkloadAnalysis \
         --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
-        -k regex:quantize -c 1 build/ufp4 bench kernels --out-dir "$LOGS/ncu-tmp" --filter "^$f/" --iterations 1 --repetitions 1 \
+        -k 'regex:quantize|segments' -c 1 build/ufp4 bench kernels --out-dir "$LOGS/ncu-tmp" --filter "^$f/" --iterations 1 --repetitions 1 \
         > "$LOGS/ncu-$(echo "$f" | tr / _).log" 2>&1
   done
   rm -rf "$LOGS/ncu-tmp"
