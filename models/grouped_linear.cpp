@@ -39,10 +39,11 @@ struct GroupedLinearFunction : public torch::autograd::Function<GroupedLinearFun
                                const torch::Tensor& kept, const torch::Tensor& host_ends, int64_t module_ptr) {
     const auto& m = *reinterpret_cast<const GroupedLinearImpl*>(module_ptr);
     const int64_t step = m.layers[0]->ctx->step;
-    const bool grouped_dgrad = m.runs_grouped(x, Gemm::kDgrad), grouped_wgrad = m.runs_grouped(x, Gemm::kWgrad);
+    const bool grouped_fprop = m.runs_grouped(x, Gemm::kFprop), grouped_dgrad = m.runs_grouped(x, Gemm::kDgrad),
+               grouped_wgrad = m.runs_grouped(x, Gemm::kWgrad);
     // X's WGRAD operand quantized now, from the read that quantizes its FPROP operand (the segmented pair
     // kernel); then x itself is needed later only if DGRAD runs expert by expert (zeros_like(x)).
-    const bool pair = m.runs_grouped(x, Gemm::kFprop) && grouped_wgrad && !gemm_untouched(*m.layers[0], Gemm::kWgrad) &&
+    const bool pair = grouped_fprop && grouped_wgrad && !gemm_untouched(*m.layers[0], Gemm::kWgrad) &&
                       m.pairs_operands(x, Gemm::kFprop, 0, Gemm::kWgrad, 1, step);
     ctx->save_for_backward({pair && grouped_dgrad ? torch::Tensor() : x, w});
     ctx->saved_data["rows"] = x.size(0);
@@ -55,7 +56,7 @@ struct GroupedLinearFunction : public torch::autograd::Function<GroupedLinearFun
     ctx->saved_data["grouped_dgrad"] = grouped_dgrad;
     ctx->saved_data["grouped_wgrad"] = grouped_wgrad;
     const int64_t E = w.size(0), N = w.size(1), K = w.size(2);
-    if (m.runs_grouped(x, Gemm::kFprop)) {
+    if (grouped_fprop) {
       const torch::Tensor wrows = weight_ends(E, N, ends.device());
       torch::Tensor xq;
       if (pair) {

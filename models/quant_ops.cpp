@@ -194,6 +194,29 @@ torch::Tensor gather_rows(const torch::Tensor& t, const torch::Tensor& src) {
   return t.index_select(0, src.clamp_min(0)).masked_fill_((src < 0).unsqueeze(1), 0);
 }
 
+namespace {
+
+// The segmented io of x for one operand (device pointers; keys from a segment_key_table).
+SegmentedQuantizeIO segments_io(const torch::Tensor& x, bool columnwise, const torch::Tensor& out, const torch::Tensor& keys,
+                                const torch::Tensor& ends, const torch::Tensor& lens) {
+  SegmentedQuantizeIO io;
+  io.in = x.data_ptr();
+  io.in_dtype = dtype_of(x, "quantize input");
+  io.rows = out.size(0);
+  io.cols = x.size(1);
+  io.columnwise = columnwise;
+  io.dequant = out.data_ptr();
+  io.out_dtype = dtype_of(out, "quantize output");
+  io.segments = ends.numel();
+  io.ends = ends.data_ptr<int32_t>();
+  io.lens = lens.defined() ? lens.data_ptr<int32_t>() : nullptr;
+  io.seeds = reinterpret_cast<const uint64_t*>(keys.data_ptr<int64_t>());
+  io.rht_signs = reinterpret_cast<const uint32_t*>(keys.data_ptr<int64_t>() + ends.numel());
+  return io;
+}
+
+}  // namespace
+
 torch::Tensor quantize_segments(const torch::Tensor& x_in, const QuantSpec& spec, const torch::Tensor& key_table, const torch::Tensor& ends,
                                 const torch::Tensor& lens, bool columnwise, torch::ScalarType out_dtype, const torch::Tensor& src) {
   check_input(x_in);
@@ -217,23 +240,11 @@ torch::Tensor quantize_segments(const torch::Tensor& x_in, const QuantSpec& spec
   torch::Tensor tensor_amax = spec.scale == ScaleKind::kNvfp4 ? torch::empty({G}, f32) : torch::Tensor();
   const int64_t ws_floats = quantize_workspace_floats(ks, rows, x.size(1));
   torch::Tensor ws = torch::empty({ws_floats}, f32);
-  SegmentedQuantizeIO io;
-  io.in = x.data_ptr();
-  io.in_dtype = dtype_of(x, "quantize input");
-  io.rows = rows;
-  io.cols = x.size(1);
-  io.columnwise = columnwise;
-  io.dequant = out.data_ptr();
-  io.out_dtype = out_dtype == torch::kBFloat16 ? DType::kBF16 : DType::kF32;
+  SegmentedQuantizeIO io = segments_io(x, columnwise, out, key_table, ends, lens);
   if (src.defined()) {
     io.src_rows = src.data_ptr<int64_t>();
     io.in_rows = x.size(0);
   }
-  io.segments = G;
-  io.ends = ends.data_ptr<int32_t>();
-  io.lens = lens.defined() ? lens.data_ptr<int32_t>() : nullptr;
-  io.seeds = reinterpret_cast<const uint64_t*>(key_table.data_ptr<int64_t>());
-  io.rht_signs = reinterpret_cast<const uint32_t*>(key_table.data_ptr<int64_t>() + G);
   if (tensor_amax.defined()) io.tensor_amax = tensor_amax.data_ptr<float>();
   io.workspace = ws.data_ptr<float>();
   if (x.is_cuda()) {
@@ -252,30 +263,6 @@ torch::Tensor quantize_segments(const torch::Tensor& x_in, const QuantSpec& spec
   return out;
 }
 
-#ifdef UFP4_WITH_CUDA
-namespace {
-
-// The segmented io of x for one operand (device pointers; keys from a segment_key_table).
-SegmentedQuantizeIO segments_io(const torch::Tensor& x, bool columnwise, const torch::Tensor& out, const torch::Tensor& keys,
-                                const torch::Tensor& ends, const torch::Tensor& lens) {
-  SegmentedQuantizeIO io;
-  io.in = x.data_ptr();
-  io.in_dtype = dtype_of(x, "quantize input");
-  io.rows = out.size(0);
-  io.cols = x.size(1);
-  io.columnwise = columnwise;
-  io.dequant = out.data_ptr();
-  io.out_dtype = dtype_of(out, "quantize output");
-  io.segments = ends.numel();
-  io.ends = ends.data_ptr<int32_t>();
-  io.lens = lens.defined() ? lens.data_ptr<int32_t>() : nullptr;
-  io.seeds = reinterpret_cast<const uint64_t*>(keys.data_ptr<int64_t>());
-  io.rht_signs = reinterpret_cast<const uint32_t*>(keys.data_ptr<int64_t>() + ends.numel());
-  return io;
-}
-
-}  // namespace
-#endif
 
 bool quantize_segments_pair_fused(const torch::Tensor& x, const QuantSpec& row, const QuantSpec& col, int64_t segments) {
   if (!x.is_cuda() || x.dim() != 2 || !x.is_contiguous() || x.scalar_type() != torch::kBFloat16 || segments <= 0) return false;
