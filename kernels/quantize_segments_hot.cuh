@@ -53,15 +53,18 @@ __device__ __forceinline__ uint32_t tile_bits(const void* col, int i) {
   return static_cast<uint32_t>(static_cast<const uint16_t*>(col)[i * kSegColThreads]) << 16;
 }
 
-// A column chunk the hot arithmetic declined (or whose SR draws are off a 16-element group), in the
-// general arithmetic: out of line, so the rare case costs the hot code no registers. col: the chunk's
-// raw values in the tile (element i at col[i * 128]).
+// A chunk the hot arithmetic declined (or whose SR draws are off a 16-element group), in the general
+// arithmetic: out of line, so the rare case costs the hot code no registers. v: the chunk's raw values,
+// element i at v[i * stride] (a tile's column: stride 128; a row of the input: 1). The columnwise and
+// the pair kernel's rowwise chunks call this one function: two out-of-line callees cost the pair
+// kernel 16 more registers than one.
 template <int kClass, bool kSR, bool kF32>
-__device__ __noinline__ void general_col_chunk(const KernelSpec& s, const float* sh_level, const uint8_t* sh_code, const void* col,
-                                               uint32_t signs, uint64_t seed, uint64_t sr0, int nvalid, uint32_t* out) {
+__device__ __noinline__ void general_strided_chunk(const KernelSpec& s, const float* sh_level, const uint8_t* sh_code, const void* v, int stride,
+                                                   uint32_t signs, uint64_t seed, uint64_t sr0, int nvalid, uint32_t* out) {
   float x[16];
 #pragma unroll
-  for (int i = 0; i < 16; ++i) x[i] = bits_f32(tile_bits<kF32>(col, i));
+  for (int i = 0; i < 16; ++i)
+    x[i] = bits_f32(kF32 ? static_cast<const uint32_t*>(v)[i * stride] : static_cast<uint32_t>(static_cast<const uint16_t*>(v)[i * stride]) << 16);
   uint32_t o[8];
   general_chunk<kClass, kSR>(s, sh_level, sh_code, x, signs, seed, sr0, nvalid, o);
 #pragma unroll
@@ -89,7 +92,7 @@ __device__ __forceinline__ void round_col_chunk(const KernelSpec& s, const HotPa
   const bool aligned = !kSR || (sr0 & 15) == 0;
   const U32x4 rnd = kSR && aligned ? sr_bytes16(seed, sr_offset(s), sr0 >> 4) : U32x4{};
   if (!aligned || !hot_chunk_values<kClass, kSR, kRht>(h, x, rnd, out))
-    general_col_chunk<kClass, kSR, kF32>(s, sh_level, sh_code, col, signs, seed, sr0, nvalid, out);
+    general_strided_chunk<kClass, kSR, kF32>(s, sh_level, sh_code, col, kSegColThreads, signs, seed, sr0, nvalid, out);
 }
 
 }  // namespace
