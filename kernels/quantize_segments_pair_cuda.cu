@@ -20,16 +20,18 @@ namespace {
 constexpr int kPairTiles = 8;
 
 // Where tile row j0 lies in the padded layout: segment g (G past the last end), the tile's position
-// pos in its operand of len rows, nvalid of its 16 rows inside the operand.
+// pos in its operand of len rows, nvalid of its 16 rows inside the operand. g0: a segment at or before
+// j0's (a block's tiles are consecutive: the next tile's segment is found by stepping, not searching).
 struct PairTileSpan {
   int g, nvalid;
   int64_t pos, len;
 };
 
-__device__ __forceinline__ PairTileSpan pair_tile_span(const int32_t* sh_ends, const SegmentedQuantizeIO& cio, int64_t j0) {
+__device__ __forceinline__ PairTileSpan pair_tile_span(const int32_t* sh_ends, const SegmentedQuantizeIO& cio, int64_t j0, int g0) {
   const int G = static_cast<int>(cio.segments);
   PairTileSpan t;
-  t.g = segment_of(sh_ends, G, j0);
+  t.g = g0;
+  while (t.g < G && sh_ends[t.g] <= j0) ++t.g;
   const int64_t begin = t.g > 0 && t.g < G ? sh_ends[t.g - 1] : 0;
   t.pos = j0 - begin;
   t.len = t.g < G ? (cio.lens ? cio.lens[t.g] : sh_ends[t.g] - begin) : 0;
@@ -91,7 +93,7 @@ __global__ void __launch_bounds__(kSegColThreads, kSR ? 7 : 8) segments_pair_ker
   pair_map_load(cio, first, tid, sh_map[0]);
   asm volatile("cp.async.wait_all;\n" ::: "memory");
   __syncthreads();
-  PairTileSpan cur = pair_tile_span(sh_ends, cio, first);
+  PairTileSpan cur = pair_tile_span(sh_ends, cio, first, segment_of(sh_ends, G, first));
   pair_tile_load(cio, cur, sh_map[0], c0, units, tid, tile[0]);
   if (first + 16 < last) pair_map_load(cio, first + 16, tid, sh_map[1]);
   asm volatile("cp.async.commit_group;\n" ::: "memory");
@@ -104,7 +106,7 @@ __global__ void __launch_bounds__(kSegColThreads, kSR ? 7 : 8) segments_pair_ker
     __syncthreads();  // tile n in tile[b], the row map of tile n + 1 in sh_map; every thread done with tile n - 1 and out_tile
     PairTileSpan next{};
     if (j0 + 16 < last) {
-      next = pair_tile_span(sh_ends, cio, j0 + 16);
+      next = pair_tile_span(sh_ends, cio, j0 + 16, cur.g);
       pair_tile_load(cio, next, sh_map[(n + 1) % 3], c0, units, tid, tile[b ^ 1]);
       if (j0 + 32 < last) pair_map_load(cio, j0 + 32, tid, sh_map[(n + 2) % 3]);
       asm volatile("cp.async.commit_group;\n" ::: "memory");
