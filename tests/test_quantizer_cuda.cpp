@@ -205,8 +205,9 @@ TEST_CASE("CUDA pair kernel == two CPU quantizations: both layouts from one read
   for (const char* g : {"e2m1", "e1m2", "int4"})
     for (const Case& c : cases)
       for (const char* regime : {"normal", "outliers", "mixed", "subnormal", "near_overflow"})
-        // A partial tile in both directions, whole tiles, and an operand of a real model's shape.
-        for (auto sh : std::vector<std::pair<int64_t, int64_t>>{{16, 48}, {208, 336}, {2048, 1280}}) {
+        // A partial tile in both directions, whole tiles, an operand of a real model's shape, and blocks of
+        // 8 row tiles ending in a partial block whose last tile is partial (1168 = 18 x 64 + 16).
+        for (auto sh : std::vector<std::pair<int64_t, int64_t>>{{16, 48}, {208, 336}, {2048, 1280}, {1168, 96}}) {
           QuantSpec rs, cs;
           rs.grid = cs.grid = Grid::from_name(g);
           rs.rounding = cs.rounding = c.rd;
@@ -241,7 +242,7 @@ TEST_CASE("CUDA pair kernel == two CPU quantizations: both layouts from one read
           }
           ++n;
         }
-  CHECK(n == 3 * 8 * 5 * 3);
+  CHECK(n == 3 * 8 * 5 * 4);
   CHECK(fused == n);  // every case ran the pair kernel
 }
 

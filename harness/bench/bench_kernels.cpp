@@ -173,6 +173,17 @@ void launch(const Case& c, Device& d) {
     cuda_quantize_segments_pair(spec_of(c, 16), spec_of(c, 16), p, d.stream);
     return;
   }
+  if (c.kind == "pair") {
+    // Both layouts of a dense linear's operand from one read (kernels/quantize_pair.h), the RHT on both.
+    PairIO p;
+    p.in = d.in;
+    p.rows = R;
+    p.cols = C;
+    p.row_out = d.out;
+    p.col_out = d.tmp;
+    cuda_quantize_pair(spec_of(c, 16), spec_of(c, 16), p, d.stream);
+    return;
+  }
   QuantizeIO io;
   io.in_dtype = DType::kBF16;
   io.out_dtype = DType::kBF16;
@@ -261,6 +272,16 @@ std::vector<Case> cases(bool quick) {
             c.flops = n * (2 + (rht ? 5 : 0));
             v.push_back(c);
           }
+    // Both layouts from one read (the dense pair kernel), against the fused row and col rows' sum.
+    for (const char* grid : {"e2m1", "e1m2"})
+      for (const char* rounding : {"rtne", "sr"}) {
+        Case c;
+        c.kind = "pair"; c.grid = grid; c.rounding = rounding; c.shape = sh;
+        c.name = std::string("quantize/pair/") + grid + "/" + rounding + "/" + dims;
+        c.bytes = 6 * n;  // one BF16 read, two BF16 writes
+        c.flops = n * 14;
+        v.push_back(c);
+      }
     // The segmented quantizer (RHT-16 fused, each segment with its own keys) beside the same tensor's "fused" rows.
     if (sh.segments > 0)
       for (const char* grid : {"e2m1", "e1m2"})
