@@ -1,10 +1,7 @@
-// The pair kernel (kernels/quantize_pair.h): a thread block stages 64 x 64 input tiles in shared
-// memory, and for each tile each thread rounds two rowwise chunks (one tile row, columns 16 h and
-// 32 + 16 h) and two columnwise chunks (16 rows of one column pair) with the hot kernel's arithmetic.
-// Chunks it declines go to the general code, as in the hot kernel. The input is read from global
-// memory once. A block takes kPairBlockTiles consecutive tiles of one column stripe and copies the next
-// tile in (cp.async: no registers held) while it rounds the current one: with one tile a block the
-// copies waited for the rounding (the segmented pair kernel's profile: loads' latency the largest stall).
+// The pair kernel (kernels/quantize_pair.h): a thread block stages one 64 x 64 input tile in shared
+// memory, then each thread rounds two rowwise chunks (one tile row, columns 16 h and 32 + 16 h) and two
+// columnwise chunks (16 rows of one column pair) with the hot kernel's arithmetic. Chunks it declines
+// go to the general code, as in the hot kernel. The tile is read from global memory once.
 #include "kernels/quantize_cuda.h"
 #include "kernels/quantize_hot_col.cuh"
 #include "kernels/quantize_pair.h"
@@ -14,7 +11,6 @@ namespace ufp4 {
 namespace {
 
 constexpr int kPairTile = 64;  // input rows and columns of a tile; kHotThreads threads a block
-constexpr int kPairBlockTiles = 8;  // tiles a block, consecutive along the rows (4 declined-chunk bits each)
 
 // 16-byte units a tile row: 8 BF16 or 16 FP32.
 template <bool kF32>
@@ -40,29 +36,12 @@ __device__ __forceinline__ bool pair_round_store(const HotParams& h, float (&x)[
   return true;
 }
 
-// Starts the copy of the tile at rows r0, columns c0 into buf (zeros outside the tensor).
-template <bool kF32>
-__device__ __forceinline__ void pair_tile_copy(const QuantizeIO& io, int64_t r0, int64_t c0, int tid, uint4 (*buf)[kPairUnits<kF32>]) {
-  constexpr int U = kPairUnits<kF32>, kPer = kF32 ? 4 : 8;
-  const int64_t rows = io.rows, cols = io.cols, units = cols / kPer;
-  const uint4* src = reinterpret_cast<const uint4*>(io.in);
-#pragma unroll
-  for (int p = 0; p < kPairTile * U / kHotThreads; ++p) {
-    const int idx = p * kHotThreads + tid, row = idx / U, u = idx % U;
-    const bool inside = r0 + row < rows && c0 + kPer * u < cols;
-    const uint4* from = inside ? src + (r0 + row) * units + c0 / kPer + u : src;
-    const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(&buf[row][pair_slot<kF32>(row, u)]));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(from), "r"(inside ? 16 : 0) : "memory");
-  }
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
 template <bool kF32, int kClass, bool kSR, bool kRowRht, bool kColRht>
 __global__ void __launch_bounds__(kHotThreads, kSR ? 6 : 8)
     quantize_pair_kernel(const __grid_constant__ KernelSpec rs, const __grid_constant__ KernelSpec cs, const __grid_constant__ QuantizeIO rio,
                          const __grid_constant__ QuantizeIO cio, const __grid_constant__ HotParams rh, const __grid_constant__ HotParams ch) {
-  constexpr int U = kPairUnits<kF32>;  // units a tile row
-  __shared__ uint4 tile[2][kPairTile][U];  // tile n in buffer n % 2, the next one arriving in the other
+  constexpr int U = kPairUnits<kF32>, kPer = kF32 ? 4 : 8;  // units a tile row, elements a unit
+  __shared__ uint4 tile[kPairTile][U];
   __shared__ float sh_level[2][16];
   __shared__ uint8_t sh_code[2][16];
   const int tid = threadIdx.x;
@@ -73,93 +52,92 @@ __global__ void __launch_bounds__(kHotThreads, kSR ? 6 : 8)
     sh_code[1][tid] = cs.grid.code[tid];
   }
   const int64_t rows = rio.rows, cols = rio.cols;
-  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kPairTile, first = static_cast<int64_t>(blockIdx.y) * kPairBlockTiles * kPairTile;
-  const int tiles = rows - first >= kPairBlockTiles * kPairTile ? kPairBlockTiles : static_cast<int>((rows - first + kPairTile - 1) / kPairTile);
-  pair_tile_copy<kF32>(rio, first, c0, tid, tile[0]);
-  const int row = tid >> 1, h = tid & 1;  // rowwise: tile row t / 2, chunks at columns 16 h and 32 + 16 h (h = t % 2)
-  const int b = tid & 3, cp = tid >> 2;   // columnwise: columns 2 cp and 2 cp + 1 (cp = t / 4) of row block b = t % 4
-  uint32_t declined = 0;  // bit 4 n + k: tile n's rowwise chunk k; bit 4 n + 2 + k: its columnwise chunk k
-  for (int n = 0; n < tiles; ++n) {
-    const int64_t r0 = first + static_cast<int64_t>(n) * kPairTile;
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
-    __syncthreads();  // tile n in tile[n % 2]; every thread done with tile n - 1
-    if (n + 1 < tiles) pair_tile_copy<kF32>(rio, r0 + kPairTile, c0, tid, tile[(n + 1) & 1]);
-    uint4 (*t)[U] = tile[n & 1];
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kPairTile, c0 = static_cast<int64_t>(blockIdx.x) * kPairTile;
+  const int64_t units = cols / kPer;
+  const uint4* src = reinterpret_cast<const uint4*>(rio.in);
+#pragma unroll
+  for (int p = 0; p < kPairTile * U / kHotThreads; ++p) {
+    const int idx = p * kHotThreads + tid, row = idx / U, u = idx % U;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (r0 + row < rows && c0 + kPer * u < cols) v = src[(r0 + row) * units + c0 / kPer + u];
+    tile[row][pair_slot<kF32>(row, u)] = v;
+  }
+  __syncthreads();
 
+  // Rowwise: tile row t / 2, chunks at columns 16 h and 32 + 16 h (h = t % 2).
+  const int row = tid >> 1, h = tid & 1;
+  uint32_t declined = 0;  // bit k: rowwise chunk k; bit 2 + k: columnwise chunk k
 #pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      const int64_t col = c0 + 32 * k + 16 * h;
-      if (r0 + row >= rows || col >= cols) continue;
-      float x[16];
-      if constexpr (kF32) {
+  for (int k = 0; k < 2; ++k) {
+    const int64_t col = c0 + 32 * k + 16 * h;
+    if (r0 + row >= rows || col >= cols) continue;
+    float x[16];
+    if constexpr (kF32) {
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const uint4 q = t[row][pair_slot<true>(row, 8 * k + 4 * h + j)];
-          const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+      for (int j = 0; j < 4; ++j) {
+        const uint4 q = tile[row][pair_slot<true>(row, 8 * k + 4 * h + j)];
+        const uint32_t w[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
-          for (int e = 0; e < 4; ++e) x[4 * j + e] = hot_widen_f32<kRowRht>(rh, w[e], 4 * j + e);
-        }
-      } else {
+        for (int e = 0; e < 4; ++e) x[4 * j + e] = hot_widen_f32<kRowRht>(rh, w[e], 4 * j + e);
+      }
+    } else {
 #pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const uint4 q = t[row][pair_slot<false>(row, 4 * k + 2 * h + j)];
-          const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+      for (int j = 0; j < 2; ++j) {
+        const uint4 q = tile[row][pair_slot<false>(row, 4 * k + 2 * h + j)];
+        const uint32_t w[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            x[8 * j + 2 * e] = hot_widen<kRowRht>(rh, w[e], false, 8 * j + 2 * e);
-            x[8 * j + 2 * e + 1] = hot_widen<kRowRht>(rh, w[e], true, 8 * j + 2 * e + 1);
-          }
+        for (int e = 0; e < 4; ++e) {
+          x[8 * j + 2 * e] = hot_widen<kRowRht>(rh, w[e], false, 8 * j + 2 * e);
+          x[8 * j + 2 * e + 1] = hot_widen<kRowRht>(rh, w[e], true, 8 * j + 2 * e + 1);
         }
       }
-      if (!pair_round_store<kClass, kSR, kRowRht>(rh, x, rio, (r0 + row) * cols + col)) declined |= 1u << (4 * n + k);
     }
+    if (!pair_round_store<kClass, kSR, kRowRht>(rh, x, rio, (r0 + row) * cols + col)) declined |= 1u << k;
+  }
 
-    // Output element (column, row) at column * rows + row.
-    const int64_t oi0 = (c0 + 2 * cp) * rows + r0 + 16 * b;  // chunk k: oi0 + k rows
-    if (r0 + 16 * b < rows && c0 + 2 * cp < cols) {  // 16 divides cols: both columns are in
-      if constexpr (kF32) {
-        uint2 raw[16];
+  // Columnwise: columns 2 cp and 2 cp + 1 (cp = t / 4) of row block b = t % 4; output element
+  // (column, row) at column * rows + row.
+  const int b = tid & 3, cp = tid >> 2;
+  const int64_t oi0 = (c0 + 2 * cp) * rows + r0 + 16 * b;  // chunk k: oi0 + k rows
+  if (r0 + 16 * b < rows && c0 + 2 * cp < cols) {  // 16 divides cols: both columns are in
+    if constexpr (kF32) {
+      uint2 raw[16];
 #pragma unroll
-        for (int i = 0; i < 16; ++i) raw[i] = reinterpret_cast<const uint2*>(&t[16 * b + i][pair_slot<true>(16 * b + i, cp >> 1)])[cp & 1];
+      for (int i = 0; i < 16; ++i) raw[i] = reinterpret_cast<const uint2*>(&tile[16 * b + i][pair_slot<true>(16 * b + i, cp >> 1)])[cp & 1];
 #pragma unroll
-        for (int k = 0; k < 2; ++k) {
-          float x[16];
+      for (int k = 0; k < 2; ++k) {
+        float x[16];
 #pragma unroll
-          for (int i = 0; i < 16; ++i) x[i] = hot_widen_f32<kColRht>(ch, k ? raw[i].y : raw[i].x, i);
-          if (!pair_round_store<kClass, kSR, kColRht>(ch, x, cio, oi0 + k * rows)) declined |= 4u << (4 * n + k);
-        }
-      } else {
-        uint32_t raw[16];
+        for (int i = 0; i < 16; ++i) x[i] = hot_widen_f32<kColRht>(ch, k ? raw[i].y : raw[i].x, i);
+        if (!pair_round_store<kClass, kSR, kColRht>(ch, x, cio, oi0 + k * rows)) declined |= 4u << k;
+      }
+    } else {
+      uint32_t raw[16];
 #pragma unroll
-        for (int i = 0; i < 16; ++i) raw[i] = reinterpret_cast<const uint32_t*>(&t[16 * b + i][pair_slot<false>(16 * b + i, cp >> 2)])[cp & 3];
+      for (int i = 0; i < 16; ++i) raw[i] = reinterpret_cast<const uint32_t*>(&tile[16 * b + i][pair_slot<false>(16 * b + i, cp >> 2)])[cp & 3];
 #pragma unroll
-        for (int k = 0; k < 2; ++k) {
-          float x[16];
+      for (int k = 0; k < 2; ++k) {
+        float x[16];
 #pragma unroll
-          for (int i = 0; i < 16; ++i) x[i] = hot_widen<kColRht>(ch, raw[i], k == 1, i);
-          if (!pair_round_store<kClass, kSR, kColRht>(ch, x, cio, oi0 + k * rows)) declined |= 4u << (4 * n + k);
-        }
+        for (int i = 0; i < 16; ++i) x[i] = hot_widen<kColRht>(ch, raw[i], k == 1, i);
+        if (!pair_round_store<kClass, kSR, kColRht>(ch, x, cio, oi0 + k * rows)) declined |= 4u << k;
       }
     }
   }
 
-  // After every tile, so nothing of them is live across the out-of-line calls (the general code reads
-  // its input from global memory).
+  // After every chunk, so nothing of them is live across the out-of-line calls.
   for (; declined; declined &= declined - 1) {
-    const int bit = __ffs(declined) - 1, k = bit & 3;
-    const int64_t r0 = first + static_cast<int64_t>(bit >> 2) * kPairTile;
-    if (k < 2) general_chunk(rs, rio, sh_level[0], sh_code[0], (r0 + row) * cols + c0 + 32 * k + 16 * h);
-    else general_chunk(cs, cio, sh_level[1], sh_code[1], (c0 + 2 * cp) * rows + r0 + 16 * b + (k - 2) * rows);
+    const int bit = __ffs(declined) - 1;
+    if (bit < 2) general_chunk(rs, rio, sh_level[0], sh_code[0], (r0 + row) * cols + c0 + 32 * bit + 16 * h);
+    else general_chunk(cs, cio, sh_level[1], sh_code[1], oi0 + (bit - 2) * rows);
   }
 }
 
 template <bool kF32, int kClass, bool kSR, bool kRowRht, bool kColRht>
 void launch_pair(const KernelSpec& rs, const KernelSpec& cs, const PairIO& p, cudaStream_t stream) {
-  const int64_t row_blocks = (p.rows + kPairBlockTiles * kPairTile - 1) / (kPairBlockTiles * kPairTile),
-                col_tiles = (p.cols + kPairTile - 1) / kPairTile;
-  if (row_blocks > 65535) throw Error("quantize pair: " + std::to_string(p.rows) + " rows are too many for one launch");
-  if (row_blocks == 0 || col_tiles == 0) return;
-  const dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(row_blocks));
+  const int64_t row_tiles = (p.rows + kPairTile - 1) / kPairTile, col_tiles = (p.cols + kPairTile - 1) / kPairTile;
+  if (row_tiles > 65535) throw Error("quantize pair: " + std::to_string(p.rows) + " rows are too many for one launch");
+  const dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(row_tiles));
   quantize_pair_kernel<kF32, kClass, kSR, kRowRht, kColRht><<<grid, kHotThreads, 0, stream>>>(
       rs, cs, pair_output_io(p, false), pair_output_io(p, true), make_hot_params(rs), make_hot_params(cs));
   check_cuda(cudaGetLastError(), "quantize pair kernel launch");
