@@ -34,6 +34,7 @@ std::vector<KRow> load_kernels(const std::string& path) {
     KRow r;
     if (f.size() == 2 && f[0] == "copy") r.kind = "copy";
     else if (f.size() == 6 && f[0] == "quantize") { r.kind = f[1]; r.grid = f[2]; r.rounding = f[3]; r.layout = f[4]; }
+    else if (f.size() == 5 && f[0] == "quantize" && f[1] == "pair") { r.kind = "pair"; r.grid = f[2]; r.rounding = f[3]; r.layout = "pair"; }
     else continue;
     r.shape = f.back();
     const auto d = split_fields(r.shape, 'x');
@@ -364,6 +365,21 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
     md << "Paper (Figure 11, shapes not listed): fused / standalone " << fmt("%.2f", p_fs) << " on SM90, "
        << fmt("%.2f", paper["fused_over_standalone_sm100"].value_or(NAN)) << " on SM100; unfused / fused " << fmt("%.2f", p_uf)
        << " on SM90, " << fmt("%.2f", paper["unfused_over_fused_sm100"].value_or(NAN)) << " on SM100.\n\n";
+    // The dense pair kernel (a linear's operand: both layouts from one read) against the fused rowwise and
+    // columnwise kernels, each reading the tensor.
+    std::ostringstream pairs;
+    for (const auto& r : rows) {
+      if (r.kind != "pair") continue;
+      auto us_of = [&](const std::string& key) { auto f = by.find(key); return f == by.end() ? NAN : f->second->us; };
+      const double two = us_of("fused/" + r.grid + "/" + r.rounding + "/row/" + r.shape) + us_of("fused/" + r.grid + "/" + r.rounding + "/col/" + r.shape);
+      pairs << "| " << r.shape << " | " << r.grid << " | " << r.rounding << " | " << fmt("%.1f", r.us) << " | " << fmt("%.1f", two) << " | "
+            << fmt("%.2f", r.us / two) << " | " << fmt("%.2f", r.bytes / (r.us * 1e-6) * 1e-12) << " |\n";
+    }
+    if (!pairs.str().empty())
+      md << "## Pair kernel (a dense linear's operand)\n\nBoth layouts of one BF16 operand from one read, the RHT on both "
+         << "(`kernels/quantize_pair.h`: X for FPROP and WGRAD, dY for DGRAD and WGRAD), against the `fused` rowwise and columnwise "
+         << "kernels together (each reads the tensor). TB/s counts one read and two writes.\n\n| shape | grid | rounding | pair µs | "
+         << "fused row + col µs | pair / (row + col) | pair TB/s |\n|---|---|---|---|---|---|---|\n" << pairs.str() << "\n";
     std::ostringstream seg;
     for (const auto& r : rows) {
       if (r.kind.rfind("segments", 0) != 0) continue;
