@@ -46,11 +46,11 @@ __device__ __forceinline__ void general_chunk(const KernelSpec& s, const float* 
 constexpr int kSegColThreads = 128;
 constexpr int kSegColUnits = kSegColThreads / 8;  // 16-byte units of a BF16 tile row (the output's)
 
-// Input element i of a thread's column in the tile (col: its first element), as FP32 bits.
+// Element i of 16 raw input values at v[i * stride] (a tile's column: stride 128; a row: 1), as FP32 bits.
 template <bool kF32>
-__device__ __forceinline__ uint32_t tile_bits(const void* col, int i) {
-  if (kF32) return static_cast<const uint32_t*>(col)[i * kSegColThreads];
-  return static_cast<uint32_t>(static_cast<const uint16_t*>(col)[i * kSegColThreads]) << 16;
+__device__ __forceinline__ uint32_t strided_bits(const void* v, int i, int stride) {
+  if (kF32) return static_cast<const uint32_t*>(v)[i * stride];
+  return static_cast<uint32_t>(static_cast<const uint16_t*>(v)[i * stride]) << 16;
 }
 
 // A chunk the hot arithmetic declined (or whose SR draws are off a 16-element group), in the general
@@ -64,7 +64,7 @@ __device__ __noinline__ void general_strided_chunk(const KernelSpec& s, const fl
   float x[16];
 #pragma unroll
   for (int i = 0; i < 16; ++i)
-    x[i] = bits_f32(kF32 ? static_cast<const uint32_t*>(v)[i * stride] : static_cast<uint32_t>(static_cast<const uint16_t*>(v)[i * stride]) << 16);
+    x[i] = bits_f32(strided_bits<kF32>(v, i, stride));
   uint32_t o[8];
   general_chunk<kClass, kSR>(s, sh_level, sh_code, x, signs, seed, sr0, nvalid, o);
 #pragma unroll
@@ -83,7 +83,7 @@ __device__ __forceinline__ void round_col_chunk(const KernelSpec& s, const HotPa
 #pragma unroll
   for (int i = 0; i < 16; ++i) {
     const uint32_t flip = kRht && ((signs >> i) & 1u) ? 0x80000000u : 0u;
-    x[i] = bits_f32(tile_bits<kF32>(col, i) ^ flip);
+    x[i] = bits_f32(strided_bits<kF32>(col, i, kSegColThreads) ^ flip);
   }
   const uint64_t seed = kSR ? io.seeds[g] : 0;
   const uint64_t sr0 = static_cast<uint64_t>(c * len + pos);  // element (column, pos) of the [cols, len] operand

@@ -28,6 +28,18 @@ struct Config {
   }
 };
 
+// Both layouts of a pair kernel's output against the CPU's, bit for bit (the caller's INFO names the case).
+void check_pair_outputs(const torch::Tensor& want_row, const torch::Tensor& want_col, const std::pair<torch::Tensor, torch::Tensor>& got) {
+  for (int k = 0; k < 2; ++k) {
+    const torch::Tensor& want = k ? want_col : want_row;
+    const torch::Tensor have = (k ? got.second : got.first).cpu();
+    REQUIRE(have.sizes() == want.sizes());
+    const int64_t i = test::first_bit_mismatch(want, have);
+    CHECK(i == -1);
+    if (i >= 0) FAIL_CHECK((k ? "columnwise: " : "rowwise: ") << test::describe_mismatch(want, have, i));
+  }
+}
+
 // Returns "" when CPU and CUDA agree bitwise on every output, else what differs.
 std::string compare(const torch::Tensor& x_f32, const Config& c) {
   QuantSpec s;
@@ -232,14 +244,7 @@ TEST_CASE("CUDA pair kernel == two CPU quantizations: both layouts from one read
           auto got = quantize_pair(xc, rs, cs);
           INFO(g << (c.f32 ? " f32 " : " bf16 ") << to_string(c.rd) << " rht=" << c.row_rht << "/" << c.col_rht << " " << regime << " "
                  << sh.first << "x" << sh.second);
-          for (int k = 0; k < 2; ++k) {
-            const torch::Tensor& want = k ? want_col : want_row;
-            const torch::Tensor have = (k ? got.second : got.first).cpu();
-            REQUIRE(have.sizes() == want.sizes());
-            const int64_t i = test::first_bit_mismatch(want, have);
-            CHECK(i == -1);
-            if (i >= 0) FAIL_CHECK((k ? "columnwise: " : "rowwise: ") << test::describe_mismatch(want, have, i));
-          }
+          check_pair_outputs(want_row, want_col, got);
           ++n;
         }
   CHECK(n == 3 * 8 * 5 * 4);
@@ -482,14 +487,7 @@ TEST_CASE("CUDA segmented pair kernel == CPU oracle of both operands: rowwise in
           fused += quantize_segments_pair_fused(xd, rs, cs, G);
           const auto got = quantize_segments_pair(xd, rs, rkt, row_ends_d, cs, ckt, col_ends_d, ln.to(torch::kCUDA), src_d);
           INFO(grid << " " << to_string(k.rd) << " rht=" << k.row_rht << "/" << k.col_rht << " " << regime << " cols=" << cols);
-          for (int o = 0; o < 2; ++o) {
-            const torch::Tensor& want = o ? want_col : want_row;
-            const torch::Tensor have = (o ? got.second : got.first).cpu();
-            REQUIRE(have.sizes() == want.sizes());
-            const int64_t i = test::first_bit_mismatch(want, have);
-            CHECK(i == -1);
-            if (i >= 0) FAIL_CHECK((o ? "columnwise: " : "rowwise: ") << test::describe_mismatch(want, have, i));
-          }
+          check_pair_outputs(want_row, want_col, got);
           ++n;
         }
   CHECK(n == 3 * 6 * 5 * 2);
