@@ -33,35 +33,35 @@ __device__ __forceinline__ void load8(const void* base, int64_t elem, float (&v)
   }
 }
 
-// Eight values rounded to BF16 (nearest even; NaNs canonical), as one 16-byte vector.
-__device__ __forceinline__ uint4 pack8_bf16(const float (&v_in)[8]) {
-  // No NaN among the eight (the sum is NaN otherwise, or for inf - inf: then the general path, same
-  // bits): the hardware's RNE conversion, two values an instruction.
-  const float any = add_rn(add_rn(add_rn(v_in[0], v_in[1]), add_rn(v_in[2], v_in[3])), add_rn(add_rn(v_in[4], v_in[5]), add_rn(v_in[6], v_in[7])));
-  if (any == any)
-    return make_uint4(pack_bf16x2_finite(v_in[0], v_in[1]), pack_bf16x2_finite(v_in[2], v_in[3]), pack_bf16x2_finite(v_in[4], v_in[5]),
-                      pack_bf16x2_finite(v_in[6], v_in[7]));
-  float v[8];
-#pragma unroll
-  for (int e = 0; e < 8; ++e) v[e] = canon_nan(v_in[e]);
-  // RNE as f32_to_bf16_bits.
-  uint4 q;
-  q.x = static_cast<uint32_t>(f32_to_bf16_bits(v[0])) | (static_cast<uint32_t>(f32_to_bf16_bits(v[1])) << 16);
-  q.y = static_cast<uint32_t>(f32_to_bf16_bits(v[2])) | (static_cast<uint32_t>(f32_to_bf16_bits(v[3])) << 16);
-  q.z = static_cast<uint32_t>(f32_to_bf16_bits(v[4])) | (static_cast<uint32_t>(f32_to_bf16_bits(v[5])) << 16);
-  q.w = static_cast<uint32_t>(f32_to_bf16_bits(v[6])) | (static_cast<uint32_t>(f32_to_bf16_bits(v[7])) << 16);
-  return q;
-}
-
 template <bool kBf16>
 __device__ __forceinline__ void store8(void* base, int64_t elem, const float (&v_in)[8]) {
   if (kBf16) {
-    *reinterpret_cast<uint4*>(static_cast<uint16_t*>(base) + elem) = pack8_bf16(v_in);
-    return;
+    // No NaN among the eight (the sum is NaN otherwise, or for inf - inf: then the general path, same
+    // bits): the hardware's RNE conversion, two values an instruction.
+    const float any = add_rn(add_rn(add_rn(v_in[0], v_in[1]), add_rn(v_in[2], v_in[3])), add_rn(add_rn(v_in[4], v_in[5]), add_rn(v_in[6], v_in[7])));
+    if (any == any) {
+      const uint4 q = make_uint4(pack_bf16x2_finite(v_in[0], v_in[1]), pack_bf16x2_finite(v_in[2], v_in[3]), pack_bf16x2_finite(v_in[4], v_in[5]),
+                                 pack_bf16x2_finite(v_in[6], v_in[7]));
+      *reinterpret_cast<uint4*>(static_cast<uint16_t*>(base) + elem) = q;
+      return;
+    }
   }
-  float4* p = reinterpret_cast<float4*>(static_cast<float*>(base) + elem);
-  p[0] = make_float4(canon_nan(v_in[0]), canon_nan(v_in[1]), canon_nan(v_in[2]), canon_nan(v_in[3]));
-  p[1] = make_float4(canon_nan(v_in[4]), canon_nan(v_in[5]), canon_nan(v_in[6]), canon_nan(v_in[7]));
+  float v[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) v[e] = canon_nan(v_in[e]);
+  if (kBf16) {
+    // RNE as f32_to_bf16_bits.
+    uint4 q;
+    q.x = static_cast<uint32_t>(f32_to_bf16_bits(v[0])) | (static_cast<uint32_t>(f32_to_bf16_bits(v[1])) << 16);
+    q.y = static_cast<uint32_t>(f32_to_bf16_bits(v[2])) | (static_cast<uint32_t>(f32_to_bf16_bits(v[3])) << 16);
+    q.z = static_cast<uint32_t>(f32_to_bf16_bits(v[4])) | (static_cast<uint32_t>(f32_to_bf16_bits(v[5])) << 16);
+    q.w = static_cast<uint32_t>(f32_to_bf16_bits(v[6])) | (static_cast<uint32_t>(f32_to_bf16_bits(v[7])) << 16);
+    *reinterpret_cast<uint4*>(static_cast<uint16_t*>(base) + elem) = q;
+  } else {
+    float4* p = reinterpret_cast<float4*>(static_cast<float*>(base) + elem);
+    p[0] = make_float4(v[0], v[1], v[2], v[3]);
+    p[1] = make_float4(v[4], v[5], v[6], v[7]);
+  }
 }
 
 }  // namespace

@@ -14,14 +14,6 @@ namespace {
 constexpr int kHotThreads = 128;
 constexpr int kColTile = 64;  // columnwise: input rows and columns of one tile
 
-// The general path of one chunk from its 16 input values (unrotated): RHT, scale, rounding, stores.
-__device__ __forceinline__ void general_chunk_tail(const KernelSpec& s, const QuantizeIO& io, const float* sh_level, const uint8_t* sh_code,
-                                                   float (&x)[16], int64_t out_index) {
-  const int64_t L = io.columnwise ? io.rows : io.cols, r = out_index / L, j0 = out_index % L;
-  if (s.rht) rht16(s, x);
-  finish_chunk<true>(s, io, sh_level, sh_code, x, chunk_amax(x), r, L, j0, 16);
-}
-
 // Chunks the hot arithmetic declines take the general path, reloading their input (BF16, or FP32 in
 // the pair kernel): out of line, so the rare case costs the hot loop no registers.
 __device__ __noinline__ void general_chunk(const KernelSpec& s, const QuantizeIO& io, const float* sh_level, const uint8_t* sh_code,
@@ -34,17 +26,8 @@ __device__ __noinline__ void general_chunk(const KernelSpec& s, const QuantizeIO
     const int64_t k = io.columnwise ? (j0 + i) * io.cols + r : r * L + j0 + i;
     x[i] = bf16 ? load1<true>(io.in, k) : load1<false>(io.in, k);
   }
-  general_chunk_tail(s, io, sh_level, sh_code, x, out_index);
-}
-
-// The same from the chunk's input values held by the caller, for inputs that are not in memory (the
-// pair kernel's SwiGLU sources).
-__device__ __noinline__ void general_chunk_values(const KernelSpec& s, const QuantizeIO& io, const float* sh_level, const uint8_t* sh_code,
-                                                  const float* values, int64_t out_index) {
-  float x[16];
-#pragma unroll
-  for (int i = 0; i < 16; ++i) x[i] = values[i];
-  general_chunk_tail(s, io, sh_level, sh_code, x, out_index);
+  if (s.rht) rht16(s, x);
+  finish_chunk<true>(s, io, sh_level, sh_code, x, chunk_amax(x), r, L, j0, 16);
 }
 
 // Columnwise SR: the chunks a thread's loop declined (bit 2t + k: chunk k of its tile t, output element

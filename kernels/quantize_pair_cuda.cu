@@ -1,10 +1,7 @@
 // The pair kernel (kernels/quantize_pair.h): a thread block stages one 64 x 64 input tile in shared
 // memory, then each thread rounds two rowwise chunks (one tile row, columns 16 h and 32 + 16 h) and two
 // columnwise chunks (16 rows of one column pair) with the hot kernel's arithmetic. Chunks it declines
-// go to the general code, as in the hot kernel. The tile is read from global memory once. With a SwiGLU
-// source the tile is computed as it is read (kernels/quantize_pair.h), and declined chunks take their
-// values from the tile, since no input is in memory.
-#include "kernels/fused_device.cuh"
+// go to the general code, as in the hot kernel. The tile is read from global memory once.
 #include "kernels/quantize_cuda.h"
 #include "kernels/quantize_hot_col.cuh"
 #include "kernels/quantize_pair.h"
@@ -39,51 +36,10 @@ __device__ __forceinline__ bool pair_round_store(const HotParams& h, float (&x)[
   return true;
 }
 
-// A SwiGLU source's buffers (PairIO).
-struct SwigluSource {
-  const void* gu = nullptr;
-  const void* dout = nullptr;
-  int64_t hidden = 0;
-};
-
-// Eight consecutive BF16 inputs (row r, columns col ...) of a SwiGLU source, computed as the SwiGLU
-// kernels compute them (kernels/fused_ops_cuda.cu): FP32 arithmetic, rounded to BF16 as they store.
-template <PairSource kSource>
-__device__ __forceinline__ uint4 swiglu_unit(const SwigluSource& sw, int64_t r, int64_t col) {
-  const int64_t F = sw.hidden;
-  float g[8], u[8];
-  if constexpr (kSource == PairSource::kSwigluForward) {
-    load8<true>(sw.gu, r * 2 * F + col, g);
-    load8<true>(sw.gu, r * 2 * F + F + col, u);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) g[e] = swiglu_forward(g[e], u[e]);
-  } else {
-    const bool up = col >= F;  // the gradient's gate half, or its up half
-    const int64_t j = up ? col - F : col;
-    float d[8];
-    load8<true>(sw.gu, r * 2 * F + j, g);
-    load8<true>(sw.gu, r * 2 * F + F + j, u);
-    load8<true>(sw.dout, r * F + j, d);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      float dg, du;
-      swiglu_backward(g[e], u[e], d[e], dg, du);
-      g[e] = up ? du : dg;
-    }
-  }
-  return pack8_bf16(g);
-}
-
-// Value i of a BF16 tile row's units, widened (no rotation): the general path's input.
-__device__ __forceinline__ float tile_value(const uint4 (&row_units)[kPairUnits<false>], int row, int col) {
-  return bf16_bits_to_f32(reinterpret_cast<const uint16_t*>(&row_units[pair_slot<false>(row, col / 8)])[col % 8]);
-}
-
-template <bool kF32, int kClass, bool kSR, bool kRowRht, bool kColRht, PairSource kSource>
+template <bool kF32, int kClass, bool kSR, bool kRowRht, bool kColRht>
 __global__ void __launch_bounds__(kHotThreads, kSR ? 6 : 8)
     quantize_pair_kernel(const __grid_constant__ KernelSpec rs, const __grid_constant__ KernelSpec cs, const __grid_constant__ QuantizeIO rio,
-                         const __grid_constant__ QuantizeIO cio, const __grid_constant__ HotParams rh, const __grid_constant__ HotParams ch,
-                         const __grid_constant__ SwigluSource sw) {
+                         const __grid_constant__ QuantizeIO cio, const __grid_constant__ HotParams rh, const __grid_constant__ HotParams ch) {
   constexpr int U = kPairUnits<kF32>, kPer = kF32 ? 4 : 8;  // units a tile row, elements a unit
   __shared__ uint4 tile[kPairTile][U];
   __shared__ float sh_level[2][16];
@@ -103,10 +59,7 @@ __global__ void __launch_bounds__(kHotThreads, kSR ? 6 : 8)
   for (int p = 0; p < kPairTile * U / kHotThreads; ++p) {
     const int idx = p * kHotThreads + tid, row = idx / U, u = idx % U;
     uint4 v = make_uint4(0, 0, 0, 0);
-    if (r0 + row < rows && c0 + kPer * u < cols) {
-      if constexpr (kSource == PairSource::kInput) v = src[(r0 + row) * units + c0 / kPer + u];
-      else v = swiglu_unit<kSource>(sw, r0 + row, c0 + kPer * u);
-    }
+    if (r0 + row < rows && c0 + kPer * u < cols) v = src[(r0 + row) * units + c0 / kPer + u];
     tile[row][pair_slot<kF32>(row, u)] = v;
   }
   __syncthreads();
@@ -175,49 +128,28 @@ __global__ void __launch_bounds__(kHotThreads, kSR ? 6 : 8)
   // After every chunk, so nothing of them is live across the out-of-line calls.
   for (; declined; declined &= declined - 1) {
     const int bit = __ffs(declined) - 1;
-    const int64_t out_index = bit < 2 ? (r0 + row) * cols + c0 + 32 * bit + 16 * h : oi0 + (bit - 2) * rows;
-    if constexpr (kSource == PairSource::kInput) {
-      if (bit < 2) general_chunk(rs, rio, sh_level[0], sh_code[0], out_index);
-      else general_chunk(cs, cio, sh_level[1], sh_code[1], out_index);
-    } else {
-      float x[16];
-#pragma unroll
-      for (int i = 0; i < 16; ++i)
-        x[i] = bit < 2 ? tile_value(tile[row], row, 32 * bit + 16 * h + i) : tile_value(tile[16 * b + i], 16 * b + i, 2 * cp + bit - 2);
-      if (bit < 2) general_chunk_values(rs, rio, sh_level[0], sh_code[0], x, out_index);
-      else general_chunk_values(cs, cio, sh_level[1], sh_code[1], x, out_index);
-    }
+    if (bit < 2) general_chunk(rs, rio, sh_level[0], sh_code[0], (r0 + row) * cols + c0 + 32 * bit + 16 * h);
+    else general_chunk(cs, cio, sh_level[1], sh_code[1], oi0 + (bit - 2) * rows);
   }
 }
 
-template <bool kF32, int kClass, bool kSR, bool kRowRht, bool kColRht, PairSource kSource = PairSource::kInput>
+template <bool kF32, int kClass, bool kSR, bool kRowRht, bool kColRht>
 void launch_pair(const KernelSpec& rs, const KernelSpec& cs, const PairIO& p, cudaStream_t stream) {
   const int64_t row_tiles = (p.rows + kPairTile - 1) / kPairTile, col_tiles = (p.cols + kPairTile - 1) / kPairTile;
   if (row_tiles > 65535) throw Error("quantize pair: " + std::to_string(p.rows) + " rows are too many for one launch");
   const dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(row_tiles));
-  SwigluSource sw;
-  sw.gu = p.gu;
-  sw.dout = p.dout;
-  sw.hidden = p.hidden;
-  quantize_pair_kernel<kF32, kClass, kSR, kRowRht, kColRht, kSource><<<grid, kHotThreads, 0, stream>>>(
-      rs, cs, pair_output_io(p, false), pair_output_io(p, true), make_hot_params(rs), make_hot_params(cs), sw);
+  quantize_pair_kernel<kF32, kClass, kSR, kRowRht, kColRht><<<grid, kHotThreads, 0, stream>>>(
+      rs, cs, pair_output_io(p, false), pair_output_io(p, true), make_hot_params(rs), make_hot_params(cs));
   check_cuda(cudaGetLastError(), "quantize pair kernel launch");
 }
 
 // BF16 input: every rounding, RHT on both outputs, on the columnwise one only (the E2M1 reference
 // recipe's X and dY), or on neither.
-template <int kClass, bool kSR, PairSource kSource = PairSource::kInput>
-void launch_pair_bf16(const KernelSpec& rs, const KernelSpec& cs, const PairIO& p, cudaStream_t stream) {
-  if (rs.rht) launch_pair<false, kClass, kSR, true, true, kSource>(rs, cs, p, stream);
-  else if (cs.rht) launch_pair<false, kClass, kSR, false, true, kSource>(rs, cs, p, stream);
-  else launch_pair<false, kClass, kSR, false, false, kSource>(rs, cs, p, stream);
-}
-
-// A SwiGLU source: the BF16 cases, each direction.
 template <int kClass, bool kSR>
-void launch_pair_swiglu(const KernelSpec& rs, const KernelSpec& cs, const PairIO& p, cudaStream_t stream) {
-  if (p.source == PairSource::kSwigluForward) launch_pair_bf16<kClass, kSR, PairSource::kSwigluForward>(rs, cs, p, stream);
-  else launch_pair_bf16<kClass, kSR, PairSource::kSwigluBackward>(rs, cs, p, stream);
+void launch_pair_bf16(const KernelSpec& rs, const KernelSpec& cs, const PairIO& p, cudaStream_t stream) {
+  if (rs.rht) launch_pair<false, kClass, kSR, true, true>(rs, cs, p, stream);
+  else if (cs.rht) launch_pair<false, kClass, kSR, false, true>(rs, cs, p, stream);
+  else launch_pair<false, kClass, kSR, false, false>(rs, cs, p, stream);
 }
 
 // FP32 input (weights): round to nearest, RHT on both outputs or on neither.
@@ -232,15 +164,7 @@ void launch_pair_f32(const KernelSpec& rs, const KernelSpec& cs, const PairIO& p
 void cuda_quantize_pair(const KernelSpec& rs, const KernelSpec& cs, const PairIO& p, cudaStream_t stream) {
   if (!pair_path_applies(rs, cs, p)) throw Error("quantize pair: the pair kernel does not cover this call");
   const bool e2m1 = rs.fast.kind == kGridE2M1, sr = rs.rounding == 1;
-  if (p.source != PairSource::kInput) {
-    if (e2m1) {
-      if (sr) launch_pair_swiglu<kGridE2M1, true>(rs, cs, p, stream);
-      else launch_pair_swiglu<kGridE2M1, false>(rs, cs, p, stream);
-    } else {
-      if (sr) launch_pair_swiglu<kGridUniform, true>(rs, cs, p, stream);
-      else launch_pair_swiglu<kGridUniform, false>(rs, cs, p, stream);
-    }
-  } else if (p.in_dtype == DType::kF32) {
+  if (p.in_dtype == DType::kF32) {
     if (e2m1) launch_pair_f32<kGridE2M1>(rs, cs, p, stream);
     else launch_pair_f32<kGridUniform>(rs, cs, p, stream);
   } else if (e2m1) {

@@ -2,12 +2,9 @@
 
 #include "common/error.h"
 #include "kernels/fused_ops.h"
-#include "kernels/quant_spec.h"
-#include "kernels/quantize_pair.h"
 #include "models/quant_ops.h"
 #ifdef UFP4_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
-#include "kernels/quantize_cuda.h"
 #endif
 
 namespace ufp4 {
@@ -133,23 +130,26 @@ struct CrossEntropyFunction : public torch::autograd::Function<CrossEntropyFunct
   }
 };
 
-SwiGluIO swiglu_io(const torch::Tensor& gu2) {
-  SwiGluIO io;
-  io.dtype = dtype_of(gu2, "swiglu input");
-  io.rows = gu2.size(0);
-  io.hidden = gu2.size(1) / 2;
-  io.gu = gu2.data_ptr();
-  return io;
-}
-
 struct SwiGluFunction : public torch::autograd::Function<SwiGluFunction> {
+  static SwiGluIO io_for(const torch::Tensor& gu2) {
+    SwiGluIO io;
+    io.dtype = dtype_of(gu2, "swiglu input");
+    io.rows = gu2.size(0);
+    io.hidden = gu2.size(1) / 2;
+    io.gu = gu2.data_ptr();
+    return io;
+  }
+
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& gu) {
     const int64_t two_h = gu.size(-1);
     if (two_h % 2) throw Error("swiglu: the last dimension (" + std::to_string(two_h) + ") must be even (gate and up halves)");
     torch::Tensor gu2 = gu.contiguous().view({-1, two_h});
     if (gu2.is_cuda() && !fused_swiglu_applies(gu2))
       throw Error("swiglu: the CUDA kernel takes halves that are a multiple of 8 wide, got " + std::to_string(two_h / 2));
-    torch::Tensor out = swiglu_forward_2d(gu2);
+    torch::Tensor out = torch::empty({gu2.size(0), two_h / 2}, gu2.options());
+    SwiGluIO io = io_for(gu2);
+    io.out = out.data_ptr();
+    run_op(gu2, io, UFP4_CUDA_OP(cuda_swiglu_forward), reference_swiglu_forward);
     ctx->save_for_backward({gu2});
     std::vector<int64_t> shape(gu.sizes().begin(), gu.sizes().end());
     shape.back() = two_h / 2;
@@ -158,7 +158,12 @@ struct SwiGluFunction : public torch::autograd::Function<SwiGluFunction> {
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grads) {
     const torch::Tensor gu2 = ctx->get_saved_variables()[0];
-    torch::Tensor dgu = swiglu_backward_2d(gu2, grads[0].reshape({gu2.size(0), gu2.size(1) / 2}));
+    torch::Tensor dout = grads[0].to(gu2.scalar_type()).contiguous().view({gu2.size(0), gu2.size(1) / 2});
+    torch::Tensor dgu = torch::empty_like(gu2);
+    SwiGluIO io = io_for(gu2);
+    io.dout = dout.data_ptr();
+    io.dgu = dgu.data_ptr();
+    run_op(gu2, io, UFP4_CUDA_OP(cuda_swiglu_backward), reference_swiglu_backward);
     std::vector<int64_t> shape(grads[0].sizes().begin(), grads[0].sizes().end());
     shape.back() = gu2.size(1);
     return {dgu.view(shape)};
@@ -253,74 +258,6 @@ bool fused_swiglu_applies(const torch::Tensor& gu) {
 torch::Tensor fused_swiglu(const torch::Tensor& gu) {
   check_kernel_device(gu, "swiglu");
   return SwiGluFunction::apply(gu);
-}
-
-torch::Tensor swiglu_forward_2d(const torch::Tensor& gu2) {
-  torch::Tensor out = torch::empty({gu2.size(0), gu2.size(1) / 2}, gu2.options());
-  SwiGluIO io = swiglu_io(gu2);
-  io.out = out.data_ptr();
-  run_op(gu2, io, UFP4_CUDA_OP(cuda_swiglu_forward), reference_swiglu_forward);
-  return out;
-}
-
-torch::Tensor swiglu_backward_2d(const torch::Tensor& gu2, const torch::Tensor& dout_in) {
-  torch::Tensor dout = dout_in.to(gu2.scalar_type()).contiguous();
-  torch::Tensor dgu = torch::empty_like(gu2);
-  SwiGluIO io = swiglu_io(gu2);
-  io.dout = dout.data_ptr();
-  io.dgu = dgu.data_ptr();
-  run_op(gu2, io, UFP4_CUDA_OP(cuda_swiglu_backward), reference_swiglu_backward);
-  return dgu;
-}
-
-namespace {
-
-// The pair kernel's IO for a SwiGLU source of `rows` x 2 `hidden` (buffers left to the caller).
-PairIO swiglu_pair_io(int64_t rows, int64_t hidden, bool backward) {
-  PairIO io;
-  io.in_dtype = DType::kBF16;
-  io.rows = rows;
-  io.hidden = hidden;
-  io.cols = backward ? 2 * hidden : hidden;
-  io.source = backward ? PairSource::kSwigluBackward : PairSource::kSwigluForward;
-  return io;
-}
-
-}  // namespace
-
-bool swiglu_quantize_pair_fused(int64_t rows, int64_t hidden, bool backward, const QuantSpec& row, const QuantSpec& col) {
-  alignas(16) static const uint16_t any[8] = {};  // stands for the allocator's buffers (256-byte aligned)
-  PairIO io = swiglu_pair_io(rows, hidden, backward);
-  io.gu = io.dout = any;
-  io.row_out = io.col_out = const_cast<uint16_t*>(any);
-  return pair_path_applies(make_kernel_spec(row), make_kernel_spec(col), io);
-}
-
-bool swiglu_quantize_pair_fused(const torch::Tensor& gu2, const torch::Tensor& dout, const QuantSpec& row, const QuantSpec& col) {
-  auto bf16_cuda = [](const torch::Tensor& t) {
-    return t.is_cuda() && t.dim() == 2 && t.is_contiguous() && t.scalar_type() == torch::kBFloat16 && aligned16(t.data_ptr());
-  };
-  if (!bf16_cuda(gu2) || gu2.size(1) % 2) return false;
-  if (dout.defined() && (!bf16_cuda(dout) || dout.size(0) != gu2.size(0) || dout.size(1) != gu2.size(1) / 2)) return false;
-  return swiglu_quantize_pair_fused(gu2.size(0), gu2.size(1) / 2, dout.defined(), row, col);
-}
-
-std::pair<torch::Tensor, torch::Tensor> swiglu_quantize_pair(const torch::Tensor& gu2, const torch::Tensor& dout, const QuantSpec& row,
-                                                             const QuantSpec& col) {
-  if (!swiglu_quantize_pair_fused(gu2, dout, row, col))
-    return quantize_pair(dout.defined() ? swiglu_backward_2d(gu2, dout) : swiglu_forward_2d(gu2), row, col);
-  const int64_t rows = gu2.size(0), cols = dout.defined() ? gu2.size(1) : gu2.size(1) / 2;
-  torch::Tensor r = torch::empty({rows, cols}, gu2.options());
-  torch::Tensor c = torch::empty({cols, rows}, gu2.options());
-#ifdef UFP4_WITH_CUDA
-  PairIO io = swiglu_pair_io(rows, gu2.size(1) / 2, dout.defined());
-  io.gu = gu2.data_ptr();
-  io.dout = dout.defined() ? dout.data_ptr() : nullptr;
-  io.row_out = r.data_ptr();
-  io.col_out = c.data_ptr();
-  cuda_quantize_pair(make_kernel_spec(row), make_kernel_spec(col), io, at::cuda::getCurrentCUDAStream(gu2.device().index()).stream());
-#endif
-  return {r, c};
 }
 
 bool fused_rms_norm_applies(const torch::Tensor& x) {

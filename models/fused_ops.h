@@ -4,10 +4,6 @@
 #pragma once
 #include <torch/torch.h>
 
-#include <utility>
-
-#include "kernels/quant_spec.h"
-
 namespace ufp4 {
 
 // RMSNorm over the last dimension, computed in FP32, returned in x's dtype (float32 or bfloat16).
@@ -19,21 +15,6 @@ torch::Tensor fused_cross_entropy(const torch::Tensor& logits, const torch::Tens
 
 // SwiGLU of gu [..., 2h] (gate half first): silu(gate) * up in FP32, returned in gu's dtype [..., h].
 torch::Tensor fused_swiglu(const torch::Tensor& gu);
-// The same op's two directions without autograd, on gu2 [rows, 2h] contiguous: the output [rows, h], and
-// the gradient of gu2 [rows, 2h] given the output's dout [rows, h] (taken in gu2's dtype).
-torch::Tensor swiglu_forward_2d(const torch::Tensor& gu2);
-torch::Tensor swiglu_backward_2d(const torch::Tensor& gu2, const torch::Tensor& dout);
-
-// SwiGLU into a linear's two operands (models/quant_ops.h quantize_pair: rowwise with `row`, columnwise
-// with `col`, BF16): of the output silu(gate) * up (dout undefined; a linear's X), or of gu2's gradient
-// given dout (a linear's dY). On CUDA, where the pair kernel takes it (BF16, kernels/quantize_pair.h),
-// one pass from gu2 (and dout): the SwiGLU's result never goes to memory. Elsewhere the op, then the
-// pair; the same bits either way.
-std::pair<torch::Tensor, torch::Tensor> swiglu_quantize_pair(const torch::Tensor& gu2, const torch::Tensor& dout, const QuantSpec& row,
-                                                             const QuantSpec& col);
-// Whether it is one pass: for these tensors, or for any BF16 CUDA ones of rows x 2 hidden.
-bool swiglu_quantize_pair_fused(const torch::Tensor& gu2, const torch::Tensor& dout, const QuantSpec& row, const QuantSpec& col);
-bool swiglu_quantize_pair_fused(int64_t rows, int64_t hidden, bool backward, const QuantSpec& row, const QuantSpec& col);
 
 // Rotary position embedding (rotate half) of x [B, H, S, hd] (any strides, last dimension contiguous)
 // with FP32 tables cos, sin [>= S, hd / 2]: the same bits as LibTorch's composition (chunk, mul, sub,

@@ -4,7 +4,6 @@
 #include <limits>
 
 #include "models/fused_ops.h"
-#include "models/quant_mlp.h"
 
 namespace ufp4 {
 
@@ -56,7 +55,6 @@ MlpImpl::MlpImpl(int64_t d, int64_t hidden, const std::string& prefix, const std
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  if (fused && fused_quantize && quant_mlp_applies(x, *fc1, *fc2)) return quant_mlp(x, *fc1, *fc2);
   torch::Tensor h = fc1(x);
   if (fused && h.is_cuda() && fused_swiglu_applies(h)) return fc2(fused_swiglu(h));
   auto gu = h.chunk(2, -1);

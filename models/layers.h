@@ -27,9 +27,6 @@ class MlpImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);
   QuantLinear fc1{nullptr}, fc2{nullptr};
   bool fused = true;  // the fused SwiGLU kernel on CUDA (models/fused_ops.h)
-  // With it, where both linears quantize: the SwiGLU straight into their operands (models/quant_mlp.h;
-  // the same bits).
-  bool fused_quantize = true;
 };
 TORCH_MODULE(Mlp);
 

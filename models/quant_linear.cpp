@@ -147,16 +147,13 @@ torch::Tensor prepare_operand(const torch::Tensor& t, const LayerQuant& L, Gemm 
   return out;
 }
 
-bool operand_pair_wanted(const LayerQuant& L, Gemm g_row, int slot_row, Gemm g_col, int slot_col, int64_t rows, bool cuda) {
-  const Recipe& r = L.ctx->recipe;
-  const int col_rht = r.at(g_col).rht;
-  return L.ctx->pair_operands && !L.bf16 && cuda && r.gemm_precision != "fp32" && r.at(g_row).op[slot_row].quantize &&
-         r.at(g_col).op[slot_col].quantize && !(col_rht && rows % col_rht != 0);
-}
-
 OperandPair prepare_operand_pair(const torch::Tensor& t, const LayerQuant& L, Gemm g_row, int slot_row, Gemm g_col, int slot_col,
                                  int64_t step) {
-  if (!operand_pair_wanted(L, g_row, slot_row, g_col, slot_col, t.size(0), t.is_cuda())) return {};
+  const Recipe& r = L.ctx->recipe;
+  const int col_rht = r.at(g_col).rht;
+  if (!L.ctx->pair_operands || L.bf16 || fp32_gemm(t, L) || !r.at(g_row).op[slot_row].quantize || !r.at(g_col).op[slot_col].quantize ||
+      (col_rht && t.size(0) % col_rht != 0))
+    return {};
   const QuantSpec rs = operand_spec(L, g_row, slot_row, step), cs = operand_spec(L, g_col, slot_col, step);
   torch::Tensor tc = t.contiguous();
   if (!quantize_pair_fused(tc, rs, cs)) return {};

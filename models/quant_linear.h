@@ -86,9 +86,6 @@ torch::Tensor prepare_operand(const torch::Tensor& t, const LayerQuant& layer, G
 struct OperandPair {
   torch::Tensor row, col;
 };
-// Whether the recipe and the context ask for a pair of this tensor (rows long, on CUDA or not): what
-// prepare_operand_pair checks before it asks the pair kernel.
-bool operand_pair_wanted(const LayerQuant& layer, Gemm g_row, int slot_row, Gemm g_col, int slot_col, int64_t rows, bool cuda);
 OperandPair prepare_operand_pair(const torch::Tensor& t, const LayerQuant& layer, Gemm g_row, int slot_row, Gemm g_col, int slot_col,
                                  int64_t step);
 

@@ -57,18 +57,12 @@ void TransformerImpl::set_fused_ops(const FusedOps& f) {
   final_norm->fused = f.rms_norm;
   for (auto& a : attention) a->fused = f.rope;
   for (auto& m : mlp)
-    if (m) {
-      m->fused = f.swiglu;
-      m->fused_quantize = f.swiglu_quantize;
-    }
+    if (m) m->fused = f.swiglu;
   for (auto& m : moe) {
     if (!m) continue;
     m->fused = f.swiglu;
     m->fused_combine = f.moe_combine;
-    if (m->shared) {
-      m->shared->fused = f.swiglu;
-      m->shared->fused_quantize = f.swiglu_quantize;
-    }
+    if (m->shared) m->shared->fused = f.swiglu;
   }
 }
 

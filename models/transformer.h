@@ -21,8 +21,7 @@ struct TransformerOutput {
 // Which of the model's fused kernels run (on CUDA); the others take LibTorch's composition.
 struct FusedOps {
   bool rms_norm = true, swiglu = true, rope = true, cross_entropy = true, moe_combine = true;
-  bool swiglu_quantize = true;  // quantized MLPs: the SwiGLU straight into its linears' operands (models/quant_mlp.h)
-  static FusedOps all(bool on) { return {on, on, on, on, on, on}; }
+  static FusedOps all(bool on) { return {on, on, on, on, on}; }
 };
 
 class TransformerImpl : public torch::nn::Module {

@@ -5,7 +5,6 @@
 #include <sstream>
 
 #include "common/error.h"
-#include "models/fused_ops.h"
 #include "models/quant_ops.h"
 #include "tests/catch.h"
 #include "tests/helpers.h"
@@ -39,22 +38,6 @@ void check_pair_outputs(const torch::Tensor& want_row, const torch::Tensor& want
     CHECK(i == -1);
     if (i >= 0) FAIL_CHECK((k ? "columnwise: " : "rowwise: ") << test::describe_mismatch(want, have, i));
   }
-}
-
-// The two specs of a pair test case: one grid and rounding, each output its own RHT and keys (case n).
-std::pair<QuantSpec, QuantSpec> pair_specs(const char* grid, Rounding rd, int row_rht, int col_rht, int n) {
-  QuantSpec rs, cs;
-  rs.grid = cs.grid = Grid::from_name(grid);
-  rs.rounding = cs.rounding = rd;
-  rs.rht = row_rht;
-  cs.rht = col_rht;
-  rs.rht_seed = 23;
-  cs.rht_seed = 29;
-  rs.seed = 0x0123456789abcdefULL + n;
-  cs.seed = 0x7777777777777777ULL + n;
-  rs.offset = 3;
-  cs.offset = 5;
-  return {rs, cs};
 }
 
 // Returns "" when CPU and CUDA agree bitwise on every output, else what differs.
@@ -237,7 +220,17 @@ TEST_CASE("CUDA pair kernel == two CPU quantizations: both layouts from one read
         // A partial tile in both directions, whole tiles, an operand of a real model's shape, and blocks of
         // 8 row tiles ending in a partial block whose last tile is partial (1168 = 18 x 64 + 16).
         for (auto sh : std::vector<std::pair<int64_t, int64_t>>{{16, 48}, {208, 336}, {2048, 1280}, {1168, 96}}) {
-          auto [rs, cs] = pair_specs(g, c.rd, c.row_rht, c.col_rht, n);
+          QuantSpec rs, cs;
+          rs.grid = cs.grid = Grid::from_name(g);
+          rs.rounding = cs.rounding = c.rd;
+          rs.rht = c.row_rht;
+          cs.rht = c.col_rht;
+          rs.rht_seed = 23;
+          cs.rht_seed = 29;  // each output keeps its own keys
+          rs.seed = 0x0123456789abcdefULL + n;
+          cs.seed = 0x7777777777777777ULL + n;
+          rs.offset = 3;
+          cs.offset = 5;
           torch::Tensor x = test::make_input(regime, sh.first, sh.second, 500 + n);
           if (!c.f32) x = x.to(torch::kBFloat16);
           QuantizeOptions o;
@@ -256,44 +249,6 @@ TEST_CASE("CUDA pair kernel == two CPU quantizations: both layouts from one read
         }
   CHECK(n == 3 * 8 * 5 * 4);
   CHECK(fused == n);  // every case ran the pair kernel
-}
-
-TEST_CASE("CUDA pair kernel with a SwiGLU source == the SwiGLU, then two CPU quantizations: forward and backward", "[quantizer][cuda]") {
-  UFP4_NEED_GPU();
-  int n = 0, fused = 0;
-  struct Case {
-    Rounding rd;
-    int row_rht, col_rht;
-  };
-  const Case cases[] = {{Rounding::kRtne, 16, 16}, {Rounding::kSr, 16, 16}, {Rounding::kSr, 0, 16}, {Rounding::kRtne, 0, 16}, {Rounding::kRtne, 0, 0}};
-  for (const char* g : {"e2m1", "e1m2"})
-    for (const Case& c : cases)
-      for (const char* regime : {"normal", "outliers", "mixed", "subnormal", "near_overflow"})
-        // (rows, hidden): a partial tile, partial tiles both ways, a gradient whose tiles straddle its two halves
-        // (2 x 176 wide), and a real model's MLP (dense-20m, 16 x 1024 tokens would be 16384 rows).
-        for (auto sh : std::vector<std::pair<int64_t, int64_t>>{{16, 64}, {208, 112}, {1168, 176}, {2048, 704}})
-          for (const bool backward : {false, true}) {
-            auto [rs, cs] = pair_specs(g, c.rd, c.row_rht, c.col_rht, n);
-            const int64_t rows = sh.first, hidden = sh.second;
-            // gu: gate and up halves of one regime; dout smaller, as gradients are.
-            const torch::Tensor gu = test::make_input(regime, rows, 2 * hidden, 900 + n).to(torch::kBFloat16);
-            const torch::Tensor dout = backward ? (test::make_input("normal", rows, hidden, 1900 + n) * 1e-3).to(torch::kBFloat16) : torch::Tensor();
-            const torch::Tensor src = backward ? swiglu_backward_2d(gu, dout) : swiglu_forward_2d(gu);  // the CPU reference
-            QuantizeOptions o;
-            o.out_dtype = torch::kBFloat16;
-            o.want_codes = false;
-            const torch::Tensor want_row = quantize(src, rs, o).dequant;
-            o.columnwise = true;
-            const torch::Tensor want_col = quantize(src, cs, o).dequant;
-            const torch::Tensor guc = gu.to(torch::kCUDA), doc = backward ? dout.to(torch::kCUDA) : torch::Tensor();
-            fused += swiglu_quantize_pair_fused(guc, doc, rs, cs);
-            INFO(g << " " << to_string(c.rd) << " rht=" << c.row_rht << "/" << c.col_rht << " " << regime << " " << rows << "x" << hidden
-                   << (backward ? " backward" : " forward"));
-            check_pair_outputs(want_row, want_col, swiglu_quantize_pair(guc, doc, rs, cs));
-            ++n;
-          }
-  CHECK(n == 2 * 5 * 5 * 4 * 2);
-  CHECK(fused == n);  // every case ran the pair kernel from its SwiGLU source
 }
 
 TEST_CASE("CUDA segmented quantizer == its CPU oracle: segments of any length, padding, keys per operand", "[quantizer][cuda]") {

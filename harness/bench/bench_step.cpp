@@ -55,7 +55,7 @@ StepBenchRow timed_row(const std::string& impl, const std::string& model, const 
 // kernels buy together), one off "ufp4-without-fused-<op>" (what that one buys: leave-one-out).
 std::string fused_impl(const FusedOps& f) {
   const std::vector<std::pair<const char*, bool>> ops = {{"rms-norm", f.rms_norm}, {"swiglu", f.swiglu}, {"rope", f.rope}, {"loss", f.cross_entropy},
-                                                         {"moe-combine", f.moe_combine}, {"swiglu-quantize", f.swiglu_quantize}};
+                                                         {"moe-combine", f.moe_combine}};
   std::string off;
   int n_off = 0;
   for (const auto& op : ops)
@@ -260,12 +260,6 @@ std::vector<StepBenchRow> run_step_benchmarks(const StepBenchOptions& o) {
         FusedOps f;
         f.*op = false;
         report(bench_ours(model, "bf16", om, device, f));
-      }
-      // The SwiGLU into the quantized linears' operands: a quantizing recipe's, so ufp4's.
-      if (std::find(recipes.begin(), recipes.end(), "ufp4") != recipes.end()) {
-        FusedOps f;
-        f.swiglu_quantize = false;
-        report(bench_ours(model, "ufp4", om, device, f));
       }
     }
     // Deterministic mode's cost, measured in the same process: the bf16 and ufp4 recipes again without it.
