@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from sdpa_timing import digest, time_ms
+from sdpa_timing import digest, time_ms, warm_clocks
 
 SHAPES = {  # name: (batch, heads, kv heads, seq, head_dim)
     "dense-20m": (16, 4, 2, 1024, 64),
@@ -48,11 +48,7 @@ def main():
     args = ap.parse_args()
     warnings.filterwarnings("ignore", category=UserWarning)  # SDPA's notes on the kernels it declines
     print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, {torch.cuda.get_device_name()}")
-    # Clocks up before the first timing: a few seconds of large products.
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    for _ in range(200):
-        a @ a
-    torch.cuda.synchronize()
+    warm_clocks()
     print("| shape | backend | deterministic mode | K, V | fwd+bwd ms | distinct (o,dq,dk,dv) over reps | max abs diff vs copied |")
     print("|---|---|---|---|---|---|---|")
     for name, (B, H, KV, S, D) in SHAPES.items():

@@ -12,6 +12,14 @@ def digest(*ts):
     return h.hexdigest()[:16]
 
 
+def warm_clocks():
+    """Clocks up before the first timing: a few seconds of large products."""
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    for _ in range(200):
+        a @ a
+    torch.cuda.synchronize()
+
+
 def time_ms(fn, warm=3, iters=20, rounds=1):
     """The median over `rounds` of the median of `iters` CUDA-event-timed calls (after `warm` untimed ones)."""
     return sorted(time_round(fn, warm, iters) for _ in range(rounds))[rounds // 2]

@@ -231,11 +231,18 @@ std::string unmet_section(const BenchTargets& t, bool bw, bool fs, bool uf, bool
     md << "### ufp4 step / bf16 step, " << m << "\n\nufp4 " << fmt("%.2f", ms("ufp4")) << " ms, bf16 " << fmt("%.2f", ms("bf16")) << " ms";
     if (r.count("ufp4_rht_none")) md << "; without the RHT " << fmt("%.2f", ms("ufp4_rht_none")) << " ms";
     if (r.count("ufp4_no_sr")) md << "; without SR " << fmt("%.2f", ms("ufp4_no_sr")) << " ms";
-    md << ". What would close it: the quantization kernels of the GEMM operands are the difference. X, dY and W are "
-       << "already read once for both of their layouts (the pair kernel; `results/bench/logs/pair-kernel-experiment.log`); "
-       << "dY's two stochastically rounded layouts are bound by their arithmetic (a Philox draw and the rounding per output "
-       << "element), not by memory, so the levers left are cheaper SR arithmetic and quantizing X in its producer's "
-       << "epilogue (RMSNorm, SwiGLU).\n\n";
+    md << ". The quantization kernels of the GEMM operands are the difference (Nsight Compute, one step of dense-113m on the "
+       << "H200, with the experiment below's forward source on: 8.5 ms more than bf16, all of it the pair kernels of dY, X "
+       << "and W, the GEMMs equal; "
+       << "`results/bench/logs/swiglu-pair-source-experiment.log`). X, dY and W are already read once for both of their "
+       << "layouts (the pair kernel; `results/bench/logs/pair-kernel-experiment.log`), and that kernel is bound by its "
+       << "instructions, not its bytes: about 21 an element a layout under SR with the RHT (widening, four butterfly "
+       << "additions, the amax, the exact division, the SR carry, and Philox's 88 a 16-element chunk), each needed for the "
+       << "reference's bits; dY's pairs move 2.5 TB/s, X's 3.0. Quantizing in the producer does not help such a kernel: "
+       << "the SwiGLU as the pair kernel's source (no BF16 tensor written or read) was slower, 67.37 against 65.52 ms "
+       << "(forward alone 65.86 against 65.46), since the SwiGLU's exact exp and division joined the pair kernel's critical "
+       << "path where the separate kernel ran them at memory speed (same log). What would close it: 4-bit GEMM operands "
+       << "(no BF16 dequantized copies; Hopper's tensor cores take none), or a cheaper exact rounding arithmetic.\n\n";
   }
   for (const auto& line : unmet_other) md << line;
   for (const auto& m : ref_unmet) {
@@ -550,11 +557,15 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
                                 "copied in while the current one is rounded: 45.75 ms at 295ba21 with one tile a block, 44.49 ms "
                                 "at 9bfb839, `results/bench/step-moe.h5`'s history). Nsight Compute finds the stochastically "
                                 "rounded pair bound by its instructions once its loads overlap (75% of issue slots busy), and each "
-                                "operand is still written as BF16 (2 bytes an element: the H100's GEMMs take no 4-bit operands). "
-                                "What would close it: fewer instructions an element, and quantizing inside the "
-                                "kernels that produce the activations (the SwiGLU kernels for fc2's input and fc1's output "
-                                "gradient, the combine's backward for fc2's output gradient), so that the BF16 activation is "
-                                "neither written nor read again.\n\n");
+                                "operand is still written as BF16 (2 bytes an element: Hopper's GEMMs take no 4-bit operands). "
+                                "Nsight Compute on the H200 (one step each, `results/bench/logs/ncu-step-moe-81m-h200.txt`): "
+                                "the segmented pairs are 3.7 ms of the 6.6 ms difference, the dense pairs (attention, the shared "
+                                "expert, the first layer) 2.6 ms, the experts' weights 0.3 ms. Quantizing in the producing "
+                                "kernel does not help a kernel bound by its instructions (the dense SwiGLU tried as the pair "
+                                "kernel's source was slower: `results/bench/logs/swiglu-pair-source-experiment.log`). What would "
+                                "close it: fewer instructions an element (the segmented columnwise chunk reads and writes "
+                                "its 16 values one 16-bit word at a time, where the dense pair kernel moves two columns a "
+                                "word), or 4-bit GEMM operands.\n\n");
         }
       for (const auto& nd : nondet_ms[kv.first]) {
         const double det = recipe_ms[kv.first][nd.first], ratio = det / nd.second;
@@ -591,8 +602,14 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
                   "(logs/ncu-step-bf16-before-after.txt) show what the last fused-op change bought (the copies around attention gone, "
                   "a cheaper exact exp in the loss: logs/cross-entropy-variants.log) and what is left besides attention: the residual "
                   "adds and RMSNorm as separate passes where the compiler fuses them, and flash's own dQ accumulator fill and "
-                  "grouped-query gradient sums. What would close it: a deterministic attention backward near cuDNN's speed (our own "
-                  "kernel, or cuDNN's deterministic backward where LibTorch exposes it), and residual + RMSNorm as one kernel.\n\n";
+                  "grouped-query gradient sums. Tried within LibTorch (logs/attention-chunked.log, dev/attention_chunked.py): flash's "
+                  "deterministic backward on halves of the batch in two streams (more, shorter thread blocks), and cuDNN's "
+                  "forward with flash's deterministic backward. Both are deterministic; the first is faster only at dense-113m (0.2 ms "
+                  "a layer), the second by 0.01 (dense-20m) to 0.2 ms a layer (dense-113m), against about 1.2 ms a layer between "
+                  "deterministic and cuDNN's attention at dense-113m (the attention rows); the second is not adopted, as it would "
+                  "change every GPU run's bits for at most 2 ms a step. What would close it: a deterministic attention backward near cuDNN's speed (cuDNN has "
+                  "one from 9.18, requested through cudnn-frontend's set_deterministic_algorithm, which LibTorch 2.11 does not "
+                  "call; or our own kernel at that speed), and residual + RMSNorm as one kernel.\n\n";
           unmet_other.push_back(text);
         }
         if (moe && ratio > t.moe_compiled_max) {
