@@ -19,6 +19,8 @@
 //   is representable); below that the exact and the corrected quotient both lie below the first
 //   decision point of either rounding (both round to level 0).
 // - Uniform grids divide by d = s * step directly (a power-of-two rescaling of the reference's x / s).
+//   RTNE: |q| + 2^23 is 2^23 + idx exactly (idx = rint(|q|), |q| < 2^22), and fma(2^23 + idx, dd,
+//   -2^23 dd) rounds idx dd once, as the product idx * dd does (-2^23 dd is exact).
 // - SR (rounding.h's sr_up: up iff rint(256 p) + k >= 256) in the float's low bits: adding c, a
 //   power of two whose ulp is 1/256 of the gap, rounds |v| to rint(256 v / gap) of those ulps (ties
 //   even, as rint); adding the 8-bit draw k and clearing the low 8 bits carries into the level exactly
@@ -153,12 +155,13 @@ UFP4_UNROLL
 
   float y[16];
   if (!kSR) {
+    const float dd_off = dd * -0x1p23f;  // uniform: (2^23 + idx) dd - 2^23 dd = idx dd, exactly, in one rounding
 UFP4_UNROLL
     for (int i = 0; i < 16; ++i) {
       const float a = fabsf(hot_div(x[i], d, rd));
-      // RNE to an integer (a < 2^22), or to E2M1's spacing (rounding.h)
-      const float level = kClass == kGridUniform ? (a + 0x1p23f) - 0x1p23f : round_e2m1_spacing(a);
-      y[i] = bits_f32(f32_bits(level * dd) | (f32_bits(x[i]) & 0x80000000u));
+      // RNE to an integer (a < 2^22: 2^23 + idx), or to E2M1's spacing (rounding.h)
+      const float level_d = kClass == kGridUniform ? fmaf(a + 0x1p23f, dd, dd_off) : round_e2m1_spacing(a) * dd;
+      y[i] = bits_f32(f32_bits(level_d) | (f32_bits(x[i]) & 0x80000000u));
     }
   } else {
 UFP4_UNROLL
