@@ -554,7 +554,7 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
                                 "ones do; the difference is the quantizers' work. Each routed activation (X, dY) is read once for both "
                                 "of its operands (the segmented pair kernel: 16 x 128 tiles of WGRAD's padded layout, read "
                                 "through its row map, rounded rowwise and columnwise, eight tiles a block with the next tile "
-                                "copied in while the current one is rounded: 45.75 ms at 295ba21 with one tile a block, 44.49 ms "
+                                "copied in while the current one is rounded: on the H100, 45.75 ms at 295ba21 with one tile a block, 44.49 ms "
                                 "at 9bfb839, `results/bench/step-moe.h5`'s history). Nsight Compute finds the stochastically "
                                 "rounded pair bound by its instructions once its loads overlap (75% of issue slots busy), and each "
                                 "operand is still written as BF16 (2 bytes an element: Hopper's GEMMs take no 4-bit operands). "
