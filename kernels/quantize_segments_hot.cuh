@@ -80,10 +80,17 @@ __device__ __forceinline__ void round_col_chunk(const KernelSpec& s, const HotPa
                                                 uint32_t (&out)[8]) {
   const uint32_t signs = kRht ? io.rht_signs[4 * g] : 0u;  // operands start on whole RHT segments: position i
   float x[16];
+  if (kRht && signs == s.rht_signs[0]) {
+    // The spec's own signs (every operand's, unless the recipe draws them per layer or step): the flips
+    // from the parameters, one instruction an element instead of three.
 #pragma unroll
-  for (int i = 0; i < 16; ++i) {
-    const uint32_t flip = kRht && ((signs >> i) & 1u) ? 0x80000000u : 0u;
-    x[i] = bits_f32(strided_bits<kF32>(col, i, kSegColThreads) ^ flip);
+    for (int i = 0; i < 16; ++i) x[i] = bits_f32(strided_bits<kF32>(col, i, kSegColThreads) ^ h.rht_flip[i]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const uint32_t flip = kRht && ((signs >> i) & 1u) ? 0x80000000u : 0u;
+      x[i] = bits_f32(strided_bits<kF32>(col, i, kSegColThreads) ^ flip);
+    }
   }
   const uint64_t seed = kSR ? io.seeds[g] : 0;
   const uint64_t sr0 = static_cast<uint64_t>(c * len + pos);  // element (column, pos) of the [cols, len] operand

@@ -129,10 +129,15 @@ __global__ void __launch_bounds__(kSegColThreads, kSR ? 7 : 8) segments_pair_ker
       const uint4 lo = (rc >> 2) ? bb : a, hi = (rc >> 2) ? a : bb;
       const uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
       float x[16];
+      if (kRowRht && row_signs == rs.rht_signs[0]) {  // the spec's own signs: the flips from the parameters
 #pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        const uint32_t flip = kRowRht && ((row_signs >> i) & 1u) ? 0x80000000u : 0u;
-        x[i] = bits_f32(((i & 1) ? (w[i / 2] & 0xffff0000u) : (w[i / 2] << 16)) ^ flip);
+        for (int i = 0; i < 16; ++i) x[i] = hot_widen<kRowRht>(rh, w[i / 2], (i & 1) != 0, i);
+      } else {
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+          const uint32_t flip = kRowRht && ((row_signs >> i) & 1u) ? 0x80000000u : 0u;
+          x[i] = bits_f32(((i & 1) ? (w[i / 2] & 0xffff0000u) : (w[i / 2] << 16)) ^ flip);
+        }
       }
       uint32_t out[8];
       if (hot_chunk_values<kClass, kSR, kRowRht>(rh, x, kSR ? sr_bytes16(row_seed, sr_offset(rs), row_sr0 >> 4) : U32x4{}, out)) {

@@ -271,7 +271,7 @@ TEST_CASE("CUDA segmented quantizer == its CPU oracle: segments of any length, p
     keys.rht_seeds.push_back(1000 + g);
   }
   const int64_t rows_row = r + 9, rows_col = c + 40;
-  auto segment_spec = [](const char* grid, ScaleKind sc, Rounding rd, int rht, int block, uint64_t offset) {
+  auto segment_spec = [&](const char* grid, ScaleKind sc, Rounding rd, int rht, int block, uint64_t offset) {
     QuantSpec s;
     s.grid = Grid::parse(grid);
     s.scale = sc;
@@ -279,6 +279,7 @@ TEST_CASE("CUDA segmented quantizer == its CPU oracle: segments of any length, p
     s.rht = rht;
     s.block = block;
     s.offset = offset;
+    s.rht_seed = keys.rht_seeds[8];  // segment 8's signs are the spec's own (the hot kernels' flips from their parameters)
     return s;
   };
   // Columnwise operand lengths: whole RHT segments, or (without the RHT) any length, so that SR indices
@@ -477,6 +478,9 @@ TEST_CASE("CUDA segmented pair kernel == CPU oracle of both operands: rowwise in
           cs.rht = k.col_rht;
           rs.offset = 3 + n;
           cs.offset = 5;
+          // Expert 2's signs are the specs' own (the kernel's flips from its parameters), the others' not.
+          rs.rht_seed = rkeys.rht_seeds[2];
+          cs.rht_seed = ckeys.rht_seeds[2];
           // Without the RHT the columnwise operands are the rows themselves: SR draws off the 16-element groups.
           const std::vector<int32_t>& lens = k.col_rht ? lens16 : lens0;
           torch::Tensor x = test::make_input(regime, rows, cols, 900 + n).to(torch::kBFloat16);
