@@ -562,10 +562,15 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
                                 "the segmented pairs are 3.7 ms of the 6.6 ms difference, the dense pairs (attention, the shared "
                                 "expert, the first layer) 2.6 ms, the experts' weights 0.3 ms. Quantizing in the producing "
                                 "kernel does not help a kernel bound by its instructions (the dense SwiGLU tried as the pair "
-                                "kernel's source was slower: `results/bench/logs/swiglu-pair-source-experiment.log`). What would "
-                                "close it: fewer instructions an element (the segmented columnwise chunk reads and writes "
-                                "its 16 values one 16-bit word at a time, where the dense pair kernel moves two columns a "
-                                "word), or 4-bit GEMM operands.\n\n");
+                                "kernel's source was slower: `results/bench/logs/swiglu-pair-source-experiment.log`). On the H200 "
+                                "the pair kernel keeps 81% of its issue slots busy under SR; of the 1240 instructions a warp "
+                                "spends on a tile (each thread's rowwise and columnwise chunk) about 700 are the chunks' "
+                                "arithmetic, the rest addressing, the operands' keys, Philox's round keys and control "
+                                "(Nsight Compute's per-instruction counts). Four chunks a thread instead of two (two tiles at "
+                                "a time, two warps a tile) cut them by 6 to 7% but held more state (fewer resident blocks under "
+                                "SR, spills under RTNE) and was no faster; neither is a different number of tiles a block "
+                                "(`results/bench/logs/segments-pair-tile-pairs-experiment.log`). What would close it: a cheaper "
+                                "exact rounding arithmetic, or 4-bit GEMM operands.\n\n");
         }
       for (const auto& nd : nondet_ms[kv.first]) {
         const double det = recipe_ms[kv.first][nd.first], ratio = det / nd.second;
