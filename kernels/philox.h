@@ -10,12 +10,20 @@ struct U32x4 { uint32_t v[4]; };
 
 constexpr uint32_t kPhiloxM0 = 0xD2511F53u, kPhiloxM1 = 0xCD9E8D57u, kPhiloxW0 = 0x9E3779B9u, kPhiloxW1 = 0xBB67AE85u;
 
-// One round. On the GPU each product's halves are asked for as 32-bit values: formed as 64-bit
-// products, the compiler merged the round's 32-bit state into 64-bit operations and spent two extra
-// additions a round (16 instructions a call; same bits either way).
+// One round. On the GPU each product is one 32 x 32 -> 64-bit multiply split into its 32-bit halves
+// in PTX: formed as 64-bit C++ products, the compiler merged the round's 32-bit state into 64-bit
+// operations and spent two extra additions a round; asked for as a low and a high product, it
+// emitted two multiplies where register pressure was high (the segmented pair kernel). Same bits.
+#if defined(__CUDA_ARCH__)
+__device__ __forceinline__ void philox_mul(uint32_t a, uint32_t m, uint32_t& lo, uint32_t& hi) {
+  asm("{\n\t.reg .u64 p;\n\tmul.wide.u32 p, %2, %3;\n\tmov.b64 {%0, %1}, p;\n\t}" : "=r"(lo), "=r"(hi) : "r"(a), "r"(m));
+}
+#endif
 UFP4_HD void philox_round(uint32_t& c0, uint32_t& c1, uint32_t& c2, uint32_t& c3, uint32_t k0, uint32_t k1) {
 #if defined(__CUDA_ARCH__)
-  const uint32_t lo0 = kPhiloxM0 * c0, hi0 = __umulhi(kPhiloxM0, c0), lo1 = kPhiloxM1 * c2, hi1 = __umulhi(kPhiloxM1, c2);
+  uint32_t lo0, hi0, lo1, hi1;
+  philox_mul(c0, kPhiloxM0, lo0, hi0);
+  philox_mul(c2, kPhiloxM1, lo1, hi1);
 #else
   const uint64_t p0 = static_cast<uint64_t>(kPhiloxM0) * c0, p1 = static_cast<uint64_t>(kPhiloxM1) * c2;
   const uint32_t lo0 = static_cast<uint32_t>(p0), hi0 = static_cast<uint32_t>(p0 >> 32), lo1 = static_cast<uint32_t>(p1),

@@ -314,7 +314,7 @@ __global__ void __launch_bounds__(kSegColThreads) segments_hot_col_kernel(const 
   uint16_t* ocol = reinterpret_cast<uint16_t*>(kF32 ? &out_tile[0][0] : &tile[0][0]) + tid;
   if (nvalid > 0 && tid < 8 * units) {
     uint32_t out[8];
-    round_col_chunk<kClass, kSR, kRht, kF32>(s, h, io, sh_level, sh_code, col, g, c0 + tid, len, pos, nvalid, out);
+    round_col_chunk<kClass, kSR, kRht, kF32>(s, h, io, sh_level, sh_code, col, g, c0 + tid, len, pos, nvalid, kSR ? sr_offset(s) : 0, out);
     // A thread's column only: no other thread reads these halves.
 #pragma unroll
     for (int i = 0; i < 16; ++i) ocol[i * kSegColThreads] = i < nvalid ? static_cast<uint16_t>(out[i / 2] >> (16 * (i & 1))) : 0;

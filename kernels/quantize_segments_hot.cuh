@@ -73,11 +73,11 @@ __device__ __noinline__ void general_strided_chunk(const KernelSpec& s, const fl
 
 // Column chunk of a tile: column c of operand g from operand position pos (of len; nvalid of its 16
 // elements inside), raw values at col[i * 128]; out: its 16 BF16 results, element 2k in the low half of
-// word k.
+// word k. offset: sr_offset(s), which the caller may keep rather than read again a chunk.
 template <int kClass, bool kSR, bool kRht, bool kF32>
 __device__ __forceinline__ void round_col_chunk(const KernelSpec& s, const HotParams& h, const SegmentedQuantizeIO& io, const float* sh_level,
                                                 const uint8_t* sh_code, const void* col, int g, int64_t c, int64_t len, int64_t pos, int nvalid,
-                                                uint32_t (&out)[8]) {
+                                                uint64_t offset, uint32_t (&out)[8]) {
   const uint32_t signs = kRht ? io.rht_signs[4 * g] : 0u;  // operands start on whole RHT segments: position i
   float x[16];
   if (kRht && signs == s.rht_signs[0]) {
@@ -97,7 +97,7 @@ __device__ __forceinline__ void round_col_chunk(const KernelSpec& s, const HotPa
   // SR draws off a 16-element group (operands of any length, without the RHT) take the general code
   // too: an out-of-line draw function here cost the kernel 90 registers.
   const bool aligned = !kSR || (sr0 & 15) == 0;
-  const U32x4 rnd = kSR && aligned ? sr_bytes16(seed, sr_offset(s), sr0 >> 4) : U32x4{};
+  const U32x4 rnd = kSR && aligned ? sr_bytes16(seed, offset, sr0 >> 4) : U32x4{};
   if (!aligned || !hot_chunk_values<kClass, kSR, kRht>(h, x, rnd, out))
     general_strided_chunk<kClass, kSR, kF32>(s, sh_level, sh_code, col, kSegColThreads, signs, seed, sr0, nvalid, out);
 }

@@ -76,9 +76,11 @@ __global__ void __launch_bounds__(kSegColThreads, kSR ? 7 : 8) segments_pair_ker
   __shared__ uint4 tile[2][16][kSegColUnits];   // tile t in buffer t % 2, the next one arriving in the other
   __shared__ uint4 out_tile[16][kSegColUnits];  // the columnwise output (the rowwise chunks still read the tile)
   __shared__ int64_t sh_map[3][16];            // the row maps of tiles t, t + 1, t + 2 (buffer: tile index % 3)
+  __shared__ uint64_t sh_offset[2];            // the rowwise and columnwise SR offsets (one read of a device offset a block)
   const SegmentedQuantizeIO &rio = p.row, &cio = p.col;
   const int G = static_cast<int>(cio.segments), tid = threadIdx.x;
   for (int i = tid; i < G; i += kSegColThreads) sh_ends[i] = cio.ends[i];
+  if (kSR && tid < 2) sh_offset[tid] = sr_offset(tid ? cs : rs);
   if (tid < 16) {
     sh_level[0][tid] = rs.grid.level[tid];
     sh_code[0][tid] = rs.grid.code[tid];
@@ -140,7 +142,7 @@ __global__ void __launch_bounds__(kSegColThreads, kSR ? 7 : 8) segments_pair_ker
         }
       }
       uint32_t out[8];
-      if (hot_chunk_values<kClass, kSR, kRowRht>(rh, x, kSR ? sr_bytes16(row_seed, sr_offset(rs), row_sr0 >> 4) : U32x4{}, out)) {
+      if (hot_chunk_values<kClass, kSR, kRowRht>(rh, x, kSR ? sr_bytes16(row_seed, sh_offset[0], row_sr0 >> 4) : U32x4{}, out)) {
         uint4* dst = reinterpret_cast<uint4*>(static_cast<uint16_t*>(rio.dequant) + row_src * cols + c0 + 16 * rc);
         dst[0] = make_uint4(out[0], out[1], out[2], out[3]);
         dst[1] = make_uint4(out[4], out[5], out[6], out[7]);
@@ -154,9 +156,15 @@ __global__ void __launch_bounds__(kSegColThreads, kSR ? 7 : 8) segments_pair_ker
     uint16_t* ocol = reinterpret_cast<uint16_t*>(&out_tile[0][0]) + tid;
     if (nvalid > 0 && tid < 8 * units) {
       uint32_t out[8];
-      round_col_chunk<kClass, kSR, kColRht, false>(cs, ch, cio, sh_level[1], sh_code[1], col, g, c0 + tid, cur.len, cur.pos, nvalid, out);
+      round_col_chunk<kClass, kSR, kColRht, false>(cs, ch, cio, sh_level[1], sh_code[1], col, g, c0 + tid, cur.len, cur.pos, nvalid,
+                                                   kSR ? sh_offset[1] : 0, out);
+      if (nvalid == 16) {  // the tile's rows all inside the operand (nearly every tile): no selects
 #pragma unroll
-      for (int i = 0; i < 16; ++i) ocol[i * kSegColThreads] = i < nvalid ? static_cast<uint16_t>(out[i / 2] >> (16 * (i & 1))) : 0;
+        for (int i = 0; i < 16; ++i) ocol[i * kSegColThreads] = static_cast<uint16_t>(out[i / 2] >> (16 * (i & 1)));
+      } else {
+#pragma unroll
+        for (int i = 0; i < 16; ++i) ocol[i * kSegColThreads] = i < nvalid ? static_cast<uint16_t>(out[i / 2] >> (16 * (i & 1))) : 0;
+      }
     } else {
 #pragma unroll
       for (int i = 0; i < 16; ++i) ocol[i * kSegColThreads] = 0;  // layout padding, or columns past the tensor (not stored)
