@@ -287,7 +287,7 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
   bool unmet_bw = false, unmet_fs = false, unmet_uf = false, unmet_sr = false;
   std::map<std::string, std::pair<double, std::string>> sr_worst = {{"row", {1e9, ""}}, {"col", {1e9, ""}}};
   std::vector<std::string> unmet_step;  // dense models over the ufp4 / bf16 bar
-  std::map<std::string, double> bf16_ms, ref_ms, compiled_ms, compiled_plain_ms, libtorch_ops_ms;
+  std::map<std::string, double> bf16_ms, bf16_sd, ref_ms, compiled_ms, compiled_plain_ms, libtorch_ops_ms;
   std::vector<std::string> unmet_other;  // paragraphs of the MoE step bars not met
   std::map<std::string, std::map<std::string, double>> nondet_ms;  // model -> recipe -> ms without deterministic mode
   std::map<std::string, std::map<std::string, double>> uncaptured_ms;  // model -> recipe -> ms launched kernel by kernel
@@ -452,7 +452,7 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
       if (r.impl == "ufp4-libtorch-ops" && r.recipe == "bf16") libtorch_ops_ms[r.model] = r.ms;
       if (r.impl == "ufp4-nondeterministic") nondet_ms[r.model][r.recipe] = r.ms;
       if (r.impl == "ufp4-uncaptured") uncaptured_ms[r.model][r.recipe] = r.ms;
-      if (r.impl == "ufp4" && r.recipe == "bf16") bf16_ms[r.model] = r.ms;
+      if (r.impl == "ufp4" && r.recipe == "bf16") bf16_ms[r.model] = r.ms, bf16_sd[r.model] = r.sd;
       if (r.impl.rfind("pytorch-eager", 0) == 0) ref_ms[r.model] = ref_ms.count(r.model) ? std::min(ref_ms[r.model], r.ms) : r.ms;
       if (r.impl == "pytorch-compiled-fused") compiled_plain_ms[r.model] = r.ms;
       if (r.impl.rfind("pytorch-compiled", 0) == 0)  // the fastest compiled mode
@@ -548,12 +548,17 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
       for (const auto& r : rows)
         if (r.model == kv.first && r.impl == "ufp4" && r.recipe == "ufp4") {
           const double ratio = r.ms / kv.second, bar = moe ? t.moe_ufp4_max : t.step_ufp4_max;
-          targets << "| ufp4 step / bf16 step, " << kv.first << " | <= " << fmt("%.2f", bar) << " | " << fmt("%.3f", ratio) << " | "
-                  << verdict(ratio <= bar) << " |\n";
+          // The ratio's spread from the two rows' (sd of the timed steps, the rows independent).
+          const double sd = ratio * std::hypot(r.sd / r.ms, bf16_sd[kv.first] / kv.second);
+          const bool close = std::fabs(ratio - bar) <= sd;
+          targets << "| ufp4 step / bf16 step, " << kv.first << " | <= " << fmt("%.2f", bar) << " | " << fmt("%.3f", ratio) << " (sd "
+                  << fmt("%.3f", sd) << ") | " << verdict(ratio <= bar) << (close ? ", within one sd of the bar" : "") << " |\n";
           if (!moe && ratio > bar) unmet_step.push_back(kv.first);
-          if (moe && ratio > bar)
-            unmet_other.push_back("### ufp4 step / bf16 step, " + kv.first + "\n\nufp4 " + fmt("%.2f", r.ms) + " ms, bf16 " +
-                                fmt("%.2f", kv.second) + " ms. The experts' operands are quantized for all experts at once "
+          if (moe && (ratio > bar || close))
+            unmet_other.push_back("### ufp4 step / bf16 step, " + kv.first + (ratio > bar ? "" : ": met, within one sd of the bar") +
+                                "\n\nufp4 " + fmt("%.2f", r.ms) + " ms, bf16 " + fmt("%.2f", kv.second) + " ms: " + fmt("%.3f", ratio) +
+                                ", sd " + fmt("%.3f", sd) + " from the two rows' spread (the same command at 7f01b2c gave 1.207, at "
+                                "8f04c3a 1.213; the segmented pair kernel's change of 11c4863 came between). The experts' operands are quantized for all experts at once "
                                 "(the segmented kernels, `kernels/quantize_segments.h`) and their GEMMs run grouped, as the BF16 "
                                 "ones do; the difference is the quantizers' work. Each routed activation (X, dY) is read once for both "
                                 "of its operands (the segmented pair kernel: 16 x 128 tiles of WGRAD's padded layout, read "
@@ -573,7 +578,10 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
                                 "(Nsight Compute's per-instruction counts). Four chunks a thread instead of two (two tiles at "
                                 "a time, two warps a tile) cut them by 6 to 7% but held more state (fewer resident blocks under "
                                 "SR, spills under RTNE) and was no faster; neither is a different number of tiles a block "
-                                "(`results/bench/logs/segments-pair-tile-pairs-experiment.log`). What would close it: a cheaper "
+                                "(`results/bench/logs/segments-pair-tile-pairs-experiment.log`). Reading the SR offsets once a block, "
+                                "storing a full tile's columnwise outputs without selects and forming Philox's products as one "
+                                "multiply each made it 5% faster under SR (`results/bench/logs/segments-pair-micro-ab.log`). " +
+                                (ratio > bar ? "What would close it" : "What would give it margin") + ": a cheaper "
                                 "exact rounding arithmetic, or 4-bit GEMM operands.\n\n");
         }
       for (const auto& nd : nondet_ms[kv.first]) {
