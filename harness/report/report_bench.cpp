@@ -558,7 +558,8 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
             unmet_other.push_back("### ufp4 step / bf16 step, " + kv.first + (ratio > bar ? "" : ": met, within one sd of the bar") +
                                 "\n\nufp4 " + fmt("%.2f", r.ms) + " ms, bf16 " + fmt("%.2f", kv.second) + " ms: " + fmt("%.3f", ratio) +
                                 ", sd " + fmt("%.3f", sd) + " from the two rows' spread (the same command at 7f01b2c gave 1.207, at "
-                                "8f04c3a 1.213; the segmented pair kernel's change of 11c4863 came between). The experts' operands are quantized for all experts at once "
+                                "8f04c3a 1.213; the segmented pair kernel's change of 11c4863 came between; two repeats at 11c4863 "
+                                "gave 1.194 and 1.206, `results/bench/logs/bench-step-moe-repeats-11c4863.log`). The experts' operands are quantized for all experts at once "
                                 "(the segmented kernels, `kernels/quantize_segments.h`) and their GEMMs run grouped, as the BF16 "
                                 "ones do; the difference is the quantizers' work. Each routed activation (X, dY) is read once for both "
                                 "of its operands (the segmented pair kernel: 16 x 128 tiles of WGRAD's padded layout, read "
