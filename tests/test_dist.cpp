@@ -17,6 +17,7 @@
 #include "common/error.h"
 #include "common/fs.h"
 #include "harness/dist/launch_env.h"
+#include "harness/dist/local_launch.h"
 #include "harness/io/array_io.h"
 #include "harness/io/run_results.h"
 #include "harness/train/run_manifest.h"
@@ -186,7 +187,9 @@ TEST_CASE("a rank that dies mid-run: the other exits non-zero within --dist-time
   const std::string bin = UFP4_BINARY, d = test::temp_dir();
   const std::string m = tiny(d, "bf16", 3000);
   // Two ranks started by hand, as torchrun would; rank 1 is killed once rank 0 has trained 10 steps.
-  const std::string env = "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(20000 + getpid() % 20000);
+  // A port the system reports free, as the launcher takes one: a port from the process id could fall in the
+  // ephemeral range, on a connection of a test running beside this one.
+  const std::string env = "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(free_local_port());
   const Shell r = sh("RANK=1 " + env + " " + bin + " run " + m + " --dist-timeout 10 > " + d + "/r1.log 2>&1 & p1=$!; RANK=0 " + env + " " +
                      bin + " run " + m + " --dist-timeout 10 > " + d + "/r0.log 2>&1 & p0=$!; for i in $(seq 600); do grep -q 'validation loss' " +
                      d + "/r0.log && break; sleep 0.1; done; kill -9 $p1; t0=$(date +%s%N); wait $p0; echo rank0-exit=$?; echo ms=$(( ($(date +%s%N) - t0) / 1000000 ))");
