@@ -510,7 +510,8 @@ TEST_CASE("CUDA segmented pair kernel == CPU oracle of both operands: rowwise in
 
 // A CUDA-graph step keeps the step number in device memory (QuantSpec::offset_add): the kernels add
 // it to the SR offset. The draws must be those of the same offset given in the spec, in every kernel
-// family: the hot kernel (rowwise, columnwise), the general kernel, the segmented kernels.
+// family: the hot kernel (rowwise, columnwise), the general kernel, the segmented kernels, the dense
+// and segmented pair kernels.
 TEST_CASE("an SR offset in device memory gives the bits of the same offset in the spec", "[quantizer][cuda]") {
   UFP4_NEED_GPU();
   const uint64_t step8 = 8 * 1234567;
@@ -549,6 +550,23 @@ TEST_CASE("an SR offset in device memory gives the bits of the same offset in th
           torch::Tensor sa = quantize_segments(x, spec(false, rht, block), keys, ends, torch::Tensor(), col, o.out_dtype).cpu();
           torch::Tensor sb = quantize_segments(x, spec(true, rht, block), keys, ends, torch::Tensor(), col, o.out_dtype).cpu();
           CHECK(test::first_bit_mismatch(sa, sb) == -1);
+          if (bf16 && block == 16 && !col) {
+            // The pair kernels (both layouts from one read): dense, and segmented with the columnwise
+            // operand gathered through its row map (here the identity: the segments are whole 16-row groups).
+            CHECK(quantize_pair_fused(x, spec(true, rht, block), spec(true, rht, block)));
+            const auto pa = quantize_pair(x, spec(false, rht, block), spec(false, rht, block));
+            const auto pb = quantize_pair(x, spec(true, rht, block), spec(true, rht, block));
+            CHECK(test::first_bit_mismatch(pa.first.cpu(), pb.first.cpu()) == -1);
+            CHECK(test::first_bit_mismatch(pa.second.cpu(), pb.second.cpu()) == -1);
+            const torch::Tensor kt = segment_key_table(keys, torch::kCUDA);
+            const torch::Tensor lens = torch::tensor(std::vector<int32_t>{64, 0, 192, 256}, torch::kInt32).to(torch::kCUDA);
+            const torch::Tensor src = torch::arange(512, torch::dtype(torch::kInt64).device(torch::kCUDA));
+            CHECK(quantize_segments_pair_fused(x, spec(true, rht, block), spec(true, rht, block), 4));
+            const auto qa = quantize_segments_pair(x, spec(false, rht, block), kt, ends, spec(false, rht, block), kt, ends, lens, src);
+            const auto qb = quantize_segments_pair(x, spec(true, rht, block), kt, ends, spec(true, rht, block), kt, ends, lens, src);
+            CHECK(test::first_bit_mismatch(qa.first.cpu(), qb.first.cpu()) == -1);
+            CHECK(test::first_bit_mismatch(qa.second.cpu(), qb.second.cpu()) == -1);
+          }
           ++n;
         }
   CHECK(n == 16);
