@@ -77,6 +77,15 @@ std::vector<SRow> load_steps(const std::string& path) {
 
 std::string verdict(bool ok) { return ok ? "**met**" : "**not met**"; }
 
+// The sd of the ratio a / b of two step timings from theirs (the rows independent).
+double ratio_sd(double a, double sa, double b, double sb) { return a / b * std::hypot(sa / a, sb / b); }
+
+// A target row's measured ratio and verdict cells: the ratio with its sd, and whether the bar lies within it.
+std::string ratio_cells(double ratio, double sd, double bar) {
+  return fmt("%.3f", ratio) + " (sd " + fmt("%.3f", sd) + ") | " + verdict(ratio <= bar) +
+         (std::fabs(ratio - bar) <= sd ? ", within one sd of the bar" : "");
+}
+
 // The figures the report takes from one Nsight Compute log (ncu-<kernel name>_<R>x<C>.log).
 struct NcuStats {
   double us = NAN, dram = NAN, sm = NAN, regs = NAN, occupancy = NAN, cycles_per_issue = NAN, instr_per_elem = NAN;
@@ -549,10 +558,9 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
         if (r.model == kv.first && r.impl == "ufp4" && r.recipe == "ufp4") {
           const double ratio = r.ms / kv.second, bar = moe ? t.moe_ufp4_max : t.step_ufp4_max;
           // The ratio's spread from the two rows' (sd of the timed steps, the rows independent).
-          const double sd = ratio * std::hypot(r.sd / r.ms, bf16_sd[kv.first] / kv.second);
+          const double sd = ratio_sd(r.ms, r.sd, kv.second, bf16_sd[kv.first]);
           const bool close = std::fabs(ratio - bar) <= sd;
-          targets << "| ufp4 step / bf16 step, " << kv.first << " | <= " << fmt("%.2f", bar) << " | " << fmt("%.3f", ratio) << " (sd "
-                  << fmt("%.3f", sd) << ") | " << verdict(ratio <= bar) << (close ? ", within one sd of the bar" : "") << " |\n";
+          targets << "| ufp4 step / bf16 step, " << kv.first << " | <= " << fmt("%.2f", bar) << " | " << ratio_cells(ratio, sd, bar) << " |\n";
           if (!moe && ratio > bar) unmet_step.push_back(kv.first);
           if (moe && (ratio > bar || close))
             unmet_other.push_back("### ufp4 step / bf16 step, " + kv.first + (ratio > bar ? "" : ": met, within one sd of the bar") +
@@ -600,10 +608,9 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
       }
       if (compiled_ms.count(kv.first)) {
         const double ratio = kv.second / compiled_ms[kv.first], bar = moe ? t.moe_compiled_max : t.compiled_max;
-        const double sd = ratio * std::hypot(bf16_sd[kv.first] / kv.second, compiled_sd[kv.first] / compiled_ms[kv.first]);
+        const double sd = ratio_sd(kv.second, bf16_sd[kv.first], compiled_ms[kv.first], compiled_sd[kv.first]);
         targets << "| bf16 step / PyTorch compiled step (fastest mode), " << kv.first << " | <= " << fmt("%.1f", bar) << " | "
-                << fmt("%.3f", ratio) << " (sd " << fmt("%.3f", sd) << ") | " << verdict(ratio <= bar)
-                << (std::fabs(ratio - bar) <= sd ? ", within one sd of the bar" : "") << " |\n";
+                << ratio_cells(ratio, sd, bar) << " |\n";
         if (nondet_ms[kv.first].count("bf16"))
           targets << "| bf16 step, non-deterministic / PyTorch compiled step (fastest mode), " << kv.first << " | - | "
                   << fmt("%.3f", nondet_ms[kv.first]["bf16"] / compiled_ms[kv.first]) << " | (reported) |\n";
