@@ -121,6 +121,12 @@ struct RmsNormIO {
   void* dx = nullptr;
   float* dw = nullptr;
   float* partials = nullptr;
+  // The residual add before the norm (null: none). Forward: x + residual, rounded to dtype as LibTorch's
+  // add rounds it, goes to `sum` and is normalized. Backward (x: that sum): dsum, the sum's gradient from
+  // its other use, is added to dx rounded to dtype (the sum autograd makes of the two gradients).
+  const void* residual = nullptr;
+  void* sum = nullptr;
+  const void* dsum = nullptr;
 };
 inline int64_t rms_norm_partials(int64_t rows, int64_t d) { return (rows + kRmsGroupRows - 1) / kRmsGroupRows * d; }
 
@@ -187,6 +193,25 @@ UFP4_HD void rope_pair(bool bf16, float a, float b, float c, float sn, float& ya
   yb = round_to_dtype(bf16, add_rn(round_to_dtype(bf16, mul_rn(b, c)), round_to_dtype(bf16, mul_rn(a, sn))));
 }
 
+// RoPE of a packed QKV projection in one pass, for attention's inputs (forward) and from its gradients
+// (backward): q's and k's heads rotated as reference_rope rotates them, v's heads copied bit for bit.
+// One thread takes 8 pairs of a token for all its heads, so the token's cos and sin are read once.
+// Forward: in = q, k and v views of the projection [B, S, (H + 2 KV) hd], out = attention's inputs;
+// backward (inverse): in = attention's gradients, out = views of the projection's gradient.
+struct HeadsView {
+  void* p = nullptr;  // element (b, h, s, j) at b stride_b + h stride_h + s stride_s + j (read only in `in`)
+  int64_t stride_b = 0, stride_h = 0, stride_s = 0;
+};
+struct QkvRopeIO {
+  DType dtype = DType::kBF16;
+  int64_t batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  const float* cos = nullptr;  // [>= seq, hd / 2] FP32
+  const float* sin = nullptr;
+  bool inverse = false;
+  HeadsView in[3], out[3];  // q (heads), k and v (kv_heads each)
+  int64_t heads_of(int part) const { return part == 0 ? heads : kv_heads; }
+};
+
 // --- MoE combine: each token's weighted sum of its k expert rows, and the dispatch's backward -------
 // y [A, d] BF16, A = T k expert rows in expert-sorted order; slot s = t k + j is token t's j-th
 // assignment (experts ascending), its row inverse[s] (order[a]: the slot of row a); kept [A] or null:
@@ -232,6 +257,7 @@ void reference_cross_entropy_backward(const CrossEntropyIO& io);
 void reference_swiglu_forward(const SwiGluIO& io);
 void reference_swiglu_backward(const SwiGluIO& io);
 void reference_rope(const RopeIO& io);
+void reference_qkv_rope(const QkvRopeIO& io);
 void reference_moe_combine_forward(const MoeCombineIO& io);
 void reference_moe_combine_backward(const MoeCombineIO& io);
 void reference_moe_dispatch_backward(const MoeDispatchBackwardIO& io);
@@ -256,6 +282,16 @@ inline bool rope_cuda_applies(const RopeIO& io) {
          (reinterpret_cast<uintptr_t>(io.cos) & 15u) == 0 && (reinterpret_cast<uintptr_t>(io.sin) & 15u) == 0;
 }
 void cuda_rope(const RopeIO& io, cudaStream_t stream);
+// Packed QKV RoPE: hd a multiple of 16; every view's strides multiples of 16 bytes, its pointer and the tables 16-byte aligned.
+inline bool qkv_rope_cuda_applies(const QkvRopeIO& io) {
+  const int64_t a = io.dtype == DType::kBF16 ? 8 : 4;  // elements in 16 bytes
+  if (io.head_dim % 16 != 0 || io.head_dim <= 0 || (reinterpret_cast<uintptr_t>(io.cos) & 15u) || (reinterpret_cast<uintptr_t>(io.sin) & 15u))
+    return false;
+  for (const HeadsView* v : {&io.in[0], &io.in[1], &io.in[2], &io.out[0], &io.out[1], &io.out[2]})
+    if (v->stride_b % a || v->stride_h % a || v->stride_s % a || (reinterpret_cast<uintptr_t>(v->p) & 15u)) return false;
+  return true;
+}
+void cuda_qkv_rope(const QkvRopeIO& io, cudaStream_t stream);
 // MoE combine and dispatch backward (kernels/moe_combine_cuda.cu): d a multiple of 8, top_k at most
 // kMoeMaxTopK, 16-byte aligned rows (moe_combine_cuda_applies on y, dout, g and the outputs).
 inline bool moe_combine_cuda_applies(int64_t d, int64_t top_k) { return d % 8 == 0 && d > 0 && top_k >= 1 && top_k <= kMoeMaxTopK; }

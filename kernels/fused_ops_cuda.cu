@@ -15,6 +15,17 @@ namespace {
 
 constexpr int kRowsPerBlock = 8;  // RMSNorm: warps (rows or groups) a 256-thread block
 
+// 8 elements of the row to normalize: x, or x + residual rounded to the dtype.
+template <bool kBf16>
+__device__ __forceinline__ void load_sum8(const RmsNormIO& io, int64_t elem, float (&x)[8]) {
+  load8<kBf16>(io.x, elem, x);
+  if (!io.residual) return;
+  float res[8];
+  load8<kBf16>(io.residual, elem, res);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) x[e] = round_to_dtype(kBf16, add_rn(x[e], res[e]));
+}
+
 template <bool kBf16>
 __global__ void __launch_bounds__(256) rms_norm_forward_kernel(const RmsNormIO io) {
   const int lane = threadIdx.x % 32;
@@ -24,7 +35,8 @@ __global__ void __launch_bounds__(256) rms_norm_forward_kernel(const RmsNormIO i
   float acc = 0.0f;
   for (int64_t v = lane; v < nv; v += 32) {
     float x[8];
-    load8<kBf16>(io.x, o + 8 * v, x);
+    load_sum8<kBf16>(io, o + 8 * v, x);
+    if (io.residual) store8<kBf16>(io.sum, o + 8 * v, x);
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc = fmaf(x[e], x[e], acc);
   }
@@ -33,7 +45,7 @@ __global__ void __launch_bounds__(256) rms_norm_forward_kernel(const RmsNormIO i
   if (lane == 0) io.r[t] = canon_nan(r);
   for (int64_t v = lane; v < nv; v += 32) {
     float x[8], w[8];
-    load8<kBf16>(io.x, o + 8 * v, x);
+    load_sum8<kBf16>(io, o + 8 * v, x);  // the row again, from L1 (the sum recomputed, not read back from a store)
     load8<false>(io.w, 8 * v, w);
 #pragma unroll
     for (int e = 0; e < 8; ++e) x[e] = mul_rn(mul_rn(x[e], r), w[e]);
@@ -85,6 +97,12 @@ __global__ void __launch_bounds__(256) rms_norm_backward_kernel(const RmsNormIO 
       for (int e = 0; e < 8; ++e) {
         dx[e] = fmaf(-k, x[e], mul_rn(mul_rn(dy[e], w[e]), r));
         acc[j][e] = fmaf(dy[e], mul_rn(x[e], r), acc[j][e]);
+      }
+      if (io.dsum) {
+        float ds[8];
+        load8<kBf16>(io.dsum, o + 8 * v, ds);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) dx[e] = add_rn(round_to_dtype(kBf16, dx[e]), ds[e]);
       }
       store8<kBf16>(io.dx, o + 8 * v, dx);
     }
@@ -264,6 +282,56 @@ __global__ void __launch_bounds__(256) rope_kernel(const RopeIO io) {
   }
 }
 
+// One head group of qkv_rope_kernel's token: nh heads, 8 pairs (j, j + hd / 2) each; rotated (c, sn in
+// the dtype, sn negated for the inverse) or, with kCopy, copied as raw 16-byte words.
+template <bool kBf16, bool kCopy>
+__device__ __forceinline__ void qkv_rope_group(const HeadsView& in, const HeadsView& out, int64_t nh, int64_t b, int64_t t, int64_t j,
+                                               int64_t half, const float (&c)[8], const float (&sn)[8]) {
+  const int64_t in0 = b * in.stride_b + t * in.stride_s, out0 = b * out.stride_b + t * out.stride_s;
+  for (int64_t h = 0; h < nh; ++h) {
+    const int64_t i = in0 + h * in.stride_h, o = out0 + h * out.stride_h;
+    if (kCopy) {
+      constexpr int kWords = kBf16 ? 1 : 2;  // 16-byte words in 8 elements
+      const uint4* src = reinterpret_cast<const uint4*>(static_cast<const char*>(in.p) + (i + j) * (kBf16 ? 2 : 4));
+      const uint4* src2 = reinterpret_cast<const uint4*>(static_cast<const char*>(in.p) + (i + half + j) * (kBf16 ? 2 : 4));
+      uint4* dst = reinterpret_cast<uint4*>(static_cast<char*>(out.p) + (o + j) * (kBf16 ? 2 : 4));
+      uint4* dst2 = reinterpret_cast<uint4*>(static_cast<char*>(out.p) + (o + half + j) * (kBf16 ? 2 : 4));
+#pragma unroll
+      for (int w = 0; w < kWords; ++w) { dst[w] = src[w]; dst2[w] = src2[w]; }
+      continue;
+    }
+    float a[8], bb[8];
+    load8<kBf16>(in.p, i + j, a);
+    load8<kBf16>(in.p, i + half + j, bb);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) rope_pair(kBf16, a[e], bb[e], c[e], sn[e], a[e], bb[e]);
+    store8<kBf16>(out.p, o + j, a);
+    store8<kBf16>(out.p, o + half + j, bb);
+  }
+}
+
+template <bool kBf16>
+__global__ void __launch_bounds__(256) qkv_rope_kernel(const QkvRopeIO io) {
+  const int64_t half = io.head_dim / 2, per_token = half / 8, n = io.batch * io.seq * per_token;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t bt = i / per_token, j = (i % per_token) * 8, t = bt % io.seq, b = bt / io.seq;
+    const float4* cp = reinterpret_cast<const float4*>(io.cos + t * half + j);
+    const float4* sp = reinterpret_cast<const float4*>(io.sin + t * half + j);
+    const float4 c0 = cp[0], c1 = cp[1], s0 = sp[0], s1 = sp[1];
+    const float cr[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w}, sr[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
+    float c[8], sn[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      c[e] = round_to_dtype(kBf16, cr[e]);
+      const float se = round_to_dtype(kBf16, sr[e]);
+      sn[e] = io.inverse ? -se : se;
+    }
+    qkv_rope_group<kBf16, false>(io.in[0], io.out[0], io.heads, b, t, j, half, c, sn);
+    qkv_rope_group<kBf16, false>(io.in[1], io.out[1], io.kv_heads, b, t, j, half, c, sn);
+    qkv_rope_group<kBf16, true>(io.in[2], io.out[2], io.kv_heads, b, t, j, half, c, sn);
+  }
+}
+
 unsigned elementwise_blocks(int64_t vectors) {
   const int64_t b = (vectors + 255) / 256;
   return static_cast<unsigned>(b < 132 * 32 ? (b > 0 ? b : 1) : 132 * 32);  // grid-stride beyond ~32 blocks an SM
@@ -355,6 +423,15 @@ void cuda_rope(const RopeIO& io, cudaStream_t stream) {
   if (io.dtype == DType::kBF16) rope_kernel<true><<<blocks, 256, 0, stream>>>(io);
   else rope_kernel<false><<<blocks, 256, 0, stream>>>(io);
   check_launch("rope kernel launch");
+}
+
+void cuda_qkv_rope(const QkvRopeIO& io, cudaStream_t stream) {
+  if (!qkv_rope_cuda_applies(io)) throw Error("qkv rope: head_dim must be a multiple of 16, every view's strides multiples of 16 bytes and 16-byte aligned");
+  if (io.batch * io.seq == 0) return;
+  const unsigned blocks = elementwise_blocks(io.batch * io.seq * io.head_dim / 16);
+  if (io.dtype == DType::kBF16) qkv_rope_kernel<true><<<blocks, 256, 0, stream>>>(io);
+  else qkv_rope_kernel<false><<<blocks, 256, 0, stream>>>(io);
+  check_launch("qkv rope kernel launch");
 }
 
 }  // namespace ufp4

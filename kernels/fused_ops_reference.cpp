@@ -1,5 +1,6 @@
 // CPU reference of the fused ops, in the CUDA kernels' order (kernels/fused_ops.h).
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "kernels/fused_ops.h"
@@ -42,15 +43,20 @@ float row_sum(int64_t n, int partners, F f) {
 
 void reference_rms_norm_forward(const RmsNormIO& io) {
   const float fd = static_cast<float>(io.d);
+  const void* x_in = io.x;
+  if (io.residual) {
+    for (int64_t i = 0; i < io.rows * io.d; ++i) store(io.sum, io.dtype, i, add_rn(load(io.x, io.dtype, i), load(io.residual, io.dtype, i)));
+    x_in = io.sum;
+  }
   for (int64_t t = 0; t < io.rows; ++t) {
     const int64_t o = t * io.d;
     const float ss = row_sum(io.d, kRmsLanes, [&](int64_t i, float a) {
-      const float x = load(io.x, io.dtype, o + i);
+      const float x = load(x_in, io.dtype, o + i);
       return fmaf(x, x, a);
     });
     const float r = 1.0f / std::sqrt(ss / fd + io.eps);
     io.r[t] = canon_nan(r);
-    for (int64_t i = 0; i < io.d; ++i) store(io.y, io.dtype, o + i, mul_rn(mul_rn(load(io.x, io.dtype, o + i), r), io.w[i]));
+    for (int64_t i = 0; i < io.d; ++i) store(io.y, io.dtype, o + i, mul_rn(mul_rn(load(x_in, io.dtype, o + i), r), io.w[i]));
   }
 }
 
@@ -66,7 +72,9 @@ void reference_rms_norm_backward(const RmsNormIO& io) {
     const float k = mul_rn(dot, mul_rn(mul_rn(r, r), r)) / fd;
     for (int64_t i = 0; i < io.d; ++i) {
       const float g = mul_rn(load(io.dy, io.dtype, o + i), io.w[i]);
-      store(io.dx, io.dtype, o + i, fmaf(-k, load(io.x, io.dtype, o + i), mul_rn(g, r)));
+      float dx = fmaf(-k, load(io.x, io.dtype, o + i), mul_rn(g, r));
+      if (io.dsum) dx = add_rn(round_to_dtype(io.dtype == DType::kBF16, dx), load(io.dsum, io.dtype, o + i));
+      store(io.dx, io.dtype, o + i, dx);
     }
   }
   // Weight gradient: group sums over rows in order, then strands and the tree.
@@ -142,6 +150,36 @@ void reference_rope(const RopeIO& io) {
           store(io.y, io.dtype, out + half + j, yb);
         }
       }
+}
+
+void reference_qkv_rope(const QkvRopeIO& io) {
+  for (int part = 0; part < 2; ++part) {
+    RopeIO r;
+    r.dtype = io.dtype;
+    r.batch = io.batch;
+    r.heads = io.heads_of(part);
+    r.seq = io.seq;
+    r.head_dim = io.head_dim;
+    r.x = io.in[part].p;
+    r.stride_b = io.in[part].stride_b;
+    r.stride_h = io.in[part].stride_h;
+    r.stride_s = io.in[part].stride_s;
+    r.cos = io.cos;
+    r.sin = io.sin;
+    r.inverse = io.inverse;
+    r.y = io.out[part].p;
+    r.y_stride_b = io.out[part].stride_b;
+    r.y_stride_h = io.out[part].stride_h;
+    r.y_stride_s = io.out[part].stride_s;
+    reference_rope(r);
+  }
+  const HeadsView &in = io.in[2], &out = io.out[2];
+  const size_t bytes = io.dtype == DType::kBF16 ? 2 : 4;
+  for (int64_t b = 0; b < io.batch; ++b)
+    for (int64_t h = 0; h < io.kv_heads; ++h)
+      for (int64_t t = 0; t < io.seq; ++t)
+        std::memcpy(static_cast<char*>(out.p) + (b * out.stride_b + h * out.stride_h + t * out.stride_s) * bytes,
+                    static_cast<const char*>(in.p) + (b * in.stride_b + h * in.stride_h + t * in.stride_s) * bytes, io.head_dim * bytes);
 }
 
 namespace {

@@ -29,25 +29,63 @@ void run_op(const torch::Tensor& on, const IO& io, typename Launcher<IO>::type c
 #endif
 }
 
+// The fused norm over rows x2 [rows, d] (contiguous) with FP32 weight w: y and the rows' r; with res2
+// defined, x2 + res2 goes to `sum` and is normalized instead (kernels/fused_ops.h, RmsNormIO).
+void rms_norm_forward_rows(const torch::Tensor& x2, const torch::Tensor& res2, const torch::Tensor& w, double eps, const torch::Tensor& sum,
+                           const torch::Tensor& y, const torch::Tensor& r, const char* what) {
+  const int64_t d = x2.size(1);
+  if (w.dim() != 1 || w.size(0) != d) throw Error(std::string(what) + ": weight of shape " + std::to_string(w.numel()) + " for " + std::to_string(d) + " features");
+  if (x2.is_cuda() && !fused_rms_norm_applies(x2))
+    throw Error(std::string(what) + ": the CUDA kernel takes a last dimension that is a multiple of 8 up to 2048, got " + std::to_string(d));
+  RmsNormIO io;
+  io.dtype = dtype_of(x2, (std::string(what) + " input").c_str());
+  io.rows = x2.size(0);
+  io.d = d;
+  io.eps = static_cast<float>(eps);
+  io.x = x2.data_ptr();
+  io.residual = res2.defined() ? res2.data_ptr() : nullptr;
+  io.sum = res2.defined() ? sum.data_ptr() : nullptr;
+  io.w = w.data_ptr<float>();
+  io.y = y.data_ptr();
+  io.r = r.data_ptr<float>();
+  run_op(x2, io, UFP4_CUDA_OP(cuda_rms_norm_forward), reference_rms_norm_forward);
+}
+
+// Its backward from the normalized rows x2, w and r: dx (plus dsum where defined) and dw.
+std::pair<torch::Tensor, torch::Tensor> rms_norm_backward_rows(const torch::Tensor& x2, const torch::Tensor& w, const torch::Tensor& r, double eps,
+                                                               const torch::Tensor& dy, const torch::Tensor& dsum) {
+  const int64_t d = x2.size(1);
+  torch::Tensor dx = torch::empty_like(x2), dw = torch::empty({d}, w.options());
+  RmsNormIO io;
+  io.dtype = dtype_of(x2, "rms_norm input");
+  io.rows = x2.size(0);
+  io.d = d;
+  io.eps = static_cast<float>(eps);
+  io.x = x2.data_ptr();
+  io.w = w.data_ptr<float>();
+  io.r = r.data_ptr<float>();
+  io.dy = dy.data_ptr();
+  io.dsum = dsum.defined() ? dsum.data_ptr() : nullptr;
+  io.dx = dx.data_ptr();
+  io.dw = dw.data_ptr<float>();
+  torch::Tensor partials;  // the CUDA kernel's per-group weight-gradient sums
+  if (x2.is_cuda()) {
+    partials = torch::empty({rms_norm_partials(io.rows, d)}, w.options());
+    io.partials = partials.data_ptr<float>();
+  }
+  run_op(x2, io, UFP4_CUDA_OP(cuda_rms_norm_backward), reference_rms_norm_backward);
+  return {dx, dw};
+}
+
+// A gradient as the norm's rows [rows, d] in the input's dtype.
+torch::Tensor grad_rows(const torch::Tensor& g, const torch::Tensor& x2) { return g.to(x2.scalar_type()).contiguous().view({-1, x2.size(1)}); }
+
 struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight, double eps) {
     const int64_t d = x.size(-1);
-    if (weight.dim() != 1 || weight.size(0) != d)
-      throw Error("rms_norm: weight of shape " + std::to_string(weight.numel()) + " for " + std::to_string(d) + " features");
-    RmsNormIO io;
-    io.dtype = dtype_of(x, "rms_norm input");
     torch::Tensor x2 = x.contiguous().view({-1, d}), w = weight.to(torch::kFloat32).contiguous();
-    if (x2.is_cuda() && !fused_rms_norm_applies(x2))
-      throw Error("rms_norm: the CUDA kernel takes a last dimension that is a multiple of 8 up to 2048, got " + std::to_string(d));
     torch::Tensor y = torch::empty_like(x2), r = torch::empty({x2.size(0)}, x2.options().dtype(torch::kFloat32));
-    io.rows = x2.size(0);
-    io.d = d;
-    io.eps = static_cast<float>(eps);
-    io.x = x2.data_ptr();
-    io.w = w.data_ptr<float>();
-    io.y = y.data_ptr();
-    io.r = r.data_ptr<float>();
-    run_op(x, io, UFP4_CUDA_OP(cuda_rms_norm_forward), reference_rms_norm_forward);
+    rms_norm_forward_rows(x2, torch::Tensor(), w, eps, torch::Tensor(), y, r, "rms_norm");
     ctx->save_for_backward({x2, w, r});
     ctx->saved_data["eps"] = eps;
     ctx->saved_data["weight_dtype"] = static_cast<int64_t>(weight.scalar_type());
@@ -56,29 +94,41 @@ struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grads) {
     auto saved = ctx->get_saved_variables();
-    const torch::Tensor &x2 = saved[0], &w = saved[1], &r = saved[2];
-    const int64_t d = x2.size(1);
-    torch::Tensor dy = grads[0].to(x2.scalar_type()).contiguous().view({-1, d});
-    torch::Tensor dx = torch::empty_like(x2), dw = torch::empty({d}, w.options());
-    RmsNormIO io;
-    io.dtype = dtype_of(x2, "rms_norm input");
-    io.rows = x2.size(0);
-    io.d = d;
-    io.eps = static_cast<float>(ctx->saved_data["eps"].toDouble());
-    io.x = x2.data_ptr();
-    io.w = w.data_ptr<float>();
-    io.r = r.data_ptr<float>();
-    io.dy = dy.data_ptr();
-    io.dx = dx.data_ptr();
-    io.dw = dw.data_ptr<float>();
-    torch::Tensor partials;  // the CUDA kernel's per-group weight-gradient sums
-    if (x2.is_cuda()) {
-      partials = torch::empty({rms_norm_partials(io.rows, d)}, w.options());
-      io.partials = partials.data_ptr<float>();
-    }
-    run_op(x2, io, UFP4_CUDA_OP(cuda_rms_norm_backward), reference_rms_norm_backward);
+    auto [dx, dw] = rms_norm_backward_rows(saved[0], saved[1], saved[2], ctx->saved_data["eps"].toDouble(), grad_rows(grads[0], saved[0]),
+                                           torch::Tensor());
     const auto wt = static_cast<torch::ScalarType>(ctx->saved_data["weight_dtype"].toInt());
     return {dx.view(grads[0].sizes()), dw.to(wt), torch::Tensor()};
+  }
+};
+
+// s = x + residual (LibTorch's rounding), y = RMSNorm(s): one pass where the add and the norm were two; the
+// backward adds s's gradient from its other use (the next residual add) to the norm's, as autograd's sum
+// would, and hands the total to both inputs. The bits of x + residual followed by fused_rms_norm.
+struct AddRmsNormFunction : public torch::autograd::Function<AddRmsNormFunction> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& residual,
+                                                const torch::Tensor& weight, double eps) {
+    if (residual.sizes() != x.sizes() || residual.scalar_type() != x.scalar_type() || residual.device() != x.device())
+      throw Error("add_rms_norm: the residual's shape, dtype or device differs from the input's");
+    const int64_t d = x.size(-1);
+    torch::Tensor x2 = x.contiguous().view({-1, d}), res2 = residual.contiguous().view({-1, d}), w = weight.to(torch::kFloat32).contiguous();
+    torch::Tensor sum = torch::empty_like(x2), y = torch::empty_like(x2), r = torch::empty({x2.size(0)}, x2.options().dtype(torch::kFloat32));
+    rms_norm_forward_rows(x2, res2, w, eps, sum, y, r, "add_rms_norm");
+    ctx->save_for_backward({sum, w, r});
+    ctx->saved_data["eps"] = eps;
+    ctx->saved_data["weight_dtype"] = static_cast<int64_t>(weight.scalar_type());
+    return {sum.view(x.sizes()), y.view(x.sizes())};
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const torch::Tensor& s2 = saved[0];
+    const std::vector<int64_t> sizes = grads[1].defined() ? grads[1].sizes().vec() : grads[0].sizes().vec();
+    torch::Tensor dy = grads[1].defined() ? grad_rows(grads[1], s2) : torch::zeros_like(s2);
+    torch::Tensor dsum = grads[0].defined() ? grad_rows(grads[0], s2) : torch::Tensor();  // undefined: s had no other use
+    auto [dx, dw] = rms_norm_backward_rows(s2, saved[1], saved[2], ctx->saved_data["eps"].toDouble(), dy, dsum);
+    const auto wt = static_cast<torch::ScalarType>(ctx->saved_data["weight_dtype"].toInt());
+    torch::Tensor g = dx.view(sizes);
+    return {g, g, dw.to(wt), torch::Tensor()};
   }
 };
 
@@ -216,6 +266,76 @@ struct RopeFunction : public torch::autograd::Function<RopeFunction> {
   }
 };
 
+// q, k and v of a packed projection [B, S, (H + 2 KV) hd] as [B, heads, S, hd] views.
+std::vector<torch::Tensor> qkv_views(const torch::Tensor& qkv, int64_t heads, int64_t kv_heads) {
+  const int64_t B = qkv.size(0), S = qkv.size(1), hd = qkv.size(2) / (heads + 2 * kv_heads);
+  auto parts = qkv.split({heads * hd, kv_heads * hd, kv_heads * hd}, -1);
+  return {parts[0].view({B, S, heads, hd}).transpose(1, 2), parts[1].view({B, S, kv_heads, hd}).transpose(1, 2),
+          parts[2].view({B, S, kv_heads, hd}).transpose(1, 2)};
+}
+
+HeadsView heads_view(const torch::Tensor& t) {
+  HeadsView v;
+  v.p = t.data_ptr();
+  v.stride_b = t.stride(0);
+  v.stride_h = t.stride(1);
+  v.stride_s = t.stride(2);
+  return v;
+}
+
+QkvRopeIO qkv_rope_io(const std::vector<torch::Tensor>& in, const std::vector<torch::Tensor>& out, const torch::Tensor& cos,
+                      const torch::Tensor& sin, bool inverse) {
+  QkvRopeIO io;
+  io.dtype = dtype_of(in[0], "qkv rope input");
+  io.batch = in[0].size(0);
+  io.heads = in[0].size(1);
+  io.kv_heads = in[1].size(1);
+  io.seq = in[0].size(2);
+  io.head_dim = in[0].size(3);
+  io.cos = cos.data_ptr<float>();
+  io.sin = sin.data_ptr<float>();
+  io.inverse = inverse;
+  for (int i = 0; i < 3; ++i) {
+    io.in[i] = heads_view(in[i]);
+    io.out[i] = heads_view(out[i]);
+  }
+  return io;
+}
+
+struct QkvRopeFunction : public torch::autograd::Function<QkvRopeFunction> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& qkv, const torch::Tensor& cos,
+                                                const torch::Tensor& sin, int64_t heads, int64_t kv_heads) {
+    const std::vector<torch::Tensor> in = qkv_views(qkv, heads, kv_heads);
+    const std::vector<torch::Tensor> out = {empty_heads_inner(in[0]), empty_heads_inner(in[1]), empty_heads_inner(in[2])};
+    run_op(qkv, qkv_rope_io(in, out, cos, sin, false), UFP4_CUDA_OP(cuda_qkv_rope), reference_qkv_rope);
+    ctx->save_for_backward({cos, sin});
+    ctx->saved_data["heads"] = heads;
+    ctx->saved_data["kv_heads"] = kv_heads;
+    ctx->saved_data["sizes"] = qkv.sizes().vec();
+    return out;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const int64_t heads = ctx->saved_data["heads"].toInt(), kv_heads = ctx->saved_data["kv_heads"].toInt();
+    const std::vector<int64_t> sizes = ctx->saved_data["sizes"].toIntVector();
+    const torch::TensorOptions opts = grads[0].defined() ? grads[0].options() : (grads[1].defined() ? grads[1].options() : grads[2].options());
+    torch::Tensor dqkv = torch::empty(sizes, opts);
+    const std::vector<torch::Tensor> out = qkv_views(dqkv, heads, kv_heads);
+    std::vector<torch::Tensor> in(3);
+    for (int i = 0; i < 3; ++i) in[i] = grads[i].defined() ? grads[i] : torch::zeros_like(out[i]);
+    QkvRopeIO io = qkv_rope_io(in, out, saved[0], saved[1], true);
+#ifdef UFP4_WITH_CUDA
+    if (dqkv.is_cuda() && !qkv_rope_cuda_applies(io)) {  // gradients of other strides: the kernel reads 16-byte rows
+      for (auto& t : in) t = t.contiguous();
+      io = qkv_rope_io(in, out, saved[0], saved[1], true);
+    }
+#endif
+    run_op(dqkv, io, UFP4_CUDA_OP(cuda_qkv_rope), reference_qkv_rope);
+    return {dqkv, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
 }  // namespace
 
 bool fused_rope_applies(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
@@ -242,6 +362,30 @@ torch::Tensor fused_rope(const torch::Tensor& x, const torch::Tensor& cos, const
     throw Error("rope: x must be [B, H, S, hd] (float32 or bfloat16, last dimension contiguous, CUDA: hd a multiple of 16 and strides of "
                 "16 bytes), cos and sin FP32 [>= S, hd / 2] on its device");
   return RopeFunction::apply(x, cos, sin);
+}
+
+bool fused_qkv_rope_applies(const torch::Tensor& qkv, const torch::Tensor& cos, const torch::Tensor& sin, int64_t heads, int64_t kv_heads) {
+  if (heads <= 0 || kv_heads <= 0 || qkv.dim() != 3 || qkv.numel() == 0 || qkv.size(2) % (heads + 2 * kv_heads) || qkv.stride(2) != 1)
+    return false;
+  const std::vector<torch::Tensor> in = qkv_views(qkv, heads, kv_heads);
+  if (!fused_rope_applies(in[0], cos, sin) || !fused_rope_applies(in[1], cos, sin)) return false;  // dtype, tables, head_dim, strides
+  if (qkv.device().is_cpu()) return true;
+#ifdef UFP4_WITH_CUDA
+  QkvRopeIO io = qkv_rope_io(in, in, cos, sin, false);  // out: fresh tensors of empty_heads_inner's layout (16-byte aligned)
+  for (auto& v : io.out) v.stride_b = v.stride_h = v.stride_s = 0;
+  return qkv.is_cuda() && qkv_rope_cuda_applies(io);
+#else
+  return false;
+#endif
+}
+
+std::vector<torch::Tensor> fused_qkv_rope(const torch::Tensor& qkv, const torch::Tensor& cos, const torch::Tensor& sin, int64_t heads,
+                                          int64_t kv_heads) {
+  check_kernel_device(qkv, "qkv rope");
+  if (!fused_qkv_rope_applies(qkv, cos, sin, heads, kv_heads))
+    throw Error("qkv rope: qkv must be [B, S, (heads + 2 kv_heads) hd] (float32 or bfloat16, last dimension contiguous, CUDA: hd a multiple "
+                "of 16 and 16-byte rows), cos and sin FP32 [>= S, hd / 2] on its device");
+  return QkvRopeFunction::apply(qkv, cos, sin, heads, kv_heads);
 }
 
 bool fused_swiglu_applies(const torch::Tensor& gu) {
@@ -286,6 +430,14 @@ torch::Tensor fused_rms_norm(const torch::Tensor& x, const torch::Tensor& weight
   check_kernel_device(x, "rms_norm");
   if (weight.device() != x.device()) throw Error("rms_norm: weight and input are on different devices");
   return RmsNormFunction::apply(x, weight, eps);
+}
+
+std::pair<torch::Tensor, torch::Tensor> fused_add_rms_norm(const torch::Tensor& x, const torch::Tensor& residual, const torch::Tensor& weight,
+                                                           double eps) {
+  check_kernel_device(x, "add_rms_norm");
+  if (weight.device() != x.device()) throw Error("add_rms_norm: weight and input are on different devices");
+  auto out = AddRmsNormFunction::apply(x, residual, weight, eps);
+  return {out[0], out[1]};
 }
 
 torch::Tensor fused_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets, int64_t ignore_index) {

@@ -9,6 +9,11 @@ namespace ufp4 {
 // RMSNorm over the last dimension, computed in FP32, returned in x's dtype (float32 or bfloat16).
 torch::Tensor fused_rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 
+// The residual add and the RMSNorm after it in one pass: {s, y} with s = x + residual (rounded as
+// LibTorch's add rounds it) and y = fused_rms_norm(s, weight, eps), the same bits, forward and backward.
+std::pair<torch::Tensor, torch::Tensor> fused_add_rms_norm(const torch::Tensor& x, const torch::Tensor& residual, const torch::Tensor& weight,
+                                                           double eps);
+
 // Mean cross entropy of logits [N, V] (float32 or bfloat16) against int64 targets [N] over the rows
 // whose target is not ignore_index; an FP32 scalar. The gradient goes out in the logits' dtype.
 torch::Tensor fused_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets, int64_t ignore_index = -100);
@@ -21,6 +26,13 @@ torch::Tensor fused_swiglu(const torch::Tensor& gu);
 // add, cat), forward and backward, in one pass; returned contiguous in x's dtype.
 torch::Tensor fused_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 bool fused_rope_applies(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+
+// RoPE of a packed projection qkv [B, S, (heads + 2 kv_heads) hd] in one pass: {q, k, v} as attention
+// takes them ([B, heads or kv_heads, S, hd] on [B, S, heads, hd] memory), q and k rotated with the bits
+// of fused_rope, v copied; the backward writes the projection's gradient from the three in one pass.
+std::vector<torch::Tensor> fused_qkv_rope(const torch::Tensor& qkv, const torch::Tensor& cos, const torch::Tensor& sin, int64_t heads,
+                                          int64_t kv_heads);
+bool fused_qkv_rope_applies(const torch::Tensor& qkv, const torch::Tensor& cos, const torch::Tensor& sin, int64_t heads, int64_t kv_heads);
 
 // Whether the fused ops take these tensors on their device (the model falls back to LibTorch's
 // composition otherwise): CUDA needs a last dimension that is a multiple of 8 (RMSNorm: at most 2048).

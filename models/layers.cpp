@@ -48,6 +48,12 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   return (xf * torch::rsqrt(xf.pow(2).mean(-1, true) + eps) * weight).to(x.scalar_type());
 }
 
+std::pair<torch::Tensor, torch::Tensor> RMSNormImpl::add_forward(const torch::Tensor& x, const torch::Tensor& residual) {
+  if (fused && x.is_cuda() && residual.scalar_type() == x.scalar_type() && fused_rms_norm_applies(x)) return fused_add_rms_norm(x, residual, weight, eps);
+  torch::Tensor s = x + residual;
+  return {s, forward(s)};
+}
+
 MlpImpl::MlpImpl(int64_t d, int64_t hidden, const std::string& prefix, const std::shared_ptr<QuantContext>& ctx, int64_t& id, int layer_index,
                  int n_layers) {
   fc1 = register_module("linear_fc1", QuantLinear(d, 2 * hidden, false, prefix + ".linear_fc1", ctx, id++, layer_index, n_layers));
@@ -72,7 +78,15 @@ AttentionImpl::AttentionImpl(const ModelConfig& c, const std::string& prefix, co
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
   const int64_t B = x.size(0), S = x.size(1);
-  auto parts = qkv(x).split({n_heads * head_dim, n_kv_heads * head_dim, n_kv_heads * head_dim}, -1);
+  torch::Tensor y = qkv(x);
+  if (fused && x.is_cuda() && fused_qkv_rope_applies(y, cos, sin, n_heads, n_kv_heads)) {
+    // One pass each way for q, k and v: a token's tables read once for all its heads, and the backward
+    // writes the projection's gradient itself (no per-part rotations and concatenation after).
+    auto qkv_r = fused_qkv_rope(y, cos, sin, n_heads, n_kv_heads);
+    torch::Tensor o = grouped_causal_attention(qkv_r[0], qkv_r[1], qkv_r[2]);
+    return proj(o.transpose(1, 2).reshape({B, S, n_heads * head_dim}));
+  }
+  auto parts = y.split({n_heads * head_dim, n_kv_heads * head_dim, n_kv_heads * head_dim}, -1);
   torch::Tensor q = parts[0].view({B, S, n_heads, head_dim}).transpose(1, 2);
   torch::Tensor k = parts[1].view({B, S, n_kv_heads, head_dim}).transpose(1, 2);
   torch::Tensor v = parts[2].view({B, S, n_kv_heads, head_dim}).transpose(1, 2);

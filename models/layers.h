@@ -13,6 +13,8 @@ class RMSNormImpl : public torch::nn::Module {
  public:
   explicit RMSNormImpl(int64_t dim, double eps = 1e-6);
   torch::Tensor forward(const torch::Tensor& x);  // computed in FP32, returned in x's dtype
+  // {x + residual, forward(x + residual)}: the residual stream's add and this norm, one kernel when fused.
+  std::pair<torch::Tensor, torch::Tensor> add_forward(const torch::Tensor& x, const torch::Tensor& residual);
   torch::Tensor weight;
   double eps;
   bool fused = true;  // the fused kernel on CUDA (models/fused_ops.h); LibTorch's composition otherwise

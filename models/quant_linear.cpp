@@ -20,6 +20,11 @@ uint64_t mix64(uint64_t x) {  // splitmix64 finalizer
 
 bool fp32_gemm(const torch::Tensor& x, const LayerQuant& L) { return !x.is_cuda() || L.ctx->recipe.gemm_precision == "fp32"; }
 
+// W goes into FPROP and DGRAD as itself, cast to x's (lower) type: no quantizer or rotation touches it.
+bool same_cast_serves_dgrad(const torch::Tensor& x, const torch::Tensor& w, const LayerQuant& L) {
+  return !fp32_gemm(x, L) && w.scalar_type() != x.scalar_type() && gemm_untouched(L, Gemm::kFprop) && gemm_untouched(L, Gemm::kDgrad);
+}
+
 struct QuantLinearFunction : public torch::autograd::Function<QuantLinearFunction> {
   // `bias` is a 0-element placeholder when has_bias is false: autograd needs defined inputs.
   // backward_follows: grad mode was on and an input needs a gradient (the columnwise operands are then
@@ -31,7 +36,11 @@ struct QuantLinearFunction : public torch::autograd::Function<QuantLinearFunctio
     OperandPair xp, wp;
     if (backward_follows && w.requires_grad()) xp = prepare_operand_pair(x.reshape({-1, K}), L, Gemm::kFprop, 0, Gemm::kWgrad, 1, step);
     if (backward_follows && x.requires_grad()) wp = prepare_operand_pair(w, L, Gemm::kFprop, 1, Gemm::kDgrad, 1, step);
-    ctx->save_for_backward({xp.col.defined() ? xp.col : x, wp.col.defined() ? wp.col : w});
+    // Where W enters both FPROP and DGRAD untouched, one cast to the activations' type serves both: the
+    // backward then multiplies by the forward's copy instead of casting the master weight again (the
+    // same values, so the same bits).
+    const torch::Tensor w_used = same_cast_serves_dgrad(x, w, L) ? w.to(x.scalar_type()) : w;
+    ctx->save_for_backward({xp.col.defined() ? xp.col : x, wp.col.defined() ? wp.col : w_used});
     ctx->saved_data["x_col"] = xp.col.defined();
     ctx->saved_data["w_col"] = wp.col.defined();
     ctx->saved_data["x_sizes"] = x.sizes().vec();
@@ -41,7 +50,7 @@ struct QuantLinearFunction : public torch::autograd::Function<QuantLinearFunctio
     ctx->saved_data["step"] = step;
     ctx->saved_data["layer"] = layer_ptr;
     ctx->saved_data["has_bias"] = has_bias;
-    return quant_fprop(x, w, has_bias ? bias_in : torch::Tensor(), L, step, xp.row, wp.row);
+    return quant_fprop(x, w_used, has_bias ? bias_in : torch::Tensor(), L, step, xp.row, wp.row);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grads) {

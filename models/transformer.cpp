@@ -1,6 +1,7 @@
 #include "models/transformer.h"
 
 #include <cmath>
+#include <tuple>
 
 #include "common/error.h"
 #include "models/fused_ops.h"
@@ -41,11 +42,15 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) {
   if (tokens.size(1) > config.seq_len)
     throw Error("model " + config.name + ": sequence of " + std::to_string(tokens.size(1)) + " tokens exceeds seq_len " + std::to_string(config.seq_len));
   torch::Tensor h = embedding(tokens).to(compute_dtype_);
+  // The residual stream: each block's output is added to h and the next norm reads the sum, so the
+  // add and that norm run as one (RMSNormImpl::add_forward).
+  torch::Tensor n = attention.empty() ? final_norm(h) : norm1[0](h);
   for (size_t i = 0; i < attention.size(); ++i) {
-    h = h + attention[i](norm1[i](h), cos_, sin_);
-    h = h + (mlp[i] ? mlp[i](norm2[i](h)) : moe[i](norm2[i](h)));
+    std::tie(h, n) = norm2[i]->add_forward(h, attention[i](n, cos_, sin_));
+    RMSNorm& next = i + 1 < attention.size() ? norm1[i + 1] : final_norm;
+    std::tie(h, n) = next->add_forward(h, mlp[i] ? mlp[i](n) : moe[i](n));
   }
-  h = final_norm(h);
+  h = n;
   if (lm_head) return lm_head(h);
   return torch::nn::functional::linear(h, embedding->weight.to(h.scalar_type()));
 }

@@ -189,6 +189,38 @@ std::string rope_vs_composition(const torch::Tensor& qkv0, const torch::Tensor& 
   return "";
 }
 
+// The packed-projection RoPE against the composition on the same qkv (q and k rotated, v its view),
+// forward and backward with gradients of three layouts; "" when q, k, v and the qkv gradient agree bit for bit.
+std::string qkv_rope_vs_composition(const torch::Tensor& qkv0, const torch::Tensor& cos, const torch::Tensor& sin, int64_t H, int64_t KV,
+                                    int64_t hd) {
+  const int64_t B = qkv0.size(0), S = qkv0.size(1);
+  torch::Tensor a = qkv0.clone().requires_grad_(true), b = qkv0.clone().requires_grad_(true);
+  std::vector<torch::Tensor> ya = fused_qkv_rope(a, cos, sin, H, KV);
+  auto [qb, kb] = qk_views(b, H, KV, hd);
+  torch::Tensor c = cos.slice(0, 0, S), sn = sin.slice(0, 0, S);
+  torch::Tensor vb = b.split({H * hd, KV * hd, KV * hd}, -1)[2].view({B, S, KV, hd}).transpose(1, 2);
+  std::vector<torch::Tensor> yb = {rope_composition(qb, c, sn), rope_composition(kb, c, sn), vb};
+  // dq on [B, S, H, hd] memory (as attention's backward gives it), dk on [B, KV, S, hd] memory, dv a
+  // slice of a wider tensor: three kinds of strides.
+  torch::manual_seed(12);
+  auto opt = torch::TensorOptions().dtype(qkv0.scalar_type()).device(qkv0.device());
+  torch::Tensor dq = torch::randn({B, S, H, hd}).to(opt).transpose(1, 2);
+  torch::Tensor dk = torch::randn({B, KV, S, hd}).to(opt);
+  torch::Tensor dv = torch::randn({B, S, KV, 2 * hd}).to(opt).narrow(3, hd, hd).transpose(1, 2);
+  torch::autograd::backward(ya, {dq, dk, dv});
+  torch::autograd::backward(yb, {dq, dk, dv});
+  const std::vector<std::string> names = {"q", "k", "v", "dqkv"};
+  const std::vector<torch::Tensor> x = {ya[0].cpu(), ya[1].cpu(), ya[2].cpu(), a.grad().cpu()}, y = {yb[0].cpu(), yb[1].cpu(), yb[2].cpu(), b.grad().cpu()};
+  for (size_t i = 0; i < names.size(); ++i) {
+    const int64_t at = test::first_bit_mismatch(x[i], y[i]);
+    if (at >= 0) return names[i] + ": " + test::describe_mismatch(x[i], y[i], at);
+  }
+  // attention's layout: [B, heads, S, hd] on [B, S, heads, hd] memory
+  for (size_t i = 0; i < 3; ++i)
+    if (!ya[i].transpose(1, 2).is_contiguous()) return names[i] + ": not on [B, S, heads, hd] memory";
+  return "";
+}
+
 }  // namespace
 
 TEST_CASE("fused RoPE == LibTorch's composition bit for bit, forward and backward, on q and k views of a packed qkv", "[fused]") {
@@ -206,6 +238,22 @@ TEST_CASE("fused RoPE == LibTorch's composition bit for bit, forward and backwar
   CHECK_THROWS_AS(fused_rope(torch::randn({1, 2, 3, 8}).to(torch::kFloat64), cos, sin), Error);
 }
 
+TEST_CASE("fused packed-QKV RoPE == LibTorch's composition bit for bit: q, k rotated, v copied, the projection's gradient", "[fused]") {
+  for (auto dtype : {torch::kFloat32, torch::kBFloat16})
+    for (auto shape : std::vector<std::array<int64_t, 4>>{{4, 2, 16, 9}, {6, 2, 64, 5}, {3, 3, 32, 4}, {2, 1, 16, 1}}) {
+      const int64_t H = shape[0], KV = shape[1], hd = shape[2], S = shape[3], B = 2;
+      torch::manual_seed(hd + S);
+      torch::Tensor qkv = (torch::randn({B, S, (H + 2 * KV) * hd}) * 3).to(dtype);
+      auto [cos, sin] = rope_tables(S + 3, hd);
+      INFO("dtype " << dtype << " H " << H << " KV " << KV << " hd " << hd << " S " << S);
+      CHECK(qkv_rope_vs_composition(qkv, cos, sin, H, KV, hd) == "");
+    }
+  auto [cos, sin] = rope_tables(4, 16);
+  CHECK_FALSE(fused_qkv_rope_applies(torch::randn({1, 3, 7 * 16}), cos, sin, 4, 2));  // 7 hd != (4 + 2 2) hd
+  CHECK_FALSE(fused_qkv_rope_applies(torch::randn({1, 5, 8 * 16}), cos, sin, 4, 2));  // tables shorter than the sequence
+  CHECK_THROWS_AS(fused_qkv_rope(torch::randn({1, 3, 8 * 16}).to(torch::kFloat64), cos, sin, 4, 2), Error);
+}
+
 TEST_CASE("the CPU model never takes the fused ops (CI curves stay LibTorch's)", "[fused]") {
   auto ctx = std::make_shared<QuantContext>();
   ctx->recipe = Recipe::load("bf16");
@@ -216,6 +264,49 @@ TEST_CASE("the CPU model never takes the fused ops (CI curves stay LibTorch's)",
   a->set_fused_ops(false);
   const float off = a->loss(tokens.slice(1, 0, 32), tokens.slice(1, 1, 33)).loss.item<float>();
   CHECK(on == off);
+}
+
+namespace {
+
+// The residual add fused into the norm against the add followed by fused_rms_norm, on one device:
+// s, y, both inputs' gradients and the weight's, with s's gradient from a later use or none (the
+// stream's last add); "" when all agree bit for bit.
+std::string add_rms_norm_vs_separate(const torch::Tensor& x0, const torch::Tensor& res0, const torch::Tensor& w0, bool s_used) {
+  torch::manual_seed(5);
+  auto opt = x0.options();
+  torch::Tensor gy = torch::randn(x0.sizes()).to(opt), gs = torch::randn(x0.sizes()).to(opt);
+  std::vector<torch::Tensor> got[2];
+  for (int fused = 0; fused < 2; ++fused) {
+    torch::Tensor x = x0.clone().requires_grad_(true), res = res0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true);
+    torch::Tensor s, y;
+    if (fused) std::tie(s, y) = fused_add_rms_norm(x, res, w, 1e-6);
+    else { s = x + res; y = fused_rms_norm(s, w, 1e-6); }
+    if (s_used) torch::autograd::backward({y, s}, {gy, gs});
+    else torch::autograd::backward({y}, {gy});
+    got[fused] = {s.detach().cpu(), y.detach().cpu(), x.grad().cpu(), res.grad().cpu(), w.grad().cpu()};
+  }
+  const std::vector<std::string> names = {"s", "y", "dx", "dresidual", "dw"};
+  for (size_t i = 0; i < names.size(); ++i) {
+    const int64_t at = test::first_bit_mismatch(got[0][i], got[1][i]);
+    if (at >= 0) return names[i] + ": " + test::describe_mismatch(got[0][i], got[1][i], at);
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("residual add + RMSNorm in one op == the add then the fused norm, bit for bit, forward and backward", "[fused]") {
+  for (auto dtype : {torch::kFloat32, torch::kBFloat16})
+    for (int64_t d : {8, 64, 384, 200})
+      for (bool s_used : {true, false}) {
+        torch::manual_seed(d);
+        torch::Tensor x = (torch::randn({3, 13, d}) * 2.5).to(dtype), res = (torch::randn({3, 13, d}) * 0.7).to(dtype);
+        INFO("dtype " << dtype << " d " << d << " s used " << s_used);
+        CHECK(add_rms_norm_vs_separate(x, res, torch::rand({d}) + 0.5, s_used) == "");
+      }
+  auto w = torch::ones({8});
+  CHECK_THROWS_AS(fused_add_rms_norm(torch::randn({2, 8}), torch::randn({3, 8}), w, 1e-6), Error);
+  CHECK_THROWS_AS(fused_add_rms_norm(torch::randn({2, 8}), torch::randn({2, 8}).to(torch::kBFloat16), w, 1e-6), Error);
 }
 
 #ifdef UFP4_WITH_CUDA
@@ -283,6 +374,31 @@ std::string cross_entropy_mismatch(const torch::Tensor& z, const torch::Tensor& 
 }
 
 }  // namespace
+
+TEST_CASE("CUDA residual add + RMSNorm == CPU reference and == the add then the fused norm on the GPU, bitwise", "[fused][cuda]") {
+  UFP4_NEED_GPU();
+  for (auto dtype : {torch::kBFloat16, torch::kFloat32})
+    for (int64_t d : {8, 64, 384, 768, 200, 2048})
+      for (bool s_used : {true, false}) {
+        torch::manual_seed(d + 1);
+        const int64_t rows = d == 768 ? 4099 : 77;
+        torch::Tensor x = (torch::randn({rows, d}) * 2.5).to(dtype), res = (torch::randn({rows, d}) * 0.7).to(dtype);
+        torch::Tensor w = torch::rand({d}) + 0.5;
+        INFO("dtype " << dtype << " d " << d << " s used " << s_used);
+        CHECK(add_rms_norm_vs_separate(x.cuda(), res.cuda(), w.cuda(), s_used) == "");
+        auto run = [&](const torch::Device& dev) {
+          torch::Tensor xs = x.to(dev).requires_grad_(true), rs = res.to(dev).requires_grad_(true), ws = w.to(dev).requires_grad_(true);
+          auto [sum, y] = fused_add_rms_norm(xs, rs, ws, 1e-6);
+          torch::manual_seed(9);
+          torch::Tensor gy = torch::randn(x.sizes()).to(dtype).to(dev), gs = torch::randn(x.sizes()).to(dtype).to(dev);
+          if (s_used) torch::autograd::backward({y, sum}, {gy, gs});
+          else torch::autograd::backward({y}, {gy});
+          if (dev.is_cuda()) torch::cuda::synchronize();
+          return std::vector<torch::Tensor>{sum.detach().cpu(), y.detach().cpu(), xs.grad().cpu(), rs.grad().cpu(), ws.grad().cpu()};
+        };
+        CHECK(first_difference({"s", "y", "dx", "dresidual", "dw"}, run(torch::kCPU), run(torch::kCUDA)) == "");
+      }
+}
 
 TEST_CASE("CUDA RMSNorm == CPU reference, bitwise: y, r, dx, dw", "[fused][cuda]") {
   UFP4_NEED_GPU();
@@ -389,6 +505,31 @@ TEST_CASE("CUDA RoPE == CPU reference and == the composition on the GPU, bitwise
       }
       // The autograd op against LibTorch's composition, both on the GPU.
       CHECK(rope_vs_composition(qkv.to(torch::kCUDA), cos.to(torch::kCUDA), sin.to(torch::kCUDA), H, KV, hd) == "");
+    }
+}
+
+TEST_CASE("CUDA packed-QKV RoPE == CPU reference and == the composition on the GPU, bitwise, forward and backward", "[fused][cuda]") {
+  UFP4_NEED_GPU();
+  for (auto dtype : {torch::kBFloat16, torch::kFloat32})
+    for (auto shape : std::vector<std::array<int64_t, 5>>{{16, 1024, 12, 4, 64}, {3, 77, 6, 2, 64}, {2, 40, 2, 1, 128}, {1, 5, 3, 3, 16}}) {
+      const int64_t B = shape[0], S = shape[1], H = shape[2], KV = shape[3], hd = shape[4];
+      torch::manual_seed(B * S + hd);
+      torch::Tensor qkv = (torch::randn({B, S, (H + 2 * KV) * hd}) * 3).to(dtype);
+      auto [cos, sin] = rope_tables(S + 1, hd);
+      INFO("dtype " << dtype << " B " << B << " S " << S << " H " << H << " KV " << KV << " hd " << hd);
+      // The autograd op on each device: outputs and the projection's gradient, bit for bit.
+      auto run = [&](const torch::Device& dev) {
+        torch::Tensor x = qkv.to(dev).requires_grad_(true);
+        std::vector<torch::Tensor> y = fused_qkv_rope(x, cos.to(dev), sin.to(dev), H, KV);
+        torch::manual_seed(3);
+        std::vector<torch::Tensor> g;
+        for (const auto& t : y) g.push_back(torch::randn({t.size(0), t.size(2), t.size(1), t.size(3)}).to(dtype).to(dev).transpose(1, 2));
+        torch::autograd::backward(y, g);
+        if (dev.is_cuda()) torch::cuda::synchronize();
+        return std::vector<torch::Tensor>{y[0].contiguous().cpu(), y[1].contiguous().cpu(), y[2].contiguous().cpu(), x.grad().cpu()};
+      };
+      CHECK(first_difference({"q", "k", "v", "dqkv"}, run(torch::kCPU), run(torch::kCUDA)) == "");
+      CHECK(qkv_rope_vs_composition(qkv.to(torch::kCUDA), cos.to(torch::kCUDA), sin.to(torch::kCUDA), H, KV, hd) == "");
     }
 }
 
