@@ -387,7 +387,8 @@ TEST_CASE("CUDA residual add + RMSNorm == CPU reference and == the add then the 
         INFO("dtype " << dtype << " d " << d << " s used " << s_used);
         CHECK(add_rms_norm_vs_separate(x.cuda(), res.cuda(), w.cuda(), s_used) == "");
         auto run = [&](const torch::Device& dev) {
-          torch::Tensor xs = x.to(dev).requires_grad_(true), rs = res.to(dev).requires_grad_(true), ws = w.to(dev).requires_grad_(true);
+          auto leaf = [&](const torch::Tensor& t) { return t.to(dev).detach().clone().requires_grad_(true); };  // to(kCPU) alone: t itself
+          torch::Tensor xs = leaf(x), rs = leaf(res), ws = leaf(w);
           auto [sum, y] = fused_add_rms_norm(xs, rs, ws, 1e-6);
           torch::manual_seed(9);
           torch::Tensor gy = torch::randn(x.sizes()).to(dtype).to(dev), gs = torch::randn(x.sizes()).to(dtype).to(dev);
@@ -519,7 +520,7 @@ TEST_CASE("CUDA packed-QKV RoPE == CPU reference and == the composition on the G
       INFO("dtype " << dtype << " B " << B << " S " << S << " H " << H << " KV " << KV << " hd " << hd);
       // The autograd op on each device: outputs and the projection's gradient, bit for bit.
       auto run = [&](const torch::Device& dev) {
-        torch::Tensor x = qkv.to(dev).requires_grad_(true);
+        torch::Tensor x = qkv.to(dev).detach().clone().requires_grad_(true);  // to(kCPU) alone would be qkv itself
         std::vector<torch::Tensor> y = fused_qkv_rope(x, cos.to(dev), sin.to(dev), H, KV);
         torch::manual_seed(3);
         std::vector<torch::Tensor> g;
