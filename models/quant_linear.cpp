@@ -20,9 +20,12 @@ uint64_t mix64(uint64_t x) {  // splitmix64 finalizer
 
 bool fp32_gemm(const torch::Tensor& x, const LayerQuant& L) { return !x.is_cuda() || L.ctx->recipe.gemm_precision == "fp32"; }
 
-// W goes into FPROP and DGRAD as itself, cast to x's (lower) type: no quantizer or rotation touches it.
+// W goes into FPROP and DGRAD as itself, cast to x's (lower) type: no quantizer or rotation touches it,
+// and no operand capture of this step records W as it was (the master weight).
 bool same_cast_serves_dgrad(const torch::Tensor& x, const torch::Tensor& w, const LayerQuant& L) {
-  return !fp32_gemm(x, L) && w.scalar_type() != x.scalar_type() && gemm_untouched(L, Gemm::kFprop) && gemm_untouched(L, Gemm::kDgrad);
+  const bool captured = L.ctx->capture && L.ctx->capture->wants(L.ctx->step, L.name);
+  return !captured && !fp32_gemm(x, L) && w.scalar_type() != x.scalar_type() && gemm_untouched(L, Gemm::kFprop) &&
+         gemm_untouched(L, Gemm::kDgrad);
 }
 
 struct QuantLinearFunction : public torch::autograd::Function<QuantLinearFunction> {
