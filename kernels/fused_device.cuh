@@ -64,5 +64,21 @@ __device__ __forceinline__ void store8(void* base, int64_t elem, const float (&v
   }
 }
 
+// RoPE's cos and sin of position t, pairs j .. j + 7, rounded to the dtype (sin negated for the inverse).
+template <bool kBf16>
+__device__ __forceinline__ void rope_tables8(const float* cos, const float* sin, int64_t half, int64_t t, int64_t j, bool inverse,
+                                             float (&c)[8], float (&sn)[8]) {
+  const float4* cp = reinterpret_cast<const float4*>(cos + t * half + j);
+  const float4* sp = reinterpret_cast<const float4*>(sin + t * half + j);
+  const float4 c0 = cp[0], c1 = cp[1], s0 = sp[0], s1 = sp[1];
+  const float cr[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w}, sr[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    c[e] = round_to_dtype(kBf16, cr[e]);
+    const float se = round_to_dtype(kBf16, sr[e]);
+    sn[e] = inverse ? -se : se;
+  }
+}
+
 }  // namespace
 }  // namespace ufp4

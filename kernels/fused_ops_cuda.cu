@@ -282,45 +282,47 @@ __global__ void __launch_bounds__(256) rope_kernel(const RopeIO io) {
   }
 }
 
-// Packed QKV RoPE: a thread per (token, head of q, k or v, 8 pairs), the heads of a token side by side so
-// a warp reads whole rows of the projection; cos and sin of the token come from L1 after its first head.
-// Index arithmetic in 32 bits (the launcher checks that every index fits).
-template <bool kBf16>
-__global__ void __launch_bounds__(256) qkv_rope_kernel(const QkvRopeIO io, uint32_t n) {
-  const uint32_t half = static_cast<uint32_t>(io.head_dim / 2), chunks = half / 8, heads = static_cast<uint32_t>(io.heads),
-                 kv = static_cast<uint32_t>(io.kv_heads), per_token = (heads + 2 * kv) * chunks, seq = static_cast<uint32_t>(io.seq);
-  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-    const uint32_t bt = i / per_token, rem = i - bt * per_token, slot = rem / chunks, j = (rem - slot * chunks) * 8;
-    const uint32_t t = bt % seq, b = bt / seq;
-    const int part = slot < heads ? 0 : (slot < heads + kv ? 1 : 2);
-    const uint32_t h = part == 0 ? slot : (part == 1 ? slot - heads : slot - heads - kv);
-    const HeadsView& in = io.in[part];
-    const HeadsView& out = io.out[part];
-    const int64_t src = b * in.stride_b + h * in.stride_h + t * in.stride_s + j, dst = b * out.stride_b + h * out.stride_h + t * out.stride_s + j;
-    if (part == 2) {  // v: raw 16-byte words
-      constexpr int kWords = kBf16 ? 1 : 2, kSize = kBf16 ? 2 : 4;
-      const uint4* s0 = reinterpret_cast<const uint4*>(static_cast<const char*>(in.p) + src * kSize);
-      const uint4* s1 = reinterpret_cast<const uint4*>(static_cast<const char*>(in.p) + (src + half) * kSize);
-      uint4* d0 = reinterpret_cast<uint4*>(static_cast<char*>(out.p) + dst * kSize);
-      uint4* d1 = reinterpret_cast<uint4*>(static_cast<char*>(out.p) + (dst + half) * kSize);
+// One head group of qkv_rope_kernel's token: nh heads, 8 pairs (j, j + hd / 2) each; rotated (c, sn in
+// the dtype, sn negated for the inverse) or, with kCopy, copied as raw 16-byte words. (Measured against
+// this: a thread a head, which re-reads the tables for each, slower; four heads' loads issued before
+// their stores: dev/cuda/qkv_rope_variants.cu.)
+template <bool kBf16, bool kCopy>
+__device__ __forceinline__ void qkv_rope_group(const HeadsView& in, const HeadsView& out, int64_t nh, int64_t b, int64_t t, int64_t j,
+                                               int64_t half, const float (&c)[8], const float (&sn)[8]) {
+  constexpr int kWords = kBf16 ? 1 : 2, kSize = kBf16 ? 2 : 4;  // kWords: 16-byte words in 8 elements
+  const int64_t in0 = b * in.stride_b + t * in.stride_s + j, out0 = b * out.stride_b + t * out.stride_s + j;
+  for (int64_t h = 0; h < nh; ++h) {
+    const int64_t i = in0 + h * in.stride_h, o = out0 + h * out.stride_h;
+    if (kCopy) {
+      const uint4* s0 = reinterpret_cast<const uint4*>(static_cast<const char*>(in.p) + i * kSize);
+      const uint4* s1 = reinterpret_cast<const uint4*>(static_cast<const char*>(in.p) + (i + half) * kSize);
+      uint4* d0 = reinterpret_cast<uint4*>(static_cast<char*>(out.p) + o * kSize);
+      uint4* d1 = reinterpret_cast<uint4*>(static_cast<char*>(out.p) + (o + half) * kSize);
 #pragma unroll
       for (int w = 0; w < kWords; ++w) { d0[w] = s0[w]; d1[w] = s1[w]; }
       continue;
     }
     float a[8], bb[8];
-    load8<kBf16>(in.p, src, a);
-    load8<kBf16>(in.p, src + half, bb);
-    const float4* cp = reinterpret_cast<const float4*>(io.cos + t * half + j);
-    const float4* sp = reinterpret_cast<const float4*>(io.sin + t * half + j);
-    const float4 c0 = cp[0], c1 = cp[1], s0 = sp[0], s1 = sp[1];
-    const float c[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w}, sn[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
+    load8<kBf16>(in.p, i, a);
+    load8<kBf16>(in.p, i + half, bb);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      const float ce = round_to_dtype(kBf16, c[e]), se = round_to_dtype(kBf16, sn[e]);
-      rope_pair(kBf16, a[e], bb[e], ce, io.inverse ? -se : se, a[e], bb[e]);
-    }
-    store8<kBf16>(out.p, dst, a);
-    store8<kBf16>(out.p, dst + half, bb);
+    for (int e = 0; e < 8; ++e) rope_pair(kBf16, a[e], bb[e], c[e], sn[e], a[e], bb[e]);
+    store8<kBf16>(out.p, o, a);
+    store8<kBf16>(out.p, o + half, bb);
+  }
+}
+
+// Packed QKV RoPE: a thread per 8 pairs of a token, for all the token's heads (its cos and sin read once).
+template <bool kBf16>
+__global__ void __launch_bounds__(256) qkv_rope_kernel(const QkvRopeIO io) {
+  const int64_t half = io.head_dim / 2, per_token = half / 8, n = io.batch * io.seq * per_token;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t bt = i / per_token, j = (i % per_token) * 8, t = bt % io.seq, b = bt / io.seq;
+    float c[8], sn[8];
+    rope_tables8<kBf16>(io.cos, io.sin, half, t, j, io.inverse, c, sn);
+    qkv_rope_group<kBf16, false>(io.in[0], io.out[0], io.heads, b, t, j, half, c, sn);
+    qkv_rope_group<kBf16, false>(io.in[1], io.out[1], io.kv_heads, b, t, j, half, c, sn);
+    qkv_rope_group<kBf16, true>(io.in[2], io.out[2], io.kv_heads, b, t, j, half, c, sn);
   }
 }
 
@@ -419,12 +421,10 @@ void cuda_rope(const RopeIO& io, cudaStream_t stream) {
 
 void cuda_qkv_rope(const QkvRopeIO& io, cudaStream_t stream) {
   if (!qkv_rope_cuda_applies(io)) throw Error("qkv rope: head_dim must be a multiple of 16, every view's strides multiples of 16 bytes and 16-byte aligned");
-  const int64_t n = io.batch * io.seq * (io.heads + 2 * io.kv_heads) * (io.head_dim / 16);
-  if (n == 0) return;
-  if (n > INT32_MAX) throw Error("qkv rope: " + std::to_string(n) + " work items exceed the kernel's 32-bit index");
-  const unsigned blocks = elementwise_blocks(n);
-  if (io.dtype == DType::kBF16) qkv_rope_kernel<true><<<blocks, 256, 0, stream>>>(io, static_cast<uint32_t>(n));
-  else qkv_rope_kernel<false><<<blocks, 256, 0, stream>>>(io, static_cast<uint32_t>(n));
+  if (io.batch * io.seq == 0) return;
+  const unsigned blocks = elementwise_blocks(io.batch * io.seq * io.head_dim / 16);
+  if (io.dtype == DType::kBF16) qkv_rope_kernel<true><<<blocks, 256, 0, stream>>>(io);
+  else qkv_rope_kernel<false><<<blocks, 256, 0, stream>>>(io);
   check_launch("qkv rope kernel launch");
 }
 

@@ -16,18 +16,11 @@
 #include <vector>
 
 #include "kernels/fused_ops.h"
+#include "dev/cuda/check_cuda.cuh"
 
 namespace ufp4 {
 namespace {
 
-#define CHECK_CUDA(x)                                                                    \
-  do {                                                                                   \
-    cudaError_t e_ = (x);                                                                \
-    if (e_ != cudaSuccess) {                                                             \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                      \
-    }                                                                                    \
-  } while (0)
 
 constexpr unsigned kFull = 0xffffffffu;
 
