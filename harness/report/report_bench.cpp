@@ -626,17 +626,26 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
           text += "deterministic attention's backward (flash attention's sequential dQ, the attention rows below; cuDNN's fused backward, the fastest, "
                   "is not deterministic and LibTorch 2.11 offers no deterministic switch for it: logs/attention-backends.log), "
                   "against a peer that runs without determinism. Nsight Compute's per-kernel times of one step "
-                  "(logs/ncu-step-bf16-before-after.txt) show what the last fused-op change bought (the copies around attention gone, "
-                  "a cheaper exact exp in the loss: logs/cross-entropy-variants.log) and what is left besides attention: the residual "
-                  "adds and RMSNorm as separate passes where the compiler fuses them, and flash's own dQ accumulator fill and "
-                  "grouped-query gradient sums. Tried within LibTorch (logs/attention-chunked.log, dev/attention_chunked.py): flash's "
+                  "(logs/ncu-step-bf16-before-after.txt, logs/ncu-step-fusions-before-after.txt) show what the fused-op changes bought "
+                  "(the copies around attention gone, a cheaper exact exp in the loss: logs/cross-entropy-variants.log; then the "
+                  "residual adds inside the next RMSNorm, q, k and v rotated and the projection's gradient written by one kernel each "
+                  "way, one weight cast for FPROP and DGRAD: 1.5 ms of kernel time at dense-113m, the same bits) and what is left "
+                  "besides attention: flash's own dQ accumulator fill and conversion and its grouped-query gradient sums, and the "
+                  "rotary kernel at about 2 TB/s (logs/qkv-rope-variants.log: issuing four heads' loads first was slower). Tried within "
+                  "LibTorch (logs/attention-chunked.log, dev/attention_chunked.py): flash's "
                   "deterministic backward on halves of the batch in two streams (more, shorter thread blocks), and cuDNN's "
                   "forward with flash's deterministic backward. Both are deterministic; the first is faster only at dense-113m (0.2 ms "
                   "a layer), the second by 0.01 (dense-20m) to 0.2 ms a layer (dense-113m), against about 1.2 ms a layer between "
                   "deterministic and cuDNN's attention at dense-113m (the attention rows); the second is not adopted, as it would "
-                  "change every GPU run's bits for at most 2 ms a step. What would close it: a deterministic attention backward near cuDNN's speed (cuDNN has "
-                  "one from 9.18, requested through cudnn-frontend's set_deterministic_algorithm, which LibTorch 2.11 does not "
-                  "call; or our own kernel at that speed), and residual + RMSNorm as one kernel.\n\n";
+                  "change every GPU run's bits for at most 2 ms a step. Also tried (logs/attention-kv-chunks.log, "
+                  "dev/attention_kv_chunks.py): cuDNN's own backward run once per chunk of keys with the whole forward's log-sum-exp, "
+                  "dQ summed in a fixed order. Its dQ races only where three or more 128-key blocks add into a row (two additions "
+                  "onto zero commute): chunks of 256 keys gave one result in 30 repeats, chunks of 384 thirty; but the eight calls "
+                  "take 1.57 ms a layer at dense-113m where one whole backward takes about 0.9 (1.18 with its forward, less the "
+                  "forward's 0.29), the whole measured 2.56 to 2.67 ms with LibTorch summing the chunks' dQ (about 1.9 estimated "
+                  "with a fused sum) against flash's 2.24, and its determinism would rest on cuDNN's block size. What would close it: a deterministic attention "
+                  "backward near cuDNN's speed (cuDNN has one from 9.18, requested through cudnn-frontend's "
+                  "set_deterministic_algorithm, which LibTorch 2.11 does not call; or our own kernel at that speed).\n\n";
           unmet_other.push_back(text);
         }
         if (moe && ratio > t.moe_compiled_max) {
