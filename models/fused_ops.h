@@ -1,5 +1,6 @@
 // Autograd ops over the fused kernels of kernels/fused_ops.h (CUDA, on the current stream) or their
-// CPU reference: RMSNorm, mean cross entropy, SwiGLU and RoPE, each one pass over memory a direction where
+// CPU reference: RMSNorm (alone or with the residual add before it), mean cross entropy, SwiGLU and RoPE
+// (of one head group, or of a packed QKV projection), each one pass over memory a direction where
 // LibTorch's composition of the same maths makes many (about a fifth of a BF16 step of dense-113m).
 #pragma once
 #include <torch/torch.h>
