@@ -19,17 +19,11 @@ import argparse
 import warnings
 
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention import SDPBackend
 
-from sdpa_timing import digest, time_ms, warm_clocks
+from sdpa_timing import PROXY_SHAPES, digest, model_layout, sdpa_run, time_ms, warm_clocks
 
-SHAPES = {  # name: (batch, heads, kv heads, seq, head_dim)
-    "dense-20m": (16, 4, 2, 1024, 64),
-    "dense-35m": (16, 6, 2, 1024, 64),
-    "moe-81m": (16, 6, 2, 2048, 64),
-    "dense-113m": (16, 12, 4, 2048, 64),
-}
+SHAPES = PROXY_SHAPES
 
 aten = torch.ops.aten
 
@@ -84,15 +78,6 @@ class CudnnForwardFlashBackward:
         return aten._scaled_dot_product_flash_attention_backward(go, q, k, v, o, lse.contiguous(), cq, ck, S, S, 0.0, True, seed, off)
 
 
-def sdpa_run(q, k, v, go, backend):
-    for t in (q, k, v):
-        t.grad = None
-    with sdpa_kernel([backend]):
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-    o.backward(go)
-    return o, q.grad, k.grad, v.grad
-
-
 def chunked_run(q, k, v, go, impl):
     o = impl.forward(q, k, v)
     dq, dk, dv = impl.backward(go)
@@ -113,7 +98,7 @@ def main():
     for name, (B, H, KV, S, D) in SHAPES.items():
         g = torch.Generator(device="cuda").manual_seed(1)
         # The model's layout: [B, S, heads, hd] in memory, seen as [B, heads, S, hd].
-        mk = lambda h: torch.randn(B, S, h, D, device="cuda", dtype=torch.bfloat16, generator=g).transpose(1, 2)
+        mk = lambda h: model_layout(B, S, h, D, g)
         q, k, v, go = mk(H).requires_grad_(), mk(KV).requires_grad_(), mk(KV).requires_grad_(), mk(H)
         torch.use_deterministic_algorithms(True)
         ref = [t.clone() for t in sdpa_run(q, k, v, go, SDPBackend.FLASH_ATTENTION)]

@@ -16,13 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from sdpa_timing import digest, time_ms, warm_clocks
+from sdpa_timing import PROXY_SHAPES, digest, time_ms, warm_clocks
 
-SHAPES = {  # name: (batch, heads, kv heads, seq, head_dim)
-    "dense-20m": (16, 4, 2, 1024, 64),
-    "moe-81m": (16, 6, 2, 2048, 64),
-    "dense-113m": (16, 12, 4, 2048, 64),
-}
+SHAPES = {k: PROXY_SHAPES[k] for k in ("dense-20m", "moe-81m", "dense-113m")}
 BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
 
 

@@ -18,16 +18,11 @@ import warnings
 
 import torch
 import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention import SDPBackend
 
-from sdpa_timing import digest, time_ms, warm_clocks
+from sdpa_timing import PROXY_SHAPES, digest, model_layout, sdpa_run, time_ms, warm_clocks
 
-SHAPES = {  # name: (batch, heads, kv heads, seq, head_dim)
-    "dense-20m": (16, 4, 2, 1024, 64),
-    "dense-35m": (16, 6, 2, 1024, 64),
-    "moe-81m": (16, 6, 2, 2048, 64),
-    "dense-113m": (16, 12, 4, 2048, 64),
-}
+SHAPES = PROXY_SHAPES
 
 aten = torch.ops.aten
 
@@ -104,15 +99,6 @@ class KvChunks:
             cudnn_backward(go[:, :, c:], q[:, :, c:], k[:, :, c:e], v[:, :, c:e], o[:, :, c:], lse[:, :, c:], r, S - c, e - c)
 
 
-def sdpa_run(q, k, v, go, backend):
-    for t in (q, k, v):
-        t.grad = None
-    with sdpa_kernel([backend]):
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-    o.backward(go)
-    return o, q.grad, k.grad, v.grad
-
-
 def reference(q, k, v, go):
     """FP64 attention and its gradients (math), on a slice of the batch."""
     qq, kk, vv = (t.detach().double().requires_grad_() for t in (q, k, v))
@@ -138,7 +124,7 @@ def main():
     for name in args.shapes.split(","):
         B, H, KV, S, D = SHAPES[name]
         g = torch.Generator(device="cuda").manual_seed(1)
-        mk = lambda h: torch.randn(B, S, h, D, device="cuda", dtype=torch.bfloat16, generator=g).transpose(1, 2)
+        mk = lambda h: model_layout(B, S, h, D, g)
         q, k, v, go = mk(H).requires_grad_(), mk(KV).requires_grad_(), mk(KV).requires_grad_(), mk(H)
         ref = reference(q[:2], k[:2], v[:2], go[:2])
 

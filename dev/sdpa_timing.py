@@ -1,7 +1,32 @@
-"""Shared by the attention dev scripts: a digest of tensors' bits and CUDA-event timing."""
+"""Shared by the attention dev scripts: the proxies' attention shapes and inputs, SDPA forward + backward on one
+backend, a digest of tensors' bits and CUDA-event timing."""
 import hashlib
 
 import torch
+import torch.nn.functional as F
+from torch.nn.attention import sdpa_kernel
+
+PROXY_SHAPES = {  # name: (batch, heads, kv heads, seq, head_dim) of the proxies' attention
+    "dense-20m": (16, 4, 2, 1024, 64),
+    "dense-35m": (16, 6, 2, 1024, 64),
+    "moe-81m": (16, 6, 2, 2048, 64),
+    "dense-113m": (16, 12, 4, 2048, 64),
+}
+
+
+def model_layout(B, S, h, D, g):
+    """A random BF16 [B, h, S, D] tensor on [B, S, h, D] memory, the layout the model's attention takes."""
+    return torch.randn(B, S, h, D, device="cuda", dtype=torch.bfloat16, generator=g).transpose(1, 2)
+
+
+def sdpa_run(q, k, v, go, backend):
+    """Causal grouped-query SDPA on one backend, forward and backward: (o, dq, dk, dv)."""
+    for t in (q, k, v):
+        t.grad = None
+    with sdpa_kernel([backend]):
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    o.backward(go)
+    return o, q.grad, k.grad, v.grad
 
 
 def digest(*ts):
