@@ -5,17 +5,20 @@ and sums the kernels of the first step: from its embedding gather through the se
 fused AdamW (the optimizer runs two multi-tensor launches a step). Kernel names keep their template
 arguments and lose their call arguments.
 
-usage: python dev/ncu_kernel_sums.py ncu.csv [--top 40]
+usage: python dev/ncu_kernel_sums.py ncu.csv[.gz] [--top 40]
+       python dev/ncu_kernel_sums.py after.csv --before before.csv [--min-us 20]   (a Markdown table of the kernels whose
+       sum changed by at least min-us, the step's total first)
 """
 import argparse
 import collections
 import csv
+import gzip
 import re
 
 
 def read(path):
     rows = []
-    with open(path, newline="") as f:
+    with (gzip.open(path, "rt", newline="") if path.endswith(".gz") else open(path, newline="")) as f:
         lines = [line for line in f if line.startswith('"')]
     for r in csv.DictReader(lines):
         if r.get("Metric Name") != "gpu__time_duration.sum":
@@ -28,12 +31,8 @@ def read(path):
     return rows
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("csv")
-    ap.add_argument("--top", type=int, default=40)
-    args = ap.parse_args()
-    rows = read(args.csv)
+def step_sums(rows):
+    """The first step's kernels summed by name: (total ns by name, launches by name, total ns, launches)."""
     start = next(i for i, (n, _) in enumerate(rows) if "gather" in n)
     adam = [i for i, (n, _) in enumerate(rows) if i > start and "FusedOptimizerTensorListMetadata" in n]
     end = adam[1] if len(adam) > 1 else (adam[0] if adam else len(rows) - 1)
@@ -43,7 +42,32 @@ def main():
     for n, ns in step:
         total[n] += ns
         count[n] += 1
-    print(f"kernels {len(rows)}; step: kernels {start}..{end} ({len(step)}), {sum(ns for _, ns in step) / 1e3:.1f} us")
+    return total, count, sum(ns for _, ns in step), len(step)
+
+
+def short(name):
+    return re.sub(r"^void ", "", name).replace("native::", "").replace("<unnamed>::", "")[:100]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("csv")
+    ap.add_argument("--top", type=int, default=40)
+    ap.add_argument("--before", help="a CSV of the same step before a change: print the differences")
+    ap.add_argument("--min-us", type=float, default=20.0)
+    args = ap.parse_args()
+    total, count, ns_all, launches = step_sums(read(args.csv))
+    if args.before:
+        b_total, b_count, b_all, b_launches = step_sums(read(args.before))
+        print("| kernel | before: us (launches) | after: us (launches) | after - before, us |\n|---|---|---|---|")
+        print(f"| all kernels of the step | {b_all / 1e3:.1f} ({b_launches}) | {ns_all / 1e3:.1f} ({launches}) | {(ns_all - b_all) / 1e3:+.1f} |")
+        names = set(total) | set(b_total)
+        for n in sorted(names, key=lambda n: -abs(total.get(n, 0) - b_total.get(n, 0))):
+            d = total.get(n, 0) - b_total.get(n, 0)
+            if abs(d) >= args.min_us * 1e3:
+                print(f"| `{short(n)}` | {b_total.get(n, 0) / 1e3:.1f} ({b_count.get(n, 0)}) | {total.get(n, 0) / 1e3:.1f} ({count.get(n, 0)}) | {d / 1e3:+.1f} |")
+        return
+    print(f"step: kernels {launches}, {ns_all / 1e3:.1f} us")
     for n, ns in sorted(total.items(), key=lambda kv: -kv[1])[:args.top]:
         print(f"{ns / 1e3:9.1f} us {count[n]:4d}  {n[:150]}")
 
