@@ -78,24 +78,19 @@ AttentionImpl::AttentionImpl(const ModelConfig& c, const std::string& prefix, co
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
   const int64_t B = x.size(0), S = x.size(1);
-  torch::Tensor y = qkv(x);
+  torch::Tensor y = qkv(x), q, k, v;
   if (fused && x.is_cuda() && fused_qkv_rope_applies(y, cos, sin, n_heads, n_kv_heads)) {
     // One pass each way for q, k and v: a token's tables read once for all its heads, and the backward
     // writes the projection's gradient itself (no per-part rotations and concatenation after).
     auto qkv_r = fused_qkv_rope(y, cos, sin, n_heads, n_kv_heads);
-    torch::Tensor o = grouped_causal_attention(qkv_r[0], qkv_r[1], qkv_r[2]);
-    return proj(o.transpose(1, 2).reshape({B, S, n_heads * head_dim}));
-  }
-  auto parts = y.split({n_heads * head_dim, n_kv_heads * head_dim, n_kv_heads * head_dim}, -1);
-  torch::Tensor q = parts[0].view({B, S, n_heads, head_dim}).transpose(1, 2);
-  torch::Tensor k = parts[1].view({B, S, n_kv_heads, head_dim}).transpose(1, 2);
-  torch::Tensor v = parts[2].view({B, S, n_kv_heads, head_dim}).transpose(1, 2);
-  if (fused && x.is_cuda() && fused_rope_applies(q, cos, sin) && fused_rope_applies(k, cos, sin)) {
-    q = fused_rope(q, cos, sin);
-    k = fused_rope(k, cos, sin);
+    q = qkv_r[0];
+    k = qkv_r[1];
+    v = qkv_r[2];
   } else {
-    q = rope_composition(q, cos.slice(0, 0, S), sin.slice(0, 0, S));
-    k = rope_composition(k, cos.slice(0, 0, S), sin.slice(0, 0, S));
+    auto parts = y.split({n_heads * head_dim, n_kv_heads * head_dim, n_kv_heads * head_dim}, -1);
+    q = rope_composition(parts[0].view({B, S, n_heads, head_dim}).transpose(1, 2), cos.slice(0, 0, S), sin.slice(0, 0, S));
+    k = rope_composition(parts[1].view({B, S, n_kv_heads, head_dim}).transpose(1, 2), cos.slice(0, 0, S), sin.slice(0, 0, S));
+    v = parts[2].view({B, S, n_kv_heads, head_dim}).transpose(1, 2);
   }
   torch::Tensor o = grouped_causal_attention(q, k, v);  // attention BMMs stay unquantized
   return proj(o.transpose(1, 2).reshape({B, S, n_heads * head_dim}));
