@@ -13,6 +13,8 @@ Dev tool (not part of the build): its findings choose the attention of models/la
 Also: cuDNN's forward (deterministic) with flash's deterministic backward fed cuDNN's output and
 log-sum-exp, and each forward alone.
 
+Also: cuDNN's forward with flash's backward in batch chunks (each chunk count).
+
 usage: python dev/attention_chunked.py [--reps 10] [--chunks 1,2,4,8]
 """
 import argparse
@@ -29,13 +31,22 @@ aten = torch.ops.aten
 
 
 class Chunked:
-    """Forward by flash's op on the current stream; backward in `chunks` batch slices, slice i on stream i."""
+    """Forward by flash's op (or cuDNN's: its output and log-sum-exp feed flash's backward) on the current stream;
+    backward in `chunks` batch slices, slice i on stream i."""
 
-    def __init__(self, chunks, concurrent=True):
+    def __init__(self, chunks, concurrent=True, forward="flash"):
         self.chunks = chunks
         self.streams = [torch.cuda.Stream() for _ in range(chunks)] if concurrent else None
+        self.cudnn = forward == "cudnn"
+        self.mixed = CudnnForwardFlashBackward() if self.cudnn else None
 
     def forward(self, q, k, v):
+        if self.cudnn:
+            self.mixed.forward(q, k, v)
+            q, k, v, o, lse, cq, ck, seed, off = self.mixed.saved
+            S = q.shape[2]
+            self.saved = (q, k, v, o, lse.contiguous(), cq, ck, S, S, seed, off)
+            return o
         r = aten._scaled_dot_product_flash_attention(q, k, v, 0.0, True, False)
         self.saved = (q, k, v) + tuple(r[:8])
         return r[0]
@@ -108,6 +119,9 @@ def main():
                 continue
             impl = Chunked(c)
             variants.append((f"chunks {c}, concurrent", True, lambda impl=impl: chunked_run(q, k, v, go, impl)))
+            mixed_c = Chunked(c, forward="cudnn")
+            variants.append((f"cudnn forward, flash backward in chunks {c}, concurrent", True,
+                             lambda impl=mixed_c: chunked_run(q, k, v, go, impl)))
             if c == 2:
                 seq = Chunked(c, concurrent=False)
                 variants.append((f"chunks {c}, one stream", True, lambda seq=seq: chunked_run(q, k, v, go, seq)))
