@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "models/deterministic_attention.h"
 #include "models/fused_ops.h"
 
 namespace ufp4 {
@@ -17,6 +18,11 @@ torch::Tensor rope_composition(const torch::Tensor& x, const torch::Tensor& cos,
 torch::Tensor grouped_causal_attention(const torch::Tensor& q, torch::Tensor k, torch::Tensor v) {
   const int64_t B = q.size(0), H = q.size(1), KV = k.size(1), S = k.size(2), hd = k.size(3);
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+  // In deterministic mode cuDNN's forward with flash's deterministic backward (models/deterministic_attention.h).
+  if (q.is_cuda() && at::globalContext().deterministicAlgorithms() && deterministic_causal_attention_applies(q, k, v)) {
+    torch::Tensor o = deterministic_causal_attention(q, k, v);
+    if (o.defined()) return o;
+  }
   // On a GPU in half precision SDPA's kernels read each KV head for its group themselves: no copies of
   // K and V, and no sum of their gradients after. Flash's gradients in deterministic mode are the
   // copied form's bit for bit (results/bench/logs/attention-gqa.log, dev/attention_gqa.py).

@@ -38,8 +38,9 @@ torch::Tensor rope_composition(const torch::Tensor& x, const torch::Tensor& cos,
 
 // Causal attention of q [B, H, S, hd] over k, v [B, KV, S, hd] (KV divides H), unquantized: LibTorch's
 // scaled-dot-product attention (2.x; grouped KV heads read in place on a GPU in half precision from
-// 2.5, else broadcast and copied), the plain composition before. What the model and the step
-// benchmark's attention rows run.
+// 2.5, else broadcast and copied), the plain composition before; on a GPU in deterministic mode
+// cuDNN's forward with flash's deterministic backward (models/deterministic_attention.h). What the model
+// and the step benchmark's attention rows run.
 torch::Tensor grouped_causal_attention(const torch::Tensor& q, torch::Tensor k, torch::Tensor v);
 
 class AttentionImpl : public torch::nn::Module {

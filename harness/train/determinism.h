@@ -1,10 +1,10 @@
 // Deterministic GPU training. On: LibTorch's deterministic algorithms with errors, not warnings (an
 // op without a deterministic implementation throws instead of running, so a new source of noise is
-// found at once), cuDNN deterministic and not autotuned. Scaled-dot-product attention then takes
-// flash attention with its deterministic backward (sequential dQ accumulation): LibTorch refuses
-// cuDNN's fused attention in this mode, whose backward adds dQ with atomics. That is what the mode
-// still costs: 2.4 ms instead of 1.3 ms a layer at dense-113m's shape (reports/bench.md). index_add_ and
-// scatter_add_ their sort-based forms. Our own kernels use no floating-point atomics (fixed
+// found at once), cuDNN deterministic and not autotuned. Attention then runs cuDNN's fused forward with
+// flash attention's deterministic backward (sequential dQ accumulation; models/deterministic_attention.h):
+// LibTorch refuses cuDNN's fused backward in this mode, which adds dQ with atomics. That is what the
+// mode still costs: about 2.1 ms instead of 1.2 ms a layer at dense-113m's shape (reports/bench.md).
+// index_add_ and scatter_add_ take their sort-based forms. Our own kernels use no floating-point atomics (fixed
 // reduction orders, kernels/fused_ops.h), and the SR and RHT streams are keyed by (seed, layer,
 // step, GEMM, operand), so they are the same after a resume.
 //

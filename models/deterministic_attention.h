@@ -1,0 +1,24 @@
+// Causal attention for deterministic GPU training: cuDNN's fused forward with flash attention's
+// deterministic backward. LibTorch's deterministic mode takes flash for both directions (it refuses
+// cuDNN's fused attention, whose backward adds dQ with atomics); cuDNN's forward is deterministic and
+// faster (0.32 against 0.44 ms at dense-113m's shape), and its output and log-sum-exp are what flash's
+// backward reads, so only the backward needs flash (dev/attention_chunked.py,
+// results/bench/logs/attention-chunked.log).
+#pragma once
+#include <torch/torch.h>
+
+namespace ufp4 {
+
+// Whether deterministic_causal_attention takes these: LibTorch 2.5+, CUDA, bfloat16 or half, a head
+// dimension that is a multiple of 8 up to 128, KV dividing the heads, and cuDNN's attention not found
+// unusable by an earlier call.
+bool deterministic_causal_attention_applies(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+
+// Causal attention of q [B, H, S, hd] over k, v [B, KV, S, hd] (grouped KV heads read in place), the
+// last dimension contiguous. Forward by cuDNN, backward by flash with LibTorch's deterministic switch
+// as the caller set it (bit-identical reruns when it is on). Undefined where it does not apply or
+// cuDNN's forward refuses the call (said once on stderr; no later call tries it): the caller then
+// runs scaled_dot_product_attention.
+torch::Tensor deterministic_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+
+}  // namespace ufp4
