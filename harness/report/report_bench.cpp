@@ -539,9 +539,9 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
     if (!det_cost.str().empty())
       md << "### What deterministic mode costs, and where\n\nThe BF16 step with and without deterministic mode, and the model's "
          << "attention alone (`grouped_causal_attention`, `models/layers.h`: forward + backward at the step's batch and sequence), "
-         << "with and without it. Deterministic mode leaves new memory unfilled (`harness/train/determinism.h`). In it LibTorch refuses "
-         << "cuDNN's fused attention, whose backward accumulates dQ with atomics, and runs flash attention's deterministic backward "
-         << "instead: the attention rows show what that costs a layer, timed alone. A step's two rows differ by less where other work "
+         << "with and without it. Deterministic mode leaves new memory unfilled (`harness/train/determinism.h`). In it attention runs "
+         << "cuDNN's fused forward with flash attention's deterministic backward (`models/deterministic_attention.h`; LibTorch refuses "
+         << "cuDNN's fused backward, which accumulates dQ with atomics): the attention rows show what that costs a layer, timed alone. A step's two rows differ by less where other work "
          << "overlaps the attention, and by noise where the difference is within the steps' spread (sd in the step table)."
          << "\n\n| model | bf16 step ms, deterministic | not | difference | attention ms, deterministic | not | layers | layers x "
          << "attention difference |\n|---|---|---|---|---|---|---|---|\n"
@@ -566,8 +566,11 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
             unmet_other.push_back("### ufp4 step / bf16 step, " + kv.first + (ratio > bar ? "" : ": met, within one sd of the bar") +
                                 "\n\nufp4 " + fmt("%.2f", r.ms) + " ms, bf16 " + fmt("%.2f", kv.second) + " ms: " + fmt("%.3f", ratio) +
                                 ", sd " + fmt("%.3f", sd) + " from the two rows' spread (the same command at 7f01b2c gave 1.207, at "
-                                "8f04c3a 1.213; the segmented pair kernel's change of 11c4863 came between; two repeats at 11c4863 "
-                                "gave 1.194 and 1.206, `results/bench/logs/bench-step-moe-repeats-11c4863.log`). The experts' operands are quantized for all experts at once "
+                                "8f04c3a 1.213; the segmented pair kernel's change of 11c4863 came between; at 11c4863 it gave 1.196, "
+                                "ufp4 40.85 and bf16 34.16 ms, and two repeats 1.194 and 1.206, "
+                                "`results/bench/logs/bench-step-moe-repeats-11c4863.log`; at 1edb74d cuDNN's forward in deterministic "
+                                "attention made both steps faster by the same 1.1 to 1.2 ms, which raises the ratio: the difference "
+                                "between the two steps, the quantizers' work, is 6.8 ms as it was 6.7). The experts' operands are quantized for all experts at once "
                                 "(the segmented kernels, `kernels/quantize_segments.h`) and their GEMMs run grouped, as the BF16 "
                                 "ones do; the difference is the quantizers' work. Each routed activation (X, dY) is read once for both "
                                 "of its operands (the segmented pair kernel: 16 x 128 tiles of WGRAD's padded layout, read "
@@ -624,28 +627,31 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
           const bool nondet_faster = nondet_ms[kv.first].count("bf16") && nondet_ms[kv.first]["bf16"] <= compiled_ms[kv.first];
           text += nondet_faster ? "Without deterministic mode our step is the faster one, so the gap is " : "Part of the gap is ";
           text += "deterministic attention's backward (flash attention's sequential dQ, the attention rows below; cuDNN's fused backward, the fastest, "
-                  "is not deterministic and LibTorch 2.11 offers no deterministic switch for it: logs/attention-backends.log), "
-                  "against a peer that runs without determinism. Nsight Compute's per-kernel times of one step "
+                  "is not deterministic and LibTorch 2.11 offers no deterministic switch for it: logs/attention-backends.log; the forward "
+                  "is cuDNN's since 1edb74d, `models/deterministic_attention.h`), against a peer that runs without determinism. Nsight Compute's per-kernel times of one step "
                   "(logs/ncu-step-bf16-before-after.txt, logs/ncu-step-fusions-before-after.txt) show what the fused-op changes bought "
                   "(the copies around attention gone, a cheaper exact exp in the loss: logs/cross-entropy-variants.log; then the "
                   "residual adds inside the next RMSNorm, q, k and v rotated and the projection's gradient written by one kernel each "
                   "way, one weight cast for FPROP and DGRAD: 1.5 ms of kernel time at dense-113m, the same bits) and what is left "
                   "besides attention: flash's own dQ accumulator fill and conversion and its grouped-query gradient sums, and the "
                   "rotary kernel at about 2 TB/s (logs/qkv-rope-variants.log: issuing four heads' loads first was slower). Tried within "
-                  "LibTorch (logs/attention-chunked.log, dev/attention_chunked.py): flash's "
-                  "deterministic backward on halves of the batch in two streams (more, shorter thread blocks), and cuDNN's "
-                  "forward with flash's deterministic backward. Both are deterministic; the first is faster only at dense-113m (0.2 ms "
-                  "a layer), the second by 0.01 (dense-20m) to 0.2 ms a layer (dense-113m), against about 1.2 ms a layer between "
-                  "deterministic and cuDNN's attention at dense-113m (the attention rows); the second is not adopted, as it would "
-                  "change every GPU run's bits for at most 2 ms a step. Also tried (logs/attention-kv-chunks.log, "
+                  "LibTorch (logs/attention-chunked.log, dev/attention_chunked.py, at 72e10c9): cuDNN's forward with flash's "
+                  "deterministic backward, now the model's (2.08 against flash's 2.22 ms a layer at dense-113m, 1.14 against 1.27 at "
+                  "moe-81m, no slower at dense-20m and dense-35m; deterministic; 1edb74d's step files: dense-113m's BF16 step "
+                  "56.79 -> 55.16 ms, moe-81m's 34.16 -> 32.98), and on top of it flash's backward on halves of the batch in two "
+                  "streams (more, shorter thread blocks): 2.00 ms at dense-113m, slower at the other shapes, not adopted. Also tried (logs/attention-kv-chunks.log, "
                   "dev/attention_kv_chunks.py): cuDNN's own backward run once per chunk of keys with the whole forward's log-sum-exp, "
                   "dQ summed in a fixed order. Its dQ races only where three or more 128-key blocks add into a row (two additions "
                   "onto zero commute): chunks of 256 keys gave one result in 30 repeats, chunks of 384 thirty; but the eight calls "
                   "take 1.57 ms a layer at dense-113m where one whole backward takes about 0.9 (1.18 with its forward, less the "
                   "forward's 0.29), the whole measured 2.56 to 2.67 ms with LibTorch summing the chunks' dQ (about 1.9 estimated "
                   "with a fused sum) against flash's 2.24, and its determinism would rest on cuDNN's block size. What would close it: a deterministic attention "
-                  "backward near cuDNN's speed (cuDNN has one from 9.18, requested through cudnn-frontend's "
-                  "set_deterministic_algorithm, which LibTorch 2.11 does not call; or our own kernel at that speed).\n\n";
+                  "backward about 0.4 ms a layer faster than flash's deterministic one at dense-113m (1.8 ms there; the bars need about "
+                  "4 ms of the step; cuDNN's non-deterministic backward takes 0.9, flash's non-deterministic one about 1.3). cuDNN's deterministic backward (9.18, cudnn-frontend's "
+                  "set_deterministic_algorithm, which LibTorch 2.11 does not call) is on Hopper the form that writes dP to a "
+                  "workspace of batch x heads x S x S BF16 values (1.6 GB a layer at dense-113m, by cudnn-frontend's source) and "
+                  "forms dQ by a separate product, no faster by its traffic alone; so our own kernel with a fixed order of the dQ "
+                  "additions at FlashAttention-3's speed.\n\n";
           unmet_other.push_back(text);
         }
         if (moe && ratio > t.moe_compiled_max) {
