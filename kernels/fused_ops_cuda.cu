@@ -136,38 +136,17 @@ __global__ void __launch_bounds__(1024) rms_norm_weight_grad_kernel(const float*
 // Cross entropy, a block a row. The forward's row max is fmaxf's, which skips NaNs where the contract's
 // max_nan returns one: a row holding a NaN gets a NaN sum of exponentials instead, so lse and the loss are
 // the same NaN; otherwise the two maxima are equal (up to the sign of a zero maximum, which changes no
-// x - m and no lse). kStaged: the row is first copied into shared memory (16-byte asynchronous copies, a
-// thread's all in flight at once) and both passes read it there, so HBM gives it once; otherwise the
-// second pass reads it again from global memory (L2, or HBM again). The passes' arithmetic and order are
-// the same either way: the same bits. (Keeping a 32768-wide BF16 row in registers between the two passes,
-// 16 vectors a thread, measured 1.8x slower: dev/cuda/cross_entropy_variants.cu's log.)
-constexpr int64_t kCeStagedBytes = 64 * 1024;  // rows up to this size are staged (three blocks an SM)
-
-__device__ __forceinline__ void copy16_async(void* shared, const void* global) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(shared));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(global));
-}
-
-template <bool kBf16, bool kStaged>
+// x - m and no lse). (Keeping a 32768-wide BF16 row in registers between the two passes, 16 vectors a
+// thread, measured 1.8x slower: dev/cuda/cross_entropy_variants.cu's log.)
+template <bool kBf16>
 __global__ void __launch_bounds__(kCeThreads) cross_entropy_forward_kernel(const CrossEntropyIO io) {
   __shared__ float part[kCeThreads / 32];
-  extern __shared__ uint4 staged_row[];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int64_t t = blockIdx.x, o = t * io.vocab, nv = io.vocab / 8;
-  const void* row = io.logits;  // the passes read element base + i
-  int64_t base = o;
-  if (kStaged) {
-    const char* src = static_cast<const char*>(io.logits) + o * (kBf16 ? 2 : 4);
-    for (int64_t c = tid; c < nv * (kBf16 ? 1 : 2); c += kCeThreads) copy16_async(staged_row + c, src + 16 * c);
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
-    __syncthreads();
-    row = staged_row;
-    base = 0;
-  }
   float m = -INFINITY;
   for (int64_t v = tid; v < nv; v += kCeThreads) {
     float x[8];
-    load8<kBf16>(row, base + 8 * v, x);
+    load8<kBf16>(io.logits, o + 8 * v, x);
 #pragma unroll
     for (int e = 0; e < 8; ++e) m = fmaxf(m, x[e]);
   }
@@ -182,7 +161,7 @@ __global__ void __launch_bounds__(kCeThreads) cross_entropy_forward_kernel(const
   float s = 0.0f;
   for (int64_t v = tid; v < nv; v += kCeThreads) {
     float x[8];
-    load8<kBf16>(row, base + 8 * v, x);  // second read: shared memory, or L1/L2
+    load8<kBf16>(io.logits, o + 8 * v, x);  // second read: L1/L2
 #pragma unroll
     for (int e = 0; e < 8; ++e) s = add_rn(s, exp_f32(x[e] - m));
   }
@@ -399,20 +378,8 @@ void cuda_cross_entropy_forward(const CrossEntropyIO& io, cudaStream_t stream) {
   check_shape(io.vocab, "cross_entropy");
   if (io.rows == 0) return;
   if (io.rows > 0x7fffffff) throw Error("cross_entropy: too many rows for one launch");
-  const bool bf16 = io.dtype == DType::kBF16;
-  const int64_t row_bytes = io.vocab * (bf16 ? 2 : 4);
-  const unsigned rows = static_cast<unsigned>(io.rows);
-  if (row_bytes <= kCeStagedBytes) {
-    auto kernel = bf16 ? cross_entropy_forward_kernel<true, true> : cross_entropy_forward_kernel<false, true>;
-    // Above 48 KiB a block's dynamic shared memory must be allowed first (not a stream operation).
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kCeStagedBytes)),
-               "cross_entropy forward: shared memory attribute");
-    kernel<<<rows, kCeThreads, static_cast<size_t>(row_bytes), stream>>>(io);
-  } else if (bf16) {
-    cross_entropy_forward_kernel<true, false><<<rows, kCeThreads, 0, stream>>>(io);
-  } else {
-    cross_entropy_forward_kernel<false, false><<<rows, kCeThreads, 0, stream>>>(io);
-  }
+  if (io.dtype == DType::kBF16) cross_entropy_forward_kernel<true><<<static_cast<unsigned>(io.rows), kCeThreads, 0, stream>>>(io);
+  else cross_entropy_forward_kernel<false><<<static_cast<unsigned>(io.rows), kCeThreads, 0, stream>>>(io);
   check_launch("cross_entropy forward kernel launch");
 }
 
