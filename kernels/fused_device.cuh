@@ -19,18 +19,39 @@ __device__ __forceinline__ float warp_tree_sum(float v) {
   return v;
 }
 
+// A row vector's 16 (BF16) or 32 (FP32) bytes as loaded, widened later by unpack8: a kernel can keep
+// several rows' vectors in flight in registers before it needs their values.
 template <bool kBf16>
-__device__ __forceinline__ void load8(const void* base, int64_t elem, float (&v)[8]) {
-  if (kBf16) {
-    const uint4 q = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(base) + elem);
-    const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+struct Raw8 {
+  uint4 q[kBf16 ? 1 : 2];
+};
+
+template <bool kBf16>
+__device__ __forceinline__ Raw8<kBf16> load_raw8(const void* base, int64_t elem) {
+  Raw8<kBf16> r;
+  const uint4* p = reinterpret_cast<const uint4*>(static_cast<const char*>(base) + elem * (kBf16 ? 2 : 4));
+#pragma unroll
+  for (int i = 0; i < (kBf16 ? 1 : 2); ++i) r.q[i] = p[i];
+  return r;
+}
+
+template <bool kBf16>
+__device__ __forceinline__ void unpack8(const Raw8<kBf16>& r, float (&v)[8]) {
+  if constexpr (kBf16) {
+    const uint32_t w[4] = {r.q[0].x, r.q[0].y, r.q[0].z, r.q[0].w};
 #pragma unroll
     for (int k = 0; k < 4; ++k) { v[2 * k] = bits_f32(w[k] << 16); v[2 * k + 1] = bits_f32(w[k] & 0xffff0000u); }
   } else {
-    const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(base) + elem);
-    const float4 a = p[0], b = p[1];
-    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      v[4 * i] = bits_f32(r.q[i].x); v[4 * i + 1] = bits_f32(r.q[i].y); v[4 * i + 2] = bits_f32(r.q[i].z); v[4 * i + 3] = bits_f32(r.q[i].w);
+    }
   }
+}
+
+template <bool kBf16>
+__device__ __forceinline__ void load8(const void* base, int64_t elem, float (&v)[8]) {
+  unpack8<kBf16>(load_raw8<kBf16>(base, elem), v);
 }
 
 template <bool kBf16>

@@ -54,11 +54,19 @@ __global__ void __launch_bounds__(256) rms_norm_forward_kernel(const RmsNormIO i
 }
 
 // A warp per group of kRmsGroupRows rows: dx row by row, the group's weight-gradient sums in registers
-// (kNv vectors a lane: d <= 256 kNv).
+// (kNv vectors a lane: d <= 256 kNv). With BF16 rows of d <= 1024 (kKeep) the warp loads kRows rows'
+// x, dy and dsum before it uses any and keeps them in registers for both passes: a model has only
+// rows / 16 such warps, too few at the proxies' sizes to hide a row's memory latency one row at a
+// time. Otherwise one row at a time, its second pass reading the row again from L1. Each row's
+// arithmetic and the sums' row order are those of one row at a time either way: the same bits.
+constexpr int kRmsBackwardWarps = 4;  // warps (groups) a block: small blocks, so more of them fit an SM
+
 template <bool kBf16, int kNv>
-__global__ void __launch_bounds__(256) rms_norm_backward_kernel(const RmsNormIO io) {
+__global__ void __launch_bounds__(32 * kRmsBackwardWarps) rms_norm_backward_kernel(const RmsNormIO io) {
+  constexpr bool kKeep = kBf16 && kNv <= 4;
+  constexpr int kRows = !kKeep ? 1 : kNv <= 2 ? 4 : 2;
   const int lane = threadIdx.x % 32;
-  const int64_t g = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
+  const int64_t g = static_cast<int64_t>(blockIdx.x) * kRmsBackwardWarps + threadIdx.x / 32;
   const int64_t nv = io.d / 8, t0 = g * kRmsGroupRows;
   if (t0 >= io.rows) return;
   const int64_t t1 = t0 + kRmsGroupRows < io.rows ? t0 + kRmsGroupRows : io.rows;
@@ -68,43 +76,71 @@ __global__ void __launch_bounds__(256) rms_norm_backward_kernel(const RmsNormIO 
   for (int j = 0; j < kNv; ++j)
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc[j][e] = 0.0f;
-  for (int64_t t = t0; t < t1; ++t) {
-    const int64_t o = t * io.d;
-    const float r = io.r[t];
-    float dot = 0.0f;
+  for (int64_t t = t0; t < t1; t += kRows) {
+    Raw8<kBf16> xr[kRows][kNv], dyr[kRows][kNv], dsr[kRows][kNv];
+    float r[kRows], dot[kRows];
 #pragma unroll
-    for (int j = 0; j < kNv; ++j) {
-      const int64_t v = lane + 32 * j;
-      if (v >= nv) break;
-      float x[8], dy[8], w[8];
-      load8<kBf16>(io.x, o + 8 * v, x);
-      load8<kBf16>(io.dy, o + 8 * v, dy);
-      load8<false>(io.w, 8 * v, w);
+    for (int i = 0; i < kRows; ++i) {
+      dot[i] = 0.0f;
+      r[i] = 0.0f;
+      if (t + i >= t1) continue;
+      const int64_t o = (t + i) * io.d;
+      r[i] = io.r[t + i];
+      if constexpr (kKeep) {
 #pragma unroll
-      for (int e = 0; e < 8; ++e) dot = fmaf(mul_rn(dy[e], w[e]), x[e], dot);
+        for (int j = 0; j < kNv; ++j) {
+          const int64_t v = lane + 32 * j;
+          if (v >= nv) break;
+          xr[i][j] = load_raw8<kBf16>(io.x, o + 8 * v);
+          dyr[i][j] = load_raw8<kBf16>(io.dy, o + 8 * v);
+          if (io.dsum) dsr[i][j] = load_raw8<kBf16>(io.dsum, o + 8 * v);
+        }
+      }
     }
-    dot = warp_tree_sum(dot);
-    const float k = mul_rn(dot, mul_rn(mul_rn(r, r), r)) / fd;
 #pragma unroll
-    for (int j = 0; j < kNv; ++j) {
-      const int64_t v = lane + 32 * j;
-      if (v >= nv) break;
-      float x[8], dy[8], w[8], dx[8];
-      load8<kBf16>(io.x, o + 8 * v, x);  // the warp's own row, from L1
-      load8<kBf16>(io.dy, o + 8 * v, dy);
-      load8<false>(io.w, 8 * v, w);
+    for (int i = 0; i < kRows; ++i) {
+      if (t + i >= t1) continue;
+      const int64_t o = (t + i) * io.d;
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        dx[e] = fmaf(-k, x[e], mul_rn(mul_rn(dy[e], w[e]), r));
-        acc[j][e] = fmaf(dy[e], mul_rn(x[e], r), acc[j][e]);
+      for (int j = 0; j < kNv; ++j) {
+        const int64_t v = lane + 32 * j;
+        if (v >= nv) break;
+        float x[8], dy[8], w[8];
+        unpack8<kBf16>(kKeep ? xr[i][j] : load_raw8<kBf16>(io.x, o + 8 * v), x);
+        unpack8<kBf16>(kKeep ? dyr[i][j] : load_raw8<kBf16>(io.dy, o + 8 * v), dy);
+        load8<false>(io.w, 8 * v, w);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) dot[i] = fmaf(mul_rn(dy[e], w[e]), x[e], dot[i]);
       }
-      if (io.dsum) {
-        float ds[8];
-        load8<kBf16>(io.dsum, o + 8 * v, ds);
+    }
 #pragma unroll
-        for (int e = 0; e < 8; ++e) dx[e] = add_rn(round_to_dtype(kBf16, dx[e]), ds[e]);
+    for (int i = 0; i < kRows; ++i) dot[i] = warp_tree_sum(dot[i]);  // t + i >= t1 is the whole warp's: a zero sum
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      if (t + i >= t1) continue;
+      const int64_t o = (t + i) * io.d;
+      const float k = mul_rn(dot[i], mul_rn(mul_rn(r[i], r[i]), r[i])) / fd;
+#pragma unroll
+      for (int j = 0; j < kNv; ++j) {
+        const int64_t v = lane + 32 * j;
+        if (v >= nv) break;
+        float x[8], dy[8], w[8], dx[8];
+        unpack8<kBf16>(kKeep ? xr[i][j] : load_raw8<kBf16>(io.x, o + 8 * v), x);  // else the warp's own row, from L1
+        unpack8<kBf16>(kKeep ? dyr[i][j] : load_raw8<kBf16>(io.dy, o + 8 * v), dy);
+        load8<false>(io.w, 8 * v, w);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          dx[e] = fmaf(-k, x[e], mul_rn(mul_rn(dy[e], w[e]), r[i]));
+          acc[j][e] = fmaf(dy[e], mul_rn(x[e], r[i]), acc[j][e]);
+        }
+        if (io.dsum) {
+          float ds[8];
+          unpack8<kBf16>(kKeep ? dsr[i][j] : load_raw8<kBf16>(io.dsum, o + 8 * v), ds);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) dx[e] = add_rn(round_to_dtype(kBf16, dx[e]), ds[e]);
+        }
+        store8<kBf16>(io.dx, o + 8 * v, dx);
       }
-      store8<kBf16>(io.dx, o + 8 * v, dx);
     }
   }
 #pragma unroll
@@ -338,12 +374,12 @@ void check_shape(int64_t last, const char* what) {
 template <bool kBf16>
 void launch_rms_backward(const RmsNormIO& io, unsigned blocks, cudaStream_t stream) {
   switch ((io.d / 8 + 31) / 32) {
-    case 1: rms_norm_backward_kernel<kBf16, 1><<<blocks, 256, 0, stream>>>(io); break;
-    case 2: rms_norm_backward_kernel<kBf16, 2><<<blocks, 256, 0, stream>>>(io); break;
-    case 3: rms_norm_backward_kernel<kBf16, 3><<<blocks, 256, 0, stream>>>(io); break;
-    case 4: rms_norm_backward_kernel<kBf16, 4><<<blocks, 256, 0, stream>>>(io); break;
-    case 5: case 6: rms_norm_backward_kernel<kBf16, 6><<<blocks, 256, 0, stream>>>(io); break;
-    case 7: case 8: rms_norm_backward_kernel<kBf16, 8><<<blocks, 256, 0, stream>>>(io); break;
+    case 1: rms_norm_backward_kernel<kBf16, 1><<<blocks, 32 * kRmsBackwardWarps, 0, stream>>>(io); break;
+    case 2: rms_norm_backward_kernel<kBf16, 2><<<blocks, 32 * kRmsBackwardWarps, 0, stream>>>(io); break;
+    case 3: rms_norm_backward_kernel<kBf16, 3><<<blocks, 32 * kRmsBackwardWarps, 0, stream>>>(io); break;
+    case 4: rms_norm_backward_kernel<kBf16, 4><<<blocks, 32 * kRmsBackwardWarps, 0, stream>>>(io); break;
+    case 5: case 6: rms_norm_backward_kernel<kBf16, 6><<<blocks, 32 * kRmsBackwardWarps, 0, stream>>>(io); break;
+    case 7: case 8: rms_norm_backward_kernel<kBf16, 8><<<blocks, 32 * kRmsBackwardWarps, 0, stream>>>(io); break;
     default: throw Error("rms_norm: d = " + std::to_string(io.d) + " exceeds the CUDA kernel's 2048");
   }
 }
@@ -366,7 +402,7 @@ void cuda_rms_norm_backward(const RmsNormIO& io, cudaStream_t stream) {
     return;
   }
   const int64_t groups = (io.rows + kRmsGroupRows - 1) / kRmsGroupRows;
-  const unsigned blocks = static_cast<unsigned>((groups + kRowsPerBlock - 1) / kRowsPerBlock);
+  const unsigned blocks = static_cast<unsigned>((groups + kRmsBackwardWarps - 1) / kRmsBackwardWarps);
   if (io.dtype == DType::kBF16) launch_rms_backward<true>(io, blocks, stream);
   else launch_rms_backward<false>(io, blocks, stream);
   check_launch("rms_norm backward kernel launch");
