@@ -1,9 +1,11 @@
-// Causal attention for deterministic GPU training: cuDNN's fused forward with flash attention's
-// deterministic backward. LibTorch's deterministic mode takes flash for both directions (it refuses
-// cuDNN's fused attention, whose backward adds dQ with atomics); cuDNN's forward is deterministic and
-// faster (0.32 against 0.44 ms at dense-113m's shape), and its output and log-sum-exp are what flash's
-// backward reads, so only the backward needs flash (dev/attention_chunked.py,
-// results/bench/logs/attention-chunked.log).
+// Causal attention for deterministic GPU training: cuDNN's fused forward with a deterministic
+// backward. LibTorch's deterministic mode takes flash for both directions (it refuses cuDNN's fused
+// attention, whose backward adds dQ with atomics); cuDNN's forward is deterministic and faster (0.32
+// against 0.44 ms at dense-113m's shape), and its output and log-sum-exp are what a backward reads
+// (dev/attention_chunked.py, results/bench/logs/attention-chunked.log). The backward is ours
+// (kernels/attention_backward.h: dQ summed in a fixed order, 1.64 against flash's 1.87 ms at
+// dense-113m, results/bench/logs/attention-backward-check.log) where it applies (BF16, head dimension
+// 64, S a multiple of 64), flash's deterministic one elsewhere.
 #pragma once
 #include <torch/torch.h>
 
@@ -15,10 +17,15 @@ namespace ufp4 {
 bool deterministic_causal_attention_applies(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
 
 // Causal attention of q [B, H, S, hd] over k, v [B, KV, S, hd] (grouped KV heads read in place), the
-// last dimension contiguous. Forward by cuDNN, backward by flash with LibTorch's deterministic switch
-// as the caller set it (bit-identical reruns when it is on). Undefined where it does not apply or
+// last dimension contiguous. Forward by cuDNN, backward by ours or by flash with LibTorch's
+// deterministic switch as the caller set it (bit-identical reruns when it is on). Undefined where it does not apply or
 // cuDNN's forward refuses the call (said once on stderr; no later call tries it): the caller then
 // runs scaled_dot_product_attention.
 torch::Tensor deterministic_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+
+// Whether the backward is ours where ours applies (default) or always flash's: for the benchmark and
+// the tests, which compare the two.
+void use_own_attention_backward(bool on);
+bool own_attention_backward_enabled();
 
 }  // namespace ufp4

@@ -1,12 +1,14 @@
-// Causal attention in deterministic mode (models/deterministic_attention.h): cuDNN's forward with
-// flash's deterministic backward. On the GPU: near an FP64 reference, the same bits on every rerun, and
-// what the model's attention runs in that mode. Everywhere: where it applies.
+// Causal attention in deterministic mode (models/deterministic_attention.h): cuDNN's forward with our
+// deterministic backward (kernels/attention_backward.h) or flash's. On the GPU: near an FP64 reference,
+// the same bits on every rerun, and what the model's attention runs in that mode; our kernel near its
+// CPU reference. Everywhere: where it applies, and the CPU reference near LibTorch's FP64 autograd.
 #include <torch/torch.h>
 
 #include <cmath>
 #include <limits>
 
 #include "harness/train/determinism.h"
+#include "kernels/attention_backward.h"
 #include "models/deterministic_attention.h"
 #include "models/layers.h"
 #include "tests/catch.h"
@@ -72,8 +74,11 @@ TEST_CASE("deterministic attention: near FP64, the same bits on every rerun, wha
   UFP4_NEED_GPU();
   set_deterministic(true);
   // Grouped and plain heads; sequences that end inside a 128-row block; head dimensions 64 and 128.
-  for (const Shape& sh : {Shape{2, 4, 2, 300, 64}, Shape{1, 3, 3, 129, 128}, Shape{2, 8, 1, 1024, 64}}) {
-    INFO("B " << sh.B << " H " << sh.H << " KV " << sh.KV << " S " << sh.S << " hd " << sh.hd);
+  // Shapes S % 64 == 0 with hd 64 take our backward, the others flash's; then flash's for all.
+  for (const bool own : {true, false})
+  for (const Shape& sh : {Shape{2, 4, 2, 300, 64}, Shape{1, 3, 3, 129, 128}, Shape{2, 8, 1, 1024, 64}, Shape{2, 6, 2, 512, 64}}) {
+    INFO("B " << sh.B << " H " << sh.H << " KV " << sh.KV << " S " << sh.S << " hd " << sh.hd << (own ? ", ours where it applies" : ", flash's"));
+    use_own_attention_backward(own);
     const auto in = inputs(sh.B, sh.H, sh.KV, sh.S, sh.hd, torch::kCUDA);
     REQUIRE(deterministic_causal_attention_applies(in[0], in[1], in[2]));
     const ForwardBackward a = run(deterministic_causal_attention, in);
@@ -90,6 +95,100 @@ TEST_CASE("deterministic attention: near FP64, the same bits on every rerun, wha
     // The model's attention in deterministic mode is this one.
     CHECK(bit_differences(a, run(grouped_causal_attention, in)) == "");
   }
+  use_own_attention_backward(true);
+}
+
+namespace {
+
+// Dense FP32 [B, h, S, 64] copies of BF16 GPU tensors (any strides).
+std::vector<float> host(const torch::Tensor& t) {
+  const torch::Tensor c = t.to(torch::kCPU, torch::kFloat32).contiguous();
+  return std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+}
+
+// max |a - r| over max |r|.
+double max_error(const torch::Tensor& a, const std::vector<float>& r) {
+  const std::vector<float> x = host(a);
+  double e = 0, m = 0;
+  for (size_t i = 0; i < r.size(); ++i) e = std::max(e, std::fabs(static_cast<double>(x[i]) - r[i])), m = std::max(m, std::fabs(static_cast<double>(r[i])));
+  return e / m;
+}
+
+}  // namespace
+
+TEST_CASE("attention backward kernel: near its CPU reference, the same bits on every rerun", "[attention][cuda]") {
+  UFP4_NEED_GPU();
+#ifdef UFP4_WITH_CUDA
+  for (const Shape& sh : {Shape{1, 2, 1, 64, 64}, Shape{2, 6, 2, 256, 64}, Shape{1, 4, 4, 384, 64}}) {
+    INFO("B " << sh.B << " H " << sh.H << " KV " << sh.KV << " S " << sh.S);
+    auto in = inputs(sh.B, sh.H, sh.KV, sh.S, sh.hd, torch::kCUDA);
+    const float scale = 0.125f;
+    // The forward in double on the host (o rounded to BF16, as a forward returns it), the gradients too.
+    const std::vector<float> q = host(in[0]), k = host(in[1]), v = host(in[2]), dout = host(in[3]);
+    std::vector<float> o(q.size()), lse(static_cast<size_t>(sh.B * sh.H * sh.S)), rq(q.size()), rk(k.size()), rv(v.size());
+    reference_attention_forward(sh.B, sh.H, sh.KV, sh.S, scale, q.data(), k.data(), v.data(), o.data(), lse.data());
+    const torch::Tensor o_dev = torch::from_blob(o.data(), {sh.B, sh.H, sh.S, 64}).to(torch::kCUDA, torch::kBFloat16);
+    const std::vector<float> o16 = host(o_dev);
+    reference_attention_backward(sh.B, sh.H, sh.KV, sh.S, scale, q.data(), k.data(), v.data(), o16.data(), dout.data(), lse.data(), rq.data(),
+                                 rk.data(), rv.data());
+    const torch::Tensor lse_dev = torch::from_blob(lse.data(), {sh.B, sh.H, sh.S}).to(torch::kCUDA);
+    torch::Tensor dq = torch::empty_like(in[0]), dk = torch::empty_like(in[1]), dv = torch::empty_like(in[2]);
+    auto st = [](const torch::Tensor& t) { return AttnStrides{t.stride(0), t.stride(1), t.stride(2)}; };
+    auto p = [](const torch::Tensor& t) { return static_cast<uint16_t*>(t.data_ptr()); };
+    AttentionBackwardIO io;
+    io.batch = sh.B, io.heads = sh.H, io.kv_heads = sh.KV, io.seq = sh.S, io.scale = scale;
+    io.q = p(in[0]), io.k = p(in[1]), io.v = p(in[2]), io.o = p(o_dev), io.dout = p(in[3]), io.lse = lse_dev.data_ptr<float>();
+    io.q_st = st(in[0]), io.k_st = st(in[1]), io.v_st = st(in[2]), io.o_st = st(o_dev), io.dout_st = st(in[3]);
+    io.dq = p(dq), io.dk = p(dk), io.dv = p(dv), io.dq_st = st(dq), io.dk_st = st(dk), io.dv_st = st(dv);
+    REQUIRE(attention_backward_cuda_applies(io));
+    const torch::Tensor ws = torch::empty({static_cast<int64_t>(attention_backward_workspace_bytes(io))}, in[0].options().dtype(torch::kUInt8));
+    io.workspace = ws.data_ptr();
+    cuda_attention_backward(io, nullptr);
+    torch::cuda::synchronize();
+    // P and dS are rounded to BF16 before their products (relative 2^-9 each, as flash attention
+    // does), sums in FP32 and the outputs in BF16: about 4e-3 of the largest gradient at these shapes
+    // (results/bench/logs/attention-backward-check.log); 1.5e-2 allows for the spread, while a wrong
+    // mask, scale, head group or a lost block term is off by far more.
+    CHECK(max_error(dq, rq) < 1.5e-2);
+    CHECK(max_error(dk, rk) < 1.5e-2);
+    CHECK(max_error(dv, rv) < 1.5e-2);
+    const torch::Tensor dq0 = dq.clone(), dk0 = dk.clone(), dv0 = dv.clone();
+    for (int rep = 0; rep < 3; ++rep) {
+      cuda_attention_backward(io, nullptr);
+      torch::cuda::synchronize();
+      CHECK(test::first_bit_mismatch(dq.cpu(), dq0.cpu()) < 0);
+      CHECK(test::first_bit_mismatch(dk.cpu(), dk0.cpu()) < 0);
+      CHECK(test::first_bit_mismatch(dv.cpu(), dv0.cpu()) < 0);
+    }
+  }
+#endif
+}
+
+TEST_CASE("attention reference: the CPU forward and backward match LibTorch's FP64 autograd", "[attention]") {
+  // Grouped heads (2 query heads a KV head), a short sequence.
+  const int64_t B = 2, H = 4, KV = 2, S = 20;
+  torch::manual_seed(5);
+  auto draw = [](int64_t h) { return torch::randn({B, h, S, 64}, torch::kFloat64); };
+  const torch::Tensor q = draw(H), k = draw(KV), v = draw(KV), dout = draw(H);
+  const ForwardBackward r = reference({q, k, v, dout});
+  const float scale = 0.125f;
+  auto f = [](const torch::Tensor& t) {
+    const torch::Tensor c = t.to(torch::kFloat32).contiguous();
+    return std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+  };
+  const std::vector<float> qf = f(q), kf = f(k), vf = f(v), df = f(dout);
+  std::vector<float> o(qf.size()), lse(static_cast<size_t>(B * H * S)), dq(qf.size()), dk(kf.size()), dv(vf.size());
+  reference_attention_forward(B, H, KV, S, scale, qf.data(), kf.data(), vf.data(), o.data(), lse.data());
+  reference_attention_backward(B, H, KV, S, scale, qf.data(), kf.data(), vf.data(), o.data(), df.data(), lse.data(), dq.data(), dk.data(), dv.data());
+  // Inputs are FP32 values and results FP32 roundings of double sums: relative 1e-6 is FP32's reach.
+  auto rel_to = [](const std::vector<float>& a, const torch::Tensor& ref) {
+    const torch::Tensor t = torch::from_blob(const_cast<float*>(a.data()), ref.sizes(), torch::kFloat32).to(torch::kFloat64);
+    return ((t - ref).norm() / ref.norm()).item<double>();
+  };
+  CHECK(rel_to(o, r.o) < 1e-6);
+  CHECK(rel_to(dq, r.dq) < 1e-6);
+  CHECK(rel_to(dk, r.dk) < 1e-6);
+  CHECK(rel_to(dv, r.dv) < 1e-6);
 }
 
 TEST_CASE("deterministic attention applies only to half-precision CUDA tensors with a head dimension cuDNN takes", "[attention]") {

@@ -23,6 +23,7 @@
 #include "harness/train/determinism.h"
 #include "harness/train/step_graph.h"
 #include "harness/train/trainer.h"
+#include "models/deterministic_attention.h"
 #include "models/layers.h"
 #include "models/model_config.h"
 #include "models/moe.h"
@@ -142,8 +143,10 @@ StepBenchRow bench_moe_layer(const std::string& model, const std::string& recipe
 // broadcast to the query heads, causal SDPA), forward + backward at the step's batch and sequence on
 // random BF16 inputs, with or without deterministic mode: where deterministic mode's cost goes.
 // MFU counts 7 x B x H x S^2 x hd FLOPs (two causal GEMMs forward, five backward).
-StepBenchRow bench_attention(const std::string& model, const StepBenchOptions& o, const torch::Device& device, bool deterministic) {
+StepBenchRow bench_attention(const std::string& model, const StepBenchOptions& o, const torch::Device& device, bool deterministic,
+                             bool own_backward = true) {
   set_deterministic(deterministic);
+  use_own_attention_backward(own_backward);
   const ModelConfig mc = model_config(model);
   const int64_t B = o.batch, S = o.seq_len, H = mc.n_heads, KV = mc.n_kv_heads, hd = mc.head_dim();
   torch::manual_seed(1);
@@ -157,7 +160,9 @@ StepBenchRow bench_attention(const std::string& model, const StepBenchOptions& o
     for (auto* t : {&q, &k, &v}) t->mutable_grad() = torch::Tensor();
     grouped_causal_attention(q, k, v).backward(g);
   });
-  StepBenchRow r = timed_row(deterministic ? "attention" : "attention-nondeterministic", model, "bf16", B, S, o.steps, ms, device);
+  use_own_attention_backward(true);
+  StepBenchRow r = timed_row(!deterministic ? "attention-nondeterministic" : own_backward ? "attention" : "attention-flash-backward", model, "bf16",
+                             B, S, o.steps, ms, device);
   const double flops = 7.0 * static_cast<double>(B * H * hd) * static_cast<double>(S) * static_cast<double>(S);
   r.mfu = device.is_cuda() ? flops / (r.step_ms * 1e-3) / peak_flops(device) : 0.0;
   return r;
@@ -268,6 +273,8 @@ std::vector<StepBenchRow> run_step_benchmarks(const StepBenchOptions& o) {
         if (std::find(recipes.begin(), recipes.end(), rc) != recipes.end()) report(bench_ours(model, rc, om, device, FusedOps::all(true), false));
       // Where that cost goes: the model's attention alone, with and without deterministic mode.
       for (const bool det : {true, false}) report(bench_attention(model, om, device, det));
+      // Deterministic mode's backward: ours against flash's (models/deterministic_attention.h).
+      report(bench_attention(model, om, device, true, false));
     }
   }
   // One MoE layer at paper scale, per recipe.
