@@ -273,8 +273,13 @@ std::vector<StepBenchRow> run_step_benchmarks(const StepBenchOptions& o) {
         if (std::find(recipes.begin(), recipes.end(), rc) != recipes.end()) report(bench_ours(model, rc, om, device, FusedOps::all(true), false));
       // Where that cost goes: the model's attention alone, with and without deterministic mode.
       for (const bool det : {true, false}) report(bench_attention(model, om, device, det));
-      // Deterministic mode's backward: ours against flash's (models/deterministic_attention.h).
+      // Deterministic mode's backward: ours against flash's (models/deterministic_attention.h), alone and in the step.
       report(bench_attention(model, om, device, true, false));
+      use_own_attention_backward(false);
+      StepBenchRow flash = bench_ours(model, "bf16", om, device);
+      use_own_attention_backward(true);
+      flash.impl = "ufp4-flash-attention-backward";
+      report(flash);
     }
   }
   // One MoE layer at paper scale, per recipe.
