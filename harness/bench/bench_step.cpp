@@ -144,7 +144,7 @@ StepBenchRow bench_moe_layer(const std::string& model, const std::string& recipe
 // random BF16 inputs, with or without deterministic mode: where deterministic mode's cost goes.
 // MFU counts 7 x B x H x S^2 x hd FLOPs (two causal GEMMs forward, five backward).
 StepBenchRow bench_attention(const std::string& model, const StepBenchOptions& o, const torch::Device& device, bool deterministic,
-                             bool own_backward = true) {
+                             bool own_backward = false) {
   set_deterministic(deterministic);
   use_own_attention_backward(own_backward);
   const ModelConfig mc = model_config(model);
@@ -160,9 +160,9 @@ StepBenchRow bench_attention(const std::string& model, const StepBenchOptions& o
     for (auto* t : {&q, &k, &v}) t->mutable_grad() = torch::Tensor();
     grouped_causal_attention(q, k, v).backward(g);
   });
-  use_own_attention_backward(true);
-  StepBenchRow r = timed_row(!deterministic ? "attention-nondeterministic" : own_backward ? "attention" : "attention-flash-backward", model, "bf16",
-                             B, S, o.steps, ms, device);
+  use_own_attention_backward(false);
+  StepBenchRow r = timed_row(!deterministic ? "attention-nondeterministic" : own_backward ? "attention-own-backward" : "attention", model, "bf16", B,
+                             S, o.steps, ms, device);
   const double flops = 7.0 * static_cast<double>(B * H * hd) * static_cast<double>(S) * static_cast<double>(S);
   r.mfu = device.is_cuda() ? flops / (r.step_ms * 1e-3) / peak_flops(device) : 0.0;
   return r;
@@ -274,12 +274,12 @@ std::vector<StepBenchRow> run_step_benchmarks(const StepBenchOptions& o) {
       // Where that cost goes: the model's attention alone, with and without deterministic mode.
       for (const bool det : {true, false}) report(bench_attention(model, om, device, det));
       // Deterministic mode's backward: ours against flash's (models/deterministic_attention.h), alone and in the step.
-      report(bench_attention(model, om, device, true, false));
-      use_own_attention_backward(false);
-      StepBenchRow flash = bench_ours(model, "bf16", om, device);
+      report(bench_attention(model, om, device, true, true));
       use_own_attention_backward(true);
-      flash.impl = "ufp4-flash-attention-backward";
-      report(flash);
+      StepBenchRow own = bench_ours(model, "bf16", om, device);
+      use_own_attention_backward(false);
+      own.impl = "ufp4-own-attention-backward";
+      report(own);
     }
   }
   // One MoE layer at paper scale, per recipe.

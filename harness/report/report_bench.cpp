@@ -650,8 +650,23 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
                   "4 ms of the step; cuDNN's non-deterministic backward takes 0.9, flash's non-deterministic one about 1.3). cuDNN's deterministic backward (9.18, cudnn-frontend's "
                   "set_deterministic_algorithm, which LibTorch 2.11 does not call) is on Hopper the form that writes dP to a "
                   "workspace of batch x heads x S x S BF16 values (1.6 GB a layer at dense-113m, by cudnn-frontend's source) and "
-                  "forms dQ by a separate product, no faster by its traffic alone; so our own kernel with a fixed order of the dQ "
-                  "additions at FlashAttention-3's speed.\n\n";
+                  "forms dQ by a separate product, no faster by its traffic alone. Flash's deterministic backward gives each (batch, "
+                  "head) one block of 256 threads at 255 registers, one an SM: 192 blocks, 1.45 waves (logs/ncu-flash-det.txt). Our "
+                  "own (kernels/attention_backward_cuda.cu, at ac51949): a block a (batch, KV head, 64 keys), dV and dK in registers, "
+                  "dQ's terms added by FP32 reductions in L2 in a fixed order behind a counter a query block; deterministic (every "
+                  "[cuda] test and the determinism runs with it as the default: logs/gpu-determinism-own-attention-ac51949.log). "
+                  "Alone it is faster: 1.64 against 1.87 ms at dense-113m (logs/attention-backward-check.log, with what each step of "
+                  "its making bought), and the model's attention forward + backward 1.95 against 2.14 ms, 1.14 against 1.21 at "
+                  "moe-81m, 0.35 against 0.46 at dense-20m, 0.47 against 0.50 at dense-35m; but the captured BF16 steps in the same "
+                  "commands are within their spread of flash's (dense-113m 55.01 against 54.65 ms, moe-81m 33.35 against 33.21, "
+                  "dense-20m 5.38 against 5.47, dense-35m 8.91 against 8.87: logs/bench-step-attention-backward-*.log), so flash's "
+                  "stays the default and ours is the rows `attention-own-backward` and `ufp4-own-attention-backward`. "
+                  "Its dQ order costs it: 1.30 ms with the terms stored unordered, 0.92 without dQ. Also measured: a layer's weight "
+                  "gradients on a second stream beside the attention backward (the idle SMs of flash's second wave) save 0.14 to 0.17 "
+                  "ms a layer at dense-113m and lose at dense-35m (logs/wgrad-overlap.log); flash's backward on causal triangles and "
+                  "rectangles of the sequence in concurrent streams is slower, also as a CUDA graph (logs/attention-causal-split.log). "
+                  "Next: why ours loses its lead inside the step (Nsight Compute's per-kernel times of the step both ways), key blocks "
+                  "of 128 (half the dQ reductions), and a deterministic order cheaper than one counter wait an iteration.\n\n";
           unmet_other.push_back(text);
         }
         if (moe && ratio > t.moe_compiled_max) {
