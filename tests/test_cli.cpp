@@ -75,6 +75,12 @@ TEST_CASE("bad usage exits 2 with one line naming what is wrong", "[cli]") {
   CHECK(lines(p.out) == 1);
   CHECK(p.out.find("allowed: kernels, step, all") != std::string::npos);
 
+  // A peer that does not exist: refused before anything is timed.
+  Result q = run_cli("bench step --models tiny --device cpu --reference eager,sideways --out-dir /nonexistent");
+  CHECK(q.code == 2);
+  CHECK(lines(q.out) == 1);
+  CHECK(q.out.find("allowed: a comma list of eager, compiled, deterministic; or none") != std::string::npos);
+
   Result n = run_cli("run /nonexistent/m.toml");
   CHECK(n.code == 2);
   CHECK(lines(n.out) == 1);

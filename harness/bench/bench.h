@@ -34,8 +34,9 @@ void write_kernel_bench(const std::string& path, const std::vector<KernelBenchRo
 struct StepBenchRow {
   // "ufp4" (this harness, deterministic as the trainer runs), "ufp4-nondeterministic", "ufp4-libtorch-ops"
   // (no fused ops), "ufp4-moe-layer" (one MoE layer forward + backward; batch 1, seq_len = its tokens),
-  // "attention" / "attention-nondeterministic" (the model's attention alone, forward + backward) or
-  // "pytorch-{eager,compiled}-<optimizer>" (harness/bench/reference_step.py)
+  // "attention" / "attention-nondeterministic" / "attention-own-backward" (the model's attention alone,
+  // forward + backward), "ufp4-own-attention-backward" (the step with our attention backward) or
+  // "pytorch-{eager,compiled,compiled-cudagraphs}-[deterministic-]<optimizer>" (harness/bench/reference_step.py)
   std::string impl;
   std::string model, recipe;
   int64_t batch = 0, seq_len = 0, steps = 0;
@@ -51,8 +52,8 @@ struct StepBenchOptions {
   int64_t batch = 16, seq_len = 2048;
   int warmup = 3, steps = 10;
   std::string device = "auto";
-  // The plain-PyTorch peer of the first dense and the first MoE model: "eager", "compiled" or "none".
-  std::vector<std::string> reference = {"eager", "compiled"};
+  // The plain-PyTorch peers of every model: "eager", "compiled", "deterministic" (compiled in deterministic mode) or "none".
+  std::vector<std::string> reference = {"eager", "compiled", "deterministic"};
   std::string python = "python3";
   bool nondeterministic = true;     // also time bf16 and ufp4 without deterministic mode (its cost)
   // One routed MoE layer of these models, forward + backward on moe_layer_tokens tokens (impl "ufp4-moe-layer").

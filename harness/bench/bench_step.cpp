@@ -172,7 +172,7 @@ StepBenchRow bench_attention(const std::string& model, const StepBenchOptions& o
 // compiled, with fused or foreach AdamW; it writes its timings as TOML. nullopt when it failed.
 // compile_mode: "" (eager), "default" or "reduce-overhead" (torch.compile with CUDA graphs).
 std::optional<StepBenchRow> bench_reference(const std::string& model, const StepBenchOptions& o, const std::string& compile_mode,
-                                            const char* optimizer) {
+                                            const char* optimizer, bool deterministic = false) {
   const bool compiled = !compile_mode.empty();
   const ModelConfig mc = model_config(model);
   const std::string out = "/tmp/ufp4-reference-step-" + std::to_string(::getpid()) + ".toml";
@@ -184,14 +184,14 @@ std::optional<StepBenchRow> bench_reference(const std::string& model, const Step
   char cmd[2048];
   std::snprintf(cmd, sizeof cmd,
                 "%s %s/harness/bench/reference_step.py --d-model %lld --layers %lld --heads %lld --kv-heads %lld --ffn %lld --vocab %lld "
-                "--seq %lld --batch %lld --warmup %d --steps %d --optimizer %s --norm-eps 1e-6 --rope-theta %g%s%s%s --out %s",
+                "--seq %lld --batch %lld --warmup %d --steps %d --optimizer %s --norm-eps 1e-6 --rope-theta %g%s%s%s%s --out %s",
                 o.python.c_str(), UFP4_SOURCE_DIR, static_cast<long long>(mc.d_model), static_cast<long long>(mc.n_layers),
                 static_cast<long long>(mc.n_heads), static_cast<long long>(mc.n_kv_heads), static_cast<long long>(mc.ffn_hidden),
                 static_cast<long long>(mc.vocab), static_cast<long long>(o.seq_len), static_cast<long long>(o.batch), o.warmup, o.steps,
                 optimizer, mc.rope_theta, mc.tied_embeddings ? " --tied" : "", moe,
-                compiled ? (" --compile --compile-mode " + compile_mode).c_str() : "", out.c_str());
+                compiled ? (" --compile --compile-mode " + compile_mode).c_str() : "", deterministic ? " --deterministic" : "", out.c_str());
   const std::string impl = std::string(!compiled ? "pytorch-eager-" : compile_mode == "default" ? "pytorch-compiled-" : "pytorch-compiled-cudagraphs-") +
-                           optimizer;
+                           (deterministic ? "deterministic-" : "") + optimizer;
   log_info("bench step: PyTorch reference " + model + " " + impl);
   const int rc = std::system(cmd);
   if (rc != 0 || !file_exists(out)) {
@@ -217,7 +217,8 @@ std::optional<StepBenchRow> bench_reference(const std::string& model, const Step
   r.loss = t["loss"].value_or(0.0);
   r.note = "torch " + t["torch"].value_or(std::string("?")) + ", python " + t["python"].value_or(std::string("?")) + ", " +
            t["device"].value_or(std::string("?")) + ", grouped-query attention: " +
-           (t["gqa"].value_or(std::string("repeat")) == "sdpa" ? "SDPA's enable_gqa" : "K and V repeated");
+           (t["gqa"].value_or(std::string("repeat")) == "sdpa" ? "SDPA's enable_gqa" : "K and V repeated") +
+           (t["deterministic"].value_or(false) ? ", deterministic algorithms" : "");
   return r;
 }
 
@@ -239,6 +240,15 @@ std::pair<std::string, StepBenchOptions> model_options(const std::string& entry,
 std::vector<StepBenchRow> run_step_benchmarks(const StepBenchOptions& o) {
   const torch::Device device = pick_device(o.device);
   if (o.batch < 1 || o.seq_len < 2 || o.steps < 1 || o.warmup < 0) throw Error("bench step: batch, seq and steps must be positive");
+  // Which plain-PyTorch peers run (after ours), checked before anything is timed.
+  bool eager = false, compiled = false, deterministic = false;
+  for (const auto& part : o.reference) {
+    if (part == "eager") eager = true;
+    else if (part == "compiled") compiled = true;
+    else if (part == "deterministic") deterministic = true;
+    else if (part != "none")
+      throw Error("--reference: '" + part + "' is not allowed (allowed: a comma list of eager, compiled, deterministic; or none)");
+  }
   std::vector<StepBenchRow> rows;
   auto report = [&](const StepBenchRow& r) {
     char line[256];
@@ -288,22 +298,23 @@ std::vector<StepBenchRow> run_step_benchmarks(const StepBenchOptions& o) {
   set_deterministic(true);
   // The plain-PyTorch peers of every model of --models, as --reference asks: eager (fused and foreach
   // AdamW; MoE fused only) and compiled (fused AdamW; torch.compile's default mode and reduce-overhead,
-  // which adds CUDA graphs).
-  bool eager = false, compiled = false;
-  for (const auto& part : o.reference) {
-    if (part == "eager") eager = true;
-    else if (part == "compiled") compiled = true;
-    else if (part != "none") throw Error("--reference: '" + part + "' is not allowed (allowed: eager, compiled, eager,compiled, none)");
-  }
+  // which adds CUDA graphs); deterministic: the compiled ones again in deterministic mode, the
+  // like-for-like peers of our deterministic step.
   for (const auto& entry : o.models) {
     const auto [mname, om] = model_options(entry, o);
-    std::vector<std::pair<std::string, const char*>> runs;
-    if (eager) runs.push_back({"", "fused"});
-    if (eager && !model_config(mname).is_moe()) runs.push_back({"", "foreach"});
-    if (compiled) runs.push_back({"default", "fused"});
-    if (compiled) runs.push_back({"reduce-overhead", "fused"});
+    struct Run {
+      std::string mode;
+      const char* optimizer;
+      bool deterministic;
+    };
+    std::vector<Run> runs;
+    if (eager) runs.push_back({"", "fused", false});
+    if (eager && !model_config(mname).is_moe()) runs.push_back({"", "foreach", false});
+    for (const bool det : {false, true})
+      if (det ? deterministic : compiled)
+        for (const char* mode : {"default", "reduce-overhead"}) runs.push_back({mode, "fused", det});
     for (const auto& run : runs)
-      if (auto r = bench_reference(mname, om, run.first, run.second)) report(*r);
+      if (auto r = bench_reference(mname, om, run.mode, run.optimizer, run.deterministic)) report(*r);
   }
   return rows;
 }

@@ -11,9 +11,15 @@ step. MoE layers (all but the first `--dense-layers`) as a plain PyTorch MoE is 
 router and softmax, top-k renormalized, the (token, slot) pairs sorted by expert, one gather, the
 experts' SwiGLU as two torch._grouped_mm calls on stacked weights, an index_add_ combine, the
 load-balancing loss, and a shared expert as a dense MLP. Writes its timings as TOML to --out.
+
+--deterministic runs it as our training step runs, in deterministic mode: torch.use_deterministic_algorithms
+(SDPA then takes flash's deterministic backward, index_add_ a sorted form), cuDNN deterministic, cuBLAS
+with a fixed workspace, new memory left unfilled (as ours leaves it): the like-for-like peer of our
+deterministic step.
 """
 import argparse
 import math
+import os
 import platform
 import statistics
 import sys
@@ -156,11 +162,19 @@ def main():
     p.add_argument("--norm-eps", type=float, default=1e-6)
     p.add_argument("--rope-theta", type=float, default=10000.0)
     p.add_argument("--tied", action="store_true")
+    p.add_argument("--deterministic", action="store_true", help="deterministic algorithms, as our training step runs")
     p.add_argument("--out", required=True)
     a = p.parse_args()
     if not torch.cuda.is_available():
         print("reference_step: no CUDA device", file=sys.stderr)
         return 2
+    if a.deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before the first cuBLAS handle
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
+        if hasattr(torch.utils, "deterministic"):
+            torch.utils.deterministic.fill_uninitialized_memory = False
     dev = torch.device("cuda")
     if a.gqa == "sdpa" and "enable_gqa" not in (F.scaled_dot_product_attention.__doc__ or ""):
         a.gqa = "repeat"  # this torch has no enable_gqa
@@ -200,6 +214,7 @@ def main():
         f.write(f'torch = "{torch.__version__}"\npython = "{platform.python_version()}"\n')
         f.write(f'device = "{torch.cuda.get_device_name(0)}"\noptimizer = "{a.optimizer}"\ncompiled = {str(a.compile).lower()}\n')
         f.write(f'compile_mode = "{a.compile_mode if a.compile else ""}"\ngqa = "{a.gqa}"\n')
+        f.write(f'deterministic = {str(a.deterministic).lower()}\n')
     return 0
 
 

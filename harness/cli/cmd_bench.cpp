@@ -55,8 +55,9 @@ int cmd_bench(const std::vector<std::string>& args) {
       ("warmup", po::value(&so.warmup)->default_value(3), "step: untimed steps first")
       ("steps", po::value(&so.steps)->default_value(10), "step: timed steps")
       ("device", po::value(&device)->default_value("auto"), "step: auto | cpu | cuda")
-      ("reference", po::value(&reference)->default_value("eager,compiled"),
-       "step: comma list of eager, compiled (the plain-PyTorch peer, harness/bench/reference_step.py), or none")
+      ("reference", po::value(&reference)->default_value("eager,compiled,deterministic"),
+       "step: comma list of eager, compiled, deterministic (the plain-PyTorch peer, harness/bench/reference_step.py; "
+       "deterministic: compiled in deterministic mode, as our step runs), or none")
       ("python", po::value(&so.python)->default_value("python3"), "step: the Python that has torch")
       ("no-nondeterministic", "step: skip the rows that time bf16 and ufp4 without deterministic mode")
       ("moe-layers", po::value(&moe_layers)->default_value("auto"),
