@@ -48,7 +48,8 @@ struct AttentionBackwardIO {
 // (strides multiples of 8 elements, 16-byte aligned pointers).
 bool attention_backward_cuda_applies(const AttentionBackwardIO& io);
 
-// delta [B, heads, S] and the dQ accumulator [B, heads, S, 64] (FP32), then the query blocks' counters.
+// delta [B, heads, S] and the dQ accumulator [B, heads, S, 64] (FP32), then the query blocks' counters
+// and the blocks' ticket.
 size_t attention_backward_workspace_bytes(const AttentionBackwardIO& io);
 
 // The backward on `stream` (the caller's); clears the counters itself.

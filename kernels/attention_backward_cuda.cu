@@ -10,8 +10,9 @@
 // dQ of query block i is the sum over key blocks j <= i of their dS K. Block j adds its term after
 // block j + 1 has (a per-query-block counter: block j waits until it reads i - j), into an FP32
 // accumulator that block i writes first and block 0 turns into BF16: the same order on every run.
-// Blocks are launched last key block first, so the block a block waits on started before it, and,
-// walking the query blocks from its own upwards, reaches each query block `group` iterations earlier.
+// Blocks take their work in ticket order, last key block first, so the block a block waits on started
+// before it, and, walking the query blocks from its own upwards, reaches each query block `group`
+// iterations earlier.
 #include <cuda_bf16.h>
 
 #include <mutex>
@@ -137,8 +138,13 @@ __global__ void __launch_bounds__(kThreads, 2)
   extern __shared__ __align__(128) unsigned char smem[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int nblocks = static_cast<int>(io.seq / kAttnBlock);
-  const int j = nblocks - 1 - static_cast<int>(blockIdx.x);  // the last key block first
-  const int64_t b = blockIdx.y / io.kv_heads, kvh = blockIdx.y % io.kv_heads;
+  // The block's work from a ticket taken as it starts, not from blockIdx (whose dispatch order CUDA does
+  // not promise): every block this one waits on took an earlier ticket, so it is running or done.
+  __shared__ unsigned ticket_s;
+  if (tid == 0) ticket_s = atomicAdd(counters + io.batch * io.heads * nblocks, 1u);
+  __syncthreads();
+  const int j = nblocks - 1 - static_cast<int>(ticket_s % nblocks);  // the last key block first
+  const int64_t bkv = ticket_s / nblocks, b = bkv / io.kv_heads, kvh = bkv % io.kv_heads;
   const int group = static_cast<int>(io.heads / io.kv_heads);
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   const uint32_t sK = base + kOffK, sDs = base + kOffDs;
@@ -342,7 +348,7 @@ bool attention_backward_cuda_applies(const AttentionBackwardIO& io) {
 
 size_t attention_backward_workspace_bytes(const AttentionBackwardIO& io) {
   const size_t rows = static_cast<size_t>(io.batch * io.heads * io.seq);
-  return round16(rows * 4) + rows * kAttnHeadDim * 4 + round16(static_cast<size_t>(io.batch * io.heads * (io.seq / kAttnBlock)) * 4);
+  return round16(rows * 4) + rows * kAttnHeadDim * 4 + round16((static_cast<size_t>(io.batch * io.heads * (io.seq / kAttnBlock)) + 1) * 4);
 }
 
 void cuda_attention_backward(const AttentionBackwardIO& io, cudaStream_t stream) { cuda_attention_backward_mode(io, stream, 0); }
@@ -353,7 +359,7 @@ void cuda_attention_backward_mode(const AttentionBackwardIO& io, cudaStream_t st
   float* delta = reinterpret_cast<float*>(ws);
   float* acc = reinterpret_cast<float*>(ws + round16(rows * 4));
   unsigned* counters = reinterpret_cast<unsigned*>(ws + round16(rows * 4) + rows * kAttnHeadDim * 4);
-  const size_t n_counters = static_cast<size_t>(io.batch * io.heads * (io.seq / kAttnBlock));
+  const size_t n_counters = static_cast<size_t>(io.batch * io.heads * (io.seq / kAttnBlock)) + 1;  // and the tickets
   check_cuda(cudaMemsetAsync(counters, 0, n_counters * 4, stream), "attention backward (counters)");
   attention_delta_kernel<<<static_cast<unsigned>((rows + 31) / 32), 256, 0, stream>>>(io, delta);
   check_launch("attention backward (delta)");
