@@ -13,12 +13,12 @@
 // Blocks take their work in ticket order, last key block first, so the block a block waits on started
 // before it, and, walking the query blocks from its own upwards, reaches each query block `group`
 // iterations earlier.
-#include <cuda_bf16.h>
 
 #include <mutex>
 
 #include "kernels/attention_backward.h"
 #include "kernels/cuda_check.cuh"
+#include "kernels/float_bits.h"
 
 namespace ufp4 {
 
@@ -61,11 +61,6 @@ __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint3
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Two floats as BF16 (RNE), lo in the low half.
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
 
 __device__ __forceinline__ unsigned load_relaxed(const unsigned* p) {
   unsigned v;
@@ -95,8 +90,8 @@ __device__ __forceinline__ void load_tile(uint32_t dst, const uint16_t* src, int
   }
 }
 
-__device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
-__device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+__device__ __forceinline__ float bf16_lo(uint32_t w) { return bf16_bits_to_f32(static_cast<uint16_t>(w)); }
+__device__ __forceinline__ float bf16_hi(uint32_t w) { return bf16_bits_to_f32(static_cast<uint16_t>(w >> 16)); }
 
 // delta = rowsum(dO O) per query row: 8 threads a row, 8 elements each, summed in a fixed tree.
 __global__ void attention_delta_kernel(AttentionBackwardIO io, float* delta) {
@@ -129,7 +124,7 @@ __global__ void attention_dq_convert_kernel(AttentionBackwardIO io, const float*
   const float4 x = __ldcs(src), y = __ldcs(src + 1);
   const float sc = io.scale;
   *reinterpret_cast<uint4*>(io.dq + b * io.dq_st.batch + h * io.dq_st.head + row * io.dq_st.row + part * 8) =
-      make_uint4(pack_bf16(x.x * sc, x.y * sc), pack_bf16(x.z * sc, x.w * sc), pack_bf16(y.x * sc, y.y * sc), pack_bf16(y.z * sc, y.w * sc));
+      make_uint4(pack_bf16x2_finite(x.x * sc, x.y * sc), pack_bf16x2_finite(x.z * sc, x.w * sc), pack_bf16x2_finite(y.x * sc, y.y * sc), pack_bf16x2_finite(y.z * sc, y.w * sc));
 }
 
 template <int kMode>
@@ -238,10 +233,10 @@ __global__ void __launch_bounds__(kThreads, 2)
     // dV += P^T dO, dK += dS^T Q: A from the registers (two score tiles make one k16 step over queries).
 #pragma unroll
     for (int kq = 0; kq < 4; ++kq) {
-      const uint32_t ap[4] = {pack_bf16(s[2 * kq][0], s[2 * kq][1]), pack_bf16(s[2 * kq][2], s[2 * kq][3]),
-                              pack_bf16(s[2 * kq + 1][0], s[2 * kq + 1][1]), pack_bf16(s[2 * kq + 1][2], s[2 * kq + 1][3])};
-      const uint32_t ad[4] = {pack_bf16(dp[2 * kq][0], dp[2 * kq][1]), pack_bf16(dp[2 * kq][2], dp[2 * kq][3]),
-                              pack_bf16(dp[2 * kq + 1][0], dp[2 * kq + 1][1]), pack_bf16(dp[2 * kq + 1][2], dp[2 * kq + 1][3])};
+      const uint32_t ap[4] = {pack_bf16x2_finite(s[2 * kq][0], s[2 * kq][1]), pack_bf16x2_finite(s[2 * kq][2], s[2 * kq][3]),
+                              pack_bf16x2_finite(s[2 * kq + 1][0], s[2 * kq + 1][1]), pack_bf16x2_finite(s[2 * kq + 1][2], s[2 * kq + 1][3])};
+      const uint32_t ad[4] = {pack_bf16x2_finite(dp[2 * kq][0], dp[2 * kq][1]), pack_bf16x2_finite(dp[2 * kq][2], dp[2 * kq][3]),
+                              pack_bf16x2_finite(dp[2 * kq + 1][0], dp[2 * kq + 1][1]), pack_bf16x2_finite(dp[2 * kq + 1][2], dp[2 * kq + 1][3])};
       // dS^T to shared memory for dQ, as the BF16 values the dK product takes.
       const int r0 = warp * 16 + g, c0 = kq * 16 + 2 * t;
       st_shared(sDs + swz(r0, c0), ad[0]);
@@ -259,7 +254,6 @@ __global__ void __launch_bounds__(kThreads, 2)
         mma(dk[2 * nd + 1], ad, bq[2], bq[3]);
       }
     }
-    // The counter of this query block, read before the dQ product: usually it is ready by then.
     const int64_t qrow = (b * io.heads + hq) * io.seq + static_cast<int64_t>(i) * kAttnBlock;
     unsigned* counter = counters + (b * io.heads + hq) * nblocks + i;
     __syncthreads();  // dS^T complete
@@ -322,15 +316,27 @@ __global__ void __launch_bounds__(kThreads, 2)
       const int64_t row = static_cast<int64_t>(j) * kAttnBlock + warp * 16 + g + h * 8;
       const int col = n * 8 + 2 * t;
       *reinterpret_cast<uint32_t*>(io.dk + b * io.dk_st.batch + kvh * io.dk_st.head + row * io.dk_st.row + col) =
-          pack_bf16(dk[n][2 * h] * io.scale, dk[n][2 * h + 1] * io.scale);
+          pack_bf16x2_finite(dk[n][2 * h] * io.scale, dk[n][2 * h + 1] * io.scale);
       *reinterpret_cast<uint32_t*>(io.dv + b * io.dv_st.batch + kvh * io.dv_st.head + row * io.dv_st.row + col) =
-          pack_bf16(dv[n][2 * h], dv[n][2 * h + 1]);
+          pack_bf16x2_finite(dv[n][2 * h], dv[n][2 * h + 1]);
     }
 }
 
 bool aligned(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 bool strides_ok(const AttnStrides& s) { return s.batch % 8 == 0 && s.head % 8 == 0 && s.row % 8 == 0; }
 size_t round16(size_t n) { return (n + 15) / 16 * 16; }
+
+// The workspace: delta [B, heads, S], the dQ accumulator [B, heads, S, 64] (FP32), the query blocks'
+// counters and the blocks' ticket, at these byte offsets.
+struct Workspace {
+  size_t rows, acc, counters, n_counters, bytes;
+  explicit Workspace(const AttentionBackwardIO& io)
+      : rows(static_cast<size_t>(io.batch * io.heads * io.seq)),
+        acc(round16(rows * 4)),
+        counters(acc + rows * kAttnHeadDim * 4),
+        n_counters(static_cast<size_t>(io.batch * io.heads * (io.seq / kAttnBlock)) + 1),
+        bytes(counters + round16(n_counters * 4)) {}
+};
 
 }  // namespace
 
@@ -346,21 +352,18 @@ bool attention_backward_cuda_applies(const AttentionBackwardIO& io) {
   return true;
 }
 
-size_t attention_backward_workspace_bytes(const AttentionBackwardIO& io) {
-  const size_t rows = static_cast<size_t>(io.batch * io.heads * io.seq);
-  return round16(rows * 4) + rows * kAttnHeadDim * 4 + round16((static_cast<size_t>(io.batch * io.heads * (io.seq / kAttnBlock)) + 1) * 4);
-}
+size_t attention_backward_workspace_bytes(const AttentionBackwardIO& io) { return Workspace(io).bytes; }
 
 void cuda_attention_backward(const AttentionBackwardIO& io, cudaStream_t stream) { cuda_attention_backward_mode(io, stream, 0); }
 
 void cuda_attention_backward_mode(const AttentionBackwardIO& io, cudaStream_t stream, int mode) {
-  const size_t rows = static_cast<size_t>(io.batch * io.heads * io.seq);
+  const Workspace w(io);
+  const size_t rows = w.rows;
   char* ws = static_cast<char*>(io.workspace);
   float* delta = reinterpret_cast<float*>(ws);
-  float* acc = reinterpret_cast<float*>(ws + round16(rows * 4));
-  unsigned* counters = reinterpret_cast<unsigned*>(ws + round16(rows * 4) + rows * kAttnHeadDim * 4);
-  const size_t n_counters = static_cast<size_t>(io.batch * io.heads * (io.seq / kAttnBlock)) + 1;  // and the tickets
-  check_cuda(cudaMemsetAsync(counters, 0, n_counters * 4, stream), "attention backward (counters)");
+  float* acc = reinterpret_cast<float*>(ws + w.acc);
+  unsigned* counters = reinterpret_cast<unsigned*>(ws + w.counters);
+  check_cuda(cudaMemsetAsync(counters, 0, w.n_counters * 4, stream), "attention backward (counters and ticket)");
   attention_delta_kernel<<<static_cast<unsigned>((rows + 31) / 32), 256, 0, stream>>>(io, delta);
   check_launch("attention backward (delta)");
   static std::once_flag smem_set;

@@ -4,7 +4,6 @@
 // events at the proxies' attention shapes (forward output and log-sum-exp random but plausible).
 //
 //   cmake --build build --target dev && build/ufp4_dev_attention_backward
-#include <cuda_bf16.h>
 
 #include <algorithm>
 #include <cmath>
@@ -15,23 +14,14 @@
 
 #include "dev/cuda/check_cuda.cuh"
 #include "kernels/attention_backward.h"
+#include "kernels/float_bits.h"
 
 using namespace ufp4;
 
 namespace {
 
-uint16_t to_bf16(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-float from_bf16(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
+uint16_t to_bf16(float x) { return f32_to_bf16_bits(x); }
+float from_bf16(uint16_t h) { return bf16_bits_to_f32(h); }
 
 struct Dev {
   uint16_t *q, *k, *v, *o, *dout, *dq, *dk, *dv;
