@@ -34,8 +34,9 @@ void write_kernel_bench(const std::string& path, const std::vector<KernelBenchRo
 struct StepBenchRow {
   // "ufp4" (this harness, deterministic as the trainer runs), "ufp4-nondeterministic", "ufp4-libtorch-ops"
   // (no fused ops), "ufp4-moe-layer" (one MoE layer forward + backward; batch 1, seq_len = its tokens),
-  // "attention" / "attention-nondeterministic" / "attention-own-backward" (the model's attention alone,
-  // forward + backward), "ufp4-own-attention-backward" (the step with our attention backward) or
+  // "attention" / "attention-nondeterministic" (the model's attention alone, forward + backward, with the
+  // run's attention backward), "attention-own-backward" / "attention-flash-backward" (the same with the
+  // other one), "ufp4-own-attention-backward" / "ufp4-flash-attention-backward" (the step with it) or
   // "pytorch-{eager,compiled,compiled-cudagraphs}-[deterministic-]<optimizer>" (harness/bench/reference_step.py)
   std::string impl;
   std::string model, recipe;
@@ -56,6 +57,9 @@ struct StepBenchOptions {
   std::vector<std::string> reference = {"eager", "compiled", "deterministic"};
   std::string python = "python3";
   bool nondeterministic = true;     // also time bf16 and ufp4 without deterministic mode (its cost)
+  // Deterministic mode's attention backward for every row: ours (kernels/attention_backward.h) or flash's,
+  // the trainer's default (models/deterministic_attention.h); the other is timed in rows of its own.
+  bool own_attention_backward = false;
   // One routed MoE layer of these models, forward + backward on moe_layer_tokens tokens (impl "ufp4-moe-layer").
   std::vector<std::string> moe_layers;
   int64_t moe_layer_tokens = 16384;

@@ -141,28 +141,34 @@ StepBenchRow bench_moe_layer(const std::string& model, const std::string& recipe
 
 // The model's attention alone (models/layers.h grouped_causal_attention: RoPE'd q, the KV heads
 // broadcast to the query heads, causal SDPA), forward + backward at the step's batch and sequence on
-// random BF16 inputs, with or without deterministic mode: where deterministic mode's cost goes.
-// MFU counts 7 x B x H x S^2 x hd FLOPs (two causal GEMMs forward, five backward).
+// random BF16 inputs in the layout the model gives it (heads inner: [B, S, heads, hd] memory, as the
+// fused RoPE writes q, k and v and the output projection's gradient arrives), with or without
+// deterministic mode, with the run's attention backward or the other one (other_backward): where
+// deterministic mode's cost goes. MFU counts 7 x B x H x S^2 x hd FLOPs (two causal GEMMs forward,
+// five backward).
 StepBenchRow bench_attention(const std::string& model, const StepBenchOptions& o, const torch::Device& device, bool deterministic,
-                             bool own_backward = false) {
+                             bool other_backward = false) {
   set_deterministic(deterministic);
-  use_own_attention_backward(own_backward);
+  const bool own = o.own_attention_backward != other_backward;
+  use_own_attention_backward(own);
   const ModelConfig mc = model_config(model);
   const int64_t B = o.batch, S = o.seq_len, H = mc.n_heads, KV = mc.n_kv_heads, hd = mc.head_dim();
   torch::manual_seed(1);
   const auto opt = torch::TensorOptions().device(device).dtype(device.is_cuda() ? torch::kBFloat16 : torch::kFloat32);
-  torch::Tensor q = torch::randn({B, H, S, hd}, opt).requires_grad_(true);
-  torch::Tensor k = torch::randn({B, KV, S, hd}, opt).requires_grad_(true);
-  torch::Tensor v = torch::randn({B, KV, S, hd}, opt).requires_grad_(true);
-  torch::Tensor g = torch::randn({B, H, S, hd}, opt);
+  auto heads_inner = [&](int64_t heads) { return torch::randn({B, S, heads, hd}, opt).transpose(1, 2); };
+  torch::Tensor q = heads_inner(H).requires_grad_(true), k = heads_inner(KV).requires_grad_(true), v = heads_inner(KV).requires_grad_(true);
+  torch::Tensor g = heads_inner(H);
   reset_peak_memory(device);
   const std::vector<double> ms = time_passes(device, o.warmup, o.steps, [&](int) {
     for (auto* t : {&q, &k, &v}) t->mutable_grad() = torch::Tensor();
     grouped_causal_attention(q, k, v).backward(g);
   });
-  use_own_attention_backward(false);
-  StepBenchRow r = timed_row(!deterministic ? "attention-nondeterministic" : own_backward ? "attention-own-backward" : "attention", model, "bf16", B,
-                             S, o.steps, ms, device);
+  use_own_attention_backward(o.own_attention_backward);
+  const std::string impl = !deterministic ? "attention-nondeterministic"
+                           : !other_backward ? "attention"
+                           : own            ? "attention-own-backward"
+                                            : "attention-flash-backward";
+  StepBenchRow r = timed_row(impl, model, "bf16", B, S, o.steps, ms, device);
   const double flops = 7.0 * static_cast<double>(B * H * hd) * static_cast<double>(S) * static_cast<double>(S);
   r.mfu = device.is_cuda() ? flops / (r.step_ms * 1e-3) / peak_flops(device) : 0.0;
   return r;
@@ -249,6 +255,7 @@ std::vector<StepBenchRow> run_step_benchmarks(const StepBenchOptions& o) {
     else if (part != "none")
       throw Error("--reference: '" + part + "' is not allowed (allowed: a comma list of eager, compiled, deterministic; or none)");
   }
+  use_own_attention_backward(o.own_attention_backward);
   std::vector<StepBenchRow> rows;
   auto report = [&](const StepBenchRow& r) {
     char line[256];
@@ -283,13 +290,13 @@ std::vector<StepBenchRow> run_step_benchmarks(const StepBenchOptions& o) {
         if (std::find(recipes.begin(), recipes.end(), rc) != recipes.end()) report(bench_ours(model, rc, om, device, FusedOps::all(true), false));
       // Where that cost goes: the model's attention alone, with and without deterministic mode.
       for (const bool det : {true, false}) report(bench_attention(model, om, device, det));
-      // Deterministic mode's backward: ours against flash's (models/deterministic_attention.h), alone and in the step.
+      // Deterministic mode's other backward (ours or flash's, models/deterministic_attention.h), alone and in the step.
       report(bench_attention(model, om, device, true, true));
-      use_own_attention_backward(true);
-      StepBenchRow own = bench_ours(model, "bf16", om, device);
-      use_own_attention_backward(false);
-      own.impl = "ufp4-own-attention-backward";
-      report(own);
+      use_own_attention_backward(!o.own_attention_backward);
+      StepBenchRow other = bench_ours(model, "bf16", om, device);
+      use_own_attention_backward(o.own_attention_backward);
+      other.impl = o.own_attention_backward ? "ufp4-flash-attention-backward" : "ufp4-own-attention-backward";
+      report(other);
     }
   }
   // One MoE layer at paper scale, per recipe.
@@ -325,6 +332,7 @@ void write_step_bench(const std::string& path, const std::vector<StepBenchRow>& 
   w.attr("schema_version", static_cast<int64_t>(1));
   w.attr("what", std::string("training-step benchmark: forward + backward + clipping + AdamW, CUDA events per step after warm-up"));
   w.attr("warmup_steps", static_cast<int64_t>(o.warmup));
+  w.attr("attention_backward", std::string(o.own_attention_backward ? "own" : "flash"));
   w.attr("mfu_peak_flops", peak_flops(torch::Device(torch::kCUDA)));
   std::string names;
   for (const auto& r : rows) names += r.model + "|" + r.impl + "|" + r.recipe + "|" + r.note + "\n";

@@ -28,7 +28,7 @@ std::vector<std::string> comma_list(const std::string& s) {
 }  // namespace
 
 int cmd_bench(const std::vector<std::string>& args) {
-  std::string what, out_dir, filter, models, recipes, extra, device, reference, moe_layers, gpus;
+  std::string what, out_dir, filter, models, recipes, extra, device, reference, moe_layers, gpus, attention_backward;
   KernelBenchOptions ko;
   StepBenchOptions so;
   ScalingBenchOptions co;
@@ -60,6 +60,9 @@ int cmd_bench(const std::vector<std::string>& args) {
        "deterministic: compiled in deterministic mode, as our step runs), or none")
       ("python", po::value(&so.python)->default_value("python3"), "step: the Python that has torch")
       ("no-nondeterministic", "step: skip the rows that time bf16 and ufp4 without deterministic mode")
+      ("attention-backward", po::value(&attention_backward)->default_value("flash"),
+       "step: deterministic mode's attention backward in every row, flash (the trainer's default) | own (ours); the other "
+       "is timed in rows of its own")
       ("moe-layers", po::value(&moe_layers)->default_value("auto"),
        "step: comma list of MoE models whose routed layer is timed alone (forward + backward), none, or auto (moe-7.9b on a GPU)")
       ("moe-layer-tokens", po::value(&so.moe_layer_tokens)->default_value(16384), "step: tokens through that layer");
@@ -68,6 +71,9 @@ int cmd_bench(const std::vector<std::string>& args) {
   auto vm = parse_command("bench", "kernels|step|all|scaling [--out-dir DIR] [options]", d, args, &pos);
   if (!vm) return 0;
   so.nondeterministic = !vm->count("no-nondeterministic");
+  if (attention_backward != "flash" && attention_backward != "own")
+    throw Error("bench: --attention-backward: '" + attention_backward + "' is not allowed (allowed: flash, own)");
+  so.own_attention_backward = attention_backward == "own";
   if (what != "kernels" && what != "step" && what != "all" && what != "scaling")
     throw Error("bench: '" + what + "' is not a benchmark (allowed: kernels, step, all, scaling)");
   if (what == "scaling") {
