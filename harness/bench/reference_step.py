@@ -65,7 +65,8 @@ class Moe(nn.Module):
         w, idx = probs.topk(self.k, -1)
         w = w / w.sum(-1, keepdim=True)
         flat = idx.flatten()
-        counts = torch.histc(flat.float(), bins=self.e, min=0, max=self.e - 1)
+        # Tokens an expert, by comparison (histc has no deterministic CUDA form; bincount reads its max on the host).
+        counts = (flat.unsqueeze(1) == torch.arange(self.e, device=flat.device)).sum(0)
         aux = self.e * ((counts / flat.numel()) * probs.mean(0)).sum()
         order = torch.argsort(flat, stable=True)
         token = order // self.k
