@@ -634,7 +634,11 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
           text += nondet_faster ? "Without deterministic mode our step is the faster one, so the gap is " : "Part of the gap is ";
           text += "deterministic attention's backward (flash attention's sequential dQ, the attention rows below; cuDNN's fused backward, the fastest, "
                   "is not deterministic and LibTorch 2.11 offers no deterministic switch for it: logs/attention-backends.log; the forward "
-                  "is cuDNN's since 1edb74d, `models/deterministic_attention.h`), against a peer that runs without determinism. Nsight Compute's per-kernel times of one step "
+                  "is cuDNN's since 1edb74d, `models/deterministic_attention.h`), against a peer that runs without determinism";
+          if (det_compiled_ms.count(kv.first))
+            text += std::string(": the same peer in deterministic mode takes ") + fmt("%.2f", det_compiled_ms[kv.first]) + " ms, " +
+                    (kv.second <= det_compiled_ms[kv.first] ? "slower" : "faster") + " than our step (the reported row above)";
+          text += ". Nsight Compute's per-kernel times of one step "
                   "(logs/ncu-step-bf16-before-after.txt, logs/ncu-step-fusions-before-after.txt) show what the fused-op changes bought "
                   "(the copies around attention gone, a cheaper exact exp in the loss: logs/cross-entropy-variants.log; then the "
                   "residual adds inside the next RMSNorm, q, k and v rotated and the projection's gradient written by one kernel each "
@@ -661,18 +665,22 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
                   "own (kernels/attention_backward_cuda.cu, at ac51949): a block a (batch, KV head, 64 keys), dV and dK in registers, "
                   "dQ's terms added by FP32 reductions in L2 in a fixed order behind a counter a query block; deterministic (every "
                   "[cuda] test and the determinism runs with it as the default: logs/gpu-determinism-own-attention-ac51949.log). "
-                  "Alone it is faster: its whole backward 1.64 against flash's 1.89 ms at dense-113m (CUDA events; logs/attention-backward-check.log, logs/wgrad-overlap.log; with what each step of "
-                  "its making bought), and the model's attention forward + backward 1.95 against 2.14 ms, 1.14 against 1.21 at "
-                  "moe-81m, 0.35 against 0.46 at dense-20m, 0.47 against 0.50 at dense-35m; but the captured BF16 steps in the same "
-                  "commands are within their spread of flash's (dense-113m 55.01 against 54.65 ms, moe-81m 33.35 against 33.21, "
-                  "dense-20m 5.38 against 5.47, dense-35m 8.91 against 8.87: logs/bench-step-attention-backward-*.log), so flash's "
-                  "stays the default and ours is the rows `attention-own-backward` and `ufp4-own-attention-backward`. "
-                  "Its dQ order costs it: 1.30 ms with the terms stored unordered, 0.92 without dQ. Also measured: a layer's weight "
-                  "gradients on a second stream beside the attention backward (the idle SMs of flash's second wave) save 0.14 to 0.17 "
-                  "ms a layer at dense-113m and lose at dense-35m (logs/wgrad-overlap.log); flash's backward on causal triangles and "
-                  "rectangles of the sequence in concurrent streams is slower, also as a CUDA graph (logs/attention-causal-split.log). "
-                  "Next: why ours loses its lead inside the step (Nsight Compute's per-kernel times of the step both ways), key blocks "
-                  "of 128 (half the dQ reductions), and a deterministic order cheaper than one counter wait an iteration.\n\n";
+                  "On contiguous [B, H, S, 64] inputs it looked faster: its whole backward 1.64 against flash's 1.89 ms at dense-113m (CUDA "
+                  "events; logs/attention-backward-check.log, with what each step of its making bought). In the model's layout (q, k, v "
+                  "and dO on [B, S, heads, 64] memory, as the fused RoPE writes them; the attention rows take it from 831b413) it is not: "
+                  "flash's kernel takes 1.42 ms a layer there and ours 1.66, so the step is about 1.2 ms slower with ours although it "
+                  "saves flash's grouped-query gradient sums (Nsight Compute's per-kernel sums of both steps: "
+                  "logs/ncu-step-attention-backward-own-vs-flash.md). Flash's stays the default; ours is the rows "
+                  "`attention-own-backward` and `ufp4-own-attention-backward` (`ufp4 bench step --attention-backward own|flash`). "
+                  "Its dQ order costs it: 1.30 ms with the terms stored unordered, 0.92 without dQ. Also measured, not kept: flash's "
+                  "backward for the 11 batches that fill one wave of its blocks and ours for the other 5 (no faster: ours takes 40% of "
+                  "its time for 31% of the work, and flash's thin second wave is cheaper than a full one; logs/attention-backward-split.log); "
+                  "a layer's weight gradients on a second stream beside the attention backward (the idle SMs of flash's second wave) save "
+                  "0.14 to 0.17 ms a layer at dense-113m and lose at dense-35m, and the same overlap saves 0.2 ms without deterministic "
+                  "mode (logs/wgrad-overlap.log); flash's backward on causal triangles and rectangles of the sequence in concurrent "
+                  "streams is slower, also as a CUDA graph (logs/attention-causal-split.log). What is left to close the gap: a "
+                  "deterministic backward kernel near cuDNN's non-deterministic one (Hopper's warpgroup MMA, larger tiles), not a "
+                  "scheduling change around flash's.\n\n";
           unmet_other.push_back(text);
         }
         if (moe && ratio > t.moe_compiled_max) {
@@ -680,7 +688,12 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
             return r.model == kv.first && r.impl == "ufp4-without-fused-moe-combine";
           });
           unmet_other.push_back("### bf16 step / PyTorch compiled step, " + kv.first + "\n\nOurs " + fmt("%.2f", kv.second) +
-                              " ms, compiled " + fmt("%.2f", compiled_ms[kv.first]) + " ms. Besides deterministic attention (the "
+                              " ms, compiled " + fmt("%.2f", compiled_ms[kv.first]) + " ms" +
+                              (det_compiled_ms.count(kv.first)
+                                   ? std::string(" (in deterministic mode, as ours runs, ") + fmt("%.2f", det_compiled_ms[kv.first]) + " ms; ours " +
+                                         (nondet_ms[kv.first].count("bf16") ? "without it " + fmt("%.2f", nondet_ms[kv.first]["bf16"]) + " ms" : "") + ")"
+                                   : std::string()) +
+                              ". Besides deterministic attention (the "
                               "attention rows below), Nsight Compute's per-kernel times of one BF16 step (logs/ncu-step-moe-81m.txt) "
                               "show the routing's LibTorch operations: the combine's and the dispatch's BF16 products, sums, gathers, "
                               "zero fills and copies, and the sorts, where the compiler fuses what it can. The fused combine "
