@@ -4,10 +4,9 @@
 // against 0.44 ms at dense-113m's shape), and its output and log-sum-exp are what a backward reads
 // (dev/attention_chunked.py, results/bench/logs/attention-chunked.log). The backward is flash's
 // deterministic one, or, when switched on, ours (kernels/attention_backward.h: dQ summed in a fixed
-// order) where it applies (BF16, head dimension 64, S a multiple of 64). Ours is faster alone (dense-113m
-// 1.95 against 2.14 ms forward + backward, dense-20m 0.35 against 0.46) but, in the same commands, the
-// captured training steps are within their spread of flash's (results/bench/logs/
-// bench-step-attention-backward-*.log), so flash's stays the default until ours wins there.
+// order) where it applies (BF16, head dimension 64, S a multiple of 64). On the model's layout (q, k, v
+// on [B, S, heads, hd] memory) flash's kernel is the faster (1.42 against 1.66 ms a layer at dense-113m,
+// results/bench/logs/ncu-step-attention-backward-own-vs-flash.md), so flash's is the default.
 #pragma once
 #include <torch/torch.h>
 
