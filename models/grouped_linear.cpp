@@ -4,7 +4,11 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "kernels/padded_segments.h"
 #include "models/quant_ops.h"
+#ifdef UFP4_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#endif
 
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8)
 #define UFP4_GROUPED_MM 1
@@ -255,22 +259,41 @@ GroupedRows GroupedLinearImpl::wgrad_rows(const torch::Tensor& ends, int64_t row
   if (cache.ends.defined() && cache.ends.unsafeGetTensorImpl() == ends.unsafeGetTensorImpl() && cache.rows == rows && cache.align == align &&
       cache.rht == rht)
     return cache.value;
+  cache = {ends, rows, align, rht, padded_segment_rows(ends, rows, align, rht)};
+  return cache.value;
+}
+
+GroupedRows padded_segment_rows(const torch::Tensor& ends, int64_t rows, int64_t align, int64_t rht) {
   const int64_t E = ends.size(0);
-  const torch::Tensor starts = segment_starts(ends), counts = ends - starts;
   GroupedRows out;
+  // A bound on the padded rows that needs no look at the counts: each expert adds at most align - 1.
+  out.rows = rows + E * (align - 1);
+#ifdef UFP4_WITH_CUDA
+  // One launch (kernels/padded_segments.h) where the composition below takes about twenty small ones.
+  if (ends.is_cuda() && ends.scalar_type() == torch::kInt32 && ends.is_contiguous() && E >= 1 && E <= kPaddedSegmentsMaxExperts) {
+    const auto i32 = ends.options().dtype(torch::kInt32);
+    out.lens = torch::empty({E}, i32);
+    out.ends = torch::empty({E}, i32);
+    out.src = torch::empty({out.rows}, ends.options().dtype(torch::kInt64));
+    PaddedSegmentsIO io;
+    io.experts = E, io.rows = out.rows, io.align = align, io.rht = rht;
+    io.ends = ends.data_ptr<int32_t>();
+    io.lens = out.lens.data_ptr<int32_t>(), io.padded_ends = out.ends.data_ptr<int32_t>(), io.src = out.src.data_ptr<int64_t>();
+    cuda_padded_segments(io, at::cuda::getCurrentCUDAStream(ends.device().index()).stream());
+    return out;
+  }
+#endif
+  const torch::Tensor starts = segment_starts(ends), counts = ends - starts;
   out.lens = rht ? (counts + (rht - 1)).div(rht, "floor").mul(rht).to(torch::kInt32) : counts;
   const torch::Tensor padded = (counts + (align - 1)).div(align, "floor").mul(align).to(torch::kInt64);
   const torch::Tensor pends = torch::cumsum(padded, 0), pstarts = pends - padded;
   out.ends = pends.to(torch::kInt32);
-  // A bound on the padded rows that needs no look at the counts: each expert adds at most align - 1.
-  out.rows = rows + E * (align - 1);
   // Padded row p of expert e's segment holds source row p + starts[e] - pstarts[e] while p < pstarts[e]
   // + counts[e]; the rows past the last segment fall to expert E - 1 and past that bound too.
   const torch::Tensor at = torch::arange(out.rows, ends.options().dtype(torch::kInt64));
   const torch::Tensor g = torch::searchsorted(pends, at, /*out_int32=*/false, /*right=*/true).clamp_max(E - 1);
   const torch::Tensor shift = starts.to(torch::kInt64) - pstarts, valid_end = pstarts + counts.to(torch::kInt64);
   out.src = torch::where(at < valid_end.index_select(0, g), at + shift.index_select(0, g), torch::full_like(at, -1));
-  cache = {ends, rows, align, rht, out};
   return out;
 }
 

@@ -36,6 +36,12 @@ struct GroupedRows {
   int64_t rows = 0;
 };
 
+// WGRAD's padded layout of routing ends [E] (int32) over `rows` expert-sorted rows: each expert's rows
+// start on a multiple of `align`, lens = its rows rounded up to a multiple of rht (0: its rows), src the
+// source row of each padded row or -1 (kernels/padded_segments.h). On the device in one launch (E up to
+// 1024), elsewhere a LibTorch composition of the same integers.
+GroupedRows padded_segment_rows(const torch::Tensor& ends, int64_t rows, int64_t align, int64_t rht);
+
 class GroupedLinearImpl : public torch::nn::Module {
  public:
   // Expert e's layer id is first_layer_id + e * id_stride (the ids per-expert QuantLinears would get).

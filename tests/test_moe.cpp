@@ -6,7 +6,10 @@
 
 #include <cmath>
 #include <string>
+#include <vector>
 
+#include "kernels/padded_segments.h"
+#include "models/grouped_linear.h"
 #include "models/moe.h"
 #include "tests/catch.h"
 #include "tests/moe_reference.h"
@@ -68,4 +71,43 @@ TEST_CASE("grouped quantized operands equal the per-expert operands bit for bit"
     CHECK(c.mismatches == "");
     CHECK(c.operands > 30);
   }
+}
+
+namespace {
+
+// Routing ends of E experts over random counts (some zero, some past the alignment), fixed seed.
+torch::Tensor random_ends(int64_t E, uint64_t seed) {
+  torch::manual_seed(static_cast<int64_t>(seed));
+  torch::Tensor counts = torch::randint(0, 70, {E}, torch::kInt32);
+  counts.index_put_({torch::rand({E}) < 0.25}, 0);
+  return torch::cumsum(counts, 0).to(torch::kInt32);
+}
+
+}  // namespace
+
+TEST_CASE("WGRAD's padded segments: the CPU reference equals the LibTorch composition", "[moe]") {
+  for (const int64_t E : {1, 3, 32, 64})
+    for (const int64_t align : {16, 32})
+      for (const int64_t rht : {0, 16})
+        for (uint64_t seed = 1; seed <= 3; ++seed) {
+          INFO("E " << E << " align " << align << " rht " << rht << " seed " << seed);
+          const torch::Tensor ends = random_ends(E, seed * 100 + static_cast<uint64_t>(E));
+          const int64_t rows = ends[E - 1].item<int32_t>();
+          const GroupedRows c = padded_segment_rows(ends, rows, align, rht);
+          REQUIRE(c.rows == rows + E * (align - 1));
+          std::vector<int32_t> lens(static_cast<size_t>(E)), pends(static_cast<size_t>(E));
+          std::vector<int64_t> src(static_cast<size_t>(c.rows));
+          PaddedSegmentsIO io;
+          io.experts = E, io.rows = c.rows, io.align = align, io.rht = rht;
+          io.ends = ends.data_ptr<int32_t>(), io.lens = lens.data(), io.padded_ends = pends.data(), io.src = src.data();
+          reference_padded_segments(io);
+          auto as_tensor = [](auto& v, torch::ScalarType t) { return torch::from_blob(v.data(), {static_cast<int64_t>(v.size())}, t); };
+          CHECK(torch::equal(c.lens.to(torch::kInt32), as_tensor(lens, torch::kInt32)));
+          CHECK(torch::equal(c.ends, as_tensor(pends, torch::kInt32)));
+          CHECK(torch::equal(c.src, as_tensor(src, torch::kInt64)));
+          // Each source row once, in order within its segment, every segment starting on a multiple of align.
+          const torch::Tensor kept = c.src.masked_select(c.src >= 0);
+          CHECK(torch::equal(kept, torch::arange(rows, torch::kInt64)));
+          CHECK((c.ends.remainder(align) == 0).all().item<bool>());
+        }
 }

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include "harness/train/determinism.h"
+#include "models/grouped_linear.h"
 #include "models/moe.h"
 #include "tests/catch.h"
 #include "tests/moe_reference.h"
@@ -111,4 +112,27 @@ TEST_CASE("MoE on the GPU: no host synchronisation in forward and backward; reru
     }
   }
 #endif
+}
+
+TEST_CASE("WGRAD's padded segments on the GPU: one launch, the composition's integers", "[moe][cuda]") {
+  UFP4_NEED_GPU();
+  // The device path (kernels/padded_segments.h) against the CPU composition, bit for bit; 1024 experts is
+  // the kernel's limit.
+  for (const int64_t E : {1, 5, 32, 1024})
+    for (const int64_t align : {16, 64})
+      for (const int64_t rht : {0, 16}) {
+        INFO("E " << E << " align " << align << " rht " << rht);
+        torch::manual_seed(E + align + rht);
+        torch::Tensor counts = torch::randint(0, 300, {E}, torch::kInt32);
+        counts.index_put_({torch::rand({E}) < 0.25}, 0);
+        const torch::Tensor ends = torch::cumsum(counts, 0).to(torch::kInt32);
+        const int64_t rows = ends[E - 1].item<int32_t>();
+        const GroupedRows cpu = padded_segment_rows(ends, rows, align, rht);
+        const GroupedRows gpu = padded_segment_rows(ends.to(torch::kCUDA), rows, align, rht);
+        REQUIRE(gpu.src.is_cuda());
+        CHECK(gpu.rows == cpu.rows);
+        CHECK(torch::equal(gpu.lens.cpu(), cpu.lens.to(torch::kInt32)));
+        CHECK(torch::equal(gpu.ends.cpu(), cpu.ends));
+        CHECK(torch::equal(gpu.src.cpu(), cpu.src));
+      }
 }
