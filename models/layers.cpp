@@ -19,7 +19,8 @@ torch::Tensor grouped_causal_attention(const torch::Tensor& q, torch::Tensor k, 
   const int64_t B = q.size(0), H = q.size(1), KV = k.size(1), S = k.size(2), hd = k.size(3);
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
   // In deterministic mode cuDNN's forward with flash's deterministic backward (models/deterministic_attention.h).
-  if (q.is_cuda() && at::globalContext().deterministicAlgorithms() && deterministic_causal_attention_applies(q, k, v)) {
+  // (Undefined where it does not apply: it checks the inputs itself.)
+  if (q.is_cuda() && at::globalContext().deterministicAlgorithms()) {
     torch::Tensor o = deterministic_causal_attention(q, k, v);
     if (o.defined()) return o;
   }
