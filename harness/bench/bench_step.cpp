@@ -255,6 +255,8 @@ std::vector<StepBenchRow> run_step_benchmarks(const StepBenchOptions& o) {
     else if (part != "none")
       throw Error("--reference: '" + part + "' is not allowed (allowed: a comma list of eager, compiled, deterministic; or none)");
   }
+  // The switch is process-wide (the CLI also runs inside the tests' process): set for these rows, restored after.
+  const bool own_before = own_attention_backward_enabled();
   use_own_attention_backward(o.own_attention_backward);
   std::vector<StepBenchRow> rows;
   auto report = [&](const StepBenchRow& r) {
@@ -323,6 +325,7 @@ std::vector<StepBenchRow> run_step_benchmarks(const StepBenchOptions& o) {
     for (const auto& run : runs)
       if (auto r = bench_reference(mname, om, run.mode, run.optimizer, run.deterministic)) report(*r);
   }
+  use_own_attention_backward(own_before);
   return rows;
 }
 
