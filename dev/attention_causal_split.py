@@ -17,12 +17,11 @@ Dev tool (not part of the build): its findings choose models/deterministic_atten
 usage: python dev/attention_causal_split.py [--reps 10] [--splits 2,4]
 """
 import argparse
-import warnings
 
 import torch
 
 from attention_chunked import CudnnForwardFlashBackward, chunked_run
-from sdpa_timing import PROXY_SHAPES, digest, model_layout, time_ms, warm_clocks
+from sdpa_timing import PROXY_SHAPES, digest, model_inputs, start, time_ms
 
 aten = torch.ops.aten
 
@@ -74,17 +73,12 @@ def main():
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--splits", default="2,4")
     args = ap.parse_args()
-    warnings.filterwarnings("ignore", category=UserWarning)
-    props = torch.cuda.get_device_properties(0)
-    print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, {props.name}, {props.multi_processor_count} SMs")
-    warm_clocks()
+    start()
     torch.use_deterministic_algorithms(True)
     print("| shape | variant | fwd+bwd ms | as a CUDA graph | distinct (o,dq,dk,dv) over reps | max abs diff vs whole backward |")
     print("|---|---|---|---|---|---|")
     for name, (B, H, KV, S, D) in PROXY_SHAPES.items():
-        g = torch.Generator(device="cuda").manual_seed(1)
-        mk = lambda h: model_layout(B, S, h, D, g)
-        q, k, v, go = mk(H), mk(KV), mk(KV), mk(H)
+        q, k, v, go = model_inputs(B, H, KV, S, D)
         whole = CudnnForwardFlashBackward()
         ref = [t.clone() for t in chunked_run(q, k, v, go, whole)]
         variants = [("cudnn forward, flash backward (the model's)", whole)]

@@ -18,12 +18,11 @@ Also: cuDNN's forward with flash's backward in batch chunks (each chunk count).
 usage: python dev/attention_chunked.py [--reps 10] [--chunks 1,2,4,8]
 """
 import argparse
-import warnings
 
 import torch
 from torch.nn.attention import SDPBackend
 
-from sdpa_timing import PROXY_SHAPES, digest, model_layout, sdpa_run, time_ms, warm_clocks
+from sdpa_timing import PROXY_SHAPES, digest, model_inputs, sdpa_run, start, time_ms
 
 SHAPES = PROXY_SHAPES
 
@@ -100,17 +99,11 @@ def main():
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--chunks", default="1,2,4,8")
     args = ap.parse_args()
-    warnings.filterwarnings("ignore", category=UserWarning)
-    props = torch.cuda.get_device_properties(0)
-    print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, {props.name}, {props.multi_processor_count} SMs")
-    warm_clocks()
+    start()
     print("| shape | variant | deterministic mode | fwd+bwd ms | distinct (o,dq,dk,dv) over reps | max abs diff vs SDPA flash det |")
     print("|---|---|---|---|---|---|")
     for name, (B, H, KV, S, D) in SHAPES.items():
-        g = torch.Generator(device="cuda").manual_seed(1)
-        # The model's layout: [B, S, heads, hd] in memory, seen as [B, heads, S, hd].
-        mk = lambda h: model_layout(B, S, h, D, g)
-        q, k, v, go = mk(H).requires_grad_(), mk(KV).requires_grad_(), mk(KV).requires_grad_(), mk(H)
+        q, k, v, go = model_inputs(B, H, KV, S, D, grad=True)
         torch.use_deterministic_algorithms(True)
         ref = [t.clone() for t in sdpa_run(q, k, v, go, SDPBackend.FLASH_ATTENTION)]
         variants = [("sdpa flash", True, lambda: sdpa_run(q, k, v, go, SDPBackend.FLASH_ATTENTION))]

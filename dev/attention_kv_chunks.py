@@ -14,13 +14,12 @@ Dev tool (not part of the build).
 usage: python dev/attention_kv_chunks.py [--reps 10] [--lengths 64,128,256] [--shapes dense-113m,...]
 """
 import argparse
-import warnings
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend
 
-from sdpa_timing import PROXY_SHAPES, digest, model_layout, sdpa_run, time_ms, warm_clocks
+from sdpa_timing import PROXY_SHAPES, digest, model_inputs, sdpa_run, start, time_ms
 
 SHAPES = PROXY_SHAPES
 
@@ -113,19 +112,14 @@ def main():
     ap.add_argument("--lengths", default="64,128,256")
     ap.add_argument("--shapes", default=",".join(SHAPES))
     args = ap.parse_args()
-    warnings.filterwarnings("ignore", category=UserWarning)
-    props = torch.cuda.get_device_properties(0)
-    print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, {props.name}, {props.multi_processor_count} SMs")
+    start()
     print(aten._scaled_dot_product_cudnn_attention_backward.default._schema)
-    warm_clocks()
     print("| shape | variant | fwd+bwd ms | bwd calls alone ms | distinct o / dq / dk / dv over reps | "
           "rel. err dq / dk / dv vs fp64 (batch 0-1) |")
     print("|---|---|---|---|---|---|")
     for name in args.shapes.split(","):
         B, H, KV, S, D = SHAPES[name]
-        g = torch.Generator(device="cuda").manual_seed(1)
-        mk = lambda h: model_layout(B, S, h, D, g)
-        q, k, v, go = mk(H).requires_grad_(), mk(KV).requires_grad_(), mk(KV).requires_grad_(), mk(H)
+        q, k, v, go = model_inputs(B, H, KV, S, D, grad=True)
         ref = reference(q[:2], k[:2], v[:2], go[:2])
 
         def relerr(out):

@@ -1,6 +1,7 @@
 """Shared by the attention dev scripts: the proxies' attention shapes and inputs, SDPA forward + backward on one
 backend, a digest of tensors' bits and CUDA-event timing."""
 import hashlib
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -17,6 +18,25 @@ PROXY_SHAPES = {  # name: (batch, heads, kv heads, seq, head_dim) of the proxies
 def model_layout(B, S, h, D, g):
     """A random BF16 [B, h, S, D] tensor on [B, S, h, D] memory, the layout the model's attention takes."""
     return torch.randn(B, S, h, D, device="cuda", dtype=torch.bfloat16, generator=g).transpose(1, 2)
+
+
+def model_inputs(B, H, KV, S, D, grad=False):
+    """q, k, v and the output's gradient in the model's layout, drawn in that order from a generator seeded 1;
+    grad: q, k and v require gradients."""
+    g = torch.Generator(device="cuda").manual_seed(1)
+    q, k, v, go = (model_layout(B, S, h, D, g) for h in (H, KV, KV, H))
+    if grad:
+        q, k, v = (t.requires_grad_() for t in (q, k, v))
+    return q, k, v, go
+
+
+def start():
+    """Every script's first lines: SDPA's notes on the kernels it declines silenced, the versions and the GPU
+    printed, the clocks up."""
+    warnings.filterwarnings("ignore", category=UserWarning)
+    props = torch.cuda.get_device_properties(0)
+    print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, {props.name}, {props.multi_processor_count} SMs")
+    warm_clocks()
 
 
 def sdpa_run(q, k, v, go, backend):

@@ -13,13 +13,12 @@ queues weight gradients on a second stream (models/quant_linear.cpp).
 usage: python dev/wgrad_overlap.py [--iters 20]
 """
 import argparse
-import warnings
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from sdpa_timing import model_layout, time_ms, warm_clocks
+from sdpa_timing import model_inputs, start, time_ms
 
 # name: (batch, heads, kv heads, seq, head_dim, d_model, ffn)
 SHAPES = {
@@ -32,16 +31,11 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--iters", type=int, default=20)
     args = ap.parse_args()
-    warnings.filterwarnings("ignore", category=UserWarning)
-    props = torch.cuda.get_device_properties(0)
-    print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, {props.name}, {props.multi_processor_count} SMs")
-    warm_clocks()
+    start()
     print("| shape | attention backward | variant | ms |")
     print("|---|---|---|---|")
     for name, (B, H, KV, S, D, d, ffn) in SHAPES.items():
-        g = torch.Generator(device="cuda").manual_seed(1)
-        mk = lambda h: model_layout(B, S, h, D, g)
-        q, k, v, go = mk(H), mk(KV), mk(KV), mk(H)
+        q, k, v, go = model_inputs(B, H, KV, S, D)
         T = B * S
         bf = dict(device="cuda", dtype=torch.bfloat16)
         # The layer's weight-gradient operands: fc2 (ffn -> d), fc1 (d -> 2 ffn), proj (d -> d).
