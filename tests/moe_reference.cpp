@@ -320,4 +320,11 @@ OperandComparison compare_grouped_operands(const Recipe& recipe, torch::Device d
   return out;
 }
 
+torch::Tensor random_segment_ends(int64_t E, int64_t max_count, int64_t seed) {
+  torch::manual_seed(seed);
+  torch::Tensor counts = torch::randint(0, max_count, {E}, torch::kInt32);
+  counts.index_put_({torch::rand({E}) < 0.25}, 0);
+  return torch::cumsum(counts, 0).to(torch::kInt32);
+}
+
 }  // namespace ufp4::test

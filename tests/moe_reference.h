@@ -48,4 +48,8 @@ struct OperandComparison {
 };
 OperandComparison compare_grouped_operands(const Recipe& recipe, torch::Device device);
 
+// Routing ends (int32, CPU) of E experts over counts drawn from [0, max_count), about a quarter of them
+// set to 0 (idle experts), from the fixed seed.
+torch::Tensor random_segment_ends(int64_t E, int64_t max_count, int64_t seed);
+
 }  // namespace ufp4::test

@@ -73,25 +73,13 @@ TEST_CASE("grouped quantized operands equal the per-expert operands bit for bit"
   }
 }
 
-namespace {
-
-// Routing ends of E experts over random counts (some zero, some past the alignment), fixed seed.
-torch::Tensor random_ends(int64_t E, uint64_t seed) {
-  torch::manual_seed(static_cast<int64_t>(seed));
-  torch::Tensor counts = torch::randint(0, 70, {E}, torch::kInt32);
-  counts.index_put_({torch::rand({E}) < 0.25}, 0);
-  return torch::cumsum(counts, 0).to(torch::kInt32);
-}
-
-}  // namespace
-
 TEST_CASE("WGRAD's padded segments: the CPU reference equals the LibTorch composition", "[moe]") {
   for (const int64_t E : {1, 3, 32, 64})
     for (const int64_t align : {16, 32})
       for (const int64_t rht : {0, 16})
         for (uint64_t seed = 1; seed <= 3; ++seed) {
           INFO("E " << E << " align " << align << " rht " << rht << " seed " << seed);
-          const torch::Tensor ends = random_ends(E, seed * 100 + static_cast<uint64_t>(E));
+          const torch::Tensor ends = test::random_segment_ends(E, 70, static_cast<int64_t>(seed * 100) + E);
           const int64_t rows = ends[E - 1].item<int32_t>();
           const GroupedRows c = padded_segment_rows(ends, rows, align, rht);
           REQUIRE(c.rows == rows + E * (align - 1));

@@ -122,10 +122,7 @@ TEST_CASE("WGRAD's padded segments on the GPU: one launch, the composition's int
     for (const int64_t align : {16, 64})
       for (const int64_t rht : {0, 16}) {
         INFO("E " << E << " align " << align << " rht " << rht);
-        torch::manual_seed(E + align + rht);
-        torch::Tensor counts = torch::randint(0, 300, {E}, torch::kInt32);
-        counts.index_put_({torch::rand({E}) < 0.25}, 0);
-        const torch::Tensor ends = torch::cumsum(counts, 0).to(torch::kInt32);
+        const torch::Tensor ends = test::random_segment_ends(E, 300, E + align + rht);
         const int64_t rows = ends[E - 1].item<int32_t>();
         const GroupedRows cpu = padded_segment_rows(ends, rows, align, rht);
         const GroupedRows gpu = padded_segment_rows(ends.to(torch::kCUDA), rows, align, rht);
