@@ -2,15 +2,17 @@
 // grouped KV heads, given the forward's output O and its log-sum-exp, head dimension 64, BF16.
 // Raw pointers, no LibTorch types.
 //
-// The GPU kernel (attention_backward_cuda.cu) gives each (batch, KV head, block of 64 keys) one thread
+// The GPU kernels (attention_backward_cuda.cu) give each (batch, KV head, block of 64 keys) one thread
 // block: it walks its KV head's query heads and the query blocks at and after its keys, recomputes
 // P = exp(scale S - lse) and forms dV += P^T dO, dK += dS^T Q in registers (dS = P (dP - delta),
 // dP = dO V^T, delta = rowsum(dO O)), and dQ of the query block as dS K. dQ of a query block has one
 // term per key block at or before it; the blocks add their terms in a fixed order, the last key block
 // first, through an FP32 accumulator and a counter each query block waits on (no floating-point
-// atomics), and key block 0 writes the BF16 result. Reruns are therefore bit-identical. Products run
-// on the tensor cores (BF16 operands, FP32 sums), P and dS rounded to BF16 before their products, as
-// flash attention does.
+// atomics in an unfixed order), and a last pass writes the BF16 result. Reruns are therefore
+// bit-identical. Products run on the tensor cores (BF16 operands, FP32 sums), P and dS rounded to BF16
+// before their products, as flash attention does. On Hopper (built for sm_90a) the products are
+// warpgroup MMAs and the dQ terms bulk asynchronous reductions; elsewhere warp MMAs (mma.sync) and
+// FP32 reductions in L2. The two sum in different orders: each is deterministic, not equal to the other.
 //
 // The CPU reference (attention_backward_reference.cpp) computes the same gradients in double from the
 // same inputs: the tests hold the kernel to it within BF16's rounding of P, dS and the outputs.
@@ -54,7 +56,8 @@ size_t attention_backward_workspace_bytes(const AttentionBackwardIO& io);
 
 // The backward on `stream` (the caller's); clears the counters itself.
 void cuda_attention_backward(const AttentionBackwardIO& io, cudaStream_t stream);
-// Timing probes (dev/), not deterministic: 2 dQ terms stored unordered, 3 no dQ, 4 no waiting.
+// Timing probes (dev/), not deterministic: 2 dQ terms stored unordered, 3 no dQ, 4 no waiting; plus 8:
+// the warp-MMA kernel on Hopper too (8 alone: deterministic).
 void cuda_attention_backward_mode(const AttentionBackwardIO& io, cudaStream_t stream, int mode);
 
 // CPU reference on FP32 values (each an exact BF16 value in the tests), dense [B, heads or kv_heads,

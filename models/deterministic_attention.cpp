@@ -82,7 +82,7 @@ struct CudnnForwardFlashBackward : public torch::autograd::Function<CudnnForward
 #endif
 
 namespace {
-std::atomic<bool> own_enabled{false};
+std::atomic<bool> own_enabled{true};
 }
 
 void use_own_attention_backward(bool on) { own_enabled.store(on); }

@@ -2,11 +2,11 @@
 // backward. LibTorch's deterministic mode takes flash for both directions (it refuses cuDNN's fused
 // attention, whose backward adds dQ with atomics); cuDNN's forward is deterministic and faster (0.32
 // against 0.44 ms at dense-113m's shape), and its output and log-sum-exp are what a backward reads
-// (dev/attention_chunked.py, results/bench/logs/attention-chunked.log). The backward is flash's
-// deterministic one, or, when switched on, ours (kernels/attention_backward.h: dQ summed in a fixed
-// order) where it applies (BF16, head dimension 64, S a multiple of 64). On the model's layout (q, k, v
-// on [B, S, heads, hd] memory) flash's kernel is the faster (1.42 against 1.66 ms a layer at dense-113m,
-// results/bench/logs/ncu-step-attention-backward-own-vs-flash.md), so flash's is the default.
+// (dev/attention_chunked.py, results/bench/logs/attention-chunked.log). The backward is ours
+// (kernels/attention_backward.h: dQ summed in a fixed order) where it applies (BF16, head dimension 64,
+// S a multiple of 64), else flash's deterministic one. On Hopper ours runs warpgroup MMAs and is the
+// faster: 1.31 against flash's 1.87 ms a layer at dense-113m's shape on an H100 (whole backward, CUDA
+// events; results/bench/logs/attention-backward-check.log), the step 3.6 ms faster (step.h5).
 #pragma once
 #include <torch/torch.h>
 
@@ -24,7 +24,7 @@ bool deterministic_causal_attention_applies(const torch::Tensor& q, const torch:
 // runs scaled_dot_product_attention.
 torch::Tensor deterministic_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
 
-// Whether the backward is ours where ours applies or always flash's (the default): for the benchmark
+// Whether the backward is ours where ours applies (the default) or always flash's: for the benchmark
 // and the tests, which compare the two.
 void use_own_attention_backward(bool on);
 bool own_attention_backward_enabled();

@@ -95,7 +95,7 @@ TEST_CASE("deterministic attention: near FP64, the same bits on every rerun, wha
     // The model's attention in deterministic mode is this one.
     CHECK(bit_differences(a, run(grouped_causal_attention, in)) == "");
   }
-  use_own_attention_backward(false);
+  use_own_attention_backward(true);  // the default
 }
 
 namespace {

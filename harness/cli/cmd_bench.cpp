@@ -60,8 +60,8 @@ int cmd_bench(const std::vector<std::string>& args) {
        "deterministic: compiled in deterministic mode, as our step runs), or none")
       ("python", po::value(&so.python)->default_value("python3"), "step: the Python that has torch")
       ("no-nondeterministic", "step: skip the rows that time bf16 and ufp4 without deterministic mode")
-      ("attention-backward", po::value(&attention_backward)->default_value("flash"),
-       "step: deterministic mode's attention backward in every row, flash (the trainer's default) | own (ours); the other "
+      ("attention-backward", po::value(&attention_backward)->default_value("own"),
+       "step: deterministic mode's attention backward in every row, own (ours, the trainer's default) | flash; the other "
        "is timed in rows of its own")
       ("moe-layers", po::value(&moe_layers)->default_value("auto"),
        "step: comma list of MoE models whose routed layer is timed alone (forward + backward), none, or auto (moe-7.9b on a GPU)")
