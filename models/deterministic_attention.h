@@ -5,8 +5,7 @@
 // (dev/attention_chunked.py, results/bench/logs/attention-chunked.log). The backward is ours
 // (kernels/attention_backward.h: dQ summed in a fixed order) where it applies (BF16, head dimension 64,
 // S a multiple of 64), else flash's deterministic one. On Hopper ours runs warpgroup MMAs and is the
-// faster: 1.31 against flash's 1.87 ms a layer at dense-113m's shape on an H100 (whole backward, CUDA
-// events; results/bench/logs/attention-backward-check.log), the step 3.6 ms faster (step.h5).
+// faster (results/bench/step.h5: the rows with flash's backward beside ours, in one command).
 #pragma once
 #include <torch/torch.h>
 
