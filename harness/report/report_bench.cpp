@@ -149,6 +149,37 @@ BenchTargets load_targets(const std::string& root) {
                               t["data_parallel"]["efficiency_model"].value_or(std::string("dense-1.5b"))}};
 }
 
+// Deterministic attention's backward, where deterministic mode's cost and the dense steps' gap to the
+// compiled peer come from: what it is, what it costs, what was tried, what would close the rest.
+// flash_ms: the step with flash's deterministic backward (0 if not timed); need_ms: step time a bar needs.
+std::string deterministic_attention_account(const std::string& model, double ours_ms, double flash_ms, double need_ms) {
+  std::string text =
+      "Deterministic mode's cost is attention's backward (the attention rows of the table above). cuDNN's fused backward, the fastest, "
+      "adds dQ with atomics and LibTorch 2.11 offers no deterministic switch for it (logs/attention-backends.log); cuDNN's deterministic "
+      "form (cudnn-frontend's set_deterministic_algorithm, which LibTorch does not call) writes dP to a batch x heads x S x S workspace, "
+      "1.6 GB a layer at dense-113m. Ours (`kernels/attention_backward.h`, 695e6c5): one warpgroup a (batch, KV head, 64 keys), the five "
+      "products as 64 x 64 x 64 warpgroup MMAs, dV and dK in registers, dQ's terms staged in shared memory and added by bulk asynchronous "
+      "reductions in a fixed order behind a counter a query block, three blocks an SM; reruns and resumed runs bit-identical "
+      "(results/determinism/). Its whole backward at dense-113m's shape takes 1.15 ms on the H200 and 1.30 on the H100 (CUDA events, "
+      "logs/attention-backward-check.log sections 14, 15, 17), where our warp-MMA version took 1.59 and 1.77 and flash's deterministic "
+      "one 1.87 (H200, logs/ncu-flash-det.txt); with dQ's terms added unordered it takes 1.09, without dQ 0.65 (H200).";
+  if (flash_ms > 0)
+    text += " In this step: " + fmt("%.2f", ours_ms) + " ms with ours, " + fmt("%.2f", flash_ms) + " ms with flash's (`ufp4-flash-attention-backward`).";
+  text += " Tried and not kept (same log): 128 keys a block in two warpgroups (half the reductions; slower, its MMAs serialized), dQ's "
+          "product overlapped with the next scores (serialized by the compiler), key block 0 first, key block 0 writing dQ "
+          "itself, an earlier count-in; and around flash's backward: batch halves in two streams, causal pieces in streams, the weight "
+          "gradients beside it, cuDNN's backward per chunk of keys (logs/attention-chunked.log, logs/attention-causal-split.log, "
+          "logs/wgrad-overlap.log, logs/attention-kv-chunks.log, logs/attention-backward-split.log).";
+  const double layers = static_cast<double>(model_config(model).n_layers);
+  if (need_ms > 0)
+    text += " The bar needs " + fmt("%.2f", need_ms) + " ms of the step, " + fmt("%.3f", need_ms / layers) + " ms a layer.";
+  text += " What would close it: the dQ sum's cost (at dense-113m on the H200 0.06 ms a layer for its order, 0.2 for adding the terms in "
+          "L2) and each block's serial chain (scores, softmax, products and dQ each wait for the last, one warpgroup a block): a producer "
+          "warp loading by TMA and two consumer warpgroups taking turns, so that one's softmax runs under the other's MMAs, as "
+          "FlashAttention-3 does.\n\n";
+  return text;
+}
+
 // "## Targets not met": for each failed bar, the measured facts behind it and what would close it.
 std::string unmet_section(const BenchTargets& t, bool bw, bool fs, bool uf, bool sr, const std::map<std::string, std::pair<double, std::string>>& sr_worst,
                           const std::map<std::string, NcuStats>& ncu, const std::vector<std::string>& unmet_step,
@@ -250,7 +281,8 @@ std::string unmet_section(const BenchTargets& t, bool bw, bool fs, bool uf, bool
        << "arithmetic each needed for the reference's bits (widening, four butterfly additions, the amax, the exact division, "
        << "the SR carry and sign, Philox's 40 a 16-element call), the rest addressing, parameters and control "
        << "(`results/bench/logs/pair-kernel-instruction-mix.log`); dY's pairs move 2.5 TB/s, X's 3.0. Were dense-113m's dY pairs to "
-       << "execute their arithmetic alone at that issue rate, they would save 1.8 of the 2.5 ms that 1.10 needs. Quantizing "
+       << "execute their arithmetic alone at that issue rate, they would save 1.8 ms (that log), where 1.10 needs "
+       << fmt("%.2f", ms("ufp4") - t.step_ufp4_max * ms("bf16")) << " ms here. Quantizing "
        << "in the producer does not help such a kernel: "
        << "the SwiGLU as the pair kernel's source (no BF16 tensor written or read) was slower, 67.37 against 65.52 ms "
        << "(forward alone 65.86 against 65.46), since the SwiGLU's exact exp and division joined the pair kernel's critical "
@@ -543,8 +575,10 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
       md << "### What deterministic mode costs, and where\n\nThe BF16 step with and without deterministic mode, and the model's "
          << "attention alone (`grouped_causal_attention`, `models/layers.h`: forward + backward at the step's batch and sequence), "
          << "with and without it. Deterministic mode leaves new memory unfilled (`harness/train/determinism.h`). In it attention runs "
-         << "cuDNN's fused forward with flash attention's deterministic backward (`models/deterministic_attention.h`; LibTorch refuses "
-         << "cuDNN's fused backward, which accumulates dQ with atomics): the attention rows show what that costs a layer, timed alone. A step's two rows differ by less where other work "
+         << "cuDNN's fused forward with our deterministic backward (`models/deterministic_attention.h`, `kernels/attention_backward.h`: "
+         << "warpgroup MMAs on Hopper, dQ's terms summed in a fixed order; LibTorch refuses cuDNN's fused backward, which accumulates dQ "
+         << "with atomics): the attention rows show what that costs a layer, timed alone; `attention-flash-backward` and "
+         << "`ufp4-flash-attention-backward` are the same with flash's deterministic backward. A step's two rows differ by less where other work "
          << "overlaps the attention, and by noise where the difference is within the steps' spread (sd in the step table)."
          << "\n\n| model | bf16 step ms, deterministic | not | difference | attention ms, deterministic | not | layers | layers x "
          << "attention difference |\n|---|---|---|---|---|---|---|---|\n"
@@ -599,10 +633,17 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
                                 (ratio > bar ? "What would close it" : "What would give it margin") + ": a cheaper "
                                 "exact rounding arithmetic, or 4-bit GEMM operands.\n\n");
         }
+      double flash_ms = 0;  // the BF16 step with flash's deterministic attention backward, where timed
+      for (const auto& r : rows)
+        if (r.model == kv.first && r.impl == "ufp4-flash-attention-backward" && r.recipe == "bf16") flash_ms = r.ms;
       for (const auto& nd : nondet_ms[kv.first]) {
         const double det = recipe_ms[kv.first][nd.first], ratio = det / nd.second;
         targets << "| deterministic / non-deterministic step, " << kv.first << ", " << nd.first << " | <= " << fmt("%.2f", t.det_max) << " | "
                 << fmt("%.3f", ratio) << " | " << (kv.first.rfind("dense", 0) == 0 ? verdict(ratio <= t.det_max) : "(MoE: reported)") << " |\n";
+        if (!moe && ratio > t.det_max)
+          unmet_other.push_back("### deterministic / non-deterministic step, " + kv.first + ", " + nd.first + "\n\nOurs " + fmt("%.2f", det) +
+                                " ms, " + fmt("%.2f", nd.second) + " ms without deterministic mode. " +
+                                deterministic_attention_account(kv.first, det, nd.first == "bf16" ? flash_ms : 0.0, det - t.det_max * nd.second));
       }
       if (ref_ms.count(kv.first)) {
         const double ratio = kv.second / ref_ms[kv.first], bar = moe ? t.moe_eager_max : t.eager_max;
@@ -632,55 +673,11 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
                   "what remains is kernel time. ";
           const bool nondet_faster = nondet_ms[kv.first].count("bf16") && nondet_ms[kv.first]["bf16"] <= compiled_ms[kv.first];
           text += nondet_faster ? "Without deterministic mode our step is the faster one, so the gap is " : "Part of the gap is ";
-          text += "deterministic attention's backward (flash attention's sequential dQ, the attention rows below; cuDNN's fused backward, the fastest, "
-                  "is not deterministic and LibTorch 2.11 offers no deterministic switch for it: logs/attention-backends.log; the forward "
-                  "is cuDNN's since 1edb74d, `models/deterministic_attention.h`), against a peer that runs without determinism";
+          text += "deterministic attention's backward, against a peer that runs without determinism";
           if (det_compiled_ms.count(kv.first))
             text += std::string(": the same peer in deterministic mode takes ") + fmt("%.2f", det_compiled_ms[kv.first]) + " ms, " +
                     (kv.second <= det_compiled_ms[kv.first] ? "slower" : "faster") + " than our step (the reported row above)";
-          text += ". Nsight Compute's per-kernel times of one step "
-                  "(logs/ncu-step-bf16-before-after.txt, logs/ncu-step-fusions-before-after.txt) show what the fused-op changes bought "
-                  "(the copies around attention gone, a cheaper exact exp in the loss: logs/cross-entropy-variants.log; then the "
-                  "residual adds inside the next RMSNorm, q, k and v rotated and the projection's gradient written by one kernel each "
-                  "way, one weight cast for FPROP and DGRAD: 1.5 ms of kernel time at dense-113m, the same bits) and what is left "
-                  "besides attention: flash's own dQ accumulator fill and conversion and its grouped-query gradient sums, and the "
-                  "rotary kernel at about 2 TB/s (logs/qkv-rope-variants.log: issuing four heads' loads first was slower). Tried within "
-                  "LibTorch (logs/attention-chunked.log, dev/attention_chunked.py, at 72e10c9): cuDNN's forward with flash's "
-                  "deterministic backward, now the model's (2.08 against flash's 2.22 ms a layer at dense-113m, 1.14 against 1.27 at "
-                  "moe-81m, no slower at dense-20m and dense-35m; deterministic; 1edb74d's step files: dense-113m's BF16 step "
-                  "56.79 -> 55.16 ms, moe-81m's 34.16 -> 32.98), and on top of it flash's backward on halves of the batch in two "
-                  "streams (more, shorter thread blocks): 2.00 ms at dense-113m, slower at the other shapes, not adopted. Also tried (logs/attention-kv-chunks.log, "
-                  "dev/attention_kv_chunks.py): cuDNN's own backward run once per chunk of keys with the whole forward's log-sum-exp, "
-                  "dQ summed in a fixed order. Its dQ races only where three or more 128-key blocks add into a row (two additions "
-                  "onto zero commute): chunks of 256 keys gave one result in 30 repeats, chunks of 384 thirty; but the eight calls "
-                  "take 1.57 ms a layer at dense-113m where one whole backward takes about 0.9 (1.18 with its forward, less the "
-                  "forward's 0.29), the whole measured 2.56 to 2.67 ms with LibTorch summing the chunks' dQ (about 1.9 estimated "
-                  "with a fused sum) against flash's 2.24, and its determinism would rest on cuDNN's block size. What would close it: a deterministic attention "
-                  "backward about 0.4 ms a layer faster than flash's deterministic one at dense-113m (1.8 ms there; the bars need about "
-                  "4 ms of the step; cuDNN's non-deterministic backward takes 0.9, flash's non-deterministic one about 1.3). cuDNN's deterministic backward (9.18, cudnn-frontend's "
-                  "set_deterministic_algorithm, which LibTorch 2.11 does not call) is on Hopper the form that writes dP to a "
-                  "workspace of batch x heads x S x S BF16 values (1.6 GB a layer at dense-113m, by cudnn-frontend's source) and "
-                  "forms dQ by a separate product, no faster by its traffic alone. Flash's deterministic backward gives each (batch, "
-                  "head) one block of 256 threads at 255 registers, one an SM: 192 blocks, 1.45 waves (logs/ncu-flash-det.txt). Our "
-                  "own (kernels/attention_backward_cuda.cu, at ac51949): a block a (batch, KV head, 64 keys), dV and dK in registers, "
-                  "dQ's terms added by FP32 reductions in L2 in a fixed order behind a counter a query block; deterministic (every "
-                  "[cuda] test and the determinism runs with it as the default: logs/gpu-determinism-own-attention-ac51949.log). "
-                  "On contiguous [B, H, S, 64] inputs it looked faster: its whole backward 1.64 against flash's 1.89 ms at dense-113m (CUDA "
-                  "events; logs/attention-backward-check.log, with what each step of its making bought). In the model's layout (q, k, v "
-                  "and dO on [B, S, heads, 64] memory, as the fused RoPE writes them; the attention rows take it from 831b413) it is not: "
-                  "flash's kernel takes 1.42 ms a layer there and ours 1.66, so the step is about 1.2 ms slower with ours although it "
-                  "saves flash's grouped-query gradient sums (Nsight Compute's per-kernel sums of both steps: "
-                  "logs/ncu-step-attention-backward-own-vs-flash.md). Flash's stays the default; ours is the rows "
-                  "`attention-own-backward` and `ufp4-own-attention-backward` (`ufp4 bench step --attention-backward own|flash`). "
-                  "Its dQ order costs it: 1.30 ms with the terms stored unordered, 0.92 without dQ. Also measured, not kept: flash's "
-                  "backward for the 11 batches that fill one wave of its blocks and ours for the other 5 (no faster: ours takes 40% of "
-                  "its time for 31% of the work, and flash's thin second wave is cheaper than a full one; logs/attention-backward-split.log); "
-                  "a layer's weight gradients on a second stream beside the attention backward (the idle SMs of flash's second wave) save "
-                  "0.14 to 0.17 ms a layer at dense-113m and lose at dense-35m, and the same overlap saves 0.2 ms without deterministic "
-                  "mode (logs/wgrad-overlap.log); flash's backward on causal triangles and rectangles of the sequence in concurrent "
-                  "streams is slower, also as a CUDA graph (logs/attention-causal-split.log). What is left to close the gap: a "
-                  "deterministic backward kernel near cuDNN's non-deterministic one (Hopper's warpgroup MMA, larger tiles), not a "
-                  "scheduling change around flash's.\n\n";
+          text += ". " + deterministic_attention_account(kv.first, kv.second, flash_ms, kv.second - bar * compiled_ms[kv.first]);
           unmet_other.push_back(text);
         }
         if (moe && ratio > t.moe_compiled_max) {
