@@ -160,9 +160,10 @@ std::string deterministic_attention_account(const std::string& model, double our
       "1.6 GB a layer at dense-113m. Ours (`kernels/attention_backward.h`, 695e6c5): one warpgroup a (batch, KV head, 64 keys), the five "
       "products as 64 x 64 x 64 warpgroup MMAs, dV and dK in registers, dQ's terms staged in shared memory and added by bulk asynchronous "
       "reductions in a fixed order behind a counter a query block, three blocks an SM; reruns and resumed runs bit-identical "
-      "(results/determinism/). Its whole backward at dense-113m's shape takes 1.15 ms on the H200 and 1.30 on the H100 (CUDA events, "
-      "logs/attention-backward-check.log sections 14, 15, 17), where our warp-MMA version took 1.59 and 1.77 and flash's deterministic "
-      "one 1.87 (H200, logs/ncu-flash-det.txt); with dQ's terms added unordered it takes 1.09, without dQ 0.65 (H200).";
+      "(results/determinism/). Its whole backward at dense-113m's shape on contiguous inputs takes 1.15 ms on the H200 and 1.30 on the "
+      "H100 (CUDA events, logs/attention-backward-check.log sections 14, 15, 17), where our warp-MMA version took 1.59 and 1.77 and "
+      "flash's deterministic kernel 1.87 (H200, logs/ncu-flash-det.txt; 1.42 in the model's layout); with dQ's terms added unordered "
+      "it takes 1.09, without dQ 0.65 (H200).";
   if (flash_ms > 0)
     text += " In this step: " + fmt("%.2f", ours_ms) + " ms with ours, " + fmt("%.2f", flash_ms) + " ms with flash's (`ufp4-flash-attention-backward`).";
   text += " Tried and not kept (same log): 128 keys a block in two warpgroups (half the reductions; slower, its MMAs serialized), dQ's "
