@@ -1,4 +1,6 @@
-// Causal attention's deterministic backward on the tensor cores (see attention_backward.h).
+// Causal attention's deterministic backward on the tensor cores (see attention_backward.h): two kernels
+// of one design, the warp-MMA one first (any GPU the file is built for), then the warpgroup-MMA one
+// (Hopper, sm_90a), which shares its helpers and its order of sums.
 //
 // One thread block of 4 warps per (batch, KV head, key block j of 64 keys); warp w owns keys
 // 16w..16w+15 of the block. Scores are formed transposed, S^T = K Q^T (keys x queries), so P^T and
@@ -9,7 +11,7 @@
 //
 // dQ of query block i is the sum over key blocks j <= i of their dS K. Block j adds its term after
 // block j + 1 has (a per-query-block counter: block j waits until it reads i - j), into an FP32
-// accumulator that block i writes first and block 0 turns into BF16: the same order on every run.
+// accumulator that block i writes first and a last pass turns into BF16: the same order on every run.
 // Blocks take their work in ticket order, last key block first, so the block a block waits on started
 // before it, and, walking the query blocks from its own upwards, reaches each query block `group`
 // iterations earlier.
