@@ -29,15 +29,18 @@ struct Dev {
   void* ws;
 };
 
-// Dense [B, h, S, 64] strides.
-AttnStrides dense(int64_t h, int64_t S) { return AttnStrides{h * S * 64, S * 64, 64}; }
+// Dense [B, h, S, 64] strides; model_layout: [B, h, S, 64] views of [B, S, h, 64] memory, as the model's
+// fused RoPE writes q, k and v.
+AttnStrides dense(int64_t h, int64_t S, bool model_layout = false) {
+  return model_layout ? AttnStrides{h * S * 64, 64, h * 64} : AttnStrides{h * S * 64, S * 64, 64};
+}
 
-AttentionBackwardIO make_io(int64_t B, int64_t H, int64_t KV, int64_t S, const Dev& d) {
+AttentionBackwardIO make_io(int64_t B, int64_t H, int64_t KV, int64_t S, const Dev& d, bool model_layout = false) {
   AttentionBackwardIO io;
   io.batch = B, io.heads = H, io.kv_heads = KV, io.seq = S, io.scale = 0.125f;
   io.q = d.q, io.k = d.k, io.v = d.v, io.o = d.o, io.dout = d.dout, io.lse = d.lse, io.dq = d.dq, io.dk = d.dk, io.dv = d.dv;
-  io.q_st = io.o_st = io.dout_st = io.dq_st = dense(H, S);
-  io.k_st = io.v_st = io.dk_st = io.dv_st = dense(KV, S);
+  io.q_st = io.o_st = io.dout_st = io.dq_st = dense(H, S, model_layout);
+  io.k_st = io.v_st = io.dk_st = io.dv_st = dense(KV, S, model_layout);
   return io;
 }
 
@@ -127,7 +130,7 @@ bool check(int64_t B, int64_t H, int64_t KV, int64_t S) {
   return ok;
 }
 
-void timing(const char* name, int64_t B, int64_t H, int64_t KV, int64_t S, int mode = 0) {
+void timing(const char* name, int64_t B, int64_t H, int64_t KV, int64_t S, int mode = 0, bool model_layout = false) {
   Dev d = alloc(B, H, KV, S);
   const size_t nq = B * H * S * 64, nk = B * KV * S * 64;
   std::mt19937 rng(7);
@@ -141,7 +144,7 @@ void timing(const char* name, int64_t B, int64_t H, int64_t KV, int64_t S, int m
   std::vector<float> lse(B * H * S);
   for (size_t r = 0; r < lse.size(); ++r) lse[r] = std::log(static_cast<float>(r % S + 1)) + 0.5f;
   CHECK_CUDA(cudaMemcpy(d.lse, lse.data(), lse.size() * 4, cudaMemcpyHostToDevice));
-  AttentionBackwardIO io = make_io(B, H, KV, S, d);
+  AttentionBackwardIO io = make_io(B, H, KV, S, d, model_layout);
   io.workspace = d.ws;
   cudaEvent_t e0, e1;
   CHECK_CUDA(cudaEventCreate(&e0));
@@ -159,8 +162,8 @@ void timing(const char* name, int64_t B, int64_t H, int64_t KV, int64_t S, int m
   std::sort(ms.begin(), ms.end());
   const double med = ms[ms.size() / 2];
   const double flops = 5.0 * 2.0 * B * H * 64.0 * S * S / 2.0;
-  std::printf("mode %d %-10s B %lld H %lld KV %lld S %lld: %.3f ms (%.0f TFLOP/s causal)\n", mode, name, (long long)B, (long long)H, (long long)KV,
-              (long long)S, med, flops / (med * 1e-3) / 1e12);
+  std::printf("mode %d %-10s B %lld H %lld KV %lld S %lld%s: %.3f ms (%.0f TFLOP/s causal)\n", mode, name, (long long)B, (long long)H,
+              (long long)KV, (long long)S, model_layout ? " (model layout)" : "", med, flops / (med * 1e-3) / 1e12);
   release(d);
 }
 
@@ -184,6 +187,9 @@ int main() {
   // On Hopper: the mma.sync kernel (mode 8 + probe) beside the warpgroup-MMA one.
   timing("moe-81m", 16, 6, 2, 2048, 8);
   for (int mode : {8, 11}) timing("dense-113m", 16, 12, 4, 2048, mode);
+  // q, k, v, O and dO on [B, S, heads, 64] memory, as the model hands them over.
+  for (int mode : {0, 3}) timing("dense-113m", 16, 12, 4, 2048, mode, true);
+  timing("moe-81m", 16, 6, 2, 2048, 0, true);
   std::printf("%s\n", ok ? "all checks passed" : "CHECKS FAILED");
   return ok ? 0 : 1;
 }
