@@ -689,9 +689,10 @@ void cuda_attention_backward_mode(const AttentionBackwardIO& io, cudaStream_t st
   std::call_once(smem_set, [] {
     for (auto f : {attention_backward_kernel<0>, attention_backward_kernel<2>, attention_backward_kernel<3>, attention_backward_kernel<4>})
       check_cuda(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes), "attention backward (shared memory)");
-    for (auto f : {attention_backward_wgmma_kernel<0>, attention_backward_wgmma_kernel<2>, attention_backward_wgmma_kernel<3>,
-                   attention_backward_wgmma_kernel<4>})
-      check_cuda(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, kWgSmemBytes), "attention backward (shared memory)");
+    if (wgmma_device())  // (75 KB: more than some GPUs that run the other kernel allow)
+      for (auto f : {attention_backward_wgmma_kernel<0>, attention_backward_wgmma_kernel<2>, attention_backward_wgmma_kernel<3>,
+                     attention_backward_wgmma_kernel<4>})
+        check_cuda(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, kWgSmemBytes), "attention backward (shared memory)");
   });
   const dim3 grid(static_cast<unsigned>(io.seq / kAttnBlock), static_cast<unsigned>(io.batch * io.kv_heads));
   const int probe = mode & 7;
