@@ -21,6 +21,7 @@
 #include "kernels/attention_backward.h"
 #include "kernels/cuda_check.cuh"
 #include "kernels/float_bits.h"
+#include "kernels/fused_device.cuh"
 
 namespace ufp4 {
 
@@ -115,8 +116,18 @@ __global__ void attention_delta_kernel(AttentionBackwardIO io, float* delta) {
   if (r < rows && part == 0) delta[r] = s;
 }
 
-// dQ = BF16(scale x the FP32 sum), 8 threads a row. kSwizzled: the warpgroup-MMA kernel's accumulator,
-// whose rows keep their 8-float groups at group ^ (row & 3) (see there).
+// dQ elements 8 part .. 8 part + 7 of row r as BF16 words: BF16(scale x the FP32 sum). kSwizzled: the
+// warpgroup-MMA kernel's accumulator, whose rows keep their 8-float groups at group ^ (row & 3) (see there).
+template <bool kSwizzled>
+__device__ __forceinline__ uint4 dq_words(const float* __restrict__ dq_acc, int64_t r, int part, float sc) {
+  const int stored = kSwizzled ? part ^ static_cast<int>(r & 3) : part;
+  const float4* src = reinterpret_cast<const float4*>(dq_acc + r * kAttnHeadDim + stored * 8);
+  const float4 x = __ldcs(src), y = __ldcs(src + 1);
+  return make_uint4(pack_bf16x2_finite(x.x * sc, x.y * sc), pack_bf16x2_finite(x.z * sc, x.w * sc), pack_bf16x2_finite(y.x * sc, y.y * sc),
+                    pack_bf16x2_finite(y.z * sc, y.w * sc));
+}
+
+// dQ in BF16, 8 threads a row.
 template <bool kSwizzled>
 __global__ void attention_dq_convert_kernel(AttentionBackwardIO io, const float* __restrict__ dq_acc) {
   const int64_t rows = io.batch * io.heads * io.seq;
@@ -124,12 +135,33 @@ __global__ void attention_dq_convert_kernel(AttentionBackwardIO io, const float*
   if (r >= rows) return;
   const int part = threadIdx.x & 7;
   const int64_t b = r / (io.heads * io.seq), h = (r / io.seq) % io.heads, row = r % io.seq;
-  const int stored = kSwizzled ? part ^ static_cast<int>(r & 3) : part;
-  const float4* src = reinterpret_cast<const float4*>(dq_acc + r * kAttnHeadDim + stored * 8);
-  const float4 x = __ldcs(src), y = __ldcs(src + 1);
-  const float sc = io.scale;
   *reinterpret_cast<uint4*>(io.dq + b * io.dq_st.batch + h * io.dq_st.head + row * io.dq_st.row + part * 8) =
-      make_uint4(pack_bf16x2_finite(x.x * sc, x.y * sc), pack_bf16x2_finite(x.z * sc, x.w * sc), pack_bf16x2_finite(y.x * sc, y.y * sc), pack_bf16x2_finite(y.z * sc, y.w * sc));
+      dq_words<kSwizzled>(dq_acc, r, part, io.scale);
+}
+
+// dQ in BF16 rotated back by RoPE (io.rope_cos, io.rope_sin), 4 threads a row: thread p rotates the
+// pairs (8 p + e, 32 + 8 p + e) as the fused RoPE's backward does (rope_tables8, rope_pair, store8),
+// from the values the conversion above would have stored, so the bits are the two passes' bits.
+template <bool kSwizzled>
+__global__ void attention_dq_rope_kernel(AttentionBackwardIO io, const float* __restrict__ dq_acc) {
+  constexpr int kHalf = kAttnHeadDim / 2;
+  const int64_t rows = io.batch * io.heads * io.seq;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 4) + threadIdx.x / 4;
+  if (r >= rows) return;
+  const int p = threadIdx.x & 3;
+  const int64_t b = r / (io.heads * io.seq), h = (r / io.seq) % io.heads, row = r % io.seq;
+  Raw8<true> lo_raw, hi_raw;
+  lo_raw.q[0] = dq_words<kSwizzled>(dq_acc, r, p, io.scale);
+  hi_raw.q[0] = dq_words<kSwizzled>(dq_acc, r, p + kHalf / 8, io.scale);
+  float a[8], bb[8], c[8], sn[8];
+  unpack8<true>(lo_raw, a);
+  unpack8<true>(hi_raw, bb);
+  rope_tables8<true>(io.rope_cos, io.rope_sin, kHalf, row, 8 * p, /*inverse=*/true, c, sn);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) rope_pair(true, a[e], bb[e], c[e], sn[e], a[e], bb[e]);
+  uint16_t* dst = io.dq + b * io.dq_st.batch + h * io.dq_st.head + row * io.dq_st.row;
+  store8<true>(dst, 8 * p, a);
+  store8<true>(dst, kHalf + 8 * p, bb);
 }
 
 // 2^x by the special-function unit alone (relative error about 2^-22, flushes subnormals): P is
@@ -668,7 +700,8 @@ bool attention_backward_cuda_applies(const AttentionBackwardIO& io) {
     if (!aligned(p)) return false;
   for (const AttnStrides* s : {&io.q_st, &io.k_st, &io.v_st, &io.o_st, &io.dout_st, &io.dq_st, &io.dk_st, &io.dv_st})
     if (!strides_ok(*s)) return false;
-  return true;
+  if ((io.rope_cos == nullptr) != (io.rope_sin == nullptr)) return false;
+  return io.rope_cos == nullptr || (aligned(io.rope_cos) && aligned(io.rope_sin));
 }
 
 size_t attention_backward_workspace_bytes(const AttentionBackwardIO& io) { return Workspace(io).bytes; }
@@ -708,9 +741,15 @@ void cuda_attention_backward_mode(const AttentionBackwardIO& io, cudaStream_t st
     f<<<grid, kThreads, kSmemBytes, stream>>>(io, delta, acc, counters);
   }
   check_launch("attention backward");
-  const unsigned convert_blocks = static_cast<unsigned>((rows + 31) / 32);
-  if (wgmma) attention_dq_convert_kernel<true><<<convert_blocks, 256, 0, stream>>>(io, acc);
-  else attention_dq_convert_kernel<false><<<convert_blocks, 256, 0, stream>>>(io, acc);
+  if (io.rope_cos) {
+    const unsigned blocks = static_cast<unsigned>((rows + 63) / 64);
+    if (wgmma) attention_dq_rope_kernel<true><<<blocks, 256, 0, stream>>>(io, acc);
+    else attention_dq_rope_kernel<false><<<blocks, 256, 0, stream>>>(io, acc);
+  } else {
+    const unsigned blocks = static_cast<unsigned>((rows + 31) / 32);
+    if (wgmma) attention_dq_convert_kernel<true><<<blocks, 256, 0, stream>>>(io, acc);
+    else attention_dq_convert_kernel<false><<<blocks, 256, 0, stream>>>(io, acc);
+  }
   check_launch("attention backward (dQ)");
 }
 

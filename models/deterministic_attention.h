@@ -23,6 +23,14 @@ bool deterministic_causal_attention_applies(const torch::Tensor& q, const torch:
 // runs scaled_dot_product_attention.
 torch::Tensor deterministic_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
 
+// The same attention fed by the RoPE of a packed projection qkv [B, S, (heads + 2 kv_heads) 64]
+// (fused_qkv_rope's q, k, v), as one op whose backward writes qkv's gradient: our backward rotates dQ
+// back as it converts it and puts dV in place (same bits as fused_qkv_rope followed by
+// deterministic_causal_attention, one pass over dQ and dV less). Undefined unless our backward is
+// switched on and both would apply (BF16, head dimension 64); the caller then runs the two.
+torch::Tensor deterministic_qkv_rope_attention(const torch::Tensor& qkv, const torch::Tensor& cos, const torch::Tensor& sin, int64_t heads,
+                                               int64_t kv_heads);
+
 // Whether the backward is ours where ours applies (the default) or always flash's: for the benchmark
 // and the tests, which compare the two.
 void use_own_attention_backward(bool on);

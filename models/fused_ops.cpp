@@ -318,25 +318,42 @@ struct QkvRopeFunction : public torch::autograd::Function<QkvRopeFunction> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grads) {
     auto saved = ctx->get_saved_variables();
     const int64_t heads = ctx->saved_data["heads"].toInt(), kv_heads = ctx->saved_data["kv_heads"].toInt();
-    const std::vector<int64_t> sizes = ctx->saved_data["sizes"].toIntVector();
-    const torch::TensorOptions opts = grads[0].defined() ? grads[0].options() : (grads[1].defined() ? grads[1].options() : grads[2].options());
-    torch::Tensor dqkv = torch::empty(sizes, opts);
-    const std::vector<torch::Tensor> out = qkv_views(dqkv, heads, kv_heads);
-    std::vector<torch::Tensor> in(3);
-    for (int i = 0; i < 3; ++i) in[i] = grads[i].defined() ? grads[i] : torch::zeros_like(out[i]);
-    QkvRopeIO io = qkv_rope_io(in, out, saved[0], saved[1], true);
-#ifdef UFP4_WITH_CUDA
-    if (dqkv.is_cuda() && !qkv_rope_cuda_applies(io)) {  // gradients of other strides: the kernel reads 16-byte rows
-      for (auto& t : in) t = t.contiguous();
-      io = qkv_rope_io(in, out, saved[0], saved[1], true);
-    }
-#endif
-    run_op(dqkv, io, UFP4_CUDA_OP(cuda_qkv_rope), reference_qkv_rope);
+    torch::Tensor dqkv = fused_qkv_rope_backward(grads, saved[0], saved[1], heads, kv_heads, ctx->saved_data["sizes"].toIntVector());
     return {dqkv, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
 }  // namespace
+
+std::vector<torch::Tensor> qkv_head_views(const torch::Tensor& qkv, int64_t heads, int64_t kv_heads) { return qkv_views(qkv, heads, kv_heads); }
+
+torch::Tensor fused_qkv_rope_backward(const std::vector<torch::Tensor>& grads, const torch::Tensor& cos, const torch::Tensor& sin, int64_t heads,
+                                      int64_t kv_heads, const std::vector<int64_t>& sizes) {
+  const torch::TensorOptions opts = grads[0].defined() ? grads[0].options() : (grads[1].defined() ? grads[1].options() : grads[2].options());
+  torch::Tensor dqkv = torch::empty(sizes, opts);
+  const std::vector<torch::Tensor> out = qkv_views(dqkv, heads, kv_heads);
+  std::vector<torch::Tensor> in(3);
+  for (int i = 0; i < 3; ++i) in[i] = grads[i].defined() ? grads[i] : torch::zeros_like(out[i]);
+  QkvRopeIO io = qkv_rope_io(in, out, cos, sin, true);
+#ifdef UFP4_WITH_CUDA
+  if (dqkv.is_cuda() && !qkv_rope_cuda_applies(io)) {  // gradients of other strides: the kernel reads 16-byte rows
+    for (auto& t : in) t = t.contiguous();
+    io = qkv_rope_io(in, out, cos, sin, true);
+  }
+#endif
+  run_op(dqkv, io, UFP4_CUDA_OP(cuda_qkv_rope), reference_qkv_rope);
+  return dqkv;
+}
+
+void fused_rope_backward_into(const torch::Tensor& dy, const torch::Tensor& cos, const torch::Tensor& sin, const torch::Tensor& dx) {
+  check_kernel_device(dy, "rope");
+  const torch::Tensor g = fused_rope_applies(dy, cos, sin) ? dy : dy.contiguous();
+  RopeIO io = rope_io(g, cos, sin, dx, true);
+#ifdef UFP4_WITH_CUDA
+  if (dx.is_cuda() && !rope_cuda_applies(io)) throw Error("rope backward: the gradient's view needs strides of 16 bytes and 16-byte alignment");
+#endif
+  run_op(g, io, UFP4_CUDA_OP(cuda_rope), reference_rope);
+}
 
 bool fused_rope_applies(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
   const bool dtype_ok = x.scalar_type() == torch::kFloat32 || x.scalar_type() == torch::kBFloat16;

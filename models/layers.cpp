@@ -87,6 +87,11 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   const int64_t B = x.size(0), S = x.size(1);
   torch::Tensor y = qkv(x), q, k, v;
   if (fused && x.is_cuda() && fused_qkv_rope_applies(y, cos, sin, n_heads, n_kv_heads)) {
+    // In deterministic mode the RoPE and the attention as one op where our backward runs (see there).
+    if (at::globalContext().deterministicAlgorithms()) {
+      torch::Tensor o = deterministic_qkv_rope_attention(y, cos, sin, n_heads, n_kv_heads);
+      if (o.defined()) return proj(o.transpose(1, 2).reshape({B, S, n_heads * head_dim}));
+    }
     // One pass each way for q, k and v: a token's tables read once for all its heads, and the backward
     // writes the projection's gradient itself (no per-part rotations and concatenation after).
     auto qkv_r = fused_qkv_rope(y, cos, sin, n_heads, n_kv_heads);

@@ -1,7 +1,8 @@
 // Causal attention in deterministic mode (models/deterministic_attention.h): cuDNN's forward with
 // flash's deterministic backward or, switched on, ours (kernels/attention_backward.h). On the GPU: near an FP64 reference,
-// the same bits on every rerun, and what the model's attention runs in that mode; our kernel near its
-// CPU reference. Everywhere: where it applies, and the CPU reference near LibTorch's FP64 autograd.
+// the same bits on every rerun, and what the model's attention runs in that mode; fed by the packed
+// RoPE as one op, the two ops' bits; our kernel near its CPU reference, and its RoPE'd dQ the fused
+// RoPE's bits. Everywhere: where it applies, and the CPU reference near LibTorch's FP64 autograd.
 #include <torch/torch.h>
 
 #include <cmath>
@@ -9,7 +10,9 @@
 
 #include "harness/train/determinism.h"
 #include "kernels/attention_backward.h"
+#include "kernels/fused_ops.h"
 #include "models/deterministic_attention.h"
+#include "models/fused_ops.h"
 #include "models/layers.h"
 #include "tests/catch.h"
 
@@ -160,8 +163,60 @@ TEST_CASE("attention backward kernel: near its CPU reference, the same bits on e
       CHECK(test::first_bit_mismatch(dk.cpu(), dk0.cpu()) < 0);
       CHECK(test::first_bit_mismatch(dv.cpu(), dv0.cpu()) < 0);
     }
+    // With RoPE's tables, dQ rotated back in the same pass: bit for bit the fused RoPE's backward of the
+    // plain dQ (tables of more rows than S, as the model's are; any values in [-1, 1]).
+    const torch::Tensor cos = torch::rand({sh.S + 64, 32}, torch::kCUDA) * 2 - 1, sin = torch::rand({sh.S + 64, 32}, torch::kCUDA) * 2 - 1;
+    torch::Tensor dq_rot = torch::empty_like(in[0]), want = torch::empty_like(in[0]);
+    RopeIO rio;
+    rio.dtype = DType::kBF16, rio.batch = sh.B, rio.heads = sh.H, rio.seq = sh.S, rio.head_dim = 64;
+    rio.x = dq0.data_ptr(), rio.stride_b = dq0.stride(0), rio.stride_h = dq0.stride(1), rio.stride_s = dq0.stride(2);
+    rio.y = want.data_ptr(), rio.y_stride_b = want.stride(0), rio.y_stride_h = want.stride(1), rio.y_stride_s = want.stride(2);
+    rio.cos = cos.data_ptr<float>(), rio.sin = sin.data_ptr<float>(), rio.inverse = true;
+    cuda_rope(rio, nullptr);
+    io.dq = p(dq_rot), io.dq_st = st(dq_rot), io.rope_cos = cos.data_ptr<float>(), io.rope_sin = sin.data_ptr<float>();
+    REQUIRE(attention_backward_cuda_applies(io));
+    cuda_attention_backward(io, nullptr);
+    torch::cuda::synchronize();
+    CHECK(test::first_bit_mismatch(dq_rot.cpu(), want.cpu()) < 0);
+    CHECK(test::first_bit_mismatch(dk.cpu(), dk0.cpu()) < 0);
+    CHECK(test::first_bit_mismatch(dv.cpu(), dv0.cpu()) < 0);
   }
 #endif
+}
+
+TEST_CASE("deterministic attention fed by the packed RoPE: one op with the two ops' bits", "[attention][cuda]") {
+  UFP4_NEED_GPU();
+  set_deterministic(true);
+  // dense-113m's head groups on a short sequence, plain heads, and a sequence our backward does not take.
+  for (const Shape& sh : {Shape{2, 12, 4, 256, 64}, Shape{1, 4, 4, 128, 64}, Shape{2, 4, 2, 100, 64}}) {
+    INFO("B " << sh.B << " H " << sh.H << " KV " << sh.KV << " S " << sh.S);
+    torch::manual_seed(sh.S + sh.H);
+    const torch::Tensor y0 = torch::randn({sh.B, sh.S, (sh.H + 2 * sh.KV) * sh.hd}).to(torch::kBFloat16).to(torch::kCUDA);
+    const torch::Tensor dout = torch::randn({sh.B, sh.S, sh.H, sh.hd}).to(torch::kBFloat16).to(torch::kCUDA).transpose(1, 2);
+    const torch::Tensor cos = torch::rand({sh.S + 64, 32}, torch::kCUDA) * 2 - 1, sin = torch::rand({sh.S + 64, 32}, torch::kCUDA) * 2 - 1;
+    REQUIRE(fused_qkv_rope_applies(y0, cos, sin, sh.H, sh.KV));
+    // Two ops: the RoPE node, then the attention's.
+    torch::Tensor y_two = y0.clone().requires_grad_(true);
+    const std::vector<torch::Tensor> qkv = fused_qkv_rope(y_two, cos, sin, sh.H, sh.KV);
+    const torch::Tensor o_two = deterministic_causal_attention(qkv[0], qkv[1], qkv[2]);
+    REQUIRE(o_two.defined());
+    o_two.backward(dout);
+    // One op.
+    torch::Tensor y_one = y0.clone().requires_grad_(true);
+    const torch::Tensor o_one = deterministic_qkv_rope_attention(y_one, cos, sin, sh.H, sh.KV);
+    REQUIRE(o_one.defined());
+    o_one.backward(dout);
+    CHECK(test::first_bit_mismatch(o_one.detach().cpu(), o_two.detach().cpu()) < 0);
+    const int64_t at = test::first_bit_mismatch(y_one.grad().cpu(), y_two.grad().cpu());
+    INFO((at < 0 ? std::string() : test::describe_mismatch(y_one.grad().cpu(), y_two.grad().cpu(), at)));
+    CHECK(at < 0);
+  }
+  // Only with our backward: flash's keeps the two ops.
+  use_own_attention_backward(false);
+  const torch::Tensor y = torch::randn({1, 64, 8 * 64}).to(torch::kBFloat16).to(torch::kCUDA);
+  const torch::Tensor cos = torch::rand({64, 32}, torch::kCUDA), sin = torch::rand({64, 32}, torch::kCUDA);
+  CHECK_FALSE(deterministic_qkv_rope_attention(y, cos, sin, 4, 2).defined());
+  use_own_attention_backward(true);
 }
 
 TEST_CASE("attention reference: the CPU forward and backward match LibTorch's FP64 autograd", "[attention]") {
@@ -195,6 +250,8 @@ TEST_CASE("deterministic attention applies only to half-precision CUDA tensors w
   const auto cpu = inputs(1, 2, 1, 16, 64, torch::kCPU);
   CHECK_FALSE(deterministic_causal_attention_applies(cpu[0], cpu[1], cpu[2]));
   CHECK_FALSE(deterministic_causal_attention(cpu[0], cpu[1], cpu[2]).defined());
+  const torch::Tensor y = torch::randn({1, 16, 4 * 64}).to(torch::kBFloat16);
+  CHECK_FALSE(deterministic_qkv_rope_attention(y, torch::rand({16, 32}), torch::rand({16, 32}), 2, 1).defined());
   if (!test::gpu_available()) return;
   const auto gpu = inputs(1, 2, 1, 16, 64, torch::kCUDA);
   CHECK_FALSE(deterministic_causal_attention_applies(gpu[0].to(torch::kFloat32), gpu[1].to(torch::kFloat32), gpu[2].to(torch::kFloat32)));
