@@ -8,8 +8,8 @@
 // dP = dO V^T, delta = rowsum(dO O)), and dQ of the query block as dS K. dQ of a query block has one
 // term per key block at or before it; the blocks add their terms in a fixed order, the last key block
 // first, through an FP32 accumulator and a counter each query block waits on (no floating-point
-// atomics in an unfixed order), and a last pass writes the BF16 result (rotated back by RoPE where
-// asked). Reruns are therefore bit-identical. Products run on the tensor cores (BF16 operands, FP32
+// atomics in an unfixed order), and a last pass writes the BF16 result (dQ and dK rotated back by RoPE
+// where asked). Reruns are therefore bit-identical. Products run on the tensor cores (BF16 operands, FP32
 // sums), P and dS rounded to BF16 before their products, as flash attention does. On Hopper (built for sm_90a) the products are
 // warpgroup MMAs and the dQ terms bulk asynchronous reductions; elsewhere warp MMAs (mma.sync) and
 // FP32 reductions in L2. The two sum in different orders: each is deterministic, not equal to the other.
@@ -43,9 +43,9 @@ struct AttentionBackwardIO {
   // BF16 outputs, shaped as q, k, v.
   uint16_t *dq = nullptr, *dk = nullptr, *dv = nullptr;
   AttnStrides dq_st, dk_st, dv_st;
-  // Optional RoPE tables cos, sin [>= seq, 32] FP32, 16-byte aligned: dQ is then written rotated back
-  // (the gradient of the rotation's input), bit for bit what the fused RoPE's backward
-  // (kernels/fused_ops.h, cuda_rope with inverse) makes of the plain dQ, in the same pass.
+  // Optional RoPE tables cos, sin [>= seq, 32] FP32, 16-byte aligned: dQ and dK are then written
+  // rotated back (the gradients of the rotations' inputs), bit for bit what the fused RoPE's backward
+  // (kernels/fused_ops.h, cuda_rope with inverse) makes of the plain ones, in the same passes.
   const float *rope_cos = nullptr, *rope_sin = nullptr;
   void* workspace = nullptr;  // attention_backward_workspace_bytes(io), 16-byte aligned
 };

@@ -253,19 +253,42 @@ __device__ __forceinline__ void pack_step(const float (&s)[8][4], const float (&
   st_shared(sDs + swz(r0 + 8, c0 + 8), ad[3]);
 }
 
-// dK (times the scale) and dV of this warp's 16 keys of the block.
+// Two values as the fused ops' store8 writes them (kernels/fused_device.cuh): round to nearest even,
+// NaNs made canonical.
+__device__ __forceinline__ uint32_t pack_bf16x2_stored(float lo, float hi) {
+  if (lo == lo && hi == hi) return pack_bf16x2_finite(lo, hi);
+  return static_cast<uint32_t>(f32_to_bf16_bits(canon_nan(lo))) | (static_cast<uint32_t>(f32_to_bf16_bits(canon_nan(hi))) << 16);
+}
+
+// The block's dK (times the scale) and dV in BF16. With RoPE's tables dK is rotated back: the pairs
+// (c, c + 32) of a key row sit in this thread's column blocks n and n + 4, rotated from their BF16 values
+// as the fused RoPE's backward rotates them (rope_tables8, rope_pair, store8), so the bits are those of
+// the two passes.
 __device__ __forceinline__ void store_dk_dv(const AttentionBackwardIO& io, const BlockWork& w, const float (&dk)[8][4], const float (&dv)[8][4],
                                             int warp, int g, int t) {
+  constexpr int kHalf = kAttnHeadDim / 2;
 #pragma unroll
   for (int n = 0; n < 8; ++n)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int64_t row = static_cast<int64_t>(w.j) * kAttnBlock + warp * 16 + g + h * 8;
       const int col = n * 8 + 2 * t;
-      *reinterpret_cast<uint32_t*>(io.dk + w.b * io.dk_st.batch + w.kvh * io.dk_st.head + row * io.dk_st.row + col) =
-          pack_bf16x2_finite(dk[n][2 * h] * io.scale, dk[n][2 * h + 1] * io.scale);
+      uint32_t* dk_row = reinterpret_cast<uint32_t*>(io.dk + w.b * io.dk_st.batch + w.kvh * io.dk_st.head + row * io.dk_st.row);
       *reinterpret_cast<uint32_t*>(io.dv + w.b * io.dv_st.batch + w.kvh * io.dv_st.head + row * io.dv_st.row + col) =
           pack_bf16x2_finite(dv[n][2 * h], dv[n][2 * h + 1]);
+      if (!io.rope_cos) {
+        dk_row[col / 2] = pack_bf16x2_finite(dk[n][2 * h] * io.scale, dk[n][2 * h + 1] * io.scale);
+      } else if (n < 4) {
+        const uint32_t lo = pack_bf16x2_finite(dk[n][2 * h] * io.scale, dk[n][2 * h + 1] * io.scale);
+        const uint32_t hi = pack_bf16x2_finite(dk[n + 4][2 * h] * io.scale, dk[n + 4][2 * h + 1] * io.scale);
+        float a[2] = {bits_f32(lo << 16), bits_f32(lo & 0xffff0000u)}, b[2] = {bits_f32(hi << 16), bits_f32(hi & 0xffff0000u)};
+        const float2 c = *reinterpret_cast<const float2*>(io.rope_cos + row * kHalf + col);
+        const float2 sn = *reinterpret_cast<const float2*>(io.rope_sin + row * kHalf + col);
+        rope_pair(true, a[0], b[0], round_to_bf16(c.x), -round_to_bf16(sn.x), a[0], b[0]);
+        rope_pair(true, a[1], b[1], round_to_bf16(c.y), -round_to_bf16(sn.y), a[1], b[1]);
+        dk_row[col / 2] = pack_bf16x2_stored(a[0], a[1]);
+        dk_row[(kHalf + col) / 2] = pack_bf16x2_stored(b[0], b[1]);
+      }
     }
 }
 

@@ -22,8 +22,8 @@ namespace {
 std::atomic<bool> cudnn_refused{false};  // set when cuDNN's forward threw once: every later call falls back
 
 // Our backward (kernels/attention_backward.h) into dq, dk, dv (any views of 16-byte rows) where it
-// applies: BF16, head dimension 64, S a multiple of 64, aligned rows; with rope_cos defined, dq rotated
-// back by RoPE (the tables as fused_qkv_rope takes them). False: flash's is the caller's to run.
+// applies: BF16, head dimension 64, S a multiple of 64, aligned rows; with rope_cos defined, dq and dk
+// rotated back by RoPE (the tables as fused_qkv_rope takes them). False: flash's is the caller's to run.
 bool own_backward(const torch::Tensor& dout_in, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& o,
                   const torch::Tensor& lse, const torch::Tensor& dq, const torch::Tensor& dk, const torch::Tensor& dv, const torch::Tensor& rope_cos,
                   const torch::Tensor& rope_sin) {
@@ -97,8 +97,8 @@ struct CudnnForwardFlashBackward : public torch::autograd::Function<CudnnForward
 
 // The packed projection's RoPE (fused_qkv_rope) and the attention as one autograd node, so that the
 // backward hands our kernel the projection's gradient to write: dQ rotated back as the kernel converts
-// it, dV in place, and only dK through the RoPE kernel after. Two nodes would convert dQ to BF16, then
-// read dQ, dK and dV back to rotate and pack them (two passes over dQ and one over dV more). Same bits.
+// it, dK as it stores it, dV in place. Two nodes would write the three, then read them back to rotate
+// and pack them (a pass over the gradients and a launch more). Same bits.
 struct CudnnQkvRopeAttention : public torch::autograd::Function<CudnnQkvRopeAttention> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& qkv, const torch::Tensor& cos, const torch::Tensor& sin,
                                int64_t heads, int64_t kv_heads) {
@@ -119,12 +119,8 @@ struct CudnnQkvRopeAttention : public torch::autograd::Function<CudnnQkvRopeAtte
     const std::vector<int64_t> sizes = ctx->saved_data["sizes"].toIntVector();
     torch::Tensor dqkv = torch::empty(sizes, q.options());
     const std::vector<torch::Tensor> d = qkv_head_views(dqkv, heads, kv_heads);
-    torch::Tensor dk = at::empty_like(k);
-    if (own_backward(grads[0], q, k, v, o, lse, d[0], dk, d[2], cos, sin)) {
-      fused_rope_backward_into(dk, cos, sin, d[1]);
-    } else {
+    if (!own_backward(grads[0], q, k, v, o, lse, d[0], d[1], d[2], cos, sin))
       dqkv = fused_qkv_rope_backward(flash_backward(grads[0], q, k, v, o, lse), cos, sin, heads, kv_heads, sizes);
-    }
     return {dqkv, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };

@@ -25,8 +25,8 @@ torch::Tensor deterministic_causal_attention(const torch::Tensor& q, const torch
 
 // The same attention fed by the RoPE of a packed projection qkv [B, S, (heads + 2 kv_heads) 64]
 // (fused_qkv_rope's q, k, v), as one op whose backward writes qkv's gradient: our backward rotates dQ
-// back as it converts it and puts dV in place (same bits as fused_qkv_rope followed by
-// deterministic_causal_attention, one pass over dQ and dV less). Undefined unless our backward is
+// and dK back as it writes them and puts dV in place (same bits as fused_qkv_rope followed by
+// deterministic_causal_attention, a pass over the three gradients less). Undefined unless our backward is
 // switched on and both would apply (BF16, head dimension 64); the caller then runs the two.
 torch::Tensor deterministic_qkv_rope_attention(const torch::Tensor& qkv, const torch::Tensor& cos, const torch::Tensor& sin, int64_t heads,
                                                int64_t kv_heads);

@@ -345,16 +345,6 @@ torch::Tensor fused_qkv_rope_backward(const std::vector<torch::Tensor>& grads, c
   return dqkv;
 }
 
-void fused_rope_backward_into(const torch::Tensor& dy, const torch::Tensor& cos, const torch::Tensor& sin, const torch::Tensor& dx) {
-  check_kernel_device(dy, "rope");
-  const torch::Tensor g = fused_rope_applies(dy, cos, sin) ? dy : dy.contiguous();
-  RopeIO io = rope_io(g, cos, sin, dx, true);
-#ifdef UFP4_WITH_CUDA
-  if (dx.is_cuda() && !rope_cuda_applies(io)) throw Error("rope backward: the gradient's view needs strides of 16 bytes and 16-byte alignment");
-#endif
-  run_op(g, io, UFP4_CUDA_OP(cuda_rope), reference_rope);
-}
-
 bool fused_rope_applies(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
   const bool dtype_ok = x.scalar_type() == torch::kFloat32 || x.scalar_type() == torch::kBFloat16;
   if (!dtype_ok || x.dim() != 4 || x.numel() == 0 || x.size(3) % 2 || x.stride(3) != 1) return false;

@@ -36,12 +36,11 @@ std::vector<torch::Tensor> fused_qkv_rope(const torch::Tensor& qkv, const torch:
 bool fused_qkv_rope_applies(const torch::Tensor& qkv, const torch::Tensor& cos, const torch::Tensor& sin, int64_t heads, int64_t kv_heads);
 // Pieces of fused_qkv_rope for an op that fuses its backward with the attention's
 // (models/deterministic_attention.h): the [B, heads or kv_heads, S, hd] views of q, k and v in a packed
-// [B, S, (heads + 2 kv_heads) hd] tensor; the backward's pass from the three gradients (undefined ones
-// as zeros) to a new projection gradient of `sizes`; and fused_rope's backward from dy into the view dx.
+// [B, S, (heads + 2 kv_heads) hd] tensor, and the backward's pass from the three gradients (undefined
+// ones as zeros) to a new projection gradient of `sizes`.
 std::vector<torch::Tensor> qkv_head_views(const torch::Tensor& qkv, int64_t heads, int64_t kv_heads);
 torch::Tensor fused_qkv_rope_backward(const std::vector<torch::Tensor>& grads, const torch::Tensor& cos, const torch::Tensor& sin, int64_t heads,
                                       int64_t kv_heads, const std::vector<int64_t>& sizes);
-void fused_rope_backward_into(const torch::Tensor& dy, const torch::Tensor& cos, const torch::Tensor& sin, const torch::Tensor& dx);
 
 // Whether the fused ops take these tensors on their device (the model falls back to LibTorch's
 // composition otherwise): CUDA needs a last dimension that is a multiple of 8 (RMSNorm: at most 2048).

@@ -1,8 +1,8 @@
 // Causal attention in deterministic mode (models/deterministic_attention.h): cuDNN's forward with
 // flash's deterministic backward or, switched on, ours (kernels/attention_backward.h). On the GPU: near an FP64 reference,
 // the same bits on every rerun, and what the model's attention runs in that mode; fed by the packed
-// RoPE as one op, the two ops' bits; our kernel near its CPU reference, and its RoPE'd dQ the fused
-// RoPE's bits. Everywhere: where it applies, and the CPU reference near LibTorch's FP64 autograd.
+// RoPE as one op, the two ops' bits; our kernel near its CPU reference, and its RoPE'd dQ and dK the
+// fused RoPE's bits. Everywhere: where it applies, and the CPU reference near LibTorch's FP64 autograd.
 #include <torch/torch.h>
 
 #include <cmath>
@@ -163,22 +163,26 @@ TEST_CASE("attention backward kernel: near its CPU reference, the same bits on e
       CHECK(test::first_bit_mismatch(dk.cpu(), dk0.cpu()) < 0);
       CHECK(test::first_bit_mismatch(dv.cpu(), dv0.cpu()) < 0);
     }
-    // With RoPE's tables, dQ rotated back in the same pass: bit for bit the fused RoPE's backward of the
-    // plain dQ (tables of more rows than S, as the model's are; any values in [-1, 1]).
+    // With RoPE's tables, dQ and dK rotated back in the same passes: bit for bit the fused RoPE's
+    // backward of the plain ones (tables of more rows than S, as the model's are; any values in [-1, 1]).
     const torch::Tensor cos = torch::rand({sh.S + 64, 32}, torch::kCUDA) * 2 - 1, sin = torch::rand({sh.S + 64, 32}, torch::kCUDA) * 2 - 1;
-    torch::Tensor dq_rot = torch::empty_like(in[0]), want = torch::empty_like(in[0]);
-    RopeIO rio;
-    rio.dtype = DType::kBF16, rio.batch = sh.B, rio.heads = sh.H, rio.seq = sh.S, rio.head_dim = 64;
-    rio.x = dq0.data_ptr(), rio.stride_b = dq0.stride(0), rio.stride_h = dq0.stride(1), rio.stride_s = dq0.stride(2);
-    rio.y = want.data_ptr(), rio.y_stride_b = want.stride(0), rio.y_stride_h = want.stride(1), rio.y_stride_s = want.stride(2);
-    rio.cos = cos.data_ptr<float>(), rio.sin = sin.data_ptr<float>(), rio.inverse = true;
-    cuda_rope(rio, nullptr);
-    io.dq = p(dq_rot), io.dq_st = st(dq_rot), io.rope_cos = cos.data_ptr<float>(), io.rope_sin = sin.data_ptr<float>();
+    auto rope_back = [&](const torch::Tensor& x) {
+      torch::Tensor y = torch::empty_like(x);
+      RopeIO rio;
+      rio.dtype = DType::kBF16, rio.batch = x.size(0), rio.heads = x.size(1), rio.seq = x.size(2), rio.head_dim = 64;
+      rio.x = x.data_ptr(), rio.stride_b = x.stride(0), rio.stride_h = x.stride(1), rio.stride_s = x.stride(2);
+      rio.y = y.data_ptr(), rio.y_stride_b = y.stride(0), rio.y_stride_h = y.stride(1), rio.y_stride_s = y.stride(2);
+      rio.cos = cos.data_ptr<float>(), rio.sin = sin.data_ptr<float>(), rio.inverse = true;
+      cuda_rope(rio, nullptr);
+      return y;
+    };
+    const torch::Tensor want_dq = rope_back(dq0), want_dk = rope_back(dk0);
+    io.rope_cos = cos.data_ptr<float>(), io.rope_sin = sin.data_ptr<float>();
     REQUIRE(attention_backward_cuda_applies(io));
     cuda_attention_backward(io, nullptr);
     torch::cuda::synchronize();
-    CHECK(test::first_bit_mismatch(dq_rot.cpu(), want.cpu()) < 0);
-    CHECK(test::first_bit_mismatch(dk.cpu(), dk0.cpu()) < 0);
+    CHECK(test::first_bit_mismatch(dq.cpu(), want_dq.cpu()) < 0);
+    CHECK(test::first_bit_mismatch(dk.cpu(), want_dk.cpu()) < 0);
     CHECK(test::first_bit_mismatch(dv.cpu(), dv0.cpu()) < 0);
   }
 #endif
