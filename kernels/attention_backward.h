@@ -58,7 +58,7 @@ bool attention_backward_cuda_applies(const AttentionBackwardIO& io);
 // and the blocks' ticket.
 size_t attention_backward_workspace_bytes(const AttentionBackwardIO& io);
 
-// The backward on `stream` (the caller's); clears the counters itself.
+// The backward on `stream` (the caller's); clears the counters itself (in its first pass, no memset).
 void cuda_attention_backward(const AttentionBackwardIO& io, cudaStream_t stream);
 // Timing probes (dev/), not deterministic: 2 dQ terms stored unordered, 3 no dQ, 4 no waiting; plus 8:
 // the warp-MMA kernel on Hopper too (8 alone: deterministic).

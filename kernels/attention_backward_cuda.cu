@@ -96,14 +96,19 @@ __device__ __forceinline__ void load_tile(uint32_t dst, const uint16_t* src, int
 __device__ __forceinline__ float bf16_lo(uint32_t w) { return bf16_bits_to_f32(static_cast<uint16_t>(w)); }
 __device__ __forceinline__ float bf16_hi(uint32_t w) { return bf16_bits_to_f32(static_cast<uint16_t>(w >> 16)); }
 
-// delta = rowsum(dO O) per query row: 8 threads a row, 8 elements each, summed in a fixed tree.
-__global__ void attention_delta_kernel(AttentionBackwardIO io, float* delta) {
+// delta = rowsum(dO O) per query row: 8 threads a row, 8 elements each, summed in a fixed tree. Rows
+// are taken in (batch, position, head) order, the memory order of the model's [B, S, heads, 64]
+// tensors; delta is stored [B, heads, S]. The first threads also clear the query blocks' counters and
+// the ticket (the backward kernel runs after this one on the stream): no memset of their own.
+__global__ void attention_delta_kernel(AttentionBackwardIO io, float* delta, unsigned* counters, int64_t n_counters) {
   const int64_t rows = io.batch * io.heads * io.seq;
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 8) + threadIdx.x / 8;
+  const int64_t gid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (gid < n_counters) counters[gid] = 0;
+  const int64_t r = gid / 8;  // (b, position, head)
   const int part = threadIdx.x & 7;
+  const int64_t b = r / (io.heads * io.seq), row = (r / io.heads) % io.seq, h = r % io.heads;
   float s = 0.0f;
   if (r < rows) {
-    const int64_t b = r / (io.heads * io.seq), h = (r / io.seq) % io.heads, row = r % io.seq;
     const uint4 o = *reinterpret_cast<const uint4*>(io.o + b * io.o_st.batch + h * io.o_st.head + row * io.o_st.row + part * 8);
     const uint4 d = *reinterpret_cast<const uint4*>(io.dout + b * io.dout_st.batch + h * io.dout_st.head + row * io.dout_st.row + part * 8);
     const uint32_t ow[4] = {o.x, o.y, o.z, o.w}, dw[4] = {d.x, d.y, d.z, d.w};
@@ -113,7 +118,7 @@ __global__ void attention_delta_kernel(AttentionBackwardIO io, float* delta) {
   s += __shfl_xor_sync(0xffffffffu, s, 1);
   s += __shfl_xor_sync(0xffffffffu, s, 2);
   s += __shfl_xor_sync(0xffffffffu, s, 4);
-  if (r < rows && part == 0) delta[r] = s;
+  if (r < rows && part == 0) delta[(b * io.heads + h) * io.seq + row] = s;
 }
 
 // dQ elements 8 part .. 8 part + 7 of row r as BF16 words: BF16(scale x the FP32 sum). kSwizzled: the
@@ -738,8 +743,7 @@ void cuda_attention_backward_mode(const AttentionBackwardIO& io, cudaStream_t st
   float* delta = reinterpret_cast<float*>(ws);
   float* acc = reinterpret_cast<float*>(ws + w.acc);
   unsigned* counters = reinterpret_cast<unsigned*>(ws + w.counters);
-  check_cuda(cudaMemsetAsync(counters, 0, w.n_counters * 4, stream), "attention backward (counters and ticket)");
-  attention_delta_kernel<<<static_cast<unsigned>((rows + 31) / 32), 256, 0, stream>>>(io, delta);
+  attention_delta_kernel<<<static_cast<unsigned>((rows + 31) / 32), 256, 0, stream>>>(io, delta, counters, static_cast<int64_t>(w.n_counters));
   check_launch("attention backward (delta)");
   static std::once_flag smem_set;
   std::call_once(smem_set, [] {
