@@ -181,9 +181,10 @@ __device__ __forceinline__ unsigned* delta_flags(const AttentionBackwardIO& io, 
 }
 
 // delta = rowsum(dO O) of the block's own query block j for its group's query heads, into delta
-// [B, heads, S]: 8 threads a row, 8 elements each, summed in a fixed tree; then query block j's flag.
-// A block does this first, before it waits on anything, and the blocks that read these rows later
-// (key blocks before j) took later tickets: every wait on a flag ends. (A kernel of its own did this
+// [B, heads, S]: 8 threads a row, 8 elements each, summed in a fixed tree; then query block j's flag,
+// and a wait on the flags of the query blocks after j, which the block reads later. A block does this
+// first, before it waits on anything, and the blocks it waits on (key blocks after j) took earlier
+// tickets: every wait ends. (A kernel of its own did this
 // before the backward: the same sums, the same bits, a launch and a pass more.)
 __device__ __forceinline__ void compute_delta(const AttentionBackwardIO& io, const BlockWork& w, float* delta, unsigned* flags, int tid) {
   const int part = tid & 7;
@@ -214,13 +215,21 @@ __device__ __forceinline__ void compute_delta(const AttentionBackwardIO& io, con
   __threadfence();
   __syncthreads();
   if (tid == 0) red_release_add(flags + w.j, 1u);
+  // Then the later query blocks' rows, all at once (a wait an iteration, each with its fence, cost more
+  // than the pass it saved): thread t waits on query block j + 1 + t.
+  const int nblocks = static_cast<int>(io.seq / kAttnBlock);
+  for (int qb = w.j + 1 + tid; qb < nblocks; qb += kThreads) {
+    while (load_relaxed(flags + qb) == 0) {
+    }
+  }
+  fence_acquire();
+  __syncthreads();
 }
 
 // Iteration it's Q and dO tiles into shared memory, its lse and delta into stats[buf] (lse at
-// stats + 64 buf, delta at stats + 128 + 64 buf floats); another block's delta rows once their flag
-// is set (this block's own were written before a barrier).
-__device__ __forceinline__ void load_query_block(const AttentionBackwardIO& io, const float* delta, const unsigned* flags, const BlockWork& w, int it,
-                                                 uint32_t sQ, uint32_t sDo, uint32_t stats, int buf, int tid) {
+// stats + 64 buf, delta at stats + 128 + 64 buf floats).
+__device__ __forceinline__ void load_query_block(const AttentionBackwardIO& io, const float* delta, const BlockWork& w, int it, uint32_t sQ,
+                                                 uint32_t sDo, uint32_t stats, int buf, int tid) {
   const int qb = w.j + it / w.group;
   const int64_t hq = w.kvh * w.group + it % w.group, row0 = static_cast<int64_t>(qb) * kAttnBlock;
   load_tile(sQ, io.q + w.b * io.q_st.batch + hq * io.q_st.head + row0 * io.q_st.row, io.q_st.row, tid);
@@ -229,23 +238,18 @@ __device__ __forceinline__ void load_query_block(const AttentionBackwardIO& io, 
   if (tid < 16) {
     cp_async16(stats + (buf * 64 + tid * 4) * 4, io.lse + r + tid * 4);
   } else if (tid < 32) {
-    if (qb != w.j) {
-      while (load_relaxed(flags + qb) == 0) {
-      }
-      fence_acquire();
-    }
     cp_async16(stats + (128 + buf * 64 + (tid - 16) * 4) * 4, delta + r + (tid - 16) * 4);
   }
 }
 
 // The block's K and V tiles, then iteration 0's query block into buffer 0: two copy groups.
-__device__ __forceinline__ void load_first(const AttentionBackwardIO& io, const float* delta, const unsigned* flags, const BlockWork& w, uint32_t sK,
-                                           uint32_t sV, uint32_t sQ0, uint32_t sDo0, uint32_t stats, int tid) {
+__device__ __forceinline__ void load_first(const AttentionBackwardIO& io, const float* delta, const BlockWork& w, uint32_t sK, uint32_t sV,
+                                           uint32_t sQ0, uint32_t sDo0, uint32_t stats, int tid) {
   const int64_t key0 = static_cast<int64_t>(w.j) * kAttnBlock;
   load_tile(sK, io.k + w.b * io.k_st.batch + w.kvh * io.k_st.head + key0 * io.k_st.row, io.k_st.row, tid);
   load_tile(sV, io.v + w.b * io.v_st.batch + w.kvh * io.v_st.head + key0 * io.v_st.row, io.v_st.row, tid);
   cp_async_commit();
-  load_query_block(io, delta, flags, w, 0, sQ0, sDo0, stats, 0, tid);
+  load_query_block(io, delta, w, 0, sQ0, sDo0, stats, 0, tid);
   cp_async_commit();
 }
 
@@ -338,9 +342,9 @@ __global__ void __launch_bounds__(kThreads, 2)
 
   unsigned* flags = delta_flags(io, counters, w, nblocks);
   compute_delta(io, w, delta, flags, tid);
-  load_first(io, delta, flags, w, sK, sDs, base + kOffQ, base + kOffDo, base + kOffStats, tid);  // V's tile in dS^T's place
+  load_first(io, delta, w, sK, sDs, base + kOffQ, base + kOffDo, base + kOffStats, tid);  // V's tile in dS^T's place
   auto issue = [&](int it, int buf) {
-    load_query_block(io, delta, flags, w, it, base + kOffQ + buf * kTile, base + kOffDo + buf * kTile, base + kOffStats, buf, tid);
+    load_query_block(io, delta, w, it, base + kOffQ + buf * kTile, base + kOffDo + buf * kTile, base + kOffStats, buf, tid);
   };
   cp_async_wait<1>();
   __syncthreads();
@@ -599,9 +603,9 @@ __global__ void __launch_bounds__(kThreads, 3)
 
   unsigned* flags = delta_flags(io, counters, w, nblocks);
   compute_delta(io, w, delta, flags, tid);
-  load_first(io, delta, flags, w, sK, sV, base + kWgOffQ, base + kWgOffDo, base + kWgOffStats, tid);
+  load_first(io, delta, w, sK, sV, base + kWgOffQ, base + kWgOffDo, base + kWgOffStats, tid);
   auto issue = [&](int it, int buf) {
-    load_query_block(io, delta, flags, w, it, base + kWgOffQ + buf * kTile, base + kWgOffDo + buf * kTile, base + kWgOffStats, buf, tid);
+    load_query_block(io, delta, w, it, base + kWgOffQ + buf * kTile, base + kWgOffDo + buf * kTile, base + kWgOffStats, buf, tid);
   };
 
   float dk[8][4], dv[8][4], s[8][4], dp[8][4], dq[8][4];  // s, dp and dq: each product's first step writes them
