@@ -96,6 +96,31 @@ __device__ __forceinline__ void load_tile(uint32_t dst, const uint16_t* src, int
 __device__ __forceinline__ float bf16_lo(uint32_t w) { return bf16_bits_to_f32(static_cast<uint16_t>(w)); }
 __device__ __forceinline__ float bf16_hi(uint32_t w) { return bf16_bits_to_f32(static_cast<uint16_t>(w >> 16)); }
 
+// delta = rowsum(dO O) per query row: 8 threads a row, 8 elements each, summed in a fixed tree. Rows
+// are taken in (batch, position, head) order, the memory order of the model's [B, S, heads, 64]
+// tensors; delta is stored [B, heads, S]. The first threads also clear the query blocks' counters and
+// the ticket (the backward kernel runs after this one on the stream): no memset of their own.
+__global__ void attention_delta_kernel(AttentionBackwardIO io, float* delta, unsigned* counters, int64_t n_counters) {
+  const int64_t rows = io.batch * io.heads * io.seq;
+  const int64_t gid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (gid < n_counters) counters[gid] = 0;
+  const int64_t r = gid / 8;  // (b, position, head)
+  const int part = threadIdx.x & 7;
+  const int64_t b = r / (io.heads * io.seq), row = (r / io.heads) % io.seq, h = r % io.heads;
+  float s = 0.0f;
+  if (r < rows) {
+    const uint4 o = *reinterpret_cast<const uint4*>(io.o + b * io.o_st.batch + h * io.o_st.head + row * io.o_st.row + part * 8);
+    const uint4 d = *reinterpret_cast<const uint4*>(io.dout + b * io.dout_st.batch + h * io.dout_st.head + row * io.dout_st.row + part * 8);
+    const uint32_t ow[4] = {o.x, o.y, o.z, o.w}, dw[4] = {d.x, d.y, d.z, d.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) s = fmaf(bf16_hi(ow[k]), bf16_hi(dw[k]), fmaf(bf16_lo(ow[k]), bf16_lo(dw[k]), s));
+  }
+  s += __shfl_xor_sync(0xffffffffu, s, 1);
+  s += __shfl_xor_sync(0xffffffffu, s, 2);
+  s += __shfl_xor_sync(0xffffffffu, s, 4);
+  if (r < rows && part == 0) delta[(b * io.heads + h) * io.seq + row] = s;
+}
+
 // dQ elements 8 part .. 8 part + 7 of row r as BF16 words: BF16(scale x the FP32 sum). kSwizzled: the
 // warpgroup-MMA kernel's accumulator, whose rows keep their 8-float groups at group ^ (row & 3) (see there).
 template <bool kSwizzled>
@@ -175,71 +200,16 @@ __device__ __forceinline__ BlockWork take_work(const AttentionBackwardIO& io, un
   return w;
 }
 
-// Where the flags of (batch, KV head) lie: one a query block, set once its delta rows are written.
-__device__ __forceinline__ unsigned* delta_flags(const AttentionBackwardIO& io, unsigned* counters, const BlockWork& w, int nblocks) {
-  return counters + io.batch * io.heads * nblocks + 1 + (w.b * io.kv_heads + w.kvh) * nblocks;
-}
-
-// delta = rowsum(dO O) of the block's own query block j for its group's query heads, into delta
-// [B, heads, S]: 8 threads a row, 8 elements each, summed in a fixed tree; then query block j's flag,
-// and a wait on the flags of the query blocks after j, which the block reads later. A block does this
-// first, before it waits on anything, and the blocks it waits on (key blocks after j) took earlier
-// tickets: every wait ends. (A kernel of its own did this
-// before the backward: the same sums, the same bits, a launch and a pass more.)
-__device__ __forceinline__ void compute_delta(const AttentionBackwardIO& io, const BlockWork& w, float* delta, unsigned* flags, int tid) {
-  const int part = tid & 7;
-  const int64_t row0 = static_cast<int64_t>(w.j) * kAttnBlock;
-  for (int g = 0; g < w.group; ++g) {  // a query head's 64 rows: 4 passes of 16
-    const int64_t hq = w.kvh * w.group + g;
-    const uint16_t* o = io.o + w.b * io.o_st.batch + hq * io.o_st.head + part * 8;
-    const uint16_t* d = io.dout + w.b * io.dout_st.batch + hq * io.dout_st.head + part * 8;
-    uint4 ov[4], dv[4];
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const int64_t row = row0 + q * 16 + tid / 8;
-      ov[q] = *reinterpret_cast<const uint4*>(o + row * io.o_st.row);
-      dv[q] = *reinterpret_cast<const uint4*>(d + row * io.dout_st.row);
-    }
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const uint32_t ow[4] = {ov[q].x, ov[q].y, ov[q].z, ov[q].w}, dw[4] = {dv[q].x, dv[q].y, dv[q].z, dv[q].w};
-      float s = 0.0f;
-#pragma unroll
-      for (int k = 0; k < 4; ++k) s = fmaf(bf16_hi(ow[k]), bf16_hi(dw[k]), fmaf(bf16_lo(ow[k]), bf16_lo(dw[k]), s));
-      s += __shfl_xor_sync(0xffffffffu, s, 1);
-      s += __shfl_xor_sync(0xffffffffu, s, 2);
-      s += __shfl_xor_sync(0xffffffffu, s, 4);
-      if (part == 0) delta[(w.b * io.heads + hq) * io.seq + row0 + q * 16 + tid / 8] = s;
-    }
-  }
-  __threadfence();
-  __syncthreads();
-  if (tid == 0) red_release_add(flags + w.j, 1u);
-  // Then the later query blocks' rows, all at once (a wait an iteration, each with its fence, cost more
-  // than the pass it saved): thread t waits on query block j + 1 + t.
-  const int nblocks = static_cast<int>(io.seq / kAttnBlock);
-  for (int qb = w.j + 1 + tid; qb < nblocks; qb += kThreads) {
-    while (load_relaxed(flags + qb) == 0) {
-    }
-  }
-  fence_acquire();
-  __syncthreads();
-}
-
 // Iteration it's Q and dO tiles into shared memory, its lse and delta into stats[buf] (lse at
 // stats + 64 buf, delta at stats + 128 + 64 buf floats).
 __device__ __forceinline__ void load_query_block(const AttentionBackwardIO& io, const float* delta, const BlockWork& w, int it, uint32_t sQ,
                                                  uint32_t sDo, uint32_t stats, int buf, int tid) {
-  const int qb = w.j + it / w.group;
-  const int64_t hq = w.kvh * w.group + it % w.group, row0 = static_cast<int64_t>(qb) * kAttnBlock;
+  const int64_t hq = w.kvh * w.group + it % w.group, row0 = static_cast<int64_t>(w.j + it / w.group) * kAttnBlock;
   load_tile(sQ, io.q + w.b * io.q_st.batch + hq * io.q_st.head + row0 * io.q_st.row, io.q_st.row, tid);
   load_tile(sDo, io.dout + w.b * io.dout_st.batch + hq * io.dout_st.head + row0 * io.dout_st.row, io.dout_st.row, tid);
   const int64_t r = (w.b * io.heads + hq) * io.seq + row0;
-  if (tid < 16) {
-    cp_async16(stats + (buf * 64 + tid * 4) * 4, io.lse + r + tid * 4);
-  } else if (tid < 32) {
-    cp_async16(stats + (128 + buf * 64 + (tid - 16) * 4) * 4, delta + r + (tid - 16) * 4);
-  }
+  if (tid < 16) cp_async16(stats + (buf * 64 + tid * 4) * 4, io.lse + r + tid * 4);
+  else if (tid < 32) cp_async16(stats + (128 + buf * 64 + (tid - 16) * 4) * 4, delta + r + (tid - 16) * 4);
 }
 
 // The block's K and V tiles, then iteration 0's query block into buffer 0: two copy groups.
@@ -329,7 +299,7 @@ __device__ __forceinline__ void store_dk_dv(const AttentionBackwardIO& io, const
 
 template <int kMode>
 __global__ void __launch_bounds__(kThreads, 2)
-    attention_backward_kernel(AttentionBackwardIO io, float* delta, float* __restrict__ dq_acc, unsigned* counters) {
+    attention_backward_kernel(AttentionBackwardIO io, const float* __restrict__ delta, float* __restrict__ dq_acc, unsigned* counters) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int nblocks = static_cast<int>(io.seq / kAttnBlock);
@@ -340,8 +310,6 @@ __global__ void __launch_bounds__(kThreads, 2)
   const uint32_t sK = base + kOffK, sDs = base + kOffDs;
   float* stats = reinterpret_cast<float*>(smem + kOffStats);  // lse[2][64], then delta[2][64]
 
-  unsigned* flags = delta_flags(io, counters, w, nblocks);
-  compute_delta(io, w, delta, flags, tid);
   load_first(io, delta, w, sK, sDs, base + kOffQ, base + kOffDo, base + kOffStats, tid);  // V's tile in dS^T's place
   auto issue = [&](int it, int buf) {
     load_query_block(io, delta, w, it, base + kOffQ + buf * kTile, base + kOffDo + buf * kTile, base + kOffStats, buf, tid);
@@ -587,7 +555,7 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[8][4], const uint32_t (&a)[4
 // Three blocks an SM (at most 168 registers a thread): 3% faster than two at dense-113m's shape.
 template <int kMode>
 __global__ void __launch_bounds__(kThreads, 3)
-    attention_backward_wgmma_kernel(AttentionBackwardIO io, float* delta, float* __restrict__ dq_acc, unsigned* counters) {
+    attention_backward_wgmma_kernel(AttentionBackwardIO io, const float* __restrict__ delta, float* __restrict__ dq_acc, unsigned* counters) {
 #ifdef UFP4_WGMMA
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -601,8 +569,6 @@ __global__ void __launch_bounds__(kThreads, 3)
   const uint32_t sDqw = base + kWgOffDq + warp * 16 * kAttnHeadDim * 4;  // this warp's 16 staging rows
   float* stats = reinterpret_cast<float*>(smem_raw + (base - raw) + kWgOffStats);  // lse[2][64], then delta[2][64]
 
-  unsigned* flags = delta_flags(io, counters, w, nblocks);
-  compute_delta(io, w, delta, flags, tid);
   load_first(io, delta, w, sK, sV, base + kWgOffQ, base + kWgOffDo, base + kWgOffStats, tid);
   auto issue = [&](int it, int buf) {
     load_query_block(io, delta, w, it, base + kWgOffQ + buf * kTile, base + kWgOffDo + buf * kTile, base + kWgOffStats, buf, tid);
@@ -740,15 +706,14 @@ bool strides_ok(const AttnStrides& s) { return s.batch % 8 == 0 && s.head % 8 ==
 size_t round16(size_t n) { return (n + 15) / 16 * 16; }
 
 // The workspace: delta [B, heads, S], the dQ accumulator [B, heads, S, 64] (FP32), the query blocks'
-// counters, the blocks' ticket and the delta flags (one a query block of each batch and KV head), at
-// these byte offsets.
+// counters and the blocks' ticket, at these byte offsets.
 struct Workspace {
   size_t rows, acc, counters, n_counters, bytes;
   explicit Workspace(const AttentionBackwardIO& io)
       : rows(static_cast<size_t>(io.batch * io.heads * io.seq)),
         acc(round16(rows * 4)),
         counters(acc + rows * kAttnHeadDim * 4),
-        n_counters(static_cast<size_t>((io.batch * io.heads + io.batch * io.kv_heads) * (io.seq / kAttnBlock)) + 1),
+        n_counters(static_cast<size_t>(io.batch * io.heads * (io.seq / kAttnBlock)) + 1),
         bytes(counters + round16(n_counters * 4)) {}
 };
 
@@ -778,7 +743,8 @@ void cuda_attention_backward_mode(const AttentionBackwardIO& io, cudaStream_t st
   float* delta = reinterpret_cast<float*>(ws);
   float* acc = reinterpret_cast<float*>(ws + w.acc);
   unsigned* counters = reinterpret_cast<unsigned*>(ws + w.counters);
-  check_cuda(cudaMemsetAsync(counters, 0, w.n_counters * 4, stream), "attention backward (counters, ticket and delta flags)");
+  attention_delta_kernel<<<static_cast<unsigned>((rows + 31) / 32), 256, 0, stream>>>(io, delta, counters, static_cast<int64_t>(w.n_counters));
+  check_launch("attention backward (delta)");
   static std::once_flag smem_set;
   std::call_once(smem_set, [] {
     for (auto f : {attention_backward_kernel<0>, attention_backward_kernel<2>, attention_backward_kernel<3>, attention_backward_kernel<4>})
