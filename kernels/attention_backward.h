@@ -8,11 +8,11 @@
 // dP = dO V^T, delta = rowsum(dO O)), and dQ of the query block as dS K. dQ of a query block has one
 // term per key block at or before it; the blocks add their terms in a fixed order, the last key block
 // first, through an FP32 accumulator and a counter each query block waits on (no floating-point
-// atomics in an unfixed order), and a last pass writes the BF16 result (dQ and dK rotated back by RoPE
-// where asked). Reruns are therefore bit-identical. Products run on the tensor cores (BF16 operands, FP32
-// sums), P and dS rounded to BF16 before their products, as flash attention does. On Hopper (built for sm_90a) the products are
-// warpgroup MMAs and the dQ terms bulk asynchronous reductions; elsewhere warp MMAs (mma.sync) and
-// FP32 reductions in L2. The two sum in different orders: each is deterministic, not equal to the other.
+// atomics in an unfixed order), and a last pass writes dQ in BF16 (dK and dV are written by the
+// blocks; dQ and dK rotated back by RoPE where asked). Reruns are therefore bit-identical. Products run
+// on the tensor cores (BF16 operands, FP32 sums), P and dS rounded to BF16 before their products, as
+// flash attention does. On Hopper (built for sm_90a) the products are warpgroup MMAs and the dQ terms
+// bulk asynchronous reductions; elsewhere warp MMAs (mma.sync) and FP32 reductions in L2. The two sum in different orders: each is deterministic, not equal to the other.
 //
 // The CPU reference (attention_backward_reference.cpp) computes the same gradients in double from the
 // same inputs: the tests hold the kernel to it within BF16's rounding of P, dS and the outputs.
