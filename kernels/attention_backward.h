@@ -12,7 +12,8 @@
 // blocks; dQ and dK rotated back by RoPE where asked). Reruns are therefore bit-identical. Products run
 // on the tensor cores (BF16 operands, FP32 sums), P and dS rounded to BF16 before their products, as
 // flash attention does. On Hopper (built for sm_90a) the products are warpgroup MMAs and the dQ terms
-// bulk asynchronous reductions; elsewhere warp MMAs (mma.sync) and FP32 reductions in L2. The two sum in different orders: each is deterministic, not equal to the other.
+// bulk asynchronous reductions; elsewhere warp MMAs (mma.sync) and FP32 reductions in L2. The two sum
+// in different orders: each is deterministic, not equal to the other.
 //
 // The CPU reference (attention_backward_reference.cpp) computes the same gradients in double from the
 // same inputs: the tests hold the kernel to it within BF16's rounding of P, dS and the outputs.
