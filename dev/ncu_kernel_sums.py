@@ -1,8 +1,9 @@
 """Per-kernel time of one training step from Nsight Compute's CSV, summed by kernel name.
 
 Reads `ncu --csv --metrics gpu__time_duration.sum ...` output of `ufp4 bench step --warmup 0 --steps 1`
-and sums the kernels of the first step: from its embedding gather through the second launch of the
-fused AdamW (the optimizer runs two multi-tensor launches a step). Kernel names keep their template
+and sums the kernels of the first step: from its embedding gather (or the batched weight quantization
+before it) through the second launch of the fused AdamW (the optimizer runs two multi-tensor launches
+a step). Kernel names keep their template
 arguments and lose their call arguments.
 
 usage: python dev/ncu_kernel_sums.py ncu.csv[.gz] [--top 40]
@@ -33,7 +34,12 @@ def read(path):
 
 def step_sums(rows):
     """The first step's kernels summed by name: (total ns by name, launches by name, total ns, launches)."""
+    # The step begins with the forward's batched weight quantization (models/weight_operands.h) where the
+    # recipe quantizes W, else with the embedding's gather.
     start = next(i for i, (n, _) in enumerate(rows) if "gather" in n)
+    batch = [i for i, (n, _) in enumerate(rows[:start]) if "quantize_pair_batch_kernel" in n]
+    if batch:
+        start = batch[-1]
     adam = [i for i, (n, _) in enumerate(rows) if i > start and "FusedOptimizerTensorListMetadata" in n]
     end = adam[1] if len(adam) > 1 else (adam[0] if adam else len(rows) - 1)
     step = rows[start:end + 1]

@@ -1,5 +1,5 @@
 // The padded segments (contract: kernels/padded_segments.h). Every block forms the segments' padded
-// ends, valid ends and shifts in shared memory (E is small; one thread walks them), block 0 also writes
+// ends, valid ends and shifts in shared memory (E is small: one thread sums them), block 0 also writes
 // lens and padded_ends; then each thread finds its padded rows' segment by binary search.
 #include <cuda_runtime.h>
 
@@ -20,22 +20,33 @@ __global__ void __launch_bounds__(kThreads) padded_segments_kernel(const __grid_
   int64_t* pend = segment;
   int64_t* valid_end = segment + E;
   int64_t* shift = segment + 2 * E;
+  // Each segment's count and padded length from its two ends, all segments at once (one thread walking
+  // the ends from global memory waited out one load after another), then one thread's running sum over
+  // shared memory.
+  for (int e = threadIdx.x; e < E; e += kThreads) {
+    const int64_t start = e ? io.ends[e - 1] : 0, count = io.ends[e] - start;
+    pend[e] = (count + io.align - 1) / io.align * io.align;  // the padded length until the sum below
+    valid_end[e] = count;
+    shift[e] = start;
+  }
+  __syncthreads();
   if (threadIdx.x == 0) {
-    int64_t start = 0, pstart = 0;
+    int64_t pstart = 0;
     for (int e = 0; e < E; ++e) {
-      const int64_t end = io.ends[e], count = end - start, padded = (count + io.align - 1) / io.align * io.align;
+      const int64_t padded = pend[e];
+      valid_end[e] += pstart;
+      shift[e] -= pstart;
       pend[e] = pstart + padded;
-      valid_end[e] = pstart + count;
-      shift[e] = start - pstart;
-      if (blockIdx.x == 0) {
-        io.padded_ends[e] = static_cast<int32_t>(pend[e]);
-        io.lens[e] = static_cast<int32_t>(io.rht ? (count + io.rht - 1) / io.rht * io.rht : count);
-      }
-      start = end;
       pstart = pend[e];
     }
   }
   __syncthreads();
+  if (blockIdx.x == 0)
+    for (int e = threadIdx.x; e < E; e += kThreads) {
+      const int64_t count = valid_end[e] - (e ? pend[e - 1] : 0);
+      io.padded_ends[e] = static_cast<int32_t>(pend[e]);
+      io.lens[e] = static_cast<int32_t>(io.rht ? (count + io.rht - 1) / io.rht * io.rht : count);
+    }
   for (int64_t p = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; p < io.rows; p += static_cast<int64_t>(gridDim.x) * kThreads) {
     int lo = 0, hi = E - 1;  // the first segment whose padded end lies past p, else the last
     while (lo < hi) {

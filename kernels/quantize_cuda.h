@@ -25,6 +25,10 @@ void cuda_quantize_hot(const KernelSpec& s, const QuantizeIO& io, cudaStream_t s
 // pair_path_applies(); `io` holds device pointers.
 void cuda_quantize_pair(const KernelSpec& row, const KernelSpec& col, const PairIO& io, cudaStream_t stream);
 
+// Every task's pairs (kernels/quantize_pair.h: PairTask) in one launch a kPairBatchTasks tasks, each task
+// covered by pair_batch_applies(); device pointers. Sets the tasks' first_tile.
+void cuda_quantize_pair_batch(const KernelSpec& row, const KernelSpec& col, PairTask* tasks, int n_tasks, cudaStream_t stream);
+
 // Segmented quantize-dequantize (kernels/quantize_segments.h): G operands in one launch; `io` holds
 // device pointers (ends, lens, keys and tensor amax included). io.workspace as for cuda_quantize().
 void cuda_quantize_segments(const KernelSpec& s, const SegmentedQuantizeIO& io, cudaStream_t stream);

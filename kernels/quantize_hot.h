@@ -98,13 +98,15 @@ UFP4_HD float hot_div(float x, float d, float rd) {
 }
 
 // SR's draws for the chunk whose first output element is out_index (a multiple of 16): one Philox
-// call, element i takes byte i.
-UFP4_HD U32x4 hot_draws(const HotParams& h, uint64_t out_index) {
+// call, element i takes byte i. `offset`: the stream's offset, sr_offset(h.offset, h.offset_add).
+UFP4_HD U32x4 hot_draws_at(const HotParams& h, uint64_t offset, uint64_t out_index) {
   const uint64_t group = out_index >> 4;
-  const uint64_t offset = sr_offset(h.offset, h.offset_add);
   return philox4x32_10(static_cast<uint32_t>(group), static_cast<uint32_t>(group >> 32), static_cast<uint32_t>(offset),
                        static_cast<uint32_t>(offset >> 32), h.keys);
 }
+
+// The same, reading the offset (device memory under a CUDA graph) for this chunk.
+UFP4_HD U32x4 hot_draws(const HotParams& h, uint64_t out_index) { return hot_draws_at(h, sr_offset(h.offset, h.offset_add), out_index); }
 
 // Chunk element i from the low or high BF16 half of a packed word, widened to FP32 with the RHT's
 // sign of position i applied (kRht).

@@ -33,8 +33,34 @@ inline bool pair_path_applies(const KernelSpec& row, const KernelSpec& col, cons
          aligned16(io.col_out);
 }
 
+// Many FP32 weights' pairs in one launch (the step's weight operands, models/weight_operands.h): each
+// task is `batch` matrices of [rows, cols] at a stride of rows * cols elements, in the input and in both
+// outputs (BF16 [rows, cols] rowwise, BF16 [cols, rows] columnwise, as PairIO's), all on one pair of
+// specs. Each output equals cuda_quantize_pair's on that matrix alone, bit for bit.
+struct PairTask {
+  const void* in = nullptr;  // FP32
+  void* row_out = nullptr;
+  void* col_out = nullptr;
+  int32_t rows = 0, cols = 0, batch = 1;
+  int32_t first_tile = 0;  // set by the launcher: the launch's 64 x 64 tiles before this task's
+};
+constexpr int kPairBatchTasks = 48;  // tasks a launch (its kernel parameters); more take more launches
+
+// What the batched launch covers: each task's matrices as pair_path_applies() takes an FP32 call.
+inline bool pair_batch_applies(const KernelSpec& row, const KernelSpec& col, const PairTask& t) {
+  PairIO io;
+  io.in = t.in;
+  io.in_dtype = DType::kF32;
+  io.rows = t.rows;
+  io.cols = t.cols;
+  io.row_out = t.row_out;
+  io.col_out = t.col_out;
+  // 16 | rows and 16 | cols keep every matrix of a batch 16-byte aligned when the first one is.
+  return t.batch >= 1 && pair_path_applies(row, col, io);
+}
+
 // The QuantizeIO of each output alone (what two quantizations would be given).
-inline QuantizeIO pair_output_io(const PairIO& p, bool columnwise) {
+UFP4_HD QuantizeIO pair_output_io(const PairIO& p, bool columnwise) {
   QuantizeIO io;
   io.in = p.in;
   io.in_dtype = p.in_dtype;

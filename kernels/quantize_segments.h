@@ -45,6 +45,10 @@ struct SegmentedQuantizeIO {
   float* workspace = nullptr;         // block_2d: quantize_workspace_floats(s, rows, cols) floats
   const int64_t* src_rows = nullptr;  // [rows]: the input row of each layout row, -1 for zeros; null: row r
   int64_t in_rows = 0;                // rows of the input when src_rows is given
+  // The pair kernel's columnwise io only: [rows], where each layout row's values are read when the
+  // routed rows are themselves a gather of `in` (the MoE's dispatch, not materialised): layout row j
+  // holds routed row src_rows[j], whose values are input row read_rows[j] (-1 where src_rows is -1).
+  const int64_t* read_rows = nullptr;
 };
 
 // The training path's specs (kernels/quantize_hot.h), BF16 or FP32 in and BF16 out: the hot kernels take them.
@@ -65,6 +69,8 @@ inline bool segments_take_src(const KernelSpec& s, const SegmentedQuantizeIO& io
 // holds rows of row segment g: layout row j is row src_rows[j] - begin_g of row operand g, and every
 // row below row.ends[G - 1] appears in src_rows once; rows from row.ends[G - 1] on are written +0.
 // Each output is, bit for bit, the segmented quantization of its own io with its own spec and keys.
+// With col.read_rows the routed rows are a gather of the input (row i of the rowwise operand's input is
+// input row read_rows[j] for the j with src_rows[j] = i): the bits of the same call on the gathered rows.
 struct SegmentedPairIO {
   SegmentedQuantizeIO row, col;
 };
@@ -75,7 +81,8 @@ inline bool segments_pair_applies(const KernelSpec& rs, const KernelSpec& cs, co
   const SegmentedQuantizeIO &r = p.row, &c = p.col;
   return hot_spec_applies(rs) && hot_spec_applies(cs) && rs.fast.kind == cs.fast.kind && rs.rounding == cs.rounding && (cs.rht || !rs.rht) &&
          r.in_dtype == DType::kBF16 && c.in_dtype == DType::kBF16 && r.out_dtype == DType::kBF16 && c.out_dtype == DType::kBF16 &&
-         r.in == c.in && !r.columnwise && c.columnwise && !r.src_rows && !r.lens && c.src_rows && c.in_rows == r.rows && c.rows >= r.rows &&
+         r.in == c.in && !r.columnwise && c.columnwise && !r.src_rows && !r.lens && !r.read_rows && c.src_rows &&
+         (c.read_rows || c.in_rows == r.rows) && c.rows >= r.rows &&
          r.cols == c.cols && r.cols % 16 == 0 && r.segments == c.segments && r.segments <= kHotMaxSegments && !r.tensor_amax &&
          !c.tensor_amax && aligned16(r.in) && aligned16(r.dequant) && aligned16(c.dequant);
 }

@@ -39,14 +39,16 @@ __device__ __forceinline__ PairTileSpan pair_tile_span(const int32_t* sh_ends, c
   return t;
 }
 
-// Starts the copy of the row map of layout rows j0 .. j0 + 15 into map (threads 0..15, one entry each).
-// Rows past the layout read 0: they lie past every operand (pair_tile_span's nvalid excludes them).
-__device__ __forceinline__ void pair_map_load(const SegmentedQuantizeIO& cio, int64_t j0, int tid, int64_t* map) {
-  if (tid < 16) {
-    const int64_t j = j0 + tid;
+// Starts the copy of the row map of layout rows j0 .. j0 + 15 into map (threads 0..15, one entry each)
+// and, for a gathered input, of their read rows into read (threads 16..31). Rows past the layout read 0:
+// they lie past every operand (pair_tile_span's nvalid excludes them).
+__device__ __forceinline__ void pair_map_load(const SegmentedQuantizeIO& cio, int64_t j0, int tid, int64_t* map, int64_t* read) {
+  if (tid < 16 || (tid < 32 && cio.read_rows)) {
+    const int64_t j = j0 + (tid & 15);
     const bool inside = j < cio.rows;
-    const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(map + tid));
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(to), "l"(cio.src_rows + (inside ? j : 0)), "r"(inside ? 8 : 0) : "memory");
+    const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared((tid < 16 ? map : read) + (tid & 15)));
+    const int64_t* from = (tid < 16 ? cio.src_rows : cio.read_rows) + (inside ? j : 0);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(to), "l"(from), "r"(inside ? 8 : 0) : "memory");
   }
 }
 
@@ -76,6 +78,7 @@ __global__ void __launch_bounds__(kSegColThreads, kSR ? 7 : 8) segments_pair_ker
   __shared__ uint4 tile[2][16][kSegColUnits];   // tile t in buffer t % 2, the next one arriving in the other
   __shared__ uint4 out_tile[16][kSegColUnits];  // the columnwise output (the rowwise chunks still read the tile)
   __shared__ int64_t sh_map[3][16];            // the row maps of tiles t, t + 1, t + 2 (buffer: tile index % 3)
+  __shared__ int64_t sh_read[3][16];           // their read rows, for a gathered input (cio.read_rows)
   __shared__ uint64_t sh_offset[2];            // the rowwise and columnwise SR offsets (one read of a device offset a block)
   const SegmentedQuantizeIO &rio = p.row, &cio = p.col;
   const int G = static_cast<int>(cio.segments), tid = threadIdx.x;
@@ -92,12 +95,14 @@ __global__ void __launch_bounds__(kSegColThreads, kSR ? 7 : 8) segments_pair_ker
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kPairTiles * 16;
   const int64_t last = cio.rows - first > kPairTiles * 16 ? first + kPairTiles * 16 : cio.rows;  // the block's layout rows [first, last)
   const int64_t row_end = rio.ends[G - 1];
-  pair_map_load(cio, first, tid, sh_map[0]);
+  // The rows a tile's values come from: the layout's row map, or the gathered input's read rows.
+  int64_t(*const in_map)[16] = cio.read_rows ? sh_read : sh_map;
+  pair_map_load(cio, first, tid, sh_map[0], sh_read[0]);
   asm volatile("cp.async.wait_all;\n" ::: "memory");
   __syncthreads();
   PairTileSpan cur = pair_tile_span(sh_ends, cio, first, segment_of(sh_ends, G, first));
-  pair_tile_load(cio, cur, sh_map[0], c0, units, tid, tile[0]);
-  if (first + 16 < last) pair_map_load(cio, first + 16, tid, sh_map[1]);
+  pair_tile_load(cio, cur, in_map[0], c0, units, tid, tile[0]);
+  if (first + 16 < last) pair_map_load(cio, first + 16, tid, sh_map[1], sh_read[1]);
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 
   uint32_t declined = 0;  // bit n: this thread's rowwise chunk of tile n, for the general arithmetic
@@ -109,8 +114,8 @@ __global__ void __launch_bounds__(kSegColThreads, kSR ? 7 : 8) segments_pair_ker
     PairTileSpan next{};
     if (j0 + 16 < last) {
       next = pair_tile_span(sh_ends, cio, j0 + 16, cur.g);
-      pair_tile_load(cio, next, sh_map[(n + 1) % 3], c0, units, tid, tile[b ^ 1]);
-      if (j0 + 32 < last) pair_map_load(cio, j0 + 32, tid, sh_map[(n + 2) % 3]);
+      pair_tile_load(cio, next, in_map[(n + 1) % 3], c0, units, tid, tile[b ^ 1]);
+      if (j0 + 32 < last) pair_map_load(cio, j0 + 32, tid, sh_map[(n + 2) % 3], sh_read[(n + 2) % 3]);
       asm volatile("cp.async.commit_group;\n" ::: "memory");
     }
     const int g = cur.g, nvalid = cur.nvalid;
@@ -194,7 +199,8 @@ __global__ void __launch_bounds__(kSegColThreads, kSR ? 7 : 8) segments_pair_ker
     const int64_t row_src = cio.src_rows[j0 + ri], row_begin = g > 0 ? rio.ends[g - 1] : 0;
     const uint64_t row_sr0 = static_cast<uint64_t>((row_src - row_begin) * cols + c0 + 16 * rc);
     uint32_t out[8];
-    general_strided_chunk<kClass, kSR, false>(rs, sh_level[0], sh_code[0], static_cast<const uint16_t*>(cio.in) + row_src * cols + c0 + 16 * rc, 1,
+    const int64_t in_row = cio.read_rows ? cio.read_rows[j0 + ri] : row_src;
+    general_strided_chunk<kClass, kSR, false>(rs, sh_level[0], sh_code[0], static_cast<const uint16_t*>(cio.in) + in_row * cols + c0 + 16 * rc, 1,
                                               kRowRht ? rio.rht_signs[4 * g] : 0u, kSR ? rio.seeds[g] : 0, row_sr0, 16, out);
     uint4* dst = reinterpret_cast<uint4*>(static_cast<uint16_t*>(rio.dequant) + row_src * cols + c0 + 16 * rc);
     dst[0] = make_uint4(out[0], out[1], out[2], out[3]);

@@ -1,6 +1,8 @@
 #include "models/quant_ops.h"
 
+#include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "common/error.h"
 #include "kernels/float_bits.h"
@@ -170,6 +172,52 @@ std::pair<torch::Tensor, torch::Tensor> quantize_pair(const torch::Tensor& x_in,
   return {r, c};
 }
 
+namespace {
+
+// The batched kernel's task for w (its outputs unset): the matrices of [N, K] or [E, N, K].
+PairTask pair_task(const torch::Tensor& w) {
+  PairTask t;
+  t.in = w.data_ptr();
+  t.rows = static_cast<int32_t>(w.size(-2));
+  t.cols = static_cast<int32_t>(w.size(-1));
+  t.batch = w.dim() == 3 ? static_cast<int32_t>(w.size(0)) : 1;
+  return t;
+}
+
+}  // namespace
+
+bool quantize_pair_batch_fused(const torch::Tensor& w, const QuantSpec& row, const QuantSpec& col) {
+  if (!w.defined() || !w.is_cuda() || w.scalar_type() != torch::kFloat32 || !w.is_contiguous() || (w.dim() != 2 && w.dim() != 3)) return false;
+  if (w.size(-2) > INT32_MAX || w.size(-1) > INT32_MAX || (w.dim() == 3 && (w.size(0) < 1 || w.size(0) > INT32_MAX))) return false;
+  PairTask t = pair_task(w);
+  t.row_out = t.col_out = const_cast<void*>(t.in);  // alignment only: the allocator's buffers are 256-byte aligned
+  return pair_batch_applies(make_kernel_spec(row), make_kernel_spec(col), t);
+}
+
+std::vector<std::pair<torch::Tensor, torch::Tensor>> quantize_pair_batch(const std::vector<torch::Tensor>& weights, const QuantSpec& row,
+                                                                         const QuantSpec& col) {
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> out;
+  std::vector<PairTask> tasks;
+  for (const torch::Tensor& w : weights) {
+    if (!quantize_pair_batch_fused(w, row, col)) throw Error("quantize pair batch: the batched kernel does not cover a weight of " + std::to_string(w.numel()) + " elements");
+    std::vector<int64_t> col_shape = w.sizes().vec();
+    std::swap(col_shape[col_shape.size() - 1], col_shape[col_shape.size() - 2]);
+    torch::Tensor r = torch::empty(w.sizes(), w.options().dtype(torch::kBFloat16));
+    torch::Tensor c = torch::empty(col_shape, w.options().dtype(torch::kBFloat16));
+    PairTask t = pair_task(w);
+    t.row_out = r.data_ptr();
+    t.col_out = c.data_ptr();
+    tasks.push_back(t);
+    out.emplace_back(r, c);
+  }
+#ifdef UFP4_WITH_CUDA
+  if (!tasks.empty())
+    cuda_quantize_pair_batch(make_kernel_spec(row), make_kernel_spec(col), tasks.data(), static_cast<int>(tasks.size()),
+                             at::cuda::getCurrentCUDAStream(weights.front().device().index()).stream());
+#endif
+  return out;
+}
+
 torch::Tensor segment_key_table(const SegmentKeys& keys, torch::Device device) {
   const int64_t G = static_cast<int64_t>(keys.seeds.size());
   if (static_cast<int64_t>(keys.rht_seeds.size()) != G) throw Error("quantize segments: as many SR as RHT seeds are needed");
@@ -283,12 +331,18 @@ bool quantize_segments_pair_fused(const torch::Tensor& x, const QuantSpec& row, 
 
 std::pair<torch::Tensor, torch::Tensor> quantize_segments_pair(const torch::Tensor& x_in, const QuantSpec& row, const torch::Tensor& row_keys,
                                                                const torch::Tensor& row_ends, const QuantSpec& col, const torch::Tensor& col_keys,
-                                                               const torch::Tensor& col_ends, const torch::Tensor& col_lens, const torch::Tensor& src) {
+                                                               const torch::Tensor& col_ends, const torch::Tensor& col_lens, const torch::Tensor& src,
+                                                               const torch::Tensor& gather) {
   check_input(x_in);
   torch::Tensor x = x_in.contiguous();
-  if (!src.defined() || src.numel() < x.size(0) || row_ends.numel() != col_ends.numel() || !quantize_segments_pair_fused(x, row, col, row_ends.numel()))
+  if (gather.defined() && (gather.scalar_type() != torch::kInt64 || gather.dim() != 1 || gather.device() != x.device() || !gather.is_contiguous()))
+    throw Error("quantize segments pair: gather must be a contiguous int64 [rows] tensor on the input's device");
+  const int64_t rows = gather.defined() ? gather.size(0) : x.size(0);
+  if (!src.defined() || src.numel() < rows || row_ends.numel() != col_ends.numel() || !quantize_segments_pair_fused(x, row, col, row_ends.numel())) {
+    if (gather.defined()) x = x.index_select(0, gather);
     return {quantize_segments(x, row, row_keys, row_ends, torch::Tensor(), false, torch::kBFloat16),
             quantize_segments(x, col, col_keys, col_ends, col_lens, true, torch::kBFloat16, src)};
+  }
   const int64_t G = row_ends.numel();
   for (const torch::Tensor* t : {&row_ends, &col_ends, &col_lens})
     if (t->defined() && (t->scalar_type() != torch::kInt32 || t->numel() != G || t->device() != x.device() || !t->is_contiguous()))
@@ -298,14 +352,18 @@ std::pair<torch::Tensor, torch::Tensor> quantize_segments_pair(const torch::Tens
       throw Error("quantize segments pair: the key tables must hold the keys of " + std::to_string(G) + " segments on the input's device");
   if (src.scalar_type() != torch::kInt64 || src.dim() != 1 || src.device() != x.device() || !src.is_contiguous())
     throw Error("quantize segments pair: src must be a contiguous int64 [rows] tensor on the input's device");
-  torch::Tensor r = torch::empty({x.size(0), x.size(1)}, x.options());
+  torch::Tensor r = torch::empty({rows, x.size(1)}, x.options());
   torch::Tensor c = torch::empty({src.size(0), x.size(1)}, x.options());
+  // A gathered input: each layout row's input row, gather[src] (-1 kept), in three small launches.
+  const torch::Tensor read =
+      gather.defined() ? torch::cat({torch::full({1}, -1, gather.options()), gather}).index_select(0, src + 1) : torch::Tensor();
 #ifdef UFP4_WITH_CUDA
   SegmentedPairIO p;
   p.row = segments_io(x, false, r, row_keys, row_ends, torch::Tensor());
   p.col = segments_io(x, true, c, col_keys, col_ends, col_lens);
   p.col.src_rows = src.data_ptr<int64_t>();
   p.col.in_rows = x.size(0);
+  if (read.defined()) p.col.read_rows = read.data_ptr<int64_t>();
   cuda_quantize_segments_pair(make_kernel_spec(row), make_kernel_spec(col), p, at::cuda::getCurrentCUDAStream(x.device().index()).stream());
 #endif
   return {r, c};

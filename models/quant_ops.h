@@ -42,6 +42,15 @@ std::pair<torch::Tensor, torch::Tensor> quantize_pair(const torch::Tensor& x, co
 // Whether quantize_pair reads x once for these specs (CUDA, the pair kernel's cases).
 bool quantize_pair_fused(const torch::Tensor& x, const QuantSpec& row, const QuantSpec& col);
 
+// Many FP32 weights' pairs in one launch (kernels/quantize_pair.h: PairTask): each weight [N, K] or
+// [E, N, K] (E matrices), contiguous, on CUDA; for each, its rowwise operand (BF16, the weight's shape)
+// and its columnwise one (BF16 [K, N] or [E, K, N]), bit for bit quantize_pair's of each matrix.
+// Throws unless quantize_pair_batch_fused() holds for every weight.
+std::vector<std::pair<torch::Tensor, torch::Tensor>> quantize_pair_batch(const std::vector<torch::Tensor>& weights, const QuantSpec& row,
+                                                                         const QuantSpec& col);
+// Whether the batched kernel covers w on these specs.
+bool quantize_pair_batch_fused(const torch::Tensor& w, const QuantSpec& row, const QuantSpec& col);
+
 // The keys of each operand of a segmented quantization: its SR seed and RHT sign seed (QuantSpec::seed
 // and ::rht_seed of the operand quantized alone).
 struct SegmentKeys {
@@ -70,10 +79,13 @@ torch::Tensor quantize_segments(const torch::Tensor& x, const QuantSpec& spec, c
 // covers the call (CUDA, kernels/quantize_segments.h's SegmentedPairIO): the rowwise operand with `row`
 // and row_keys over segments row_ends (whole segments), and the columnwise operand with `col` and col_keys
 // in the padded layout (col_ends, col_lens, src) gathered from x. The bits of the two quantize_segments
-// calls, which it makes where the kernel does not cover the call.
+// calls, which it makes where the kernel does not cover the call. gather (optional, int64 [rows]): the
+// rows are x's rows gather[0], gather[1], ... (the MoE's dispatch), read in place by the kernel; the bits
+// of the same call on x.index_select(0, gather), which it makes where the kernel does not apply.
 std::pair<torch::Tensor, torch::Tensor> quantize_segments_pair(const torch::Tensor& x, const QuantSpec& row, const torch::Tensor& row_keys,
                                                                const torch::Tensor& row_ends, const QuantSpec& col, const torch::Tensor& col_keys,
-                                                               const torch::Tensor& col_ends, const torch::Tensor& col_lens, const torch::Tensor& src);
+                                                               const torch::Tensor& col_ends, const torch::Tensor& col_lens, const torch::Tensor& src,
+                                                               const torch::Tensor& gather = torch::Tensor());
 // Whether quantize_segments_pair reads x once for these specs (CUDA, BF16, the pair kernel's cases).
 bool quantize_segments_pair_fused(const torch::Tensor& x, const QuantSpec& row, const QuantSpec& col, int64_t segments);
 

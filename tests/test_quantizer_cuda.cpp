@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "kernels/quantize_pair.h"
 #include "models/quant_ops.h"
 #include "tests/catch.h"
 #include "tests/helpers.h"
@@ -429,7 +430,7 @@ TEST_CASE("CUDA segmented quantizer == its CPU oracle: segments of any length, p
     }
 }
 
-TEST_CASE("CUDA segmented pair kernel == CPU oracle of both operands: rowwise in place, columnwise gathered", "[quantizer][cuda]") {
+TEST_CASE("CUDA segmented pair kernel == CPU oracle of both operands: rowwise in place, columnwise gathered, rows read through a gather", "[quantizer][cuda]") {
   UFP4_NEED_GPU();
   // 12 experts' rows (empty ones, single rows, multiples of 16 and not), 9 dropped rows past the last end;
   // the columnwise layout as the MoE WGRAD's: each expert's rows from a multiple of 16, zeros after.
@@ -483,7 +484,11 @@ TEST_CASE("CUDA segmented pair kernel == CPU oracle of both operands: rowwise in
           cs.rht_seed = ckeys.rht_seeds[2];
           // Without the RHT the columnwise operands are the rows themselves: SR draws off the 16-element groups.
           const std::vector<int32_t>& lens = k.col_rht ? lens16 : lens0;
-          torch::Tensor x = test::make_input(regime, rows, cols, 900 + n).to(torch::kBFloat16);
+          // The routed rows as the MoE's dispatch makes them: each a copy of one of fewer token rows (gather),
+          // passed formed (x) and read in place through the gather (the kernel's read map).
+          const torch::Tensor tokens = test::make_input(regime, rows / 2 + 5, cols, 900 + n).to(torch::kBFloat16);
+          const torch::Tensor gather = torch::randint(0, tokens.size(0), {rows}, torch::kInt64);
+          torch::Tensor x = tokens.index_select(0, gather);
           const torch::Tensor ln = torch::tensor(lens, torch::kInt32);
           const torch::Tensor want_row = quantize_segments(x, rs, rkeys, torch::tensor(row_ends, torch::kInt32), torch::Tensor(), false, torch::kBFloat16);
           const torch::Tensor want_col = quantize_segments(x, cs, ckeys, torch::tensor(col_ends, torch::kInt32), ln, true, torch::kBFloat16, src_h);
@@ -492,6 +497,10 @@ TEST_CASE("CUDA segmented pair kernel == CPU oracle of both operands: rowwise in
           const auto got = quantize_segments_pair(xd, rs, rkt, row_ends_d, cs, ckt, col_ends_d, ln.to(torch::kCUDA), src_d);
           INFO(grid << " " << to_string(k.rd) << " rht=" << k.row_rht << "/" << k.col_rht << " " << regime << " cols=" << cols);
           check_pair_outputs(want_row, want_col, got);
+          const auto got_gathered = quantize_segments_pair(tokens.to(torch::kCUDA), rs, rkt, row_ends_d, cs, ckt, col_ends_d, ln.to(torch::kCUDA), src_d,
+                                                           gather.to(torch::kCUDA));
+          INFO("read through the gather");
+          check_pair_outputs(want_row, want_col, got_gathered);
           ++n;
         }
   CHECK(n == 3 * 6 * 5 * 2);
@@ -573,4 +582,70 @@ TEST_CASE("an SR offset in device memory gives the bits of the same offset in th
   // The CPU references read no device memory: such a spec is refused there.
   QuantizeOptions o;
   CHECK_THROWS_AS(quantize(torch::ones({16, 16}), spec(true, 0, 16), o), Error);
+}
+
+TEST_CASE("CUDA batched pair kernel == two CPU quantizations of each matrix: many weights, expert stacks, declined blocks", "[quantizer][cuda]") {
+  UFP4_NEED_GPU();
+  int cases = 0;
+  for (const char* g : {"e2m1", "e1m2", "int4"})
+    for (int rht : {16, 0}) {
+      QuantSpec rs, cs;
+      rs.grid = cs.grid = Grid::from_name(g);
+      rs.rht = cs.rht = rht;
+      rs.rht_seed = 23;
+      cs.rht_seed = 29;  // each output keeps its own signs
+      rs.seed = 11, cs.seed = 13;
+      // More tasks than one launch takes (kPairBatchTasks), of the shapes weights have: whole and partial
+      // tiles, expert stacks [E, N, K], every input regime, one weight with all-zero and tiny blocks (the
+      // hot arithmetic declines them; the general code takes them).
+      std::vector<torch::Tensor> ws;
+      const std::vector<std::vector<int64_t>> shapes = {{16, 48}, {208, 336}, {1168, 96}, {4, 64, 48}, {3, 208, 32}, {2, 16, 16}, {384, 768}};
+      const char* regimes[] = {"normal", "outliers", "mixed", "subnormal", "near_overflow"};
+      for (int i = 0; i < kPairBatchTasks + 5; ++i) {
+        const auto& sh = shapes[i % shapes.size()];
+        const int64_t E = sh.size() == 3 ? sh[0] : 1, N = sh[sh.size() - 2], K = sh.back();
+        torch::Tensor w = test::make_input(regimes[i % 5], E * N, K, 900 + i).view(sh).contiguous();
+        if (i == 1) {
+          w.view({-1, K}).narrow(0, 16, 16).narrow(1, 32, 16).zero_();
+          w.view({-1, K}).narrow(0, 48, 16).narrow(1, 0, 16).mul_(1e-30);
+        }
+        ws.push_back(w);
+      }
+      std::vector<torch::Tensor> wd;
+      for (const auto& w : ws) {
+        wd.push_back(w.to(torch::kCUDA));
+        REQUIRE(quantize_pair_batch_fused(wd.back(), rs, cs));
+      }
+      const auto got = quantize_pair_batch(wd, rs, cs);
+      REQUIRE(got.size() == ws.size());
+      QuantizeOptions o;
+      o.out_dtype = torch::kBFloat16;
+      o.want_codes = false;
+      for (size_t i = 0; i < ws.size(); ++i) {
+        const torch::Tensor w = ws[i].dim() == 3 ? ws[i] : ws[i].unsqueeze(0);
+        const torch::Tensor row = got[i].first.dim() == 3 ? got[i].first : got[i].first.unsqueeze(0);
+        const torch::Tensor col = got[i].second.dim() == 3 ? got[i].second : got[i].second.unsqueeze(0);
+        REQUIRE(got[i].first.sizes() == ws[i].sizes());
+        for (int64_t e = 0; e < w.size(0); ++e) {
+          o.columnwise = false;
+          const torch::Tensor want_row = quantize(w[e], rs, o).dequant;
+          o.columnwise = true;
+          const torch::Tensor want_col = quantize(w[e], cs, o).dequant;
+          INFO(g << " rht=" << rht << " weight " << i << " matrix " << e);
+          check_pair_outputs(want_row, want_col, {row[e], col[e]});
+          ++cases;
+        }
+      }
+    }
+  CHECK(cases > 6 * (kPairBatchTasks + 5));
+  // Outside it: BF16 input, stochastic rounding, a row count no multiple of 16.
+  QuantSpec rtne, sr;
+  rtne.grid = sr.grid = Grid::from_name("e1m2");
+  rtne.rht = sr.rht = 16;
+  sr.rounding = Rounding::kSr;
+  const torch::Tensor w = torch::randn({64, 64}).cuda();
+  CHECK_FALSE(quantize_pair_batch_fused(w.to(torch::kBFloat16), rtne, rtne));
+  CHECK_FALSE(quantize_pair_batch_fused(w, sr, sr));
+  CHECK_FALSE(quantize_pair_batch_fused(torch::randn({40, 64}).cuda(), rtne, rtne));
+  CHECK_THROWS_AS(quantize_pair_batch({w, w.to(torch::kBFloat16)}, rtne, rtne), Error);
 }
