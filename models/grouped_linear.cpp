@@ -6,6 +6,7 @@
 #include "common/error.h"
 #include "kernels/padded_segments.h"
 #include "models/quant_ops.h"
+#include "models/weight_operands.h"
 #ifdef UFP4_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #endif
@@ -39,8 +40,11 @@ torch::Tensor weight_ends(int64_t E, int64_t N, torch::Device device) {
 
 struct GroupedLinearFunction : public torch::autograd::Function<GroupedLinearFunction> {
   // kept: [A] bool rows of kept assignments, or a 0-element placeholder when dropless.
+  // gather: [A] int64 when the rows are x's rows gather[0], ... read in place (forward_gathered: the
+  // backward then returns x's gradient, through inverse and k), else a 0-element placeholder.
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& ends,
-                               const torch::Tensor& kept, const torch::Tensor& host_ends, int64_t module_ptr) {
+                               const torch::Tensor& kept, const torch::Tensor& host_ends, const torch::Tensor& gather, const torch::Tensor& inverse,
+                               int64_t module_ptr, int64_t k, bool fused_dispatch) {
     const auto& m = *reinterpret_cast<const GroupedLinearImpl*>(module_ptr);
     const int64_t step = m.layers[0]->ctx->step;
     const bool grouped_fprop = m.runs_grouped(x, Gemm::kFprop), grouped_dgrad = m.runs_grouped(x, Gemm::kDgrad),
@@ -49,8 +53,15 @@ struct GroupedLinearFunction : public torch::autograd::Function<GroupedLinearFun
     // kernel); then x itself is needed later only if DGRAD runs expert by expert (zeros_like(x)).
     const bool pair = grouped_fprop && grouped_wgrad && !gemm_untouched(*m.layers[0], Gemm::kWgrad) &&
                       m.pairs_operands(x, Gemm::kFprop, 0, Gemm::kWgrad, 1, step);
+    const bool gathered = gather.numel() > 0;
+    if (gathered && !(pair && grouped_dgrad)) throw Error("grouped linear " + m.layers[0]->name + ": a gathered input needs reads_gathered()");
     ctx->save_for_backward({pair && grouped_dgrad ? torch::Tensor() : x, w});
-    ctx->saved_data["rows"] = x.size(0);
+    ctx->saved_data["rows"] = gathered ? gather.size(0) : x.size(0);
+    if (gathered) {
+      ctx->saved_data["inverse"] = inverse;
+      ctx->saved_data["k"] = k;
+      ctx->saved_data["fused_dispatch"] = fused_dispatch;
+    }
     ctx->saved_data["ends"] = ends;
     ctx->saved_data["kept"] = kept;
     ctx->saved_data["host_ends"] = host_ends;
@@ -64,14 +75,17 @@ struct GroupedLinearFunction : public torch::autograd::Function<GroupedLinearFun
       const torch::Tensor wrows = weight_ends(E, N, ends.device());
       torch::Tensor xq;
       if (pair) {
-        const GroupedRows rows = m.wgrad_rows(ends, x.size(0));
-        auto q = m.grouped_operand_pair(x, Gemm::kFprop, 0, Gemm::kWgrad, 1, step, ends, rows);
+        const GroupedRows rows = m.wgrad_rows(ends, ctx->saved_data["rows"].toInt());
+        auto q = m.grouped_operand_pair(x, Gemm::kFprop, 0, Gemm::kWgrad, 1, step, ends, rows, gathered ? gather : torch::Tensor());
         xq = q.first;
         ctx->saved_data["x_wgrad"] = q.second;
       } else {
         xq = m.grouped_operand(x, Gemm::kFprop, 0, step, false, ends, torch::Tensor());
       }
-      torch::Tensor wq = m.grouped_operand(w.view({E * N, K}), Gemm::kFprop, 1, step, false, wrows, torch::Tensor()).view({E, N, K});
+      // W's operands: this forward's batch (models/weight_operands.h; DGRAD's kept for the backward), or made here.
+      const WeightOperands* pre = grouped_dgrad ? prepared_weight_operands(*m.layers[0]->ctx, w) : nullptr;
+      if (pre && x.requires_grad()) ctx->saved_data["w_dgrad"] = pre->col;
+      torch::Tensor wq = pre ? pre->row : m.grouped_operand(w.view({E * N, K}), Gemm::kFprop, 1, step, false, wrows, torch::Tensor()).view({E, N, K});
       torch::Tensor y = grouped_mm(xq.to(x.scalar_type()), wq.to(x.scalar_type()).transpose(1, 2), ends);
       if (kept.numel()) y.masked_fill_(kept.logical_not().unsqueeze(1), 0);  // rows past the last end are not written
       return y;
@@ -110,7 +124,10 @@ struct GroupedLinearFunction : public torch::autograd::Function<GroupedLinearFun
       } else {
         a = m.grouped_operand(dy, Gemm::kDgrad, 0, step, false, ends, torch::Tensor());
       }
-      torch::Tensor b = m.grouped_operand(w.view({E * N, K}), Gemm::kDgrad, 1, step, true, wrows, torch::Tensor()).view({E, N, K});
+      // The batch's columnwise operand is [E, K, N] (each expert's matrix transposed): the same values.
+      torch::Tensor b = ctx->saved_data.count("w_dgrad")
+                            ? ctx->saved_data["w_dgrad"].toTensor().transpose(1, 2)
+                            : m.grouped_operand(w.view({E * N, K}), Gemm::kDgrad, 1, step, true, wrows, torch::Tensor()).view({E, N, K});
       dx = grouped_mm(a.to(dy.scalar_type()), b.to(dy.scalar_type()), ends);
       if (kept.numel()) dx.masked_fill_(kept.logical_not().unsqueeze(1), 0);
     }
@@ -144,7 +161,11 @@ struct GroupedLinearFunction : public torch::autograd::Function<GroupedLinearFun
         if (loop_dw) dw[e].copy_(quant_wgrad(dy_e, x.narrow(0, s, end[e] - s), *m.layers[e], step));
       }
     }
-    return {dx, dw, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    // Rows read in place from a gather: x's gradient sums each token's rows (the dispatch's backward).
+    if (dx.defined() && ctx->saved_data.count("inverse"))
+      dx = dispatch_backward(dx, ctx->saved_data["inverse"].toTensor(), ctx->saved_data["k"].toInt(), ctx->saved_data["fused_dispatch"].toBool());
+    return {dx, dw, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
+            torch::Tensor()};
   }
 };
 
@@ -176,6 +197,13 @@ void GroupedLinearImpl::init_expert(int64_t e) {
   torch::NoGradGuard ng;
   torch::Tensor slice = weight[e];
   torch::nn::init::kaiming_uniform_(slice, std::sqrt(5.0));
+}
+
+bool GroupedLinearImpl::weight_gemms_run_grouped() const {
+  if (!weight.is_cuda()) return false;
+  // runs_grouped() asks of the activations only that they be BF16 on the GPU: an empty probe answers for them.
+  const torch::Tensor probe = torch::empty({0, weight.size(2)}, weight.options().dtype(torch::kBFloat16));
+  return runs_grouped(probe, Gemm::kFprop) && runs_grouped(probe, Gemm::kDgrad);
 }
 
 bool GroupedLinearImpl::runs_grouped(const torch::Tensor& x, Gemm g) const {
@@ -242,10 +270,10 @@ bool GroupedLinearImpl::pairs_operands(const torch::Tensor& t, Gemm row_g, int r
 
 std::pair<torch::Tensor, torch::Tensor> GroupedLinearImpl::grouped_operand_pair(const torch::Tensor& t, Gemm row_g, int row_slot, Gemm col_g,
                                                                                 int col_slot, int64_t step, const torch::Tensor& ends,
-                                                                                const GroupedRows& rows) const {
+                                                                                const GroupedRows& rows, const torch::Tensor& gather) const {
   const auto r = operand_keys(row_g, row_slot, step, t.device());
   const auto c = operand_keys(col_g, col_slot, step, t.device());
-  return quantize_segments_pair(t, r.first, r.second, ends, c.first, c.second, rows.ends, rows.lens, rows.src);
+  return quantize_segments_pair(t, r.first, r.second, ends, c.first, c.second, rows.ends, rows.lens, rows.src, gather);
 }
 
 GroupedRows GroupedLinearImpl::wgrad_rows(const torch::Tensor& ends, int64_t rows) const {
@@ -303,8 +331,23 @@ torch::Tensor GroupedLinearImpl::forward(const torch::Tensor& x, const Routing& 
   bool loop = false;
   for (Gemm g : kGemms) loop = loop || !runs_grouped(x, g);
   // 0-element placeholders where there is nothing to pass (autograd needs defined inputs).
+  const torch::Tensor none = torch::empty({0}, r.ends.options().dtype(torch::kInt64));
   return GroupedLinearFunction::apply(x, weight, r.ends, r.kept.defined() ? r.kept : torch::empty({0}, r.ends.options().dtype(torch::kBool)),
-                                      loop ? r.host_ends() : torch::empty({0}, torch::kInt64), reinterpret_cast<int64_t>(this));
+                                      loop ? r.host_ends() : torch::empty({0}, torch::kInt64), none, none, reinterpret_cast<int64_t>(this), r.top_k,
+                                      false);
+}
+
+bool GroupedLinearImpl::reads_gathered(const torch::Tensor& x) const {
+  if (!allow_gathered || x.dim() != 2 || x.size(1) != weight.size(2) || !x.is_contiguous()) return false;
+  for (Gemm g : kGemms)
+    if (!runs_grouped(x, g)) return false;
+  return !gemm_untouched(*layers[0], Gemm::kWgrad) && pairs_operands(x, Gemm::kFprop, 0, Gemm::kWgrad, 1, layers[0]->ctx->step);
+}
+
+torch::Tensor GroupedLinearImpl::forward_gathered(const torch::Tensor& x, const Routing& r, const torch::Tensor& gather, bool fused_dispatch) {
+  if (!reads_gathered(x)) throw Error("grouped linear " + layers[0]->name + ": forward_gathered() needs reads_gathered()");
+  return GroupedLinearFunction::apply(x, weight, r.ends, r.kept.defined() ? r.kept : torch::empty({0}, r.ends.options().dtype(torch::kBool)),
+                                      torch::empty({0}, torch::kInt64), gather, r.inverse, reinterpret_cast<int64_t>(this), r.top_k, fused_dispatch);
 }
 
 }  // namespace ufp4

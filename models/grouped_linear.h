@@ -51,8 +51,17 @@ class GroupedLinearImpl : public torch::nn::Module {
   void init_expert(int64_t e);
   // x [A, K] in the expert-sorted layout of r -> [A, N]; rows past the last segment end are 0.
   torch::Tensor forward(const torch::Tensor& x, const Routing& r);
+  // forward(x.index_select(0, gather), r) without forming those rows (gather = dispatch_rows(r): the
+  // MoE's dispatch), where the segmented pair kernel quantizes FPROP's and WGRAD's operands reading x
+  // through gather and DGRAD runs grouped (reads_gathered); the bits of dispatching first. Its backward
+  // returns x's gradient: each token's rows summed (dispatch_backward; fused_dispatch as dispatch_tokens').
+  torch::Tensor forward_gathered(const torch::Tensor& x, const Routing& r, const torch::Tensor& gather, bool fused_dispatch);
+  bool reads_gathered(const torch::Tensor& x) const;
   // Whether GEMM g of this step would run grouped on x (else expert by expert).
   bool runs_grouped(const torch::Tensor& x, Gemm g) const;
+  // Whether FPROP and DGRAD, the weight's GEMMs, run grouped this step on the GPU's BF16 activations:
+  // then the weight's operands may come from the forward's batch (models/weight_operands.h).
+  bool weight_gemms_run_grouped() const;
 
   // Operand `slot` of GEMM g for every expert in the segmented layout of (ends, lens), quantized with
   // each expert's keys and dequantized to the per-expert path's dtype; t itself where the recipe leaves it.
@@ -65,8 +74,10 @@ class GroupedLinearImpl : public torch::nn::Module {
   // Those two operands, both quantized, as BF16 (the grouped GEMMs' operands): grouped_operand(t, row_g,
   // row_slot, step, false, ends) and grouped_operand(t, col_g, col_slot, step, true, rows.ends, rows.lens,
   // rows.src) on CUDA, bit for bit, from one read of t where it can.
+  // gather (optional): t's rows gather[0], gather[1], ... are the layout's rows (quantize_segments_pair).
   std::pair<torch::Tensor, torch::Tensor> grouped_operand_pair(const torch::Tensor& t, Gemm row_g, int row_slot, Gemm col_g, int col_slot,
-                                                               int64_t step, const torch::Tensor& ends, const GroupedRows& rows) const;
+                                                               int64_t step, const torch::Tensor& ends, const GroupedRows& rows,
+                                                               const torch::Tensor& gather = torch::Tensor()) const;
   // WGRAD's layout for routing ends over `rows` rows: each expert's rows start on a multiple of the
   // largest of 16, the RHT size and the quantized operands' blocks; lens = the rows rounded up to the
   // RHT size (the per-expert path's zero rows). Computed on the device.
@@ -86,6 +97,7 @@ class GroupedLinearImpl : public torch::nn::Module {
   torch::Tensor weight;
   std::vector<std::shared_ptr<LayerQuant>> layers;
   bool allow_grouped = true;  // false: always expert by expert (the equivalence tests' reference)
+  bool allow_gathered = true; // false: reads_gathered() is false (the caller dispatches first; the tests compare)
 
  private:
   struct KeyTable {

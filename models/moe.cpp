@@ -41,7 +41,10 @@ torch::Tensor MoeImpl::forward(const torch::Tensor& x) {
   aux_loss = E * ((counts / static_cast<double>(T * top_k)) * probs.mean(0)).sum();
   // The fused combine on CUDA only: CPU runs keep LibTorch's composition (the CI reference curves).
   const bool fused_routing = fused_combine && flat.is_cuda();
-  torch::Tensor h = fc1(dispatch_tokens(flat, r, fused_routing), r);
+  // Where fc1's quantized operands come from the segmented pair kernel, it reads the tokens through the
+  // dispatch's row map itself: the dispatched copy of every token's row is never formed.
+  torch::Tensor h = fc1->reads_gathered(flat) ? fc1->forward_gathered(flat, r, dispatch_rows(r), fused_routing)
+                                              : fc1(dispatch_tokens(flat, r, fused_routing), r);
   if (fused && h.is_cuda() && fused_swiglu_applies(h)) h = fused_swiglu(h);
   else {
     auto gu = h.chunk(2, -1);

@@ -41,15 +41,8 @@ struct DispatchTokens : public torch::autograd::Function<DispatchTokens> {
     return x.index_select(0, token);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list g) {
-    const int64_t k = ctx->saved_data["k"].toInt();
-    if (ctx->saved_data["fused"].toBool() && fused_moe_combine_applies(g[0], k))
-      return {fused_moe_dispatch_backward(g[0], ctx->saved_data["inverse"].toTensor(), k), torch::Tensor(), torch::Tensor(), torch::Tensor(),
-              torch::Tensor()};
-    torch::Tensor ga = g[0].index_select(0, ctx->saved_data["inverse"].toTensor());
-    ga = ga.view({ga.size(0) / k, k, ga.size(1)});
-    torch::Tensor dx = ga.select(1, 0);
-    for (int64_t j = 1; j < k; ++j) dx = dx + ga.select(1, j);
-    return {dx.contiguous(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {dispatch_backward(g[0], ctx->saved_data["inverse"].toTensor(), ctx->saved_data["k"].toInt(), ctx->saved_data["fused"].toBool()),
+            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -103,8 +96,19 @@ Routing route(const torch::Tensor& idx, const torch::Tensor& weights, int64_t ex
   return r;
 }
 
+torch::Tensor dispatch_rows(const Routing& r) { return r.order.div(r.top_k, "floor"); }
+
 torch::Tensor dispatch_tokens(const torch::Tensor& x, const Routing& r, bool fused) {
-  return DispatchTokens::apply(x, r.order.div(r.top_k, "floor"), r.inverse, r.top_k, fused);
+  return DispatchTokens::apply(x, dispatch_rows(r), r.inverse, r.top_k, fused);
+}
+
+torch::Tensor dispatch_backward(const torch::Tensor& g, const torch::Tensor& inverse, int64_t k, bool fused) {
+  if (fused && fused_moe_combine_applies(g, k)) return fused_moe_dispatch_backward(g, inverse, k);
+  torch::Tensor ga = g.index_select(0, inverse);
+  ga = ga.view({ga.size(0) / k, k, ga.size(1)});
+  torch::Tensor dx = ga.select(1, 0);
+  for (int64_t j = 1; j < k; ++j) dx = dx + ga.select(1, j);
+  return dx.contiguous();
 }
 
 torch::Tensor combine_tokens(const torch::Tensor& y, const Routing& r, bool fused) {

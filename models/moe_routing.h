@@ -33,6 +33,12 @@ Routing route(const torch::Tensor& idx, const torch::Tensor& weights, int64_t ex
 // fixed-order sum, no atomics). fused: that backward in one pass (models/fused_ops.h; the CPU reference
 // on CPU), with the same bits.
 torch::Tensor dispatch_tokens(const torch::Tensor& x, const Routing& r, bool fused = false);
+// The token of each row of that layout, [A] int64 (order / k): what dispatch_tokens gathers.
+torch::Tensor dispatch_rows(const Routing& r);
+// dispatch_tokens' backward: [A, d] row gradients -> [T, d], each token the sum of its k rows (rows of
+// the layout ordered by inverse). For a layer that reads the dispatched rows in place (GroupedLinearImpl::
+// forward_gathered) and returns their gradient.
+torch::Tensor dispatch_backward(const torch::Tensor& g, const torch::Tensor& inverse, int64_t k, bool fused);
 
 // [A, d] expert outputs (dropped rows ignored) -> [T, d]: sum over each token's slots, in ascending
 // expert order, of weight * output. The backward gathers, no atomics. fused: one pass a direction

@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "models/quant_ops.h"
+#include "models/weight_operands.h"
 
 namespace ufp4 {
 
@@ -38,7 +39,13 @@ struct QuantLinearFunction : public torch::autograd::Function<QuantLinearFunctio
     const int64_t step = L.ctx->step, K = x.size(-1), N = w.size(0);
     OperandPair xp, wp;
     if (backward_follows && w.requires_grad()) xp = prepare_operand_pair(x.reshape({-1, K}), L, Gemm::kFprop, 0, Gemm::kWgrad, 1, step);
-    if (backward_follows && x.requires_grad()) wp = prepare_operand_pair(w, L, Gemm::kFprop, 1, Gemm::kDgrad, 1, step);
+    // W's operands: this forward's batch (models/weight_operands.h), or made here.
+    if (const WeightOperands* pre = prepared_weight_operands(*L.ctx, w)) {
+      wp.row = pre->row;
+      if (backward_follows && x.requires_grad()) wp.col = pre->col;
+    } else if (backward_follows && x.requires_grad()) {
+      wp = prepare_operand_pair(w, L, Gemm::kFprop, 1, Gemm::kDgrad, 1, step);
+    }
     // Where W enters both FPROP and DGRAD untouched, one cast to the activations' type serves both: the
     // backward then multiplies by the forward's copy instead of casting the master weight again (the
     // same values, so the same bits).

@@ -35,6 +35,12 @@ class OperandCapture {
 };
 
 // State shared by all quantized linears of one model in one run.
+// A weight's two operands for one forward: FPROP's rowwise one (the weight's shape) and DGRAD's
+// columnwise one ([K, N], or [E, K, N] for an expert linear), dequantized BF16 (models/weight_operands.h).
+struct WeightOperands {
+  torch::Tensor row, col;
+};
+
 struct QuantContext {
   Recipe recipe;
   uint64_t run_seed = 0;
@@ -50,6 +56,11 @@ struct QuantContext {
   // the pair kernel covers them (prepare_operand_pair). false: one layout at a time (the same bits; tests
   // compare the two).
   bool pair_operands = true;
+  // Every linear's weight operands of the current training forward, made in one launch at its start
+  // (models/weight_operands.h), by the weight's TensorImpl; empty outside it. false: each linear makes
+  // its own (the same bits; tests and the step benchmark compare the two).
+  std::map<const void*, WeightOperands> weight_operands;
+  bool batch_weight_operands = true;
 };
 
 // One layer's identity within the context.

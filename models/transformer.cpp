@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "models/fused_ops.h"
+#include "models/weight_operands.h"
 
 namespace ufp4 {
 
@@ -41,6 +42,8 @@ TransformerImpl::TransformerImpl(const ModelConfig& c, std::shared_ptr<QuantCont
 torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) {
   if (tokens.size(1) > config.seq_len)
     throw Error("model " + config.name + ": sequence of " + std::to_string(tokens.size(1)) + " tokens exceeds seq_len " + std::to_string(config.seq_len));
+  // Every linear's weight operands for this forward in one launch (models/weight_operands.h).
+  const WeightOperandScope weights(*ctx, torch::GradMode::is_enabled() ? weight_uses() : std::vector<WeightUse>{});
   torch::Tensor h = embedding(tokens).to(compute_dtype_);
   // The residual stream: each block's output is added to h and the next norm reads the sum, so the
   // add and that norm run as one (RMSNormImpl::add_forward).
@@ -53,6 +56,34 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) {
   h = n;
   if (lm_head) return lm_head(h);
   return torch::nn::functional::linear(h, embedding->weight.to(h.scalar_type()));
+}
+
+std::vector<WeightUse> TransformerImpl::weight_uses() const {
+  std::vector<WeightUse> uses;
+  auto dense = [&](const QuantLinear& l) {
+    if (l) uses.push_back({l->weight, {l->layer.get()}});
+  };
+  for (size_t i = 0; i < attention.size(); ++i) {
+    dense(attention[i]->qkv);
+    dense(attention[i]->proj);
+    if (mlp[i]) {
+      dense(mlp[i]->fc1);
+      dense(mlp[i]->fc2);
+    }
+    if (!moe[i]) continue;
+    for (const GroupedLinear& g : {moe[i]->fc1, moe[i]->fc2}) {
+      if (!g->weight_gemms_run_grouped()) continue;
+      WeightUse u{g->weight, {}};
+      for (const auto& L : g->layers) u.layers.push_back(L.get());
+      uses.push_back(std::move(u));
+    }
+    if (moe[i]->shared) {
+      dense(moe[i]->shared->fc1);
+      dense(moe[i]->shared->fc2);
+    }
+  }
+  dense(lm_head);
+  return uses;
 }
 
 void TransformerImpl::set_fused_ops(const FusedOps& f) {

@@ -9,6 +9,7 @@
 #include "models/model_config.h"
 #include "models/moe.h"
 #include "models/quant_linear.h"
+#include "models/weight_operands.h"
 
 namespace ufp4 {
 
@@ -37,6 +38,9 @@ class TransformerImpl : public torch::nn::Module {
   void set_fused_ops(bool on) { set_fused_ops(FusedOps::all(on)); }
   void set_fused_ops(const FusedOps& f);
   const FusedOps& fused_ops() const { return fused_ops_; }
+  // Every quantized linear's weight and layers, for the forward's batched weight operands
+  // (models/weight_operands.h); expert linears where their weight's GEMMs run grouped.
+  std::vector<WeightUse> weight_uses() const;
 
   ModelConfig config;
   std::shared_ptr<QuantContext> ctx;

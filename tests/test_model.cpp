@@ -3,6 +3,7 @@
 #include "common/error.h"
 #include "models/transformer.h"
 #include "tests/catch.h"
+#include "tests/helpers.h"
 
 using namespace ufp4;
 
@@ -133,4 +134,52 @@ TEST_CASE("a tiny model learns a fixed batch with bf16 and with ufp4", "[model]"
     INFO(recipe << ": " << first << " -> " << last);
     CHECK(last < first - 0.5);
   }
+}
+
+// The forward's one launch for every weight's operands (models/weight_operands.h) against each linear
+// quantizing its own: the loss and every gradient bit for bit, dense and MoE (the expert linears' grouped
+// GEMMs then read the batch's [E, K, N] DGRAD operand), with the recipes that quantize W.
+TEST_CASE("one launch for every weight's operands gives the bits of each linear's own (tiny, tiny-moe)", "[model][cuda]") {
+  UFP4_NEED_GPU();
+  for (const char* model : {"tiny", "tiny-moe"})
+    for (const char* recipe : {"ufp4", "e2m1_ref", "bf16"}) {
+      INFO(model << ", " << recipe);
+      torch::Tensor tokens;
+      double loss[2];
+      std::vector<torch::Tensor> grads[2];
+      for (int batch = 0; batch < 2; ++batch) {
+        auto ctx = context(recipe);
+        ctx->batch_weight_operands = batch == 1;
+        ctx->step = 5;
+        torch::manual_seed(4);
+        Transformer m(model_config(model), ctx);
+        m->to(torch::kCUDA);
+        m->set_compute_dtype(torch::kBFloat16);
+        if (!tokens.defined()) tokens = torch::randint(0, m->config.vocab, {4, 65}, torch::kInt64).to(torch::kCUDA);
+        TransformerOutput o = m->loss(tokens.slice(1, 0, 64), tokens.slice(1, 1, 65));
+        o.loss.backward();
+        loss[batch] = o.loss.item<double>();
+        for (const auto& p : m->parameters()) grads[batch].push_back(p.grad().detach().cpu());
+        CHECK(ctx->weight_operands.empty());  // held for the forward only
+        // Which weights the batch covers: every quantized linear's, the experts' included (the lm_head
+        // stays BF16 by the layer policy); none under bf16.
+        const std::vector<WeightUse> uses = m->weight_uses();
+        {
+          torch::NoGradGuard ng;
+          const WeightOperandScope scope(*ctx, uses);
+          size_t quantized = 0;
+          for (const WeightUse& u : uses) quantized += !u.layers.front()->bf16;
+          CHECK(ctx->weight_operands.size() == (batch && std::string(recipe) != "bf16" ? quantized : 0));
+          if (batch && std::string(recipe) != "bf16" && !m->moe.empty())
+            for (const auto& layer : m->moe)
+              if (layer) CHECK(prepared_weight_operands(*ctx, layer->fc1->weight) != nullptr);
+        }
+      }
+      CHECK(loss[0] == loss[1]);
+      REQUIRE(grads[0].size() == grads[1].size());
+      for (size_t i = 0; i < grads[0].size(); ++i) {
+        INFO("parameter " << i);
+        CHECK(test::first_bit_mismatch(grads[0][i], grads[1][i]) == -1);
+      }
+    }
 }

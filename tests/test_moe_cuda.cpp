@@ -8,12 +8,36 @@
 #include "models/grouped_linear.h"
 #include "models/moe.h"
 #include "tests/catch.h"
+#include "tests/helpers.h"
 #include "tests/moe_reference.h"
 #ifdef UFP4_WITH_CUDA
 #include <c10/cuda/CUDAFunctions.h>
 #endif
 
 using namespace ufp4;
+
+namespace {
+
+// Whether this LibTorch runs grouped GEMMs; warns where not (the layer then loops over experts on the host).
+bool grouped_or_warn() {
+  if (grouped_mm_available()) return true;
+  WARN("this LibTorch has no grouped GEMM: the MoE layer loops over experts on the host, skipped");
+  return false;
+}
+
+// Layer 1 of c under `recipe` on the GPU, seeded alike in every test.
+Moe gpu_moe(const ModelConfig& c, const char* recipe, int64_t step = 0) {
+  auto ctx = std::make_shared<QuantContext>();
+  ctx->recipe = Recipe::load(recipe);
+  ctx->step = step;
+  int64_t id = 0;
+  torch::manual_seed(3);
+  Moe m(c, "layers.1.mlp", ctx, id, 1);
+  m->to(torch::kCUDA);
+  return m;
+}
+
+}  // namespace
 
 TEST_CASE("routing on the GPU: the same layout as its definition", "[moe][cuda]") {
   UFP4_NEED_GPU();
@@ -72,22 +96,14 @@ TEST_CASE("MoE on the GPU: grouped quantized operands equal the per-expert opera
 TEST_CASE("MoE on the GPU: no host synchronisation in forward and backward; reruns bit-identical", "[moe][cuda]") {
   UFP4_NEED_GPU();
 #ifdef UFP4_WITH_CUDA
-  if (!grouped_mm_available()) {
-    WARN("this LibTorch has no grouped GEMM: the MoE layer loops over experts on the host, skipped");
-    return;
-  }
+  if (!grouped_or_warn()) return;
   set_deterministic(true);
   for (const char* recipe : {"bf16", "ufp4", "e2m1_ref"})
   for (double cf : {0.0, 0.75}) {
     INFO(recipe << ", capacity factor " << cf);
     ModelConfig c = model_config("tiny-moe");
     c.capacity_factor = cf;
-    auto ctx = std::make_shared<QuantContext>();
-    ctx->recipe = Recipe::load(recipe);
-    int64_t id = 0;
-    torch::manual_seed(3);
-    Moe m(c, "layers.1.mlp", ctx, id, 1);
-    m->to(torch::kCUDA);
+    Moe m = gpu_moe(c, recipe);
     torch::Tensor x0 = torch::randn({4, 32, c.d_model}).to(torch::kCUDA, torch::kBFloat16);
     torch::Tensor g = torch::randn({4, 32, c.d_model}).to(torch::kCUDA, torch::kBFloat16);
     std::vector<torch::Tensor> first;
@@ -132,4 +148,38 @@ TEST_CASE("WGRAD's padded segments on the GPU: one launch, the composition's int
         CHECK(torch::equal(gpu.ends.cpu(), cpu.ends));
         CHECK(torch::equal(gpu.src.cpu(), cpu.src));
       }
+}
+
+TEST_CASE("MoE on the GPU: fc1 reading the tokens through the dispatch's gather gives the bits of dispatching first", "[moe][cuda]") {
+  UFP4_NEED_GPU();
+#ifdef UFP4_WITH_CUDA
+  if (!grouped_or_warn()) return;
+  set_deterministic(true);
+  for (const char* recipe : {"ufp4", "e2m1_ref", "bf16"})
+    for (double cf : {0.0, 0.75}) {
+      INFO(recipe << ", capacity factor " << cf);
+      ModelConfig c = model_config("tiny-moe");
+      c.capacity_factor = cf;
+      std::vector<torch::Tensor> out[2];
+      bool gathered[2] = {false, false};
+      torch::Tensor x0 = torch::randn({4, 32, c.d_model}).to(torch::kCUDA, torch::kBFloat16);
+      torch::Tensor g = torch::randn({4, 32, c.d_model}).to(torch::kCUDA, torch::kBFloat16);
+      for (int allow = 0; allow < 2; ++allow) {
+        Moe m = gpu_moe(c, recipe, 2);
+        m->fc1->allow_gathered = allow == 1;
+        torch::Tensor x = x0.clone().requires_grad_(true);
+        gathered[allow] = m->fc1->reads_gathered(x0.view({-1, c.d_model}));
+        torch::Tensor y = m->forward(x);
+        (y * g).sum().backward();
+        out[allow] = {y.cpu(), x.grad().cpu(), m->router.grad().cpu(), m->fc1->weight.grad().cpu(), m->fc2->weight.grad().cpu()};
+      }
+      // The 4-bit recipes quantize fc1's X with the segmented pair kernel: the gathered read applies; bf16 dispatches.
+      CHECK_FALSE(gathered[0]);
+      CHECK(gathered[1] == (std::string(recipe) != "bf16"));
+      for (size_t i = 0; i < out[0].size(); ++i) {
+        INFO("output " << i);
+        CHECK(test::first_bit_mismatch(out[0][i], out[1][i]) == -1);
+      }
+    }
+#endif
 }

@@ -70,8 +70,9 @@ std::string fused_impl(const FusedOps& f) {
 // fused: which fused kernels run (fused_impl names the row).
 // deterministic false: the row that shows what deterministic mode (the trainer's default) costs.
 // graph false: the step launched kernel by kernel, not replayed as a CUDA graph (what the graph buys).
+// batch_weights false: each linear quantizes its own weight (what models/weight_operands.h buys).
 StepBenchRow bench_ours(const std::string& model, const std::string& recipe, const StepBenchOptions& o, const torch::Device& device,
-                        const FusedOps& fused = FusedOps::all(true), bool deterministic = true, bool graph = true) {
+                        const FusedOps& fused = FusedOps::all(true), bool deterministic = true, bool graph = true, bool batch_weights = true) {
   RunManifest m;  // the trainer's defaults (AdamW, clipping 1.0)
   set_deterministic(deterministic);
   ModelConfig mc = model_config(model);
@@ -80,6 +81,7 @@ StepBenchRow bench_ours(const std::string& model, const std::string& recipe, con
   auto ctx = std::make_shared<QuantContext>();
   ctx->recipe = Recipe::load(recipe);
   ctx->run_seed = 1;
+  ctx->batch_weight_operands = batch_weights;
   reset_peak_memory(device);
   Transformer net(mc, ctx);
   net->to(device);
@@ -100,6 +102,7 @@ StepBenchRow bench_ours(const std::string& model, const std::string& recipe, con
   std::string impl = fused_impl(fused);
   if (impl == "ufp4" && !deterministic) impl = "ufp4-nondeterministic";
   else if (impl == "ufp4" && !graph) impl = "ufp4-uncaptured";
+  else if (impl == "ufp4" && !batch_weights) impl = "ufp4-per-layer-weights";
   StepBenchRow r = timed_row(impl, model, ctx->recipe.name, o.batch, o.seq_len, o.steps, ms, device);
   r.mfu = device.is_cuda() ? r.tokens_per_s * train_flops_per_token(mc) / peak_flops(device) : 0.0;
   r.loss = loss;
@@ -276,6 +279,9 @@ std::vector<StepBenchRow> run_step_benchmarks(const StepBenchOptions& o) {
       for (const std::string rc : {"bf16", "ufp4"})
         if (std::find(recipes.begin(), recipes.end(), rc) != recipes.end())
           report(bench_ours(model, rc, om, device, FusedOps::all(true), true, false));
+    // What one launch for every weight's operands buys on the first model: the ufp4 recipe without it.
+    if (i == 0 && device.is_cuda() && std::find(recipes.begin(), recipes.end(), "ufp4") != recipes.end())
+      report(bench_ours(model, "ufp4", om, device, FusedOps::all(true), true, true, false));
     // What the fused kernels buy on the first model: all of them, then each alone (leave-one-out).
     if (i == 0 && device.is_cuda()) {
       report(bench_ours(model, "bf16", om, device, FusedOps::all(false)));
