@@ -51,7 +51,7 @@ std::vector<KRow> load_kernels(const std::string& path) {
 }
 
 struct SRow {
-  std::string model, impl, recipe, note;
+  std::string model, impl, recipe, note, device;
   double ms = NAN, sd = NAN, tps = NAN, mfu = NAN, mem = NAN;
   int64_t batch = 0, seq = 0, steps = 0;
 };
@@ -62,12 +62,13 @@ std::vector<SRow> load_steps(const std::string& path) {
                  tps = read_h5_f32(path, "step/tokens_per_s"), mfu = read_h5_f32(path, "step/mfu"),
                  mem = read_h5_f32(path, "step/peak_memory_gb"), batch = read_h5_f32(path, "step/batch"),
                  seq = read_h5_f32(path, "step/seq_len"), steps = read_h5_f32(path, "step/steps");
+  const std::string device = read_h5_string_attrs(path)["device"];
   std::vector<SRow> v;
   for (size_t i = 0; i < rows.size() && i < ms.data.size(); ++i) {
     const auto f = split_fields(rows[i], '|');
     if (f.size() < 3) continue;
     SRow r;
-    r.model = f[0]; r.impl = f[1]; r.recipe = f[2]; r.note = f.size() > 3 ? f[3] : "";
+    r.model = f[0]; r.impl = f[1]; r.recipe = f[2]; r.note = f.size() > 3 ? f[3] : ""; r.device = device;
     r.ms = ms.data[i]; r.sd = sd.data[i]; r.tps = tps.data[i]; r.mfu = mfu.data[i]; r.mem = mem.data[i];
     r.batch = static_cast<int64_t>(batch.data[i]); r.seq = static_cast<int64_t>(seq.data[i]); r.steps = static_cast<int64_t>(steps.data[i]);
     v.push_back(r);
@@ -330,6 +331,7 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
   std::map<std::string, std::pair<double, std::string>> sr_worst = {{"row", {1e9, ""}}, {"col", {1e9, ""}}};
   std::vector<std::string> unmet_step;  // dense models over the ufp4 / bf16 bar
   std::map<std::string, double> bf16_ms, bf16_sd, ref_ms, compiled_ms, compiled_sd, compiled_plain_ms, det_compiled_ms, libtorch_ops_ms;
+  std::map<std::string, std::string> device_note;
   std::vector<std::string> unmet_other;  // paragraphs of the MoE step bars not met
   std::map<std::string, std::map<std::string, double>> nondet_ms;  // model -> recipe -> ms without deterministic mode
   std::map<std::string, std::map<std::string, double>> nondet_sd, recipe_sd;  // their rows' sd, and our rows'
@@ -487,7 +489,9 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
        << "(`models/fused_ops.h`), what the fusion buys. `ufp4` rows run in deterministic mode, as training does "
        << "(`harness/train/determinism.h`), and replay the step as a CUDA graph where the model allows one, as training does "
        << "(`harness/train/step_graph.h`; forward, backward and clipping captured, AdamW after the replay); `ufp4-nondeterministic` rows "
-       << "time the same step without deterministic mode, `ufp4-uncaptured` rows without the graph (kernel by kernel), in the same process.\n\n"
+       << "time the same step without deterministic mode, `ufp4-uncaptured` rows without the graph (kernel by kernel), in the same process; "
+       << "`ufp4-per-layer-weights` (the first model's ufp4 recipe) with each linear quantizing its own weight instead of one launch "
+       << "for every weight's two operands at the start of the forward (`models/weight_operands.h`): what that launch buys.\n\n"
        << "| model | implementation | recipe | batch x seq | step ms (sd) | tokens/s | MFU | peak GB | vs own bf16 |\n"
        << "|---|---|---|---|---|---|---|---|---|\n";
     for (const auto& r : rows) {
@@ -496,6 +500,8 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
       if (r.impl == "ufp4-nondeterministic") nondet_ms[r.model][r.recipe] = r.ms, nondet_sd[r.model][r.recipe] = r.sd;
       if (r.impl == "ufp4-uncaptured") uncaptured_ms[r.model][r.recipe] = r.ms;
       if (r.impl == "ufp4" && r.recipe == "bf16") bf16_ms[r.model] = r.ms, bf16_sd[r.model] = r.sd;
+      // The bars name the H200: a model measured on another GPU says which in its bar rows.
+      if (r.impl == "ufp4" && r.device.find("H200") == std::string::npos) device_note[r.model] = " (on an " + r.device + ")";
       if (r.impl.rfind("pytorch-eager", 0) == 0) ref_ms[r.model] = ref_ms.count(r.model) ? std::min(ref_ms[r.model], r.ms) : r.ms;
       if (r.impl == "pytorch-compiled-fused") compiled_plain_ms[r.model] = r.ms;
       const bool det_peer = r.impl.find("-deterministic-") != std::string::npos;
@@ -599,7 +605,7 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
           // The ratio's spread from the two rows' (sd of the timed steps, the rows independent).
           const double sd = ratio_sd(r.ms, r.sd, kv.second, bf16_sd[kv.first]);
           const bool close = std::fabs(ratio - bar) <= sd;
-          targets << "| ufp4 step / bf16 step, " << kv.first << " | <= " << fmt("%.2f", bar) << " | " << ratio_cells(ratio, sd, bar) << " |\n";
+          targets << "| ufp4 step / bf16 step, " << kv.first << device_note[kv.first] << " | <= " << fmt("%.2f", bar) << " | " << ratio_cells(ratio, sd, bar) << " |\n";
           if (!moe && ratio > bar) unmet_step.push_back(kv.first);
           if (moe && (ratio > bar || close))
             unmet_other.push_back("### ufp4 step / bf16 step, " + kv.first + (ratio > bar ? "" : ": met, within one sd of the bar") +
@@ -641,7 +647,7 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
       for (const auto& nd : nondet_ms[kv.first]) {
         const double det = recipe_ms[kv.first][nd.first], ratio = det / nd.second;
         const double sd = ratio_sd(det, recipe_sd[kv.first][nd.first], nd.second, nondet_sd[kv.first][nd.first]);
-        targets << "| deterministic / non-deterministic step, " << kv.first << ", " << nd.first << " | <= " << fmt("%.2f", t.det_max) << " | "
+        targets << "| deterministic / non-deterministic step, " << kv.first << ", " << nd.first << device_note[kv.first] << " | <= " << fmt("%.2f", t.det_max) << " | "
                 << (kv.first.rfind("dense", 0) == 0 ? ratio_cells(ratio, sd, t.det_max) : fmt("%.3f", ratio) + " (sd " + fmt("%.3f", sd) + ") | (MoE: reported)")
                 << " |\n";
         if (!moe && ratio > t.det_max)
@@ -651,7 +657,7 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
       }
       if (ref_ms.count(kv.first)) {
         const double ratio = kv.second / ref_ms[kv.first], bar = moe ? t.moe_eager_max : t.eager_max;
-        targets << "| bf16 step / PyTorch eager step (faster optimizer variant), " << kv.first << " | <= " << fmt("%.1f", bar) << " | "
+        targets << "| bf16 step / PyTorch eager step (faster optimizer variant), " << kv.first << device_note[kv.first] << " | <= " << fmt("%.1f", bar) << " | "
                 << fmt("%.3f", ratio) << " | " << verdict(ratio <= bar) << " |\n";
         if (moe && ratio > bar)
           unmet_other.push_back("### bf16 step / PyTorch eager step, " + kv.first + "\n\nOurs " + fmt("%.2f", kv.second) + " ms, eager " +
@@ -660,13 +666,13 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
       if (compiled_ms.count(kv.first)) {
         const double ratio = kv.second / compiled_ms[kv.first], bar = moe ? t.moe_compiled_max : t.compiled_max;
         const double sd = ratio_sd(kv.second, bf16_sd[kv.first], compiled_ms[kv.first], compiled_sd[kv.first]);
-        targets << "| bf16 step / PyTorch compiled step (fastest mode), " << kv.first << " | <= " << fmt("%.1f", bar) << " | "
+        targets << "| bf16 step / PyTorch compiled step (fastest mode), " << kv.first << device_note[kv.first] << " | <= " << fmt("%.1f", bar) << " | "
                 << ratio_cells(ratio, sd, bar) << " |\n";
         if (nondet_ms[kv.first].count("bf16"))
-          targets << "| bf16 step, non-deterministic / PyTorch compiled step (fastest mode), " << kv.first << " | - | "
+          targets << "| bf16 step, non-deterministic / PyTorch compiled step (fastest mode), " << kv.first << device_note[kv.first] << " | - | "
                   << fmt("%.3f", nondet_ms[kv.first]["bf16"] / compiled_ms[kv.first]) << " | (reported) |\n";
         if (det_compiled_ms.count(kv.first))  // like for like: both in deterministic mode
-          targets << "| bf16 step / PyTorch compiled step in deterministic mode (fastest mode), " << kv.first << " | - | "
+          targets << "| bf16 step / PyTorch compiled step in deterministic mode (fastest mode), " << kv.first << device_note[kv.first] << " | - | "
                   << fmt("%.3f", kv.second / det_compiled_ms[kv.first]) << " | (reported) |\n";
         if (!moe && ratio > bar) {
           std::string text = "### bf16 step / PyTorch compiled step, " + kv.first + "\n\nOurs " + fmt("%.2f", kv.second) + " ms";
