@@ -51,7 +51,7 @@ std::vector<KRow> load_kernels(const std::string& path) {
 }
 
 struct SRow {
-  std::string model, impl, recipe, note, device;
+  std::string model, impl, recipe, note, device, source;  // source: the file's name (one command)
   double ms = NAN, sd = NAN, tps = NAN, mfu = NAN, mem = NAN;
   int64_t batch = 0, seq = 0, steps = 0;
 };
@@ -62,13 +62,13 @@ std::vector<SRow> load_steps(const std::string& path) {
                  tps = read_h5_f32(path, "step/tokens_per_s"), mfu = read_h5_f32(path, "step/mfu"),
                  mem = read_h5_f32(path, "step/peak_memory_gb"), batch = read_h5_f32(path, "step/batch"),
                  seq = read_h5_f32(path, "step/seq_len"), steps = read_h5_f32(path, "step/steps");
-  const std::string device = read_h5_string_attrs(path)["device"];
+  const std::string device = read_h5_string_attrs(path)["device"], source = path.substr(path.find_last_of('/') + 1);
   std::vector<SRow> v;
   for (size_t i = 0; i < rows.size() && i < ms.data.size(); ++i) {
     const auto f = split_fields(rows[i], '|');
     if (f.size() < 3) continue;
     SRow r;
-    r.model = f[0]; r.impl = f[1]; r.recipe = f[2]; r.note = f.size() > 3 ? f[3] : ""; r.device = device;
+    r.model = f[0]; r.impl = f[1]; r.recipe = f[2]; r.note = f.size() > 3 ? f[3] : ""; r.device = device; r.source = source;
     r.ms = ms.data[i]; r.sd = sd.data[i]; r.tps = tps.data[i]; r.mfu = mfu.data[i]; r.mem = mem.data[i];
     r.batch = static_cast<int64_t>(batch.data[i]); r.seq = static_cast<int64_t>(seq.data[i]); r.steps = static_cast<int64_t>(steps.data[i]);
     v.push_back(r);
@@ -548,21 +548,25 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
          << "replaced by LibTorch's composition of the same maths, or all of them, against the step with all of them, in the "
          << "same command: the difference is what that kernel saves a step.\n\n| model | fused kernel left out | step ms "
          << "without it | with all | saved ms |\n|---|---|---|---|---|\n" << loo.str() << "\n";
+    // Each ratio against the bf16 row of the same command (file): the files may come from other GPUs.
     std::map<std::string, double> layer_bf16;
     std::ostringstream layers;
     for (const auto& r : rows)
-      if (r.impl == "ufp4-moe-layer" && r.recipe == "bf16") layer_bf16[r.model] = r.ms;
+      if (r.impl == "ufp4-moe-layer" && r.recipe == "bf16") layer_bf16[r.source + "|" + r.model] = r.ms;
     for (const auto& r : rows)
-      if (r.impl == "ufp4-moe-layer")
+      if (r.impl == "ufp4-moe-layer") {
+        const std::string key = r.source + "|" + r.model;
         layers << "| " << r.model << " | " << r.recipe << " | " << r.seq << " | " << fmt("%.2f", r.ms) << " (" << fmt("%.2f", r.sd) << ") | "
                << fmt("%.0f", r.tps) << " | " << mfu_text(r.mfu) << " | " << fmt("%.1f", r.mem) << " | "
-               << fmt("%.3f", layer_bf16.count(r.model) ? r.ms / layer_bf16[r.model] : NAN) << " |\n";
+               << fmt("%.3f", layer_bf16.count(key) ? r.ms / layer_bf16[key] : NAN) << " | `" << r.source << "`, " << r.device << " |\n";
+      }
     if (!layers.str().empty())
       md << "### One MoE layer at paper scale\n\nForward + backward of one routed MoE layer (FP32 router, top-k routing, grouped "
          << "experts, shared experts, aux loss) on random BF16 activations, no optimizer, deterministic mode; median of the timed "
          << "passes after warm-up (CUDA events). MFU counts active parameters: 6 x (router + (top-k + shared) x 3 x d x expert "
-         << "hidden) FLOPs a token, over the same peak.\n\n| model | recipe | tokens | ms (sd) | tokens/s | MFU (active) | peak GB | "
-         << "vs bf16 |\n|---|---|---|---|---|---|---|---|\n" << layers.str() << "\n";
+         << "hidden) FLOPs a token, over the same peak; each file's rows from one command, against that command's bf16 row.\n\n"
+         << "| model | recipe | tokens | ms (sd) | tokens/s | MFU (active) | peak GB | vs bf16 | from |\n|---|---|---|---|---|---|---|---|---|\n"
+         << layers.str() << "\n";
     // Where deterministic mode's cost goes: the attention rows beside the step rows.
     std::map<std::string, std::pair<double, double>> attention_ms;  // model -> (deterministic, not)
     for (const auto& r : rows) {
