@@ -500,8 +500,9 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
       if (r.impl == "ufp4-nondeterministic") nondet_ms[r.model][r.recipe] = r.ms, nondet_sd[r.model][r.recipe] = r.sd;
       if (r.impl == "ufp4-uncaptured") uncaptured_ms[r.model][r.recipe] = r.ms;
       if (r.impl == "ufp4" && r.recipe == "bf16") bf16_ms[r.model] = r.ms, bf16_sd[r.model] = r.sd;
-      // The bars name the H200: a model measured on another GPU says which in its bar rows.
-      if (r.impl == "ufp4" && r.device.find("H200") == std::string::npos) device_note[r.model] = " (on an " + r.device + ")";
+      // The bars name the H200: a model measured on another GPU says which in its bar rows (CPU rows test the plumbing).
+      if (r.impl == "ufp4" && r.device != "cpu" && !r.device.empty() && r.device.find("H200") == std::string::npos)
+        device_note[r.model] = " (on an " + r.device + ")";
       if (r.impl.rfind("pytorch-eager", 0) == 0) ref_ms[r.model] = ref_ms.count(r.model) ? std::min(ref_ms[r.model], r.ms) : r.ms;
       if (r.impl == "pytorch-compiled-fused") compiled_plain_ms[r.model] = r.ms;
       const bool det_peer = r.impl.find("-deterministic-") != std::string::npos;
