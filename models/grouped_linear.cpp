@@ -83,9 +83,10 @@ struct GroupedLinearFunction : public torch::autograd::Function<GroupedLinearFun
         xq = m.grouped_operand(x, Gemm::kFprop, 0, step, false, ends, torch::Tensor());
       }
       // W's operands: this forward's batch (models/weight_operands.h; DGRAD's kept for the backward), or made here.
-      const WeightOperands* pre = grouped_dgrad ? prepared_weight_operands(*m.layers[0]->ctx, w) : nullptr;
-      if (pre && x.requires_grad()) ctx->saved_data["w_dgrad"] = pre->col;
-      torch::Tensor wq = pre ? pre->row : m.grouped_operand(w.view({E * N, K}), Gemm::kFprop, 1, step, false, wrows, torch::Tensor()).view({E, N, K});
+      WeightOperands pre = grouped_dgrad ? take_weight_operands(*m.layers[0]->ctx, w) : WeightOperands{};
+      if (pre.col.defined() && x.requires_grad()) ctx->saved_data["w_dgrad"] = pre.col;
+      torch::Tensor wq = pre.row.defined() ? pre.row
+                                           : m.grouped_operand(w.view({E * N, K}), Gemm::kFprop, 1, step, false, wrows, torch::Tensor()).view({E, N, K});
       torch::Tensor y = grouped_mm(xq.to(x.scalar_type()), wq.to(x.scalar_type()).transpose(1, 2), ends);
       if (kept.numel()) y.masked_fill_(kept.logical_not().unsqueeze(1), 0);  // rows past the last end are not written
       return y;

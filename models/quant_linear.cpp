@@ -40,9 +40,10 @@ struct QuantLinearFunction : public torch::autograd::Function<QuantLinearFunctio
     OperandPair xp, wp;
     if (backward_follows && w.requires_grad()) xp = prepare_operand_pair(x.reshape({-1, K}), L, Gemm::kFprop, 0, Gemm::kWgrad, 1, step);
     // W's operands: this forward's batch (models/weight_operands.h), or made here.
-    if (const WeightOperands* pre = prepared_weight_operands(*L.ctx, w)) {
-      wp.row = pre->row;
-      if (backward_follows && x.requires_grad()) wp.col = pre->col;
+    WeightOperands pre = take_weight_operands(*L.ctx, w);
+    if (pre.row.defined()) {
+      wp.row = std::move(pre.row);
+      if (backward_follows && x.requires_grad()) wp.col = std::move(pre.col);
     } else if (backward_follows && x.requires_grad()) {
       wp = prepare_operand_pair(w, L, Gemm::kFprop, 1, Gemm::kDgrad, 1, step);
     }

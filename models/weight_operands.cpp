@@ -52,6 +52,15 @@ bool covered(const QuantContext& ctx, const WeightUse& u, QuantSpec& row, QuantS
 WeightOperandScope::WeightOperandScope(QuantContext& ctx, const std::vector<WeightUse>& uses) : ctx_(ctx) {
   ctx_.weight_operands.clear();
   if (!ctx_.batch_weight_operands || !ctx_.pair_operands) return;
+  try {
+    make(uses);
+  } catch (...) {
+    ctx_.weight_operands.clear();  // a constructor that throws runs no destructor
+    throw;
+  }
+}
+
+void WeightOperandScope::make(const std::vector<WeightUse>& uses) {
   // Weights on equal specs share a launch (all of them under the recipes' shared RHT signs).
   std::vector<Batch> batches;
   for (const WeightUse& u : uses) {
@@ -79,6 +88,15 @@ const WeightOperands* prepared_weight_operands(const QuantContext& ctx, const to
   if (ctx.weight_operands.empty() || !w.defined()) return nullptr;
   const auto it = ctx.weight_operands.find(w.unsafeGetTensorImpl());
   return it == ctx.weight_operands.end() ? nullptr : &it->second;
+}
+
+WeightOperands take_weight_operands(QuantContext& ctx, const torch::Tensor& w) {
+  if (ctx.weight_operands.empty() || !w.defined()) return {};
+  const auto it = ctx.weight_operands.find(w.unsafeGetTensorImpl());
+  if (it == ctx.weight_operands.end()) return {};
+  WeightOperands out = std::move(it->second);
+  ctx.weight_operands.erase(it);
+  return out;
 }
 
 }  // namespace ufp4

@@ -6,9 +6,10 @@
 // the start of a training forward the transformer hands every linear's weight to a WeightOperandScope:
 // it makes both operands of all the weights the batched pair kernel covers (kernels/quantize_pair.h,
 // PairTask) in one launch per set of equal specs, and holds them in the context
-// (QuantContext::weight_operands) until the forward ends. Each linear takes its own from there: bit
-// for bit what it would have made itself, since the specs are the layer's own (operand_spec). The
-// columnwise operands live on in the autograd graph for DGRAD, as the linears' own did.
+// (QuantContext::weight_operands) until each linear takes its own out as it runs: bit for bit what it
+// would have made itself, since the specs are the layer's own (operand_spec). The rowwise operand then
+// dies with its GEMM and the columnwise one lives on in the autograd graph for DGRAD, as the linears'
+// own did; whatever no linear took goes when the forward ends.
 #pragma once
 #include <torch/torch.h>
 
@@ -38,10 +39,14 @@ class WeightOperandScope {
   WeightOperandScope& operator=(const WeightOperandScope&) = delete;
 
  private:
+  void make(const std::vector<WeightUse>& uses);
   QuantContext& ctx_;
 };
 
 // The current forward's operands of weight w, or null (the linear then makes its own).
 const WeightOperands* prepared_weight_operands(const QuantContext& ctx, const torch::Tensor& w);
+// The same, moved out of the context (undefined tensors where there are none): a linear takes its own as
+// it runs, so the rowwise operand lives until its GEMM, as one the linear made would, not to the forward's end.
+WeightOperands take_weight_operands(QuantContext& ctx, const torch::Tensor& w);
 
 }  // namespace ufp4
