@@ -38,6 +38,20 @@ torch::Tensor weight_ends(int64_t E, int64_t N, torch::Device device) {
   return torch::arange(1, E + 1, torch::TensorOptions().dtype(torch::kInt32).device(device)) * static_cast<int32_t>(N);
 }
 
+// The stacked weight w [E, N, K] as operand 1 of GEMM g for every expert, [E, N, K]: w itself where the
+// recipe leaves it (no segment ends to form), else one segmented quantization of its [E * N, K] view.
+torch::Tensor grouped_weight_operand(const GroupedLinearImpl& m, const torch::Tensor& w, Gemm g, int64_t step, bool columnwise) {
+  const int64_t E = w.size(0), N = w.size(1), K = w.size(2);
+  const LayerQuant& L = *m.layers[0];
+  if (L.bf16 || !L.ctx->recipe.at(g).op[1].quantize) return w;
+  return m.grouped_operand(w.view({E * N, K}), g, 1, step, columnwise, weight_ends(E, N, w.device()), torch::Tensor()).view({E, N, K});
+}
+
+// The kept rows of r, or the 0-element placeholder of a dropless routing (autograd needs defined inputs).
+torch::Tensor kept_or_empty(const Routing& r) {
+  return r.kept.defined() ? r.kept : torch::empty({0}, r.ends.options().dtype(torch::kBool));
+}
+
 struct GroupedLinearFunction : public torch::autograd::Function<GroupedLinearFunction> {
   // kept: [A] bool rows of kept assignments, or a 0-element placeholder when dropless.
   // gather: [A] int64 when the rows are x's rows gather[0], ... read in place (forward_gathered: the
@@ -70,9 +84,8 @@ struct GroupedLinearFunction : public torch::autograd::Function<GroupedLinearFun
     // Decided now for the backward too: the recipe and the capture steps are those of this step.
     ctx->saved_data["grouped_dgrad"] = grouped_dgrad;
     ctx->saved_data["grouped_wgrad"] = grouped_wgrad;
-    const int64_t E = w.size(0), N = w.size(1), K = w.size(2);
+    const int64_t N = w.size(1);
     if (grouped_fprop) {
-      const torch::Tensor wrows = weight_ends(E, N, ends.device());
       torch::Tensor xq;
       if (pair) {
         const GroupedRows rows = m.wgrad_rows(ends, ctx->saved_data["rows"].toInt());
@@ -85,8 +98,7 @@ struct GroupedLinearFunction : public torch::autograd::Function<GroupedLinearFun
       // W's operands: this forward's batch (models/weight_operands.h; DGRAD's kept for the backward), or made here.
       WeightOperands pre = grouped_dgrad ? take_weight_operands(*m.layers[0]->ctx, w) : WeightOperands{};
       if (pre.col.defined() && x.requires_grad()) ctx->saved_data["w_dgrad"] = pre.col;
-      torch::Tensor wq = pre.row.defined() ? pre.row
-                                           : m.grouped_operand(w.view({E * N, K}), Gemm::kFprop, 1, step, false, wrows, torch::Tensor()).view({E, N, K});
+      torch::Tensor wq = pre.row.defined() ? pre.row : grouped_weight_operand(m, w, Gemm::kFprop, step, false);
       torch::Tensor y = grouped_mm(xq.to(x.scalar_type()), wq.to(x.scalar_type()).transpose(1, 2), ends);
       if (kept.numel()) y.masked_fill_(kept.logical_not().unsqueeze(1), 0);  // rows past the last end are not written
       return y;
@@ -108,7 +120,6 @@ struct GroupedLinearFunction : public torch::autograd::Function<GroupedLinearFun
     const int64_t E = w.size(0);
     torch::Tensor dx, dw;
     const bool want_dx = ctx->needs_input_grad(0), want_dw = ctx->needs_input_grad(1);
-    const int64_t N = w.size(1), K = w.size(2);
     const bool grouped_dgrad = ctx->saved_data["grouped_dgrad"].toBool(), grouped_wgrad = ctx->saved_data["grouped_wgrad"].toBool();
     const int64_t rows_in = ctx->saved_data["rows"].toInt();
     // dY's DGRAD and WGRAD operands from one read (the segmented pair kernel) when both GEMMs run grouped.
@@ -117,7 +128,6 @@ struct GroupedLinearFunction : public torch::autograd::Function<GroupedLinearFun
     const bool dy_pair = want_dx && want_dw && grouped_dgrad && grouped_wgrad && !gemm_untouched(*m.layers[0], Gemm::kWgrad) &&
                          m.pairs_operands(dy, Gemm::kDgrad, 0, Gemm::kWgrad, 0, step);
     if (want_dx && grouped_dgrad) {
-      const torch::Tensor wrows = weight_ends(E, N, ends.device());
       torch::Tensor a;
       if (dy_pair) {
         wrows_dy = m.wgrad_rows(ends, rows_in);
@@ -126,9 +136,8 @@ struct GroupedLinearFunction : public torch::autograd::Function<GroupedLinearFun
         a = m.grouped_operand(dy, Gemm::kDgrad, 0, step, false, ends, torch::Tensor());
       }
       // The batch's columnwise operand is [E, K, N] (each expert's matrix transposed): the same values.
-      torch::Tensor b = ctx->saved_data.count("w_dgrad")
-                            ? ctx->saved_data["w_dgrad"].toTensor().transpose(1, 2)
-                            : m.grouped_operand(w.view({E * N, K}), Gemm::kDgrad, 1, step, true, wrows, torch::Tensor()).view({E, N, K});
+      torch::Tensor b = ctx->saved_data.count("w_dgrad") ? ctx->saved_data["w_dgrad"].toTensor().transpose(1, 2)
+                                                         : grouped_weight_operand(m, w, Gemm::kDgrad, step, true);
       dx = grouped_mm(a.to(dy.scalar_type()), b.to(dy.scalar_type()), ends);
       if (kept.numel()) dx.masked_fill_(kept.logical_not().unsqueeze(1), 0);
     }
@@ -333,9 +342,8 @@ torch::Tensor GroupedLinearImpl::forward(const torch::Tensor& x, const Routing& 
   for (Gemm g : kGemms) loop = loop || !runs_grouped(x, g);
   // 0-element placeholders where there is nothing to pass (autograd needs defined inputs).
   const torch::Tensor none = torch::empty({0}, r.ends.options().dtype(torch::kInt64));
-  return GroupedLinearFunction::apply(x, weight, r.ends, r.kept.defined() ? r.kept : torch::empty({0}, r.ends.options().dtype(torch::kBool)),
-                                      loop ? r.host_ends() : torch::empty({0}, torch::kInt64), none, none, reinterpret_cast<int64_t>(this), r.top_k,
-                                      false);
+  return GroupedLinearFunction::apply(x, weight, r.ends, kept_or_empty(r), loop ? r.host_ends() : torch::empty({0}, torch::kInt64), none, none,
+                                      reinterpret_cast<int64_t>(this), r.top_k, false);
 }
 
 bool GroupedLinearImpl::reads_gathered(const torch::Tensor& x) const {
@@ -347,8 +355,8 @@ bool GroupedLinearImpl::reads_gathered(const torch::Tensor& x) const {
 
 torch::Tensor GroupedLinearImpl::forward_gathered(const torch::Tensor& x, const Routing& r, const torch::Tensor& gather, bool fused_dispatch) {
   if (!reads_gathered(x)) throw Error("grouped linear " + layers[0]->name + ": forward_gathered() needs reads_gathered()");
-  return GroupedLinearFunction::apply(x, weight, r.ends, r.kept.defined() ? r.kept : torch::empty({0}, r.ends.options().dtype(torch::kBool)),
-                                      torch::empty({0}, torch::kInt64), gather, r.inverse, reinterpret_cast<int64_t>(this), r.top_k, fused_dispatch);
+  return GroupedLinearFunction::apply(x, weight, r.ends, kept_or_empty(r), torch::empty({0}, torch::kInt64), gather, r.inverse,
+                                      reinterpret_cast<int64_t>(this), r.top_k, fused_dispatch);
 }
 
 }  // namespace ufp4
