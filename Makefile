@@ -4,12 +4,12 @@ JOBS ?= $(shell nproc)
 CMAKE_ARGS ?=
 GEN := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 
-.PHONY: all build setup configure test test-quick test-gpu check-gpu demo bench reproduce-figure-11 report gpu-deps gpu clean help
+.PHONY: all build setup configure test test-quick test-gpu check-gpu check-campaigns demo bench reproduce-figure-11 report gpu-deps gpu clean help
 
 all: build
 
 help:
-	@echo "make setup | build | test | test-quick | test-gpu | check-gpu | demo | bench | report | reproduce-table-N | reproduce-figure-N | gpu-deps | gpu | clean"
+	@echo "make setup | build | test | test-quick | test-gpu | check-gpu | check-campaigns | demo | bench | report | reproduce-table-N | reproduce-figure-N | gpu-deps | gpu | clean"
 
 setup:
 	@bash tools/setup.sh
@@ -52,76 +52,79 @@ bench: build
 
 reproduce-figure-11: bench
 
+# Re-renders every report from its inputs (unchanged inputs leave a report byte for byte as it was).
 report: build
-	@for r in table1 table2 table3 figure8 figure10 analysis figure9; do $(BUILD)/ufp4 report $$r > /dev/null || exit 1; done
-	@echo "reports written: reports/{table1,table2,table3,figure8,figure10,analysis,figure9}.md"
+	@for r in table1 figure8 table2 table3 figure10 analysis figure9; do $(BUILD)/ufp4 report $$r --force > /dev/null || exit 1; done
+	@echo "reports written: reports/{table1,figure8}.md; the archived campaigns' reports/archive/{table2,table3,figure10,analysis,figure9}.md"
 
 reproduce-table-1: build
 	$(BUILD)/ufp4 report table1
 
-# SCALE=proxy (one H200 per run; the committed results are reused) or SCALE=ci (CPU, tiny).
+# SCALE=proxy (GPUs; committed results are reused) or SCALE=ci (CPU, tiny).
 SCALE ?= proxy
 GPUS ?= $(shell nvidia-smi -L 2>/dev/null | wc -l)
+# Targets that train on GPUs stop here, before preparing any data, when there is none.
+define need_gpu
+	@if [ "$(SCALE)" != ci ] && [ "$(GPUS)" -lt 1 ]; then echo "make $@: SCALE=$(SCALE) trains on GPUs and nvidia-smi lists none here (SCALE=ci runs on the CPU)"; exit 2; fi
+endef
+# Campaigns archived with the 1,600-step design and not yet re-made at the decisive one (results/archive/README.md).
+define archived
+	@if [ "$(SCALE)" != ci ]; then echo "make $@: its proxy campaign was archived (results/archive/README.md: it ended inside the fast-descent transition) and is not yet registered at the decisive design; SCALE=ci runs the CI-scale experiment"; exit 2; fi
+endef
 
-# Table 2's full-UFP4 row is the Figure 8 campaign's ufp4 member: at proxy scale both run.
-T2_MANIFESTS_proxy := experiments/figure8/proxy_dense.toml experiments/table2/proxy.toml
-T2_MANIFESTS_ci := experiments/table2/ci.toml
-reproduce-table-2: build
-	$(BUILD)/ufp4 run --gpus $(GPUS) --per-gpu 9 $(T2_MANIFESTS_$(SCALE))
-	$(BUILD)/ufp4 report table2 $(if $(filter ci,$(SCALE)),--results build/ci/table2 --out -,)
-
-F8_MANIFESTS_proxy := experiments/figure8/proxy_dense.toml experiments/figure8/moe_proxy.toml
-F8_MANIFESTS_ci := experiments/figure8/ci.toml
-F8_RESULTS_proxy := results/figure8
-F8_RESULTS_ci := build/ci/figure8
+# Figure 8 at the decisive design: the registered campaign (pilot, seeds by power, the rest), then its report.
+F8_CAMPAIGN_proxy := experiments/figure8/campaign.toml
+F8_CAMPAIGN_ci := experiments/figure8/campaign_ci.toml
+F8_REPORT_proxy := --force
+F8_REPORT_ci := --out build/ci/reports/figure8.md
 reproduce-figure-8: build
-	$(BUILD)/ufp4 run --gpus $(GPUS) --per-gpu 9 $(F8_MANIFESTS_$(SCALE))
-	@mkdir -p $(REPORT_DIR_$(SCALE))
-	$(BUILD)/ufp4 report figure8 --results $(F8_RESULTS_$(SCALE)) --out $(REPORT_DIR_$(SCALE))/figure8.md > /dev/null
-	@echo "report written: $(REPORT_DIR_$(SCALE))/figure8.md"
+	$(need_gpu)
+	$(BUILD)/ufp4 campaign run $(F8_CAMPAIGN_$(SCALE)) $(if $(filter ci,$(SCALE)),,--gpus $(GPUS))
+	@mkdir -p build/ci/reports
+	$(BUILD)/ufp4 report figure8 --campaign $(F8_CAMPAIGN_$(SCALE)) $(F8_REPORT_$(SCALE)) > /dev/null
+	@echo "report written: $(if $(filter ci,$(SCALE)),build/ci/reports/figure8.md,reports/figure8.md)"
 
-# Table 3 (E2M1 one-factor search) and Figure 10 (range-restricted E2M1).
-T3_RESULTS_proxy := results/table3
-T3_RESULTS_ci := build/ci/table3
-F10_RESULTS_proxy := results/figure10 results/figure8
-F10_RESULTS_ci := build/ci/figure10
-F10_MANIFESTS_proxy := experiments/figure8/proxy_dense.toml experiments/figure10/proxy.toml experiments/figure8/moe_proxy.toml experiments/figure10/moe_proxy.toml
-F10_MANIFESTS_ci := experiments/figure10/ci.toml
-REPORT_DIR_proxy := reports
-REPORT_DIR_ci := build/ci/reports
+# Every committed campaign: its run set complete and verified (CPU), and on a GPU a sample of each
+# re-trained and compared bit for bit (`ufp4 campaign check --retrain`).
+CAMPAIGNS := experiments/figure8/campaign.toml
+check-campaigns: build
+	@if [ "$(GPUS)" -lt 1 ]; then echo "make check-campaigns: re-trains runs on a GPU and nvidia-smi lists none here"; exit 2; fi
+	@for c in $(CAMPAIGNS); do $(BUILD)/ufp4 campaign check $$c --retrain build/check-campaigns --gpus $(GPUS) || exit 1; done
+
+# Tables 2 and 3, Figure 10: CI scale (the proxy campaigns are archived).
+reproduce-table-2: build
+	$(archived)
+	$(BUILD)/ufp4 run experiments/table2/ci.toml
+	$(BUILD)/ufp4 report table2 --results build/ci/table2 --out -
+
 reproduce-table-3: build
-	$(BUILD)/ufp4 run --gpus $(GPUS) --per-gpu 18 experiments/table3/$(SCALE).toml
-	@mkdir -p $(REPORT_DIR_$(SCALE))
-	$(BUILD)/ufp4 report table3 --results $(T3_RESULTS_$(SCALE)) --out $(REPORT_DIR_$(SCALE))/table3.md > /dev/null
-	@echo "report written: $(REPORT_DIR_$(SCALE))/table3.md"
+	$(archived)
+	$(BUILD)/ufp4 run experiments/table3/ci.toml
+	@mkdir -p build/ci/reports
+	$(BUILD)/ufp4 report table3 --results build/ci/table3 --out build/ci/reports/table3.md > /dev/null
+	@echo "report written: build/ci/reports/table3.md"
 
 reproduce-figure-10: build
-	$(BUILD)/ufp4 run --gpus $(GPUS) --per-gpu 9 $(F10_MANIFESTS_$(SCALE))
-	@mkdir -p $(REPORT_DIR_$(SCALE))
-	$(BUILD)/ufp4 report figure10 --results $(F10_RESULTS_$(SCALE)) --out $(REPORT_DIR_$(SCALE))/figure10.md > /dev/null
-	@echo "report written: $(REPORT_DIR_$(SCALE))/figure10.md"
+	$(archived)
+	$(BUILD)/ufp4 run experiments/figure10/ci.toml
+	@mkdir -p build/ci/reports
+	$(BUILD)/ufp4 report figure10 --results build/ci/figure10 --out build/ci/reports/figure10.md > /dev/null
+	@echo "report written: build/ci/reports/figure10.md"
 
 # Figures 2, 4-7, 12: the shrinkage-bias analysis of operands captured from the dense proxy (one report).
 reproduce-figure-2 reproduce-figure-4 reproduce-figure-5 reproduce-figure-6 reproduce-figure-7 reproduce-figure-12: build
 	@bash tools/reproduce-analysis.sh $(BUILD) $(SCALE)
 
-# Figure 9: the MoE ladder, scaling-law fits, report. The proxy ladder's middle point is the Figure 8
-# MoE proxy (moe-ne2.6m): its manifest runs here too (nothing to do once trained) and the fit reads
-# its runs from results/figure8 by name.
-F9_MANIFESTS_proxy := $(sort $(wildcard experiments/figure9/proxy/*.toml)) experiments/figure8/moe_proxy.toml
+# Figure 9: the MoE ladder, scaling-law fits, report (CI scale; the proxy ladder is archived).
 F9_MANIFESTS_ci := $(sort $(wildcard experiments/figure9/ci/*.toml))
 F9_MANIFESTS_paper := $(sort $(wildcard experiments/figure9/paper/*.toml))
-F9_RESULTS_proxy := results/figure9 results/figure8 --prefix figure9_,figure8_moe
-F9_RESULTS_ci := build/ci/figure9
-F9_FITS_proxy := results/fits/figure9-proxy.h5
-F9_FITS_ci := build/ci/fits/figure9-ci.h5
-F9_REPORT_proxy := reports/figure9.md
-F9_REPORT_ci := build/ci/reports/figure9.md
 reproduce-figure-9: build
-	$(BUILD)/ufp4 run --gpus $(GPUS) --per-gpu 12 $(F9_MANIFESTS_$(SCALE))
-	$(BUILD)/ufp4 fit --results $(F9_RESULTS_$(SCALE)) --out $(F9_FITS_$(SCALE))
-	$(BUILD)/ufp4 report figure9 --fits $(F9_FITS_$(SCALE)) --out $(F9_REPORT_$(SCALE)) > /dev/null
-	@echo "report written: $(F9_REPORT_$(SCALE))"
+	$(archived)
+	$(BUILD)/ufp4 run $(F9_MANIFESTS_ci)
+	$(BUILD)/ufp4 fit --results build/ci/figure9 --out build/ci/fits/figure9-ci.h5
+	@mkdir -p build/ci/reports
+	$(BUILD)/ufp4 report figure9 --fits build/ci/fits/figure9-ci.h5 --out build/ci/reports/figure9.md > /dev/null
+	@echo "report written: build/ci/reports/figure9.md"
 
 reproduce-%:
 	@echo "make reproduce-$*: no such target (tables 1-3, figures 2, 4-10, 12; figure 11 comes with the performance issue)"; exit 2

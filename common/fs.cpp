@@ -64,6 +64,29 @@ std::string executable_dir() {
   return p.substr(0, p.find_last_of('/'));
 }
 
+void refuse_to_replace(const std::string& path, bool told, const std::string& command) {
+  if (told || !file_exists(path)) return;
+  throw Error(command + ": " + path + " exists and would be replaced (allowed: --force to replace it, or --out FILE to write elsewhere)");
+}
+
+bool write_text_if_changed(const std::string& path, const std::string& text, bool told, const std::string& command) {
+  if (file_exists(path) && read_text_file(path) == text) return false;
+  refuse_to_replace(path, told, command);
+  write_text_atomically(path, text);
+  return true;
+}
+
+std::string repository_root() {
+  char buf[4096];
+  if (!::getcwd(buf, sizeof buf)) return "";
+  for (std::string d = buf;;) {
+    if (is_dir(d + "/models/recipes") && is_dir(d + "/experiments") && file_exists(d + "/CMakeLists.txt")) return d;
+    if (d == "/") return "";
+    const size_t slash = d.find_last_of('/');
+    d = slash == 0 ? "/" : d.substr(0, slash);
+  }
+}
+
 std::string shell_quote(const std::string& s) {
   std::string q = "'";
   for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);

@@ -97,7 +97,7 @@ QuantSpec operand_spec(const LayerQuant& L, Gemm g, int slot, int64_t step) {
   const Recipe& r = L.ctx->recipe;
   QuantSpec s = r.at(g).op[slot].spec;
   s.rht = r.at(g).rht;
-  const uint64_t base = rht_sign_seed(r.seed, L.ctx->run_seed);
+  const uint64_t base = rht_sign_seed(r.seed, L.ctx->recipe_rht_signs ? 1 : L.ctx->run_seed);
   uint64_t rht_seed = base;
   if (r.rht_signs == "per_layer") rht_seed = mix64(base ^ mix64(static_cast<uint64_t>(L.layer_id)));
   if (r.rht_signs == "per_step") rht_seed = mix64(base ^ mix64(static_cast<uint64_t>(L.layer_id)) ^ mix64(~static_cast<uint64_t>(step)));

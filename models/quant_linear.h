@@ -44,6 +44,7 @@ struct WeightOperands {
 struct QuantContext {
   Recipe recipe;
   uint64_t run_seed = 0;
+  bool recipe_rht_signs = false;         // every run seed rotates with the recipe's own sign draw (rht_sign_seed of seed 1)
   int64_t step = 0;                      // stochastic-rounding keys and per-step RHT signs use it
   bool telemetry = false;                // record alpha (Eq. 3) of every quantized operand this step
   std::map<std::string, double> alpha;   // "<layer>/<gemm>.<operand>" -> alpha at the last telemetry step

@@ -10,6 +10,7 @@
 #include <toml++/toml.h>
 
 #include "common/error.h"
+#include "common/fs.h"
 #include "common/toml_util.h"
 
 namespace ufp4 {
@@ -133,23 +134,26 @@ void validate_file(const std::string& file, const toml::table& t) {
   }
 }
 
-bool file_exists(const std::string& p) { return access(p.c_str(), R_OK) == 0; }
+bool readable(const std::string& p) { return access(p.c_str(), R_OK) == 0; }
 
 std::string find_recipe(const std::string& name, const std::string& relative_to) {
   if (name.find('/') != std::string::npos || (name.size() > 5 && name.compare(name.size() - 5, 5, ".toml") == 0)) {
     std::string p = name;
-    if (!file_exists(p) && !relative_to.empty() && name[0] != '/') p = relative_to + "/" + name;
-    if (!file_exists(p)) throw Error("recipe: file '" + name + "' not found");
+    if (!readable(p) && !relative_to.empty() && name[0] != '/') p = relative_to + "/" + name;
+    if (!readable(p)) throw Error("recipe: file '" + name + "' not found");
     return p;
   }
   std::vector<std::string> dirs;
   if (const char* env = std::getenv("UFP4_RECIPES")) dirs.push_back(env);
   if (!relative_to.empty()) dirs.push_back(relative_to);
-  dirs.push_back(std::string(UFP4_SOURCE_DIR) + "/models/recipes");
+  if (const std::string root = repository_root(); !root.empty()) dirs.push_back(root + "/models/recipes");
   for (const auto& d : dirs)
-    if (file_exists(d + "/" + name + ".toml")) return d + "/" + name + ".toml";
+    if (readable(d + "/" + name + ".toml")) return d + "/" + name + ".toml";
   std::string allowed;
   for (const auto& n : Recipe::preset_names()) allowed += (allowed.empty() ? "" : ", ") + n;
+  if (repository_root().empty() && !std::getenv("UFP4_RECIPES"))
+    throw Error("recipe: '" + name + "': recipes by name are found in the ufp4 checkout the command runs in, and there is none here or above "
+                "(run from a checkout, set UFP4_RECIPES to a folder of recipes, or give a path to a .toml file)");
   throw Error("recipe: unknown recipe '" + name + "' (allowed: " + allowed + ", or a path to a .toml file)");
 }
 

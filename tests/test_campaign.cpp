@@ -71,23 +71,27 @@ TEST_CASE("Table 3 and Figure 10 at CI scale: run a subset, report it; plan esti
   CHECK(run_cli("report table3 --results " + dir + "/figure10").code == 2);  // no Table 3 runs there: a one-line error
 }
 
-TEST_CASE("Figure 8 at CI scale: the fixture's three recipes x seeds 1-3, paired into intervals and a verdict", "[campaign]") {
+TEST_CASE("Figure 8 at CI scale: the fixture's runs as a campaign's run set, paired into intervals, Holm-adjusted tests and verdicts", "[campaign]") {
   const std::string dir = temp_dir();
-  // Seeds as a sweep axis: experiments/ci/seeds.toml adds seeds 2 and 3 to the seed-1 CI runs.
+  // Seeds as a sweep axis: experiments/ci/seeds.toml adds seeds 2 and 3 to the seed-1 CI runs; the CI
+  // campaign finds them by run id.
   Result plan = run_cli("plan experiments/ci/seeds.toml");
   REQUIRE(plan.code == 0);
   CHECK(plan.out.find("ci_seeds-ufp4-3") != std::string::npos);
-  Result r = run_cli("report figure8 --results " + test::ci_fixture("runs") + " --out " + dir + "/figure8.md");
+  test::ci_fixture("runs");
+  Result r = run_cli("report figure8 --campaign experiments/figure8/campaign_ci.toml --out " + dir + "/figure8.md");
   INFO(r.out);
   REQUIRE(r.code == 0);
   const std::string md = read_text_file(dir + "/figure8.md");
-  CHECK(md.find("| tiny | ufp4 | 3 | 100 | ") != std::string::npos);
-  CHECK(md.find(" [") != std::string::npos);  // intervals
-  const std::string marker = "tiny (training loss, last K): \"UFP4's gap is below E2M1's\" — **";
-  const size_t v = md.find(marker);
-  REQUIRE(v != std::string::npos);
-  const std::string verdict = md.substr(v + marker.size(), 14);
-  CHECK((verdict.rfind("holds", 0) == 0 || verdict.rfind("contradicted", 0) == 0 || verdict.rfind("inconclusive", 0) == 0));
-  CHECK(md.find("over 3 seed(s); minimal detectable difference at this many seeds") != std::string::npos);
-  CHECK(md.find("seed-to-seed standard deviation") != std::string::npos);
+  CHECK(md.find("Run set: all 9 runs of `experiments/figure8/campaign_ci.toml`") != std::string::npos);
+  CHECK(md.find("## Registration (2026-11-27, before any run") != std::string::npos);
+  CHECK(md.find("| tiny | ufp4 | 3 | 100 | 10 | ") != std::string::npos);  // seeds, steps, K = the last tenth
+  CHECK(md.find(" [") != std::string::npos);                               // intervals
+  const std::string marker = "| tiny | final val (primary) | 3 | ";
+  REQUIRE(md.find(marker) != std::string::npos);
+  const std::string row = md.substr(md.find(marker), md.find('\n', md.find(marker)) - md.find(marker));
+  CHECK((row.find("**holds**") != std::string::npos || row.find("**contradicted**") != std::string::npos ||
+         row.find("**smaller than the paper**") != std::string::npos || row.find("**inconclusive**") != std::string::npos));
+  CHECK(md.find("## The fast-descent transition") != std::string::npos);
+  CHECK(md.find("regenerate: `build/ufp4 report figure8`") != std::string::npos);
 }

@@ -72,8 +72,8 @@ TEST_CASE("fuzzed manifests and recipes load or fail with one clear line", "[fuz
   const std::string root = UFP4_SOURCE_DIR;
   // Seeds: the repository's own manifests and recipes, a sweep and an ablation.
   std::vector<std::string> manifests;
-  for (const char* f : {"/experiments/ci/ufp4.toml", "/experiments/proxy/dense113m_ufp4.toml", "/experiments/table2/proxy.toml",
-                        "/experiments/table3/proxy.toml", "/experiments/figure8/moe_proxy.toml"})
+  for (const char* f : {"/experiments/ci/ufp4.toml", "/experiments/proxy/dense113m_ufp4.toml", "/experiments/archive/1600-steps/table2/proxy.toml",
+                        "/experiments/archive/1600-steps/table3/proxy.toml", "/experiments/figure8/moe_proxy.toml"})
     manifests.push_back(read_text_file(root + f));
   manifests.push_back("[model]\nname = \"tiny\"\n[train]\nsteps = 5\n[sweep]\n\"train.seed\" = [1, 2, 3]\n\"recipe.name\" = [\"bf16\", \"ufp4\"]\n");
   std::vector<std::string> recipes;
@@ -127,7 +127,7 @@ TEST_CASE("fuzzed .npy headers load or fail with one clear line, without huge al
 
 TEST_CASE("the CLI turns fuzzed input into exit 2 and one stderr line", "[fuzz]") {
   const std::string d = test::temp_dir();
-  const std::string seed = read_text_file(std::string(UFP4_SOURCE_DIR) + "/experiments/table2/proxy.toml");
+  const std::string seed = read_text_file(std::string(UFP4_SOURCE_DIR) + "/experiments/archive/1600-steps/table2/proxy.toml");
   std::mt19937_64 rng(99);
   int failures_seen = 0;
   for (int i = 0; i < 30; ++i) {

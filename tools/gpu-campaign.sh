@@ -1,34 +1,48 @@
 #!/usr/bin/env bash
-# One GPU command for an experiment campaign: build, prepare the default corpus of each vocabulary
-# the manifests ask for (timed; the corpus is this node's Python and CUDA sources), plan, then run
-# the manifests several to a GPU and gather results and logs. RUN_SECONDS=S sends SIGTERM after S
-# seconds of training: every run checkpoints and stops, and the same command resumes them
-# (bit-identical) on a machine that still holds the checkpoints. Results stay in the manifests'
-# outputs folders; logs land in $LOGS. Between device calls the working tree is synchronised again:
-# result files (not git-ignored) that are not in the local tree are deleted there, checkpoints
-# (ignored) stay. Unpack each call's results here before the next call, or finished runs train again.
-#   UFP4_GIT_COMMIT=<commit> PER_GPU=9 [RUN_SECONDS=S | RUN_UNTIL=T] tools/gpu-campaign.sh MANIFEST...
+# One GPU command for registered campaigns (experiments/*/campaign.toml): build, prepare the default
+# corpus once (timed), then `ufp4 campaign run` on every GPU until RUN_UNTIL seconds after this script
+# started, when SIGTERM stops it (every run checkpoints; the same command resumes them), and the time
+# from the signal to the command's end is printed. Each campaign's results folder lives in an ignored
+# folder behind a link (logs/keep/), so a warm node keeps finished runs and checkpoints between device
+# calls; finished results and logs are packed into $OUT (one tarball a model) when the command ends.
+#   UFP4_GIT_COMMIT=<commit> [RUN_UNTIL=S] [PER_GPU=K] [STALL=S] tools/gpu-campaign.sh CAMPAIGN...
 source "$(dirname "$0")/gpu-common.sh" campaign
-# Each data folder the manifests name, prepared once (ufp4 run would prepare it too, untimed).
-for dv in $(grep -h -A4 '^\[data\]' "$@" | awk -F' = ' '/^path/{p=$2} /^vocab_size/{print p":"$2}' | tr -d '"' | sort -u); do
-  dir=${dv%%:*}; vocab=${dv##*:}
-  if [ ! -f "$dir/data.toml" ]; then
-    s=$(date +%s)
-    build/ufp4 data prepare --out "$dir" --vocab-size "$vocab" > "$LOGS/data-$(basename "$dir").log" 2>&1 || { tail -n 20 "$LOGS/data-$(basename "$dir").log"; exit 1; }
-    echo "data $dir (vocab $vocab): $(( $(date +%s) - s )) s, $(du -sb "$dir" | cut -f1) bytes on disk"
-    grep -E "documents|train and" "$LOGS/data-$(basename "$dir").log"
-  fi
+ngpu=$(nvidia-smi -L | wc -l)
+for c in "$@"; do
+  r=$(awk -F' = ' '/^results = /{print $2; exit}' "$c" | tr -d '"')
+  keep=logs/keep/$r
+  mkdir -p "$keep"
+  if [ -d "$r" ] && [ ! -L "$r" ]; then cp -a "$r"/. "$keep"/ && rm -rf "$r"; fi  # results sent from here join the kept ones
+  [ -L "$r" ] || { mkdir -p "$(dirname "$r")"; ln -s "$PWD/$keep" "$r"; }
 done
-build/ufp4 plan "$@" > "$LOGS/plan.log" 2>&1 || { cat "$LOGS/plan.log"; exit 2; }
-cat "$LOGS/plan.log"
+if [ ! -f data/python-8k/data.toml ]; then
+  s=$(date +%s)
+  build/ufp4 data prepare --out data/python-8k --vocab-size 8192 > "$LOGS/data-python-8k.log" 2>&1 || { tail -n 20 "$LOGS/data-python-8k.log"; exit 1; }
+  echo "data data/python-8k: $(( $(date +%s) - s )) s; data.toml SHA-256 $(sha256sum data/python-8k/data.toml | cut -c1-16)"
+fi
+pack() {
+  [ -n "${OUT:-}" ] || return 0
+  for c in "$@"; do
+    r=$(awk -F' = ' '/^results = /{print $2; exit}' "$c" | tr -d '"')
+    name=$(basename "$(dirname "$c")")
+    # One tarball a cell (the name before "-<seed>-<run id>.h5"): each stays under the device's 16 MiB a file.
+    for cell in $(ls "$r"/*.h5 2>/dev/null | sed -E 's|.*/(.*)-[0-9]+-[0-9a-f]{16}\.h5$|\1|' | sort -u); do
+      tar czf "$OUT/$cell.tgz" -C "$(readlink -f "$r")" $(cd "$r" && ls | grep -E "^$cell-[0-9]+-[0-9a-f]{16}\.h5$") 2>/dev/null
+    done
+    tar czf "$OUT/$name-logs.tgz" -C "$(readlink -f "$r")" logs $(cd "$r" && ls seeds.toml 2>/dev/null) 2>/dev/null
+  done
+}
+for c in "$@"; do build/ufp4 campaign plan "$c" > "$LOGS/plan-$(basename "$(dirname "$c")").log" 2>&1; head -n 4 "$LOGS/plan-$(basename "$(dirname "$c")").log"; done
+left=$(( ${RUN_UNTIL:-100000} - ($(date +%s) - t0) ))
+echo "training for at most $left s on $ngpu GPU(s), ${PER_GPU:-1} a GPU"
 s=$(date +%s)
-# RUN_UNTIL=T: stop training T seconds after this script started (a device call's time limit).
-[ -n "${RUN_UNTIL:-}" ] && RUN_SECONDS=$(( RUN_UNTIL - (s - t0) ))
-echo "training for at most ${RUN_SECONDS:-unlimited} s"
-timeout -s TERM "${RUN_SECONDS:-100000}" build/ufp4 run --gpus "${GPUS:-1}" --per-gpu "${PER_GPU:-1}" "$@" > "$LOGS/run.log" 2>&1
-rc=$?
-echo "run exit $rc after $(( $(date +%s) - s )) s (total $(elapsed))"
-for f in $(ls -d $(grep -h -A2 '^\[outputs\]' "$@" | awk -F' = ' '/^dir/{print $2}' | tr -d '"' | sort -u) 2>/dev/null); do
-  for l in "$f"/logs/*.log; do echo "$(basename "$l"): $(grep -E "tok/s" "$l" | tail -n 1)"; done
+for c in "$@"; do
+  timeout -s TERM "$left" build/ufp4 campaign run "$c" --gpus "$ngpu" --per-gpu "${PER_GPU:-1}" --stall-timeout "${STALL:-120}" > "$LOGS/run-$(basename "$(dirname "$c")").log" 2>&1
+  rc=$?
+  end=$(date +%s)
+  echo "campaign $c: exit $rc after $(( end - s )) s (total $(elapsed))$([ $(( end - s )) -ge "$left" ] && echo "; SIGTERM at $left s, the command ended $(( end - s - left )) s later")"
+  left=$(( left - (end - s) ))
+  [ "$left" -gt 30 ] || break
 done
-exit $rc
+for c in "$@"; do build/ufp4 campaign plan "$c" 2>&1 | head -n 4; done
+pack "$@"

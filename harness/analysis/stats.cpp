@@ -135,18 +135,65 @@ Verdict verdict(const Interval& d, int direction) {
   return Verdict::kInconclusive;
 }
 
+Verdict registered_verdict(const Interval& d, int direction, double p_adjusted, double alpha, double paper_effect) {
+  if (!d.defined() || std::isnan(d.lo) || std::isnan(d.hi)) return Verdict::kInconclusive;
+  if (p_adjusted < alpha) return (direction < 0 ? d.mean < 0 : d.mean > 0) ? Verdict::kHolds : Verdict::kContradicted;
+  if (!std::isnan(paper_effect) && (paper_effect < 0 ? d.lo > paper_effect : d.hi < paper_effect)) return Verdict::kSmallerThanPaper;
+  return Verdict::kInconclusive;
+}
+
 const char* verdict_name(Verdict v) {
   switch (v) {
     case Verdict::kHolds: return "holds";
     case Verdict::kContradicted: return "contradicted";
+    case Verdict::kSmallerThanPaper: return "smaller than the paper";
     default: return "inconclusive";
   }
 }
 
-double minimal_detectable_difference(double sd, size_t n) {
+double paired_t_p(const Interval& d) {
+  if (!d.defined() || std::isnan(d.sd)) return std::numeric_limits<double>::quiet_NaN();
+  if (d.sd == 0) return d.mean == 0 ? 1.0 : 0.0;
+  const double t = std::fabs(d.mean) / (d.sd / std::sqrt(static_cast<double>(d.n)));
+  return 2 * (1 - student_t_cdf(t, static_cast<double>(d.n - 1)));
+}
+
+std::vector<double> holm_adjust(const std::vector<double>& p) {
+  std::vector<size_t> order;
+  for (size_t i = 0; i < p.size(); ++i)
+    if (!std::isnan(p[i])) order.push_back(i);
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return p[a] < p[b]; });
+  std::vector<double> out(p.size(), std::numeric_limits<double>::quiet_NaN());
+  double running = 0;
+  const size_t m = order.size();
+  for (size_t k = 0; k < m; ++k) {
+    running = std::max(running, std::min(1.0, static_cast<double>(m - k) * p[order[k]]));  // monotone step-down
+    out[order[k]] = running;
+  }
+  return out;
+}
+
+double minimal_detectable_difference(double sd, size_t n, double alpha, double power) {
   if (n < 2 || std::isnan(sd)) return std::numeric_limits<double>::quiet_NaN();
   const double df = static_cast<double>(n - 1);
-  return (student_t_quantile(0.975, df) + student_t_quantile(0.80, df)) * sd / std::sqrt(static_cast<double>(n));
+  return (student_t_quantile(1 - alpha / 2, df) + student_t_quantile(power, df)) * sd / std::sqrt(static_cast<double>(n));
+}
+
+int64_t seeds_for_power(double sd, double effect, double alpha, double power, int64_t limit) {
+  if (!(sd >= 0) || !(std::fabs(effect) > 0)) throw Error("seeds_for_power: needs a standard deviation and a non-zero effect");
+  // The detectable difference falls as n grows: the first n that reaches |effect|, by doubling then bisection.
+  auto reaches = [&](int64_t n) { return minimal_detectable_difference(sd, static_cast<size_t>(n), alpha, power) <= std::fabs(effect); };
+  int64_t lo = 1, hi = 2;
+  while (hi <= limit && !reaches(hi)) lo = hi, hi *= 2;
+  if (hi > limit) {
+    if (!reaches(limit)) return limit + 1;
+    hi = limit;
+  }
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (reaches(mid) ? hi : lo) = mid;
+  }
+  return hi;
 }
 
 std::string format_interval(const Interval& i, const char* f) {

@@ -12,6 +12,7 @@ namespace ufp4 {
 const std::vector<Command>& commands() {
   static const std::vector<Command> cmds = {
       {"run", "train the runs of manifests (resumes partial runs, skips finished ones)", cmd_run},
+      {"campaign", "a registered campaign: plan its runs, run it (pilot, seeds by power, the rest), check it", cmd_campaign},
       {"plan", "manifests into runs (run id, what differs, FLOPs, GPU time, results); a model's parameters and memory", cmd_plan},
       {"report", "render reports with the paper's numbers beside ours (tables 1-3, figures 2, 4-10, 12)", cmd_report},
       {"check", "compare loss curves against committed references", cmd_check},

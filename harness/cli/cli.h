@@ -39,5 +39,6 @@ int cmd_check(const std::vector<std::string>& args);
 int cmd_report(const std::vector<std::string>& args);
 int cmd_fit(const std::vector<std::string>& args);
 int cmd_bench(const std::vector<std::string>& args);
+int cmd_campaign(const std::vector<std::string>& args);
 
 }  // namespace ufp4

@@ -10,58 +10,17 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <set>
 #include <cstdio>
 #include <iostream>
 
 #include "common/error.h"
 #include "common/fs.h"
 #include "harness/cli/cli.h"
+#include "harness/io/run_compare.h"
 #include "harness/io/run_results.h"
 
 namespace ufp4 {
-
-namespace {
-
-// Bit-exact comparison of one result with its reference; returns the number of failures.
-int check_exact(const std::string& name, const RunResults& f, const RunResults& ref) {
-  int failures = 0;
-  const auto ours = named_curves(f), theirs = named_curves(ref);
-  for (size_t c = 0; c < theirs.size(); ++c) {
-    const char* ds = theirs[c].name.c_str();
-    const std::vector<double>&a = ours[c].values, &b = theirs[c].values;
-    if (b.empty()) continue;  // not in the reference
-    if (a.empty()) {
-      std::printf("FAIL %s: %s is missing (the reference has %zu values)\n", name.c_str(), ds, b.size());
-      ++failures;
-      continue;
-    }
-    size_t bad = a.size() == b.size() ? a.size() : 0;
-    for (size_t i = 0; i < std::min(a.size(), b.size()) && bad == a.size(); ++i)
-      if (std::memcmp(&a[i], &b[i], sizeof(double)) != 0) bad = i;
-    if (a.size() != b.size()) {
-      std::printf("FAIL %s: %s has %zu values, the reference %zu\n", name.c_str(), ds, a.size(), b.size());
-      ++failures;
-    } else if (bad != a.size()) {
-      std::printf("FAIL %s: %s differs first at index %zu: %.17g vs reference %.17g (bit-exact required on %s)\n", name.c_str(), ds, bad,
-                  a[bad], b[bad], ref.device_name.c_str());
-      ++failures;
-    } else {
-      std::printf("ok   %s: %s, %zu values bit-identical\n", name.c_str(), ds, a.size());
-    }
-  }
-  if (!ref.weights_sha256.empty()) {
-    if (f.weights_sha256 != ref.weights_sha256) {
-      std::printf("FAIL %s: final weights differ (SHA-256 %s vs reference %s)\n", name.c_str(), f.weights_sha256.substr(0, 16).c_str(),
-                  ref.weights_sha256.substr(0, 16).c_str());
-      ++failures;
-    } else {
-      std::printf("ok   %s: final weights bit-identical (SHA-256 %s)\n", name.c_str(), ref.weights_sha256.substr(0, 16).c_str());
-    }
-  }
-  return failures;
-}
-
-}  // namespace
 
 int cmd_check(const std::vector<std::string>& args) {
   std::vector<std::string> results;
@@ -106,7 +65,7 @@ int cmd_check(const std::vector<std::string>& args) {
     }
     if (exact) {
       if (!f.device_name.empty() && f.device_name == ref->device_name) {
-        failures += check_exact(name, f, *ref);
+        failures += compare_runs_exact(name, f, *ref);
         continue;
       }
       std::printf("note %s: made on '%s', the reference on '%s': checked within the tolerance, not bit for bit\n", name.c_str(),
@@ -138,6 +97,15 @@ int cmd_check(const std::vector<std::string>& args) {
       if (!ok) break;
     }
   }
+  // Every reference's run must have been among the files checked: a missing run fails the check.
+  std::set<std::string> checked;
+  for (const auto& file : files) checked.insert(read_run_results(file, /*with_curves=*/false).run_name);
+  std::set<std::string> named;
+  for (const auto& r : ref_runs)
+    if (!checked.count(r.run_name) && named.insert(r.run_name).second) {
+      std::printf("FAIL %s: the reference's run has no result among the files checked (%s)\n", r.run_name.c_str(), r.path.c_str());
+      ++failures;
+    }
   return failures ? kExitRuntime : 0;
 }
 

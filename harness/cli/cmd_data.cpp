@@ -13,10 +13,17 @@ namespace ufp4 {
 int cmd_data(const std::vector<std::string>& args) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     std::cout << "usage: ufp4 data prepare [--input PATH ...] --out DIR [--tokenizer bpe|byte] [--vocab-size N] [--ci]\n"
+              << "       ufp4 data verify DIR    (every shard against data.toml: headers, sizes, token counts, SHA-256)\n"
               << "  (ufp4 data prepare --help lists every option)\n";
     return args.empty() ? 2 : 0;
   }
-  if (args[0] != "prepare") throw Error("data: unknown action '" + args[0] + "' (allowed: prepare)");
+  if (args[0] == "verify") {
+    if (args.size() != 2) throw Error("data verify: give one data folder (usage: ufp4 data verify DIR)");
+    const DataVerification v = verify_data(args[1], DataCheck::kFull);
+    std::cout << args[1] << ": " << v.shards << " shards, " << v.bytes << " bytes: every shard matches data.toml\n";
+    return 0;
+  }
+  if (args[0] != "prepare") throw Error("data: unknown action '" + args[0] + "' (allowed: prepare, verify)");
   std::vector<char*> argv;
   const std::string tool = data_tool_path(executable_dir());
   argv.push_back(const_cast<char*>(tool.c_str()));

@@ -40,9 +40,11 @@ int cmd_fit(const std::vector<std::string>& args) {
       ("seed", po::value(&seed)->default_value(1), "bootstrap seed (the same for every recipe: resamples are paired)")
       ("attention-flops", po::bool_switch(), "count attention FLOPs in the compute")
       ("free-e", po::bool_switch(), "let the irreducible loss E take any sign (default: E > 0)")
-      ("out", po::value(&out)->default_value("results/fits/figure9-proxy.h5"), "HDF5 output");
+      ("out", po::value(&out)->default_value("results/fits/figure9-proxy.h5"), "HDF5 output (an existing file is replaced only when given here or with --force)")
+      ("force", po::bool_switch(), "replace the default output file when it exists");
   auto vm = parse_command("fit", "[--results DIR...] [--form power,chinchilla] [--out FILE]", d, args);
   if (!vm) return 0;
+  refuse_to_replace(out, !(*vm)["out"].defaulted() || (*vm)["force"].as<bool>(), "fit");
   if (metric != "val" && metric != "train") throw Error("--metric: '" + metric + "' is not allowed (allowed: val, train)");
   if (!(coverage > 0 && coverage < 1)) throw Error("--coverage: must lie in (0, 1)");
   if (huber < 0) throw Error("--huber: must be >= 0");

@@ -18,6 +18,7 @@
 #include "harness/train/data_parallel.h"
 #include "harness/train/manifest_fields.h"
 #include "harness/train/run_manifest.h"
+#include "harness/train/run_files.h"
 #include "harness/train/trainer.h"
 #include "models/model_config.h"
 #include "models/recipe.h"
@@ -75,7 +76,9 @@ struct SpeedIndex {
 // Why a run will (not) reuse an earlier result: the same id, or what changed since a result of the
 // same name (its stored identity against this one's).
 std::string reuse_reason(const RunManifest& m, const RunIdentity& id, const std::string& run_id) {
-  if (std::string f = find_results(m, run_id); !f.empty()) return "reused: " + f + " has this run id";
+  std::vector<std::string> rejected;
+  if (std::string f = find_results(m, run_id, &rejected); !f.empty()) return "reused: " + f + " has this run id and its content checks";
+  if (!rejected.empty()) return "new: " + rejected.front() + " (ufp4 run moves it aside and trains the run)";
   if (file_exists(checkpoint_path(m, run_id))) return "resumes: " + checkpoint_path(m, run_id);
   if (!id.data_prepared) return "new: the data is not prepared yet (the run id is final once it is)";
   std::vector<std::string> files;

@@ -110,7 +110,8 @@ int cmd_quantize(const std::vector<std::string>& args) {
       ("device", po::value(&device)->default_value("auto"), "auto, cpu or cuda")
       ("input-dtype", po::value(&in_dtype)->default_value("f32"), "cast the input to f32 or bf16 before quantizing")
       ("out-dtype", po::value(&out_dtype)->default_value("f32"), "dequantized values in f32 or bf16 (stored as float32)")
-      ("stats", po::bool_switch(), "print SQNR, NMSE, alpha and bucket ratio against the (rotated) input");
+      ("stats", po::bool_switch(), "print SQNR, NMSE, alpha and bucket ratio against the (rotated) input")
+      ("allow-nonfinite", po::bool_switch(), "quantize NaN and infinite inputs (their blocks as kernels/quantize.h specifies) instead of refusing them");
   auto vm = parse_command("quantize", "--in X --out Y [options]", d, args);
   if (!vm) return 0;
 
@@ -137,6 +138,17 @@ int cmd_quantize(const std::vector<std::string>& args) {
   else if (ends_with(in, ".npy")) a = read_npy(in);
   else throw Error("--in: '" + in + "' must end in .npy, .h5 or .hdf5, or be synthetic:KIND:ROWSxCOLS");
   if (a.shape.empty() || a.numel() == 0) throw Error("--in: " + in + " holds an empty or scalar array");
+  if (!(*vm)["allow-nonfinite"].as<bool>()) {
+    size_t nan = 0, inf = 0, first = a.data.size();
+    for (size_t i = 0; i < a.data.size(); ++i)
+      if (!std::isfinite(a.data[i])) {
+        (std::isnan(a.data[i]) ? nan : inf) += 1;
+        first = std::min(first, i);
+      }
+    if (nan + inf > 0)
+      throw Error("--in: " + in + " holds " + std::to_string(nan) + " NaN and " + std::to_string(inf) + " infinite values (the first at index " +
+                  std::to_string(first) + "; allowed: finite values, or --allow-nonfinite to quantize them as kernels/quantize.h specifies)");
+  }
   const int64_t cols = a.shape.back(), rows = a.numel() / cols;
   torch::Tensor x = torch::from_blob(a.data.data(), {rows, cols}, torch::kFloat32).to(dev).to(idt);
 

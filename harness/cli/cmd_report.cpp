@@ -1,4 +1,7 @@
 // `ufp4 report NAME`: renders a reproduction report (Markdown, SVG figures under figures/ beside it).
+// Campaign reports (figure8) work from the campaign's run set; the campaigns of the 1,600-step design
+// render from results/archive/ into reports/archive/, marked as archived. Re-rendering unchanged inputs
+// leaves the file as it was; a default output that would change is replaced only with --force.
 #include <algorithm>
 #include <iostream>
 #include <map>
@@ -6,66 +9,100 @@
 #include "common/error.h"
 #include "common/fs.h"
 #include "harness/cli/cli.h"
+#include "harness/io/run_set.h"
 #include "harness/report/report.h"
+#include "harness/train/campaign.h"
 
 namespace ufp4 {
 
+namespace {
+
+// Reports whose campaigns were archived with the 1,600-step design (results/archive/README.md): their
+// inputs there, their output under reports/archive/, a banner first.
+const std::map<std::string, std::vector<std::string>>& archived_inputs() {
+  static const std::map<std::string, std::vector<std::string>> m = {
+      {"table2", {"results/archive/table2-1600-steps", "results/archive/figure8-1600-steps"}},
+      {"table3", {"results/archive/table3-1600-steps"}},
+      {"figure10", {"results/archive/figure10-1600-steps", "results/archive/figure8-1600-steps"}},
+  };
+  return m;
+}
+
+const char* kArchivedBanner =
+    "> **Archived.** These runs end inside the fast-descent transition that FP4 delays by a seed-dependent amount, so their seed "
+    "noise is several times the paper's effects; no verdict below stands. Kept for the record (results/archive/README.md); the "
+    "campaigns at the decisive design replace them (reports/README.md).\n\n";
+
+std::string with_banner(const std::string& md) {
+  const size_t nl = md.find("\n\n");
+  return nl == std::string::npos ? md : md.substr(0, nl + 2) + kArchivedBanner + md.substr(nl + 2);
+}
+
+}  // namespace
+
 int cmd_report(const std::vector<std::string>& args) {
   const std::string allowed = "table1, table2, table3, figure8, figure10, analysis, figure9, bench";
-  std::string name, out, tensors, fits;
+  std::string name, out, tensors, fits, campaign;
   std::vector<std::string> dirs, chains;
   int64_t k = 200;
+  bool force = false;
   po::options_description d("options");
   d.add_options()
       ("name", po::value(&name), "table1 | table2 | table3 | figure8 | figure10 | analysis | figure9 | bench")
-      ("results", po::value(&dirs)->multitoken(), "folders of run results (default: the campaign's, e.g. results/table2 and results/figure8)")
-      ("last-k", po::value(&k)->default_value(200), "steps averaged at the end of each run")
-      ("tensors", po::value(&tensors), "analysis: output of `ufp4 analyze tensors` (default results/analysis/tensors-dense113m.h5)")
-      ("chain", po::value(&chains)->multitoken(), "analysis: outputs of `ufp4 analyze chain` (default results/analysis/chain-*.h5)")
-      ("fits", po::value(&fits), "figure9: output of `ufp4 fit` (default results/fits/figure9-proxy.h5)")
-      ("out", po::value(&out), "write the Markdown here (default: reports/NAME.md; - for stdout, without figures)");
+      ("campaign", po::value(&campaign), "figure8: the campaign file (default experiments/figure8/campaign.toml)")
+      ("results", po::value(&dirs)->multitoken(), "archived reports: folders of run results (default: the archived campaign's)")
+      ("last-k", po::value(&k)->default_value(200), "archived reports: steps averaged at the end of each run")
+      ("tensors", po::value(&tensors), "analysis: output of `ufp4 analyze tensors`")
+      ("chain", po::value(&chains)->multitoken(), "analysis: outputs of `ufp4 analyze chain`")
+      ("fits", po::value(&fits), "figure9: output of `ufp4 fit`")
+      ("out", po::value(&out), "write the Markdown here (default: reports/NAME.md; - for stdout, without figures)")
+      ("force", po::bool_switch(&force), "replace the default output when the new rendering differs from it");
   po::positional_options_description pos;
   pos.add("name", 1);
-  auto vm = parse_command("report", "NAME [--results DIR...] [--out FILE]", d, args, &pos);
+  auto vm = parse_command("report", "NAME [--campaign FILE | --results DIR...] [--out FILE] [--force]", d, args, &pos);
   if (!vm) return 0;
-  const std::string root = UFP4_SOURCE_DIR;
-  if (out.empty()) out = root + "/reports/" + name + ".md";
+  const std::string root = repository_root();
+  if (root.empty()) throw Error("report: no ufp4 checkout here or above (reports read the repository's results and paper numbers: run from a checkout)");
+  const bool told = force || !out.empty();
+  const bool archived = archived_inputs().count(name) || name == "analysis" || name == "figure9";
+  if (out.empty()) out = root + "/reports/" + (archived ? "archive/" : "") + name + ".md";
   const std::string figures = out == "-" ? "" : (out.find('/') == std::string::npos ? "." : out.substr(0, out.rfind('/'))) + "/figures";
-  // Each campaign's results folders (Table 2 and Figure 10 share their ufp4, bf16 and e2m1_ref runs with
-  // Figure 8); reports of campaigns not yet re-run read results/proxy.
-  if (dirs.empty()) {
-    const std::map<std::string, std::vector<std::string>> campaign = {
-        {"figure8", {"figure8"}}, {"table2", {"table2", "figure8"}}, {"figure10", {"figure10", "figure8"}}, {"table3", {"table3"}}};
-    for (const auto& d : campaign.count(name) ? campaign.at(name) : std::vector<std::string>{"proxy"}) dirs.push_back(root + "/results/" + d);
-  }
+  if (dirs.empty() && archived_inputs().count(name))
+    for (const auto& dir : archived_inputs().at(name)) dirs.push_back(root + "/" + dir);
+  const std::string analysis = root + "/results/archive/analysis-stdlib-corpus";
   std::string md;
   if (name == "table1") md = report_table1(root);
-  else if (name == "figure8") md = report_figure8(root, dirs, k, figures);
-  else if (name == "table2") md = report_table2(root, dirs, k, figures);
+  else if (name == "figure8") {
+    const Campaign c = Campaign::load(campaign.empty() ? "experiments/figure8/campaign.toml" : campaign);
+    md = report_figure8(root, c.resolve(), figures);
+  } else if (name == "table2") md = report_table2(root, dirs, k, figures);
   else if (name == "table3") md = report_table3(root, dirs, k, figures);
   else if (name == "figure10") md = report_figure10(root, dirs, k, figures);
   else if (name == "analysis") {
-    if (tensors.empty()) tensors = root + "/results/analysis/tensors-dense113m.h5";
+    if (tensors.empty()) tensors = analysis + "/tensors-dense113m.h5";
     if (chains.empty()) {
       std::vector<std::string> files;
-      if (is_dir(root + "/results/analysis")) walk_files(root + "/results/analysis", ".h5", files);
+      if (is_dir(analysis)) walk_files(analysis, ".h5", files);
       for (const auto& f : files)
         if (f.find("/chain-") != std::string::npos) chains.push_back(f);
       std::sort(chains.begin(), chains.end());
     }
     md = report_analysis(root, tensors, chains, figures);
   } else if (name == "figure9") {
-    md = report_figure9(root, fits.empty() ? root + "/results/fits/figure9-proxy.h5" : fits, figures);
+    md = report_figure9(root, fits.empty() ? root + "/results/archive/figure9-mixed-stages/fits/figure9-proxy.h5" : fits, figures);
   } else if (name == "bench") {
-    md = report_bench(root, dirs == std::vector<std::string>{root + "/results/proxy"} ? root + "/results/bench" : dirs.front(), figures);
+    md = report_bench(root, dirs.empty() ? root + "/results/bench" : dirs.front(), figures);
   } else {
     throw Error("report: unknown report '" + name + "' (allowed: " + allowed + ")");
   }
-  if (out == "-") std::cout << md;
-  else {
-    write_text_atomically(out, md);
-    std::cout << md << "\nwritten to " << out << "\n";
+  if (archived) md = with_banner(md);
+  if (out == "-") {
+    std::cout << md;
+    return 0;
   }
+  if (out.find('/') != std::string::npos) make_dirs(out.substr(0, out.rfind('/')));
+  const bool wrote = write_text_if_changed(out, md, told, "report");
+  std::cout << md << "\n" << (wrote ? "written to " : "unchanged: ") << out << "\n";
   return 0;
 }
 

@@ -50,8 +50,27 @@ bool data_ready(const std::string& dir);
 // hashes), or of the shards' contents (load_data_info's, computed once per process and folder).
 std::string data_identity(const std::string& dir);
 
+// A data folder that is not prepared here can stand for the data a committed campaign trained on: its
+// data.toml, committed beside the results (results/data/), gives the folder its identity, so that the
+// campaign's run ids can be recomputed on any machine (reports, checks, CI). A prepared folder is
+// always named by its own data.toml.
+void pin_data_manifest(const std::string& dir, const std::string& data_toml);
+std::string pinned_data_manifest(const std::string& dir);  // "" when none
+
 // Training tokens of a data folder, from the shards' headers (nothing else is read).
 int64_t count_train_tokens(const DataInfo& info);
+
+// The shards of a data folder checked against its data.toml: headers, sizes, token counts and
+// content. kFull hashes every byte (ufp4 data prepare, ufp4 data verify); kQuick (every run start)
+// checks sizes and counts and a sampled hash recorded by the last full check, and falls back to a
+// full check when there is none for this data.toml. Throws Error naming the shard that differs.
+enum class DataCheck { kQuick, kFull };
+struct DataVerification {
+  int shards = 0;
+  int64_t bytes = 0;
+  bool full = false;  // every byte was hashed
+};
+DataVerification verify_data(const std::string& dir, DataCheck check);
 
 std::vector<uint16_t> read_shard(const std::string& path);
 void write_shard(const std::string& path, const std::vector<uint16_t>& tokens);

@@ -262,6 +262,7 @@ std::string prepare_data(const DataPrepareOptions& opt) {
     << "\nval_sha256 = " << toml_list(val.sha) << "\n";
   const std::string manifest = opt.out_dir + "/data.toml";
   write_text_atomically(manifest, m.str());
+  verify_data(opt.out_dir, DataCheck::kFull);  // what is on disk, read back against the hashes just written
   log_info("data: " + std::to_string(train.total) + " train and " + std::to_string(val.total) + " validation tokens in " +
            std::to_string(train.names.size()) + "+" + std::to_string(val.names.size()) + " shards, vocab " + std::to_string(vocab) + ", " +
            std::to_string(seconds_since(t0)).substr(0, 5) + " s -> " + manifest);

@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "common/fs.h"
 #include "common/sha256.h"
+#include "common/toml_util.h"
 #include "kernels/philox.h"
 
 namespace ufp4 {
@@ -71,6 +72,7 @@ std::vector<uint16_t> read_shard(const std::string& path) {
   in.read(reinterpret_cast<char*>(header), sizeof header);
   if (!in || header[0] != kMagic || header[1] != 1)
     throw Error(path + ": not a token shard (expected llm.c format: magic 20240520, version 1)");
+  if (header[2] < 0) throw Error(path + ": header says " + std::to_string(header[2]) + " tokens (allowed: 0 to 2147483647): a damaged shard");
   std::vector<uint16_t> t(static_cast<size_t>(header[2]));
   in.read(reinterpret_cast<char*>(t.data()), static_cast<std::streamsize>(t.size() * 2));
   if (!in) throw Error(path + ": truncated token shard (header says " + std::to_string(header[2]) + " tokens)");
@@ -85,6 +87,7 @@ int64_t count_train_tokens(const DataInfo& info) {
     in.read(reinterpret_cast<char*>(header), sizeof header);
     if (!in || header[0] != kMagic || header[1] != 1)
       throw Error(path + ": not a token shard (expected llm.c format: magic 20240520, version 1)");
+    if (header[2] < 0) throw Error(path + ": header says " + std::to_string(header[2]) + " tokens (allowed: 0 to 2147483647): a damaged shard");
     n += header[2];
   }
   return n;
@@ -103,6 +106,28 @@ bool data_ready(const std::string& dir) {
   return train && val;
 }
 
+namespace {
+std::map<std::string, std::string>& pins() {
+  static std::map<std::string, std::string> p;
+  return p;
+}
+std::string folder_key(std::string dir) {
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  while (dir.rfind("./", 0) == 0) dir = dir.substr(2);
+  return dir;
+}
+}  // namespace
+
+void pin_data_manifest(const std::string& dir, const std::string& data_toml) {
+  if (!file_exists(data_toml)) throw Error(data_toml + ": the data manifest pinned for " + dir + " does not exist");
+  pins()[folder_key(dir)] = data_toml;
+}
+
+std::string pinned_data_manifest(const std::string& dir) {
+  const auto it = pins().find(folder_key(dir));
+  return it == pins().end() ? "" : it->second;
+}
+
 std::string data_identity(const std::string& dir) {
   if (file_exists(dir + "/data.toml")) return sha256_hex(read_text_file(dir + "/data.toml"));
   return load_data_info(dir).manifest_sha256;
@@ -113,36 +138,30 @@ DataInfo load_data_info(const std::string& dir) {
   info.dir = dir;
   const std::string manifest = dir + "/data.toml";
   if (file_exists(manifest)) {
-    std::string text = read_text_file(manifest);
-    info.manifest_sha256 = sha256_hex(text);
-    auto value = [&](const std::string& key) {
-      size_t k = text.find("\n" + key + " = ");
-      if (k == std::string::npos) throw Error(manifest + ": missing key '" + key + "'");
-      size_t s = k + key.size() + 4, e = text.find('\n', s);
-      std::string v = text.substr(s, e - s);
-      if (!v.empty() && v.front() == '"') v = v.substr(1, v.size() - 2);
-      return v;
-    };
-    info.tokenizer = value("tokenizer");
-    info.vocab = std::stoi(value("vocab"));
+    info.manifest_sha256 = sha256_hex(read_text_file(manifest));
+    const toml::table t = toml_parse(manifest);
+    auto where = [&](const toml::node* n) { return manifest + ":" + std::to_string(n ? n->source().begin.line : 1); };
+    const toml::node* tok = t.get("tokenizer");
+    if (!tok || !tok->is_string()) throw Error(where(tok) + ": tokenizer: expected a string (allowed: bpe, byte)");
+    info.tokenizer = *tok->value<std::string>();
+    const toml::node* vocab = t.get("vocab");
+    if (!vocab || !vocab->is_integer() || *vocab->value<int64_t>() < 1 || *vocab->value<int64_t>() > 65536)
+      throw Error(where(vocab) + ": vocab: expected an integer (allowed: 1 to 65536, tokens are stored as uint16)");
+    info.vocab = static_cast<int>(*vocab->value<int64_t>());
+    const toml::table* shards = t["shards"].as_table();
+    if (!shards) throw Error(manifest + ": missing table [shards]");
     // [shards] train = ["train_000.bin", ...] and val = [...] (data.toml as prepare_data writes it).
     auto list = [&](const std::string& key) {
       std::vector<std::string> out;
-      size_t k = text.find("\n" + key + " = [");
-      if (k == std::string::npos) throw Error(manifest + ": missing key 'shards." + key + "'");
-      const size_t close = text.find(']', k);
-      for (size_t q = text.find('"', k); q != std::string::npos && q < close;) {
-        const size_t e = text.find('"', q + 1);
-        if (e == std::string::npos || e > close) break;
-        out.push_back(dir + "/" + text.substr(q + 1, e - q - 1));
-        q = text.find('"', e + 1);
+      const toml::node* n = shards->get(key);
+      if (!n || !n->is_array()) throw Error(where(n) + ": shards." + key + ": expected a list of shard files");
+      for (const auto& e : *n->as_array()) {
+        if (!e.is_string()) throw Error(where(&e) + ": shards." + key + ": expected shard file names (strings)");
+        out.push_back(dir + "/" + *e.value<std::string>());
       }
-      if (out.empty()) throw Error(manifest + ": shards." + key + " names no shard");
+      if (out.empty()) throw Error(where(n) + ": shards." + key + " names no shard");
       return out;
     };
-    const size_t shards = text.find("\n[shards]");
-    if (shards == std::string::npos) throw Error(manifest + ": missing table [shards]");
-    text = text.substr(shards);
     info.train_shards = list("train");
     info.val_shards = list("val");
     return info;

@@ -3,6 +3,8 @@
 #include <hdf5.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -11,6 +13,7 @@
 
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "common/sha256.h"
 
 namespace ufp4 {
 
@@ -100,20 +103,36 @@ ArrayF32 read_npy(const std::string& path) {
   }
   const std::map<std::string, uint64_t> widths = {{"<f4", 4}, {"<f8", 8}, {"<f2", 2}};
   if (!widths.count(descr)) throw Error(path + ": npy dtype '" + descr + "' is not supported (allowed: <f4, <f8, <f2)");
-  // The data must be in the file before anything is allocated for it.
+  // The data must be in the file, and nothing after it, before anything is allocated for it.
+  std::string shape_text;
+  for (int64_t d : a.shape) shape_text += (shape_text.empty() ? "" : ", ") + std::to_string(d);
   uint64_t n = 1;
+  bool empty = false;
+  for (int64_t d : a.shape) empty = empty || d == 0;
   for (int64_t d : a.shape) {
-    if (d != 0 && n > file_size / static_cast<uint64_t>(d)) throw Error(path + ": truncated npy data (the shape holds more values than the file)");
-    n *= static_cast<uint64_t>(d);
+    if (!empty && n > (uint64_t(1) << 62) / static_cast<uint64_t>(d))
+      throw Error(path + ": npy shape (" + shape_text + ") holds more values than any array can (its product overflows; allowed: up to 2^62 values)");
+    n *= empty ? 0 : static_cast<uint64_t>(d);
   }
-  if (n * widths.at(descr) > file_size) throw Error(path + ": truncated npy data (expected " + std::to_string(n) + " values)");
+  const uint64_t data_start = static_cast<uint64_t>(in.tellg()), bytes = n * widths.at(descr);
+  if (data_start + bytes > file_size)
+    throw Error(path + ": truncated npy data (the shape (" + shape_text + ") needs " + std::to_string(bytes) + " bytes of " + descr + ", the file holds " +
+                std::to_string(file_size - data_start) + ")");
+  if (data_start + bytes < file_size)
+    throw Error(path + ": " + std::to_string(file_size - data_start - bytes) + " bytes after the " + std::to_string(n) + " values its shape (" + shape_text +
+                ") declares: the header does not describe the data");
   a.data.resize(static_cast<size_t>(n));
   if (descr == "<f4") {
     in.read(reinterpret_cast<char*>(a.data.data()), static_cast<std::streamsize>(n * 4));
   } else if (descr == "<f8") {
     std::vector<double> v(static_cast<size_t>(n));
     in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(n * 8));
-    for (uint64_t i = 0; i < n; ++i) a.data[i] = static_cast<float>(v[i]);
+    for (uint64_t i = 0; i < n; ++i) {
+      a.data[i] = static_cast<float>(v[i]);
+      if (std::isinf(a.data[i]) && !std::isinf(v[i]))
+        throw Error(path + ": value " + std::to_string(v[i]) + " at index " + std::to_string(i) +
+                    " is beyond float32's range, where the quantizers work (allowed: |x| up to 3.4028235e38)");
+    }
   } else {
     std::vector<uint16_t> v(static_cast<size_t>(n));
     in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(n * 2));
@@ -238,7 +257,13 @@ void H5Writer::attr(const std::string& key, int64_t value, const std::string& ob
   with_object(file_, object, [&](hid_t obj) { put_attr(obj, key, H5T_NATIVE_INT64, &value); });
 }
 
+namespace {
+std::string content_sha256_of(hid_t file);
+}  // namespace
+
 void H5Writer::commit() {
+  if (H5Fflush(file_, H5F_SCOPE_GLOBAL) < 0) throw RuntimeError(path_ + ": HDF5 flush failed");
+  attr("content_sha256", content_sha256_of(file_));
   if (H5Fflush(file_, H5F_SCOPE_GLOBAL) < 0) throw RuntimeError(path_ + ": HDF5 flush failed");
   const ssize_t size = H5Fget_file_image(file_, nullptr, 0);
   if (size < 0) throw RuntimeError(path_ + ": HDF5 file image unavailable");
@@ -389,6 +414,142 @@ double read_h5_double_attr(const std::string& path, const std::string& key, cons
   H5Fclose(file);
   if (rc < 0) throw Error(path + ": no numeric attribute '" + key + "' on " + object);
   return v;
+}
+
+// ---- content hash ----------------------------------------------------------------------------
+
+namespace {
+
+constexpr const char* kContentAttr = "content_sha256";
+
+// Hashes one length-prefixed piece, so that no two different contents share a byte stream.
+void put(Sha256& h, const void* data, size_t n) {
+  const uint64_t len = n;
+  h.update(&len, sizeof len);
+  h.update(data, n);
+}
+void put(Sha256& h, const std::string& s) { put(h, s.data(), s.size()); }
+
+// A value as its type's class, size and the bytes HDF5 converts it to in this machine's native form.
+std::string native_bytes(hid_t obj, hid_t type, hid_t space, bool attribute, std::string& tag) {
+  const H5T_class_t c = H5Tget_class(type);
+  const hssize_t n = H5Sget_simple_extent_npoints(space);
+  if (n < 0) throw RuntimeError("HDF5: cannot size a value");
+  std::string out;
+  if (c == H5T_STRING && !H5Tis_variable_str(type)) {
+    const size_t w = H5Tget_size(type);
+    out.assign(std::max<size_t>(1, w * static_cast<size_t>(n)), '\0');
+    h5check(attribute ? H5Aread(obj, type, &out[0]) : H5Dread(obj, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, &out[0]), "reading a string");
+    while (!out.empty() && out.back() == '\0') out.pop_back();
+    tag = "string";
+    return out;
+  }
+  if (c != H5T_INTEGER && c != H5T_FLOAT) throw RuntimeError("HDF5: a value of a type the content hash does not cover");
+  hid_t native = H5Tget_native_type(type, H5T_DIR_ASCEND);
+  const size_t w = H5Tget_size(native);
+  out.assign(std::max<size_t>(1, w * static_cast<size_t>(n)), '\0');  // HDF5 wants a buffer even for no values
+  const herr_t rc = attribute ? H5Aread(obj, native, &out[0]) : H5Dread(obj, native, H5S_ALL, H5S_ALL, H5P_DEFAULT, &out[0]);
+  out.resize(w * static_cast<size_t>(n));
+  tag = std::string(c == H5T_FLOAT ? "float" : (H5Tget_sign(native) == H5T_SGN_NONE ? "uint" : "int")) + std::to_string(8 * w);
+  H5Tclose(native);
+  h5check(rc, "reading a value");
+  return out;
+}
+
+std::string shape_text(hid_t space) {
+  const int nd = H5Sget_simple_extent_ndims(space);
+  std::vector<hsize_t> d(static_cast<size_t>(std::max(nd, 0)));
+  if (nd > 0) H5Sget_simple_extent_dims(space, d.data(), nullptr);
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); ++i) s += (i ? "," : "") + std::to_string(d[i]);
+  return s + "]";
+}
+
+void hash_attributes(Sha256& h, hid_t obj, bool root) {
+  const int n = H5Aget_num_attrs(obj);
+  for (int i = 0; i < n; ++i) {
+    hid_t a = H5Aopen_by_idx(obj, ".", H5_INDEX_NAME, H5_ITER_INC, static_cast<hsize_t>(i), H5P_DEFAULT, H5P_DEFAULT);
+    if (a < 0) throw RuntimeError("HDF5: cannot open an attribute");
+    char name[256] = {0};
+    H5Aget_name(a, sizeof name, name);
+    if (root && std::string(name) == kContentAttr) {
+      H5Aclose(a);
+      continue;
+    }
+    hid_t t = H5Aget_type(a), space = H5Aget_space(a);
+    std::string tag;
+    const std::string bytes = native_bytes(a, t, space, /*attribute=*/true, tag);
+    put(h, std::string("attribute ") + name + " " + tag + " " + shape_text(space));
+    put(h, bytes);
+    H5Sclose(space);
+    H5Tclose(t);
+    H5Aclose(a);
+  }
+}
+
+struct ObjectNames {
+  std::vector<std::pair<std::string, H5O_type_t>> items;
+};
+herr_t collect_object(hid_t, const char* name, const ObjectInfo* info, void* out) {
+  static_cast<ObjectNames*>(out)->items.emplace_back(name, info->type);
+  return 0;
+}
+
+std::string content_sha256_of(hid_t file) {
+  Sha256 h;
+  put(h, std::string("ufp4 HDF5 content 1"));
+  hash_attributes(h, file, /*root=*/true);
+  ObjectNames names;
+#if H5_VERSION_GE(1, 12, 0)
+  h5check(H5Ovisit(file, H5_INDEX_NAME, H5_ITER_INC, collect_object, &names, H5O_INFO_BASIC), "listing objects");
+#else
+  h5check(H5Ovisit(file, H5_INDEX_NAME, H5_ITER_INC, collect_object, &names), "listing objects");
+#endif
+  for (const auto& [name, type] : names.items) {
+    if (name == ".") continue;
+    hid_t obj = H5Oopen(file, name.c_str(), H5P_DEFAULT);
+    if (obj < 0) throw RuntimeError("HDF5: cannot open '" + name + "'");
+    if (type == H5O_TYPE_DATASET) {
+      hid_t t = H5Dget_type(obj), space = H5Dget_space(obj);
+      std::string tag;
+      const std::string bytes = native_bytes(obj, t, space, /*attribute=*/false, tag);
+      put(h, "dataset " + name + " " + tag + " " + shape_text(space));
+      put(h, bytes);
+      H5Sclose(space);
+      H5Tclose(t);
+    } else {
+      put(h, "group " + name);
+    }
+    hash_attributes(h, obj, /*root=*/false);
+    H5Oclose(obj);
+  }
+  return h.hex();
+}
+
+}  // namespace
+
+std::string h5_content_sha256(const std::string& path) {
+  hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (file < 0) throw Error(path + ": cannot open as HDF5");
+  try {
+    const std::string hex = content_sha256_of(file);
+    H5Fclose(file);
+    return hex;
+  } catch (const RuntimeError& e) {
+    H5Fclose(file);
+    throw Error(path + ": unreadable content (" + std::string(e.what()) + ")");
+  }
+}
+
+bool verify_h5_content(const std::string& path) {
+  const auto attrs = read_h5_string_attrs(path);
+  const auto it = attrs.find(kContentAttr);
+  if (it == attrs.end()) return false;
+  const std::string now = h5_content_sha256(path);
+  if (now != it->second)
+    throw Error(path + ": content does not match the content_sha256 it was written with (" + it->second.substr(0, 16) + ", now " + now.substr(0, 16) +
+                "): the file is damaged or was edited; remove it (a run trains it again)");
+  return true;
 }
 
 }  // namespace ufp4

@@ -33,6 +33,7 @@ class H5Writer {
   void attr(const std::string& key, const std::string& value, const std::string& object = "/");
   void attr(const std::string& key, double value, const std::string& object = "/");
   void attr(const std::string& key, int64_t value, const std::string& object = "/");
+  // Stamps the file with `content_sha256` (h5_content_sha256 of everything written) and writes it.
   void commit();
 
  private:
@@ -50,5 +51,14 @@ std::map<std::string, double> read_h5_numeric_attrs(const std::string& path, con
 // Every dataset in the file, full paths without the leading "/", in name order.
 std::vector<std::string> list_h5_datasets(const std::string& path);
 double read_h5_double_attr(const std::string& path, const std::string& key, const std::string& object = "/");
+
+// The SHA-256 of a file's content, independent of HDF5's layout: every object's path, every
+// attribute's name and value, every dataset's type, shape and values, in name order; the root
+// attribute `content_sha256` (where H5Writer stores this hash) left out.
+std::string h5_content_sha256(const std::string& path);
+// Checks a file against the hash it carries: throws Error naming the file when the content does not
+// match it (damaged, or edited after it was written). Returns false when the file carries no hash
+// (written before files were stamped), true when it matches.
+bool verify_h5_content(const std::string& path);
 
 }  // namespace ufp4

@@ -4,7 +4,9 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "common/fs.h"
 #include "common/log.h"
+#include "common/sha256.h"
 #include "harness/io/array_io.h"
 #include "harness/io/provenance.h"
 
@@ -12,7 +14,8 @@ namespace ufp4 {
 
 namespace {
 
-constexpr int64_t kSchemaVersion = 2;
+// 3: the file carries content_sha256 (harness/io/array_io.h), checked by every read.
+constexpr int64_t kSchemaVersion = 3;
 
 std::string join_lines(const std::vector<std::string>& v) {
   std::string s;
@@ -125,11 +128,31 @@ std::vector<NamedCurve> named_curves(const RunResults& r) {
 
 bool is_run_results(const std::string& path) { return read_h5_string_attrs(path).count("run_name") > 0; }
 
+namespace {
+
+// A results file is named "<run name>-<run id>.h5" and its identity text hashes to its run id: a file
+// that holds another run's content under this name, or an identity edited after the run, is refused.
+void check_identity(const std::string& path, const RunResults& r) {
+  if (!r.run_identity.empty() && sha256_hex(r.run_identity).substr(0, 16) != r.run_id)
+    throw Error(path + ": run_id " + r.run_id + " is not the hash of the identity stored with it (" + sha256_hex(r.run_identity).substr(0, 16) +
+                "): the file was edited; remove it");
+  const std::string base = path.substr(path.find_last_of('/') + 1);
+  const size_t dash = base.rfind('-');
+  if (dash == std::string::npos || !ends_with(base, ".h5")) return;
+  const std::string named = base.substr(dash + 1, base.size() - dash - 4);
+  const bool hex16 = named.size() == 16 && named.find_first_not_of("0123456789abcdef") == std::string::npos;
+  if (hex16 && !r.run_id.empty() && named != r.run_id)
+    throw Error(path + ": named for run id " + named + " but holds run " + r.run_name + " (run id " + r.run_id + "); remove or rename it");
+}
+
+}  // namespace
+
 RunResults read_run_results(const std::string& path, bool with_curves) {
   RunResults r;
   r.path = path;
   r.attrs = read_h5_string_attrs(path);
   if (!r.attrs.count("run_name")) throw Error(path + ": not a run's results (no run_name attribute)");
+  r.content_verified = verify_h5_content(path);
   const std::map<std::string, double> num = read_h5_numeric_attrs(path);
   auto s = [&](const char* key) { return r.attr(key); };
   auto d = [&](const char* key, double missing) {
@@ -173,6 +196,7 @@ RunResults read_run_results(const std::string& path, bool with_curves) {
   r.mean_loss_last_k = d("mean_loss_last_k", NAN);
   r.final_eval_loss = d("final_eval_loss", NAN);
   r.epochs = d("epochs", NAN);
+  check_identity(path, r);
   if (!with_curves) return r;
   const std::vector<std::string> datasets = list_h5_datasets(path);
   auto has = [&](const char* name) { return std::find(datasets.begin(), datasets.end(), name) != datasets.end(); };

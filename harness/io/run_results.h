@@ -44,6 +44,7 @@ struct RunResults {
   double final_loss = 0, mean_loss_last_k = 0, final_eval_loss = 0, epochs = 0;
   // Every string attribute of the file, provenance included (git_commit, device, versions).
   std::map<std::string, std::string> attrs;
+  bool content_verified = false;  // read: the file carried content_sha256 and matched it (false: an older file)
 
   // The mean training loss of the last k steps (all of them when fewer).
   double tail_mean(int64_t k) const;
@@ -66,7 +67,9 @@ std::vector<NamedCurve> named_curves(const RunResults& r);
 void write_run_results(const std::string& path, const RunResults& r);
 
 // Reads a results file; without curves, only the attributes (cheap, for listings). Throws
-// ufp4::Error when the file is not a run's results.
+// ufp4::Error, naming the file, when it is not a run's results, when its content does not match the
+// content_sha256 it carries, when its run id is not the hash of its identity, or when its name says
+// another run id than the one it holds.
 RunResults read_run_results(const std::string& path, bool with_curves = true);
 // Whether an HDF5 file is a run's results (folders of results may hold other files, e.g. captures).
 bool is_run_results(const std::string& path);

@@ -22,6 +22,9 @@ struct PaperClaim {
 };
 std::vector<PaperClaim> paper_claims(const toml::table& paper, const std::string& path);  // [[claims]]
 std::string rel(const std::string& path);  // a path as the repository names it
+// The provenance section: the command that re-renders the report and its inputs. Nothing in it depends
+// on when or by which build it was rendered, so the same inputs give the same bytes; an input that is a
+// file of the repository gets its content hash (an HDF5 file's content_sha256, else the file's SHA-256).
 std::string footer(const std::string& command, const std::vector<std::string>& sources);
 // "build/ufp4 report NAME --results DIR ..." for the footer.
 std::string regenerate_command(const std::string& name, const std::vector<std::string>& dirs);
@@ -50,7 +53,9 @@ std::string report_table2(const std::string& root, const std::vector<std::string
 // Table 3 (E2M1 one-factor search) and Figure 10 (range-restricted E2M1).
 std::string report_table3(const std::string& root, const std::vector<std::string>& dirs, int64_t k, const std::string& figures);
 std::string report_figure10(const std::string& root, const std::vector<std::string>& dirs, int64_t k, const std::string& figures);
-std::string report_figure8(const std::string& root, const std::vector<std::string>& dirs, int64_t k, const std::string& figures);
+// Figure 8 from its campaign's run set (report_campaign.cpp).
+struct RunSet;
+std::string report_figure8(const std::string& root, const RunSet& set, const std::string& figures);
 
 // Shrinkage-bias analysis, Figures 2, 4-7, 12 and the attenuation chain (report_analysis.cpp).
 std::string report_analysis(const std::string& root, const std::string& tensors_h5, const std::vector<std::string>& chain_h5,

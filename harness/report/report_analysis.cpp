@@ -87,6 +87,7 @@ std::string report_analysis(const std::string& root, const std::string& tensors_
                             const std::string& figures) {
   toml::table paper = load_paper(root + "/reports/paper/analysis.toml");
   if (!file_exists(tensors_h5)) throw Error("analysis: no tensor analysis at " + tensors_h5 + " (make reproduce-figure-4 creates it)");
+  verify_h5_content(tensors_h5);
   std::vector<Row> tr = read_rows(tensors_h5, "tensors"), gr = read_rows(tensors_h5, "gemms");
   auto ta = read_h5_string_attrs(tensors_h5);
   auto sq = index(tr, 1), beff = index(tr, 3), gsq = index(gr, 0);
@@ -257,6 +258,7 @@ std::string report_analysis(const std::string& root, const std::string& tensors_
   if (chain_h5.empty()) os << "No chain results given.\n\n";
   for (const auto& c : chain_h5) {
     if (!file_exists(c)) throw Error("analysis: no chain results at " + c + " (ufp4 analyze chain --out FILE)");
+    verify_h5_content(c);
     auto a = read_h5_string_attrs(c);
     sources.push_back(rel(c) + " (commit " + a["git_commit"] + ", " + a["device"] + ")");
     os << "Weights: " << a["weights"] << "; input: " << a["input"] << ". eta_K = projection of the quantized chain's output on the "

@@ -25,6 +25,7 @@ struct KRow {
 };
 
 std::vector<KRow> load_kernels(const std::string& path) {
+  verify_h5_content(path);
   const auto names = split_fields(read_h5_string_attrs(path, "kernels/time_us")["names"], '\n');
   const ArrayF32 t = read_h5_f32(path, "kernels/time_us"), sd = read_h5_f32(path, "kernels/time_us_sd"),
                  b = read_h5_f32(path, "kernels/bytes");
@@ -57,6 +58,7 @@ struct SRow {
 };
 
 std::vector<SRow> load_steps(const std::string& path) {
+  verify_h5_content(path);
   const auto rows = split_fields(read_h5_string_attrs(path, "step/step_ms")["rows"], '\n');
   const ArrayF32 ms = read_h5_f32(path, "step/step_ms"), sd = read_h5_f32(path, "step/step_ms_sd"),
                  tps = read_h5_f32(path, "step/tokens_per_s"), mfu = read_h5_f32(path, "step/mfu"),

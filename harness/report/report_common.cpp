@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "common/fs.h"
+#include "common/sha256.h"
 #include "harness/io/array_io.h"
 #include "harness/io/provenance.h"
 #include "harness/io/run_results.h"
@@ -52,14 +53,38 @@ std::vector<PaperClaim> paper_claims(const toml::table& paper, const std::string
 
 // Lower case, no parentheses, without the filler words "only" and "uniform".
 std::string rel(const std::string& p) {
-  const std::string root = std::string(UFP4_SOURCE_DIR) + "/";
-  return p.rfind(root, 0) == 0 ? p.substr(root.size()) : p;
+  const std::string root = repository_root() + "/";
+  std::string out = p;
+  for (size_t at; root.size() > 1 && (at = out.find(root)) != std::string::npos;) out.erase(at, root.size());
+  return out;
 }
+
+namespace {
+
+// "path ..." -> the content hash of the file the line starts with, when it is one of the repository's.
+std::string input_hash(const std::string& source) {
+  const std::string path = source.substr(0, source.find(' '));
+  const std::string root = repository_root();
+  const std::string full = !path.empty() && path[0] == '/' ? path : root + "/" + path;
+  if (path.empty() || !file_exists(full) || is_dir(full) || source.find("content ") != std::string::npos) return "";
+  if (ends_with(full, ".h5")) {
+    const auto attrs = read_h5_string_attrs(full);
+    const auto it = attrs.find("content_sha256");
+    return (it != attrs.end() ? it->second : h5_content_sha256(full)).substr(0, 12);
+  }
+  return sha256_file(full).substr(0, 12);
+}
+
+}  // namespace
 
 std::string footer(const std::string& command, const std::vector<std::string>& sources) {
   std::ostringstream os;
-  os << "\n## Provenance\n\n- rendered by ufp4 " << version() << " (commit " << git_commit() << ") at " << utc_now() << "\n";
-  for (const auto& s : sources) os << "- " << s << "\n";
+  os << "\n## Provenance\n\n- rendered by ufp4 " << version() << " from the inputs below (content SHA-256, first 12 hex digits): the same "
+     << "inputs render this file byte for byte\n";
+  for (const auto& s : sources) {
+    const std::string h = input_hash(s);
+    os << "- " << s << (h.empty() ? "" : " [" + h + "]") << "\n";
+  }
   os << "- regenerate: `" << command << "`\n";
   return os.str();
 }

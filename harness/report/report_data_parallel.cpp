@@ -25,6 +25,7 @@ struct ScalingRow {
 };
 
 std::vector<ScalingRow> load_scaling(const std::string& path) {
+  verify_h5_content(path);
   const auto names = split_fields(read_h5_string_attrs(path, "scaling/step_ms")["rows"], '\n');
   const ArrayF32 ms = read_h5_f32(path, "scaling/step_ms"), sd = read_h5_f32(path, "scaling/step_ms_sd"),
                  tps = read_h5_f32(path, "scaling/tokens_per_s"), mfu = read_h5_f32(path, "scaling/mfu"),

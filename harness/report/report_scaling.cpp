@@ -182,6 +182,7 @@ double quantile(std::vector<double> v, double q) {
 std::string report_figure9(const std::string& root, const std::string& fits, const std::string& figures) {
   toml::table paper = load_paper(root + "/reports/paper/figure9.toml");
   if (!file_exists(fits)) throw Error("figure9: no fit results at " + fits + " (make reproduce-figure-9 creates them)");
+  verify_h5_content(fits);
   auto attrs = read_h5_string_attrs(fits);
   const double coverage = read_h5_double_attr(fits, "coverage");
   const double lo_q = (1 - coverage) / 2, hi_q = 1 - lo_q;

@@ -27,13 +27,25 @@ struct LoopState {
   bool sharded_optimizer = false;
 };
 
-// A LibTorch archive written crash-safely (AtomicFile), and read with an error that names the file
-// and what it should have been ("checkpoint", "optimizer shard") instead of LibTorch's backtrace.
-void write_archive(const std::string& path, torch::serialize::OutputArchive& archive);
-void read_archive(const std::string& path, torch::serialize::InputArchive& archive, const torch::Device& device, const std::string& what);
+// What a checkpoint file says of itself: which run wrote it, after how many steps, and what it is
+// ("checkpoint", "optimizer shard"). A stamp follows the LibTorch archive in the file, with the
+// archive's size and SHA-256, so that a file is trusted by its content, not its name.
+struct ArchiveStamp {
+  std::string what, run_id;
+  int64_t step = 0;
+};
 
-void save_checkpoint(const std::string& path, Transformer& model, torch::optim::Optimizer& opt, const LoopState& state);
-// Throws ufp4::RuntimeError, naming the file, when it is not a readable checkpoint.
-LoopState load_checkpoint(const std::string& path, Transformer& model, torch::optim::Optimizer& opt, const torch::Device& device);
+// A LibTorch archive written crash-safely (AtomicFile) with its stamp, and read back only when the
+// stamp names the expected run (and step, when `expected.step` >= 0) and the archive's bytes match
+// their SHA-256: otherwise an Error that names the file and what is wrong (another run's checkpoint,
+// a damaged one, one written before checkpoints were stamped) instead of LibTorch's backtrace.
+void write_archive(const std::string& path, torch::serialize::OutputArchive& archive, const ArchiveStamp& stamp);
+ArchiveStamp read_archive(const std::string& path, torch::serialize::InputArchive& archive, const torch::Device& device, const ArchiveStamp& expected);
+
+void save_checkpoint(const std::string& path, Transformer& model, torch::optim::Optimizer& opt, const LoopState& state, const std::string& run_id);
+// Throws ufp4::Error, naming the file, when it is not a checkpoint of run `run_id` (read_archive), or
+// when its model or optimizer does not fit this run's.
+LoopState load_checkpoint(const std::string& path, Transformer& model, torch::optim::Optimizer& opt, const torch::Device& device,
+                          const std::string& run_id);
 
 }  // namespace ufp4

@@ -214,20 +214,20 @@ void DataParallel::sharded_adamw() {
   }
 }
 
-void DataParallel::save_shard(const std::string& path) const {
+void DataParallel::save_shard(const std::string& path, const ArchiveStamp& stamp) const {
   torch::serialize::OutputArchive ar;
   ar.write("exp_avg", exp_avg_.cpu());
   ar.write("exp_avg_sq", exp_avg_sq_.cpu());
   ar.write("adam_step", torch::tensor(adam_step_, torch::kInt64));
   ar.write("rank", torch::tensor(static_cast<int64_t>(comm_->rank()), torch::kInt64));
   ar.write("world_size", torch::tensor(static_cast<int64_t>(comm_->size()), torch::kInt64));
-  write_archive(path, ar);
+  write_archive(path, ar, stamp);
 }
 
-void DataParallel::load_shard(const std::string& path) {
+void DataParallel::load_shard(const std::string& path, const ArchiveStamp& stamp) {
   torch::serialize::InputArchive ar;
   torch::Tensor m, v, step, rank, world;
-  read_archive(path, ar, torch::kCPU, "optimizer shard");
+  read_archive(path, ar, torch::kCPU, stamp);
   try {
     ar.read("exp_avg", m);
     ar.read("exp_avg_sq", v);

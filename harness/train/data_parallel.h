@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "harness/dist/communicator.h"
+#include "harness/train/checkpoint.h"
 #include "models/model_config.h"
 #include "models/transformer.h"
 
@@ -67,8 +68,8 @@ class DataParallel {
   bool sharded() const { return o_.shard_optimizer; }
   Communicator& comm() { return *comm_; }
   // This rank's AdamW state (sharded mode), for its checkpoint file.
-  void save_shard(const std::string& path) const;
-  void load_shard(const std::string& path);
+  void save_shard(const std::string& path, const ArchiveStamp& stamp) const;  // stamp.what: "optimizer shard"
+  void load_shard(const std::string& path, const ArchiveStamp& stamp);
   double optimizer_state_gb() const;  // AdamW state this rank holds
   std::string describe() const;       // one line for the log
 

@@ -30,6 +30,9 @@ struct ManifestField {
   double lo = 0, hi = 0;              // numbers: the allowed range
   std::vector<std::string> allowed;   // strings: the allowed values (empty: any)
   const char* doc = "";
+  // Fields of the first identity text (1) are always in it; a field added later (2, ...) enters the run
+  // id only when a manifest sets it away from its default, so adding a field changes no earlier run id.
+  int since = 1;
   std::string name() const { return std::string(section) + "." + key; }
 };
 

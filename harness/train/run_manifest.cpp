@@ -295,6 +295,7 @@ std::vector<RunManifest> RunManifest::expand(const std::string& path) {
 std::string RunManifest::resolved() const { return canonical(false); }
 
 std::string RunManifest::canonical(bool identity) const {
+  static const RunManifest defaults;
   std::ostringstream os;
   bool first = true;
   for (const char* sec : kManifestSections) {
@@ -303,6 +304,7 @@ std::string RunManifest::canonical(bool identity) const {
       if (std::string(f.section) != sec || f.role == FieldRole::kOperational) continue;
       if (identity && f.role == FieldRole::kByContent) continue;  // the identity names these by content (RunIdentity)
       if (f.name() == "capture.tokens" && capture_steps.empty()) continue;  // no capture: the token count does not matter
+      if (f.since > 1 && field_value_text(f, *this) == field_value_text(f, defaults)) continue;  // a later field at its default
       body += std::string(f.key) + " = " + field_value_text(f, *this) + "\n";
     }
     // [data] stays in the identity with no fields, as every run id so far has hashed it.
@@ -321,8 +323,11 @@ RunIdentity RunManifest::identity() const {
   if (seq_len > 0) mc.seq_len = seq_len;
   id.model_sha256 = sha256_hex(mc.canonical());
   id.data_prepared = data_ready(data_path);
+  const std::string pin = pinned_data_manifest(data_path);
   id.data_sha256 = id.data_prepared ? data_identity(data_path)
+                   : !pin.empty()   ? sha256_hex(read_text_file(pin))
                                     : "not prepared (" + data_prepare + ", " + tokenizer + ", vocab " + std::to_string(vocab_size) + ")";
+  id.data_pinned = !id.data_prepared && !pin.empty();
   id.text = canonical(true) + "\n[identity]\nrecipe_sha256 = \"" + id.recipe_sha256 + "\"\nmodel_sha256 = \"" + id.model_sha256 +
             "\"\ndata_manifest_sha256 = \"" + id.data_sha256 + "\"\n";
   return id;

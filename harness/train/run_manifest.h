@@ -18,7 +18,8 @@ namespace ufp4 {
 struct RunIdentity {
   std::string text;  // what the id hashes
   std::string recipe_sha256, model_sha256, data_sha256;
-  bool data_prepared = false;  // false: the id changes once the data exists
+  bool data_prepared = false;  // false: the id changes once the data exists (unless pinned)
+  bool data_pinned = false;    // not prepared here: named by the data manifest a campaign pinned (harness/data/data.h)
 };
 
 // The members hold the fields' values and defaults; harness/train/manifest_fields.cpp describes each
@@ -49,8 +50,10 @@ struct RunManifest {
   std::string device = "auto";
   bool deterministic = true;        // bit-identical GPU runs (harness/train/determinism.h); false only when asked
   bool cuda_graph = true;           // replay the step as a CUDA graph where it can be (harness/train/step_graph.h): the same bits
+  std::string rht_signs = "per_seed";  // per_seed | recipe (models/quant_linear.h rht_sign_seed)
   // [eval]
   int64_t eval_every = 50, eval_batches = 4;
+  std::string eval_final = "batches";  // batches | split: the last evaluation over every window of the validation split
   // [capture]
   std::vector<int64_t> capture_steps;
   std::vector<std::string> capture_layers;

@@ -2,7 +2,7 @@
 
 #include "common/error.h"
 #include "common/sha256.h"
-#include "harness/train/trainer.h"
+#include "harness/train/run_files.h"
 
 namespace ufp4 {
 

@@ -9,12 +9,24 @@ namespace ufp4 {
 TokenStream::TokenStream(const std::vector<std::string>& shards, int64_t seq_len, uint64_t seed, bool shuffle)
     : seq_(seq_len), seed_(seed), shuffle_(shuffle) {
   for (const auto& s : shards) {
+    shard_starts_.emplace_back(s, static_cast<int64_t>(tokens_.size()));
     std::vector<uint16_t> t = read_shard(s);
     tokens_.insert(tokens_.end(), t.begin(), t.end());
   }
   n_windows_ = tokens_.size() > 1 ? static_cast<int64_t>((tokens_.size() - 1) / seq_len) : 0;
   if (n_windows_ == 0)
     throw Error("data: " + std::to_string(tokens_.size()) + " tokens hold no window of " + std::to_string(seq_len + 1) + " tokens");
+}
+
+void TokenStream::check_vocab(int64_t vocab, const std::string& model) const {
+  for (size_t i = 0; i < tokens_.size(); ++i) {
+    if (tokens_[i] < vocab) continue;
+    size_t s = 0;
+    while (s + 1 < shard_starts_.size() && shard_starts_[s + 1].second <= static_cast<int64_t>(i)) ++s;
+    throw Error(shard_starts_[s].first + ": token id " + std::to_string(tokens_[i]) + " at token " + std::to_string(static_cast<int64_t>(i) - shard_starts_[s].second) +
+                " is outside model " + model + "'s vocabulary (allowed: 0 to " + std::to_string(vocab - 1) +
+                "): prepare the data with a vocabulary the model has, or choose a model with more embeddings");
+  }
 }
 
 int64_t TokenStream::window_at(int64_t epoch, int64_t index) {

@@ -21,9 +21,13 @@ class TokenStream {
   void skip(int64_t windows);
   int64_t windows() const { return n_windows_; }
   int64_t tokens() const { return static_cast<int64_t>(tokens_.size()); }
+  // Throws Error naming the shard and position of the first token id >= vocab (the model's embedding
+  // would fail on it with LibTorch's "index out of range").
+  void check_vocab(int64_t vocab, const std::string& model) const;
   Cursor cursor;
 
  private:
+  std::vector<std::pair<std::string, int64_t>> shard_starts_;  // each shard and its first token's index
   int64_t window_at(int64_t epoch, int64_t index);
   std::vector<uint16_t> tokens_;
   std::vector<int64_t> order_;

@@ -15,6 +15,7 @@
 
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "common/file_lock.h"
 #include "common/fs.h"
 #include "common/log.h"
 #include "common/sha256.h"
@@ -71,20 +72,6 @@ void check_data_parallel_batch(const RunManifest& m, int world) {
   throw Error(at + ": train.batch: " + std::to_string(m.batch) + " sequences do not split over " + std::to_string(world) + " ranks in micro-batches of " +
               std::to_string(m.micro_batch) + " (allowed: a multiple of " + std::to_string(world * m.micro_batch) + ")");
 }
-
-std::string results_path(const RunManifest& m, const std::string& run_id) { return m.out_dir + "/" + m.name + "-" + run_id + ".h5"; }
-std::string results_path(const RunManifest& m) { return results_path(m, m.run_id()); }
-
-std::string find_results(const RunManifest& m, const std::string& run_id) {
-  if (file_exists(results_path(m, run_id))) return results_path(m, run_id);
-  std::vector<std::string> files;
-  walk_files(m.out_dir, "-" + run_id + ".h5", files);
-  return files.empty() ? "" : files.front();
-}
-std::string find_results(const RunManifest& m) { return find_results(m, m.run_id()); }
-
-std::string checkpoint_path(const RunManifest& m, const std::string& run_id) { return m.out_dir + "/" + m.name + "-" + run_id + ".ckpt"; }
-std::string checkpoint_path(const RunManifest& m) { return checkpoint_path(m, m.run_id()); }
 
 void ensure_data(const RunManifest& m) {
   if (data_ready(m.data_path) || m.data_prepare.empty()) return;
@@ -155,13 +142,16 @@ Trainer::Trainer(const RunPlan& plan, const torch::Device& device, std::string d
                  const DataParallelOptions& dp)
     : plan_(plan), m_(plan.manifest), device_(device), device_name_(std::move(device_name)), utc_start_(utc_now()), model_(nullptr),
       groups_(std::move(groups)), train_(plan.data.train_shards, plan.model.seq_len, static_cast<uint64_t>(plan.manifest.seed)),
-      best_(std::numeric_limits<double>::infinity()), smooth_(NAN) {
+      val_(plan.data.val_shards, plan.model.seq_len, 0, /*shuffle=*/false), best_(std::numeric_limits<double>::infinity()), smooth_(NAN) {
+  train_.check_vocab(plan.model.vocab, plan.model.name);
+  val_.check_vocab(plan.model.vocab, plan.model.name);
   // Determinism and the seed come first: they fix the initial weights drawn below.
   set_deterministic(m_.deterministic);
   torch::manual_seed(static_cast<uint64_t>(m_.seed));
   ctx_ = std::make_shared<QuantContext>();
   ctx_->recipe = plan.recipe;
   ctx_->run_seed = static_cast<uint64_t>(m_.seed);
+  ctx_->recipe_rht_signs = m_.rht_signs == "recipe";
   if (groups_) {
     rank_ = groups_->data->rank();
     world_ = groups_->data->size();
@@ -208,7 +198,7 @@ void Trainer::remove_checkpoint(const std::string& checkpoint) const {
 }
 
 void Trainer::resume(const std::string& checkpoint) {
-  state_ = load_checkpoint(checkpoint, model_, *optimizer_, device_);
+  state_ = load_checkpoint(checkpoint, model_, *optimizer_, device_, plan_.run_id);
   const bool sharded = dp_ && dp_->sharded();
   if (state_.world_size != world_ || state_.sharded_optimizer != sharded)
     throw RuntimeError(checkpoint + ": written by " + std::to_string(state_.world_size) + " rank(s)" + (state_.sharded_optimizer ? " with a sharded optimizer" : "") +
@@ -216,7 +206,7 @@ void Trainer::resume(const std::string& checkpoint) {
                        (state_.sharded_optimizer ? "on" : "off") + "), or remove it to start over");
   if (dp_) {
     dp_->rebind_parameters(/*broadcast=*/false);  // loading replaced the parameters' storage
-    if (sharded) dp_->load_shard(shard_path(checkpoint, state_.step));
+    if (sharded) dp_->load_shard(shard_path(checkpoint, state_.step), {"optimizer shard", plan_.run_id, state_.step});
   }
   train_.cursor = state_.cursor;
   start_ = state_.step;
@@ -229,9 +219,9 @@ void Trainer::save(const std::string& checkpoint) {
   state_.cursor = train_.cursor;
   state_.world_size = world_;
   state_.sharded_optimizer = dp_ && dp_->sharded();
-  if (state_.sharded_optimizer) dp_->save_shard(shard_path(checkpoint, state_.step));
+  if (state_.sharded_optimizer) dp_->save_shard(shard_path(checkpoint, state_.step), {"optimizer shard", plan_.run_id, state_.step});
   if (dp_) dp_->comm().barrier();
-  if (rank_ == 0) save_checkpoint(checkpoint, model_, *optimizer_, state_);
+  if (rank_ == 0) save_checkpoint(checkpoint, model_, *optimizer_, state_, plan_.run_id);
   if (dp_) dp_->comm().barrier();
   if (state_.sharded_optimizer) remove_shards(checkpoint, state_.step);
 }
@@ -267,16 +257,26 @@ void Trainer::share_telemetry() {
   }
 }
 
-double Trainer::evaluate() {
+double Trainer::evaluate(bool whole_split) {
   torch::NoGradGuard ng;
-  TokenStream val(plan_.data.val_shards, plan_.model.seq_len, 0, /*shuffle=*/false);
+  val_.cursor = {};
   const int64_t seq = plan_.model.seq_len;
-  double sum = 0;
-  for (int64_t b = 0; b < m_.eval_batches; ++b) {
-    torch::Tensor batch = val.next(m_.micro_batch).to(device_);
-    sum += model_->loss(batch.slice(1, 0, seq), batch.slice(1, 1, seq + 1)).lm_loss.item<double>();
+  if (!whole_split) {
+    double sum = 0;
+    for (int64_t b = 0; b < m_.eval_batches; ++b) {
+      torch::Tensor batch = val_.next(m_.micro_batch).to(device_);
+      sum += model_->loss(batch.slice(1, 0, seq), batch.slice(1, 1, seq + 1)).lm_loss.item<double>();
+    }
+    return sum / m_.eval_batches;
   }
-  return sum / m_.eval_batches;
+  double sum = 0;
+  for (int64_t done = 0; done < val_.windows();) {
+    const int64_t n = std::min(m_.micro_batch, val_.windows() - done);
+    torch::Tensor batch = val_.next(n).to(device_);
+    sum += model_->loss(batch.slice(1, 0, seq), batch.slice(1, 1, seq + 1)).lm_loss.item<double>() * static_cast<double>(n);
+    done += n;
+  }
+  return sum / static_cast<double>(val_.windows());
 }
 
 bool Trainer::step_once(int64_t step) {
@@ -325,7 +325,7 @@ Trainer::Outcome Trainer::train(int64_t stop_after) {
     if (!ok) return Outcome::kDiverged;
     if (m_.eval_every > 0 && ((step + 1) % m_.eval_every == 0 || step + 1 == m_.steps)) {
       state_.curves.eval_step.push_back(static_cast<double>(step));
-      state_.curves.eval_loss.push_back(evaluate());
+      state_.curves.eval_loss.push_back(evaluate(step + 1 == m_.steps && m_.eval_final == "split"));
       if (rank_ == 0) log_info("run " + m_.name + ": step " + std::to_string(step + 1) + " validation loss " + std::to_string(state_.curves.eval_loss.back()));
     }
     // Data-parallel ranks stop on the step they agreed on (a signal may reach them at different steps).
@@ -377,16 +377,57 @@ RunResult run_training(const RunManifest& m, const RunOptions& opt) {
   return run_training(plan_run(m), opt);
 }
 
+namespace {
+
+// The run's lock: a second process on the same run waits for the first (then finds its results), and a
+// killed process leaves nothing held (common/file_lock.h).
+std::unique_ptr<FileLock> take_run_lock(const std::string& path, const std::string& name) {
+  auto lock = std::make_unique<FileLock>(path);
+  if (lock->locked()) return lock;
+  const std::string who = lock->holder();
+  log_info("run " + name + ": another process trains it (" + (who.empty() ? std::string("holder unknown") : who) + ", lock " + path +
+           "); waiting for it to finish");
+  lock->wait();
+  return lock;
+}
+
+// A file at the run's results path that is not this run's results (damaged, or another run's) is kept
+// for inspection beside it, never overwritten in silence.
+void set_aside(const std::string& path, const std::string& name) {
+  const std::string to = path + ".rejected";
+  if (std::rename(path.c_str(), to.c_str()) != 0) throw RuntimeError(path + ": cannot move the rejected file aside to " + to);
+  log_warn("run " + name + ": moved the rejected " + path + " to " + to + "; training the run");
+}
+
+// The run's shards against data.toml before they train anything (a quick check: sizes, counts, a
+// sampled hash; harness/data/data.h), once per folder and process. llm.c shards are named by content.
+void check_data_once(const std::string& dir) {
+  static std::set<std::string> checked;
+  if (checked.count(dir) || !file_exists(dir + "/data.toml")) return;
+  const DataVerification v = verify_data(dir, DataCheck::kQuick);
+  if (v.full) log_info("data " + dir + ": every shard checked against data.toml (" + std::to_string(v.bytes >> 20) + " MiB)");
+  checked.insert(dir);
+}
+
+}  // namespace
+
 RunResult run_training(const RunPlan& plan, const RunOptions& opt) {
   const RunManifest& m = plan.manifest;
   const std::shared_ptr<Communicator> comm = opt.groups ? opt.groups->data : nullptr;
   const bool lead = !comm || comm->rank() == 0;
-  // Rank 0 looks at the files and decides; every rank follows its decision.
+  // Rank 0 holds the run's lock, looks at the files and decides; every rank follows its decision.
+  std::unique_ptr<FileLock> lock;
   std::string decision, existing;
   if (lead) {
+    make_dirs(m.out_dir);
+    lock = take_run_lock(lock_path(m, plan.run_id), m.name);
     if (const int n = remove_stale_temporaries(m.out_dir)) log_info("run " + m.name + ": removed " + std::to_string(n) + " temporary file(s) left by a killed process");
-    existing = find_results(m, plan.run_id);
+    std::vector<std::string> rejected;
+    existing = find_results(m, plan.run_id, &rejected);
+    for (const auto& why : rejected) log_warn("run " + m.name + ": ignored " + why);
+    if (existing.empty() && file_exists(plan.results_path)) set_aside(plan.results_path, m.name);
     decision = !existing.empty() && !opt.force ? "skip" : file_exists(plan.checkpoint_path) ? "resume" : "start";
+    if (decision != "skip") check_data_once(plan.data.dir);
   }
   if (comm) {
     const std::string both = comm->broadcast_bytes(decision + "\n" + existing, 0);
@@ -397,7 +438,6 @@ RunResult run_training(const RunPlan& plan, const RunOptions& opt) {
     log_info("run " + m.name + ": results exist (" + existing + "), skipped");
     return {RunStatus::kSkipped, existing, 0};
   }
-  make_dirs(m.out_dir);
   std::string device_name;
   const torch::Device device = choose_device(m, opt, device_name);
   Trainer trainer(plan, device, device_name, opt.groups, opt.data_parallel);
@@ -414,7 +454,7 @@ RunResult run_training(const RunPlan& plan, const RunOptions& opt) {
   if (outcome == Trainer::Outcome::kStopped) {
     log_info("run " + m.name + ": stopped after step " + std::to_string(trainer.steps_done()) + "; checkpoint " + plan.checkpoint_path +
              " (ufp4 run resumes it)");
-    return {RunStatus::kStopped, "", trainer.steps_done()};
+    return {RunStatus::kStopped, "", trainer.steps_done(), g_signal != 0};
   }
   if (lead) write_run_results(plan.results_path, trainer.results());
   if (comm) comm->barrier();

@@ -16,6 +16,7 @@
 #include "harness/train/data_parallel.h"
 #include "harness/train/device_peaks.h"
 #include "harness/train/run_manifest.h"
+#include "harness/train/run_files.h"
 #include "harness/train/run_plan.h"
 #include "harness/train/step_graph.h"
 #include "harness/io/run_results.h"
@@ -44,6 +45,7 @@ struct RunResult {
   RunStatus status;
   std::string results_path;
   int64_t steps_done = 0;
+  bool signalled = false;  // kStopped by SIGINT/SIGTERM (not --stop-after): the caller starts no further run
 };
 
 // A run from its manifest: skips it when its results exist, prepares its data, plans it, trains it
@@ -68,7 +70,9 @@ class Trainer {
 
  private:
   bool step_once(int64_t step);  // one optimizer step, recorded and shown; false when it diverged
-  double evaluate();
+  // Mean next-token loss over the first eval.batches micro-batches of the validation split, or over
+  // every window of it (the last micro-batch partial), each token weighted alike.
+  double evaluate(bool whole_split);
   StepStats data_parallel_step();  // this rank's part of the global batch, gradients summed over ranks
   void share_telemetry();          // the alpha values of the step's last micro-batch, from the rank that ran it
   std::string shard_path(const std::string& checkpoint, int64_t step) const;
@@ -86,7 +90,7 @@ class Trainer {
   std::string graph_off_;             // why not, when not
   int rank_ = 0, world_ = 1;
   bool stop_agreed_ = false;
-  TokenStream train_;
+  TokenStream train_, val_;  // val_: in order, from its first window at every evaluation
   LoopState state_;
   int64_t start_ = 0;
   double best_, smooth_, tokens_per_s_ = 0, mfu_ = 0;
@@ -107,15 +111,6 @@ void use_local_gpu(int local_rank);
 // whole micro-batches.
 void check_data_parallel_batch(const RunManifest& m, int world);
 
-std::string results_path(const RunManifest& m);  // where a new result is written
-std::string results_path(const RunManifest& m, const std::string& run_id);
-// An existing result of this run: any "<name>-<run id>.h5" in the output folder (content-addressed:
-// the same run under another name counts). "" when none.
-std::string find_results(const RunManifest& m);
-std::string find_results(const RunManifest& m, const std::string& run_id);
-// The run's checkpoint, one file ("<name>-<run id>.ckpt"), present while the run is partial.
-std::string checkpoint_path(const RunManifest& m);
-std::string checkpoint_path(const RunManifest& m, const std::string& run_id);
 // Prepares the manifest's data folder when it holds no data and the manifest says how.
 void ensure_data(const RunManifest& m);
 

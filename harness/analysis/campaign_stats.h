@@ -1,0 +1,55 @@
+// The registered tests of a campaign, computed from its run set (harness/io/run_set.h): for each claim
+// the per-seed paired difference of the BF16-relative gaps (percentage points) of the final
+// validation loss over the whole split, its interval, the paired t test's p, Holm-adjusted within the
+// registered family, the minimal detectable difference beside the paper's effect, and the verdict
+// (stats.h registered_verdict); the same for the secondary metric, the training loss of the last
+// tenth of the steps. Also the pilot's seed plan and the delay of the fast-descent transition.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "harness/analysis/stats.h"
+#include "harness/io/run_set.h"
+
+namespace ufp4 {
+
+// One run's numbers as the campaign judges them.
+struct RunMetrics {
+  std::string path, commit, device, content_sha256;
+  double final_val = NAN, train_tail = NAN, epochs = NAN;
+  int64_t last_k = 0, steps = 0;
+  std::vector<double> loss;  // the training curve
+};
+// model -> recipe -> seed -> metrics, for every run of the set that has results.
+using CampaignRuns = std::map<std::string, std::map<std::string, std::map<int64_t, RunMetrics>>>;
+CampaignRuns read_campaign_runs(const RunSet& set);
+
+struct ClaimTest {
+  RegisteredClaim claim;
+  std::vector<int64_t> seeds;             // seeds with a, b and the baseline
+  std::vector<double> gap_a, gap_b;       // percent, per seed
+  Interval diff, diff_train;              // gap_a - gap_b (pp): final validation loss, training loss of the last tenth
+  double p = NAN, p_holm = NAN, p_train = NAN, p_train_holm = NAN, mdd = NAN, mdd_train = NAN;
+  Verdict verdict = Verdict::kInconclusive, verdict_train = Verdict::kInconclusive;
+};
+// Every registered claim tested, Holm-adjusted within the family (primary and secondary apart).
+std::vector<ClaimTest> test_claims(const Registration& reg, const CampaignRuns& runs);
+
+// The seeds each model needs by the registered rule, from the pilot's claims (tests of seeds 1..pilot):
+// per claim the fewest seeds reaching the paper's effect at the pilot's paired sd, clamped to
+// [min, max]; a model takes the most its claims ask for.
+SeedPlan plan_seeds(const SeedPlan& policy, const Registration& reg, const std::vector<ClaimTest>& pilot);
+
+// The fast-descent transition: the step at which a run's training loss, averaged over 50 steps (a
+// tenth of a shorter run), first reaches the level the baseline recipe's runs reach (on average) at a
+// quarter of their steps; per recipe the paired delay against the baseline, in steps.
+struct TransitionDelay {
+  std::string model, recipe;
+  double level = NAN;     // the loss level
+  Interval steps, delay;  // steps to reach it; paired delay against the baseline
+};
+std::vector<TransitionDelay> transition_delays(const CampaignRuns& runs, const std::string& baseline);
+
+}  // namespace ufp4

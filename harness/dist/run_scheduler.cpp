@@ -1,0 +1,210 @@
+#include "harness/dist/run_scheduler.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "common/error.h"
+#include "common/fs.h"
+#include "common/log.h"
+
+namespace ufp4 {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::atomic<int> g_stop{0};
+void on_stop(int s) { g_stop = s; }
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+int64_t file_size(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<int64_t>(st.st_size) : -1;
+}
+
+// The device a job on slot `gpu` sees: the gpu-th of this process's CUDA_VISIBLE_DEVICES when it
+// names devices, else that index.
+std::string device_of(int gpu) {
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (!visible || !*visible) return std::to_string(gpu);
+  std::vector<std::string> ids;
+  std::stringstream ss(visible);
+  for (std::string id; std::getline(ss, id, ',');) ids.push_back(id);
+  return gpu < static_cast<int>(ids.size()) ? ids[static_cast<size_t>(gpu)] : std::to_string(gpu);
+}
+
+// `sh -c 'exec CMD >> LOG 2>&1'` with CUDA_VISIBLE_DEVICES: the shell sets up the redirection, then
+// becomes the job, so the pid is the job's.
+pid_t spawn(const ScheduledJob& job, int gpu) {
+  const std::string cmd = "exec env CUDA_VISIBLE_DEVICES=" + shell_quote(device_of(gpu)) + " " + job.command + " >> " + shell_quote(job.log) + " 2>&1";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::signal(SIGINT, SIG_DFL);
+    ::signal(SIGTERM, SIG_DFL);
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  if (pid < 0) throw RuntimeError("run: cannot start a process for " + job.name);
+  return pid;
+}
+
+void append(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::app);
+  out << text;
+}
+
+std::string read_small(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string s = ss.str();
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\0')) s.pop_back();
+  return s;
+}
+
+struct Running {
+  size_t job;
+  pid_t pid;
+  int gpu;
+  int64_t log_size;
+  Clock::time_point last_growth;
+  bool stalled = false;          // SIGTERM sent for a stall; restart once it is gone
+  Clock::time_point term_sent{};
+};
+
+}  // namespace
+
+std::string describe_process(int pid, bool thread_stacks) {
+  const std::string proc = "/proc/" + std::to_string(pid);
+  std::ostringstream os;
+  std::istringstream status(read_small(proc + "/status"));
+  for (std::string l; std::getline(status, l);)
+    if (l.rfind("State:", 0) == 0 || l.rfind("Threads:", 0) == 0) os << l << "\n";
+  if (DIR* d = ::opendir((proc + "/task").c_str())) {
+    while (const dirent* e = ::readdir(d))
+      if (e->d_name[0] != '.') os << "thread " << e->d_name << " waits in " << read_small(proc + "/task/" + e->d_name + "/wchan") << "\n";
+    ::closedir(d);
+  }
+  if (!thread_stacks) return os.str();
+  if (std::system("command -v gdb > /dev/null 2>&1") == 0) {
+    const std::string cmd = "timeout 60 gdb -p " + std::to_string(pid) + " -batch -ex 'thread apply all bt 25' 2>&1 | grep -E '^(Thread|#)'";
+    if (FILE* p = ::popen(cmd.c_str(), "r")) {
+      char buf[512];
+      while (std::fgets(buf, sizeof buf, p)) os << buf;
+      ::pclose(p);
+    }
+  } else {
+    os << "(gdb not installed: no thread stacks)\n";
+  }
+  return os.str();
+}
+
+std::vector<JobResult> run_scheduled_jobs(const std::vector<ScheduledJob>& jobs, const ScheduleOptions& o) {
+  if (o.gpus < 1 || o.per_gpu < 1) throw Error("run: --gpus and --per-gpu must be >= 1");
+  std::vector<JobResult> results(jobs.size());
+  std::vector<int> load(static_cast<size_t>(o.gpus), 0);
+  std::vector<Running> running;
+  size_t next = 0;
+  g_stop = 0;
+  auto old_int = std::signal(SIGINT, on_stop), old_term = std::signal(SIGTERM, on_stop);
+  Clock::time_point stop_seen{};
+  bool forwarded = false, killed = false;
+  auto start = [&](size_t j) {
+    const int gpu = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+    ++load[static_cast<size_t>(gpu)];
+    const pid_t pid = spawn(jobs[j], gpu);
+    running.push_back({j, pid, gpu, file_size(jobs[j].log), Clock::now()});
+    log_info("run " + jobs[j].name + ": started on GPU " + std::to_string(gpu) + " (log " + jobs[j].log + ")");
+  };
+  while (true) {
+    const Clock::time_point now = Clock::now();
+    if (g_stop != 0 && !forwarded) {
+      stop_seen = now;
+      forwarded = true;
+      log_info("run: signal " + std::to_string(g_stop.load()) + ": stopping " + std::to_string(running.size()) +
+               " run(s) at their next step (each checkpoints; the same command resumes them)");
+      for (auto& r : running) ::kill(r.pid, SIGTERM);
+    }
+    if (forwarded && !killed && seconds(now - stop_seen) > o.stop_grace_seconds && !running.empty()) {
+      killed = true;
+      log_warn("run: " + std::to_string(running.size()) + " run(s) still running " + std::to_string(static_cast<int>(o.stop_grace_seconds)) +
+               " s after the signal: killed (each resumes from its last checkpoint)");
+      for (auto& r : running) {
+        append(jobs[r.job].log, "=== ufp4 run: still running " + std::to_string(static_cast<int>(o.stop_grace_seconds)) + " s after a stop signal; its state:\n" +
+                                    describe_process(r.pid, o.thread_stacks));
+        ::kill(r.pid, SIGKILL);
+      }
+    }
+    // Starts, while slots are free and no stop was asked for.
+    while (!forwarded && next < jobs.size() && static_cast<int>(running.size()) < o.gpus * o.per_gpu) start(next++);
+    // Ended jobs.
+    for (size_t i = 0; i < running.size();) {
+      Running& r = running[i];
+      int status = 0;
+      const pid_t w = ::waitpid(r.pid, &status, WNOHANG);
+      if (w == 0) {
+        ++i;
+        continue;
+      }
+      --load[static_cast<size_t>(r.gpu)];
+      JobResult& res = results[r.job];
+      const ScheduledJob& job = jobs[r.job];
+      if (r.stalled && !forwarded && res.restarts == 0) {
+        res.restarts = 1;
+        running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
+        log_info("run " + job.name + ": started again after the stall; it resumes from its checkpoint");
+        start(r.job);
+        continue;
+      }
+      const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      const bool stopped = (WIFEXITED(status) && WEXITSTATUS(status) == 130) || (forwarded && WIFSIGNALED(status));
+      res.status = ok ? JobStatus::kDone : stopped ? JobStatus::kStopped : JobStatus::kFailed;
+      if (r.stalled && !forwarded) res.detail = "stalled twice (no output for " + std::to_string(static_cast<int>(o.stall_seconds)) + " s), see " + job.log;
+      else if (!ok && !stopped)
+        res.detail = (WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status)) : "exit " + std::to_string(WEXITSTATUS(status))) + ", see " + job.log;
+      running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+    if (running.empty() && (forwarded || next >= jobs.size())) break;
+    // Stalls: no log growth for stall_seconds.
+    for (auto& r : running) {
+      const int64_t size = file_size(jobs[r.job].log);
+      if (size != r.log_size) {
+        r.log_size = size;
+        r.last_growth = now;
+      }
+      if (!r.stalled && !forwarded && seconds(now - r.last_growth) > o.stall_seconds) {
+        r.stalled = true;
+        r.term_sent = now;
+        const ScheduledJob& job = jobs[r.job];
+        log_warn("run " + job.name + ": no progress for " + std::to_string(static_cast<int>(o.stall_seconds)) + " s (its log has not grown); " +
+                 "its state goes to " + job.log + "; stopping it" + (results[r.job].restarts == 0 ? " and starting it again once" : ""));
+        append(job.log, "=== ufp4 run: no progress for " + std::to_string(static_cast<int>(o.stall_seconds)) + " s; its state:\n" + describe_process(r.pid, o.thread_stacks));
+        ::kill(r.pid, SIGTERM);
+      } else if (r.stalled && seconds(now - r.term_sent) > o.stop_grace_seconds) {
+        ::kill(r.pid, SIGKILL);
+        r.term_sent = now;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::duration<double>(o.poll_seconds));
+  }
+  std::signal(SIGINT, old_int);
+  std::signal(SIGTERM, old_term);
+  return results;
+}
+
+}  // namespace ufp4

@@ -1,0 +1,42 @@
+// `ufp4 run --gpus N --per-gpu K`: independent runs side by side, each a child process on one GPU
+// (CUDA_VISIBLE_DEVICES), K at a time a GPU, each new one on the least loaded GPU. The scheduler
+// watches them: a run whose log has not grown for `stall_seconds` (a running ufp4 run prints a
+// progress line every few seconds) is logged with what its process is doing, stopped, and started
+// again once, resuming from its checkpoint. On SIGINT/SIGTERM it starts nothing new, passes SIGTERM
+// on (each run checkpoints at its next step and exits 130), and kills what is still running after
+// `stop_grace_seconds`, so that it returns within a minute of the signal. No LibTorch here.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace ufp4 {
+
+struct ScheduledJob {
+  std::string name;     // for messages
+  std::string command;  // a shell command line; its output is appended to `log`
+  std::string log;      // the job's heartbeat: it must grow while the job makes progress
+};
+
+struct ScheduleOptions {
+  int gpus = 1, per_gpu = 1;
+  double stall_seconds = 300;      // a job whose log has not grown for this long is stopped and started again once
+  double stop_grace_seconds = 40;  // after a stop signal, or when stopping a stalled job: SIGTERM, then SIGKILL after this
+  double poll_seconds = 0.2;
+  bool thread_stacks = true;       // a stalled job's log gets each thread's stack (gdb), not only its wait channels
+};
+
+enum class JobStatus { kDone, kStopped, kFailed, kNotStarted };
+struct JobResult {
+  JobStatus status = JobStatus::kNotStarted;
+  std::string detail;  // how a failed job ended, with its log
+  int restarts = 0;    // times it was restarted after a stall
+};
+
+// Runs every job; returns one result a job, in the jobs' order.
+std::vector<JobResult> run_scheduled_jobs(const std::vector<ScheduledJob>& jobs, const ScheduleOptions& o);
+
+// What a process is doing, for a stalled job's log: its state and kernel wait channel, and each
+// thread's stack when gdb is installed.
+std::string describe_process(int pid, bool thread_stacks = true);
+
+}  // namespace ufp4

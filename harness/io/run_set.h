@@ -1,0 +1,56 @@
+// A campaign's runs as planned from its manifests (harness/train/campaign.h), with what a reader
+// found for each: the result file holding that run id, or nothing. Reports and checks work from this
+// set, never from whatever files a folder holds: a missing run is listed, a file outside the set
+// (stale, another run) is named and ignored. Also what the campaign registered before it ran.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ufp4 {
+
+struct PlannedRun {
+  std::string name, run_id, model, recipe;  // recipe: the name the manifest gives (a preset or a file's stem)
+  int64_t seed = 1, steps = 0;
+  std::string path;  // the verified result holding this run id; "" when missing
+};
+
+// A claim as registered: the paired difference metric(a) - metric(b), per seed, of one model, with
+// the metric the BF16-relative gap (percent) of the final validation loss over the whole split.
+struct RegisteredClaim {
+  std::string id, model, text, a, b, baseline = "bf16";
+  int direction = -1;         // the claim: the difference is negative (-1) or positive (+1)
+  double paper_effect = 0;    // the paper's value of the same difference, percentage points
+  std::string paper_source;
+};
+
+struct Registration {
+  std::string date, metric, secondary, test, family, notes;
+  double alpha = 0.05, power = 0.8;
+  std::vector<RegisteredClaim> claims;
+};
+
+// Seeds per model: the pilot's size, then the number the registered power analysis set from it.
+struct SeedPlan {
+  int64_t pilot = 0, min = 0, max = 0;
+  std::map<std::string, int64_t> seeds;              // model -> seeds of the campaign ("" until the pilot is analysed)
+  std::map<std::string, double> pilot_sd;            // claim id -> paired sd of the pilot (percentage points)
+  std::map<std::string, int64_t> seeds_for_power;    // claim id -> seeds for the power against the paper's effect
+  std::string source;                                // the seeds file, when written
+};
+
+struct RunSet {
+  std::string campaign, campaign_path, results_dir;
+  std::vector<PlannedRun> runs;
+  std::vector<std::string> ignored;  // "path: why" of result files in the folder that are not in the set
+  Registration registration;
+  SeedPlan seeds;
+  size_t missing() const {
+    size_t n = 0;
+    for (const auto& r : runs) n += r.path.empty();
+    return n;
+  }
+};
+
+}  // namespace ufp4

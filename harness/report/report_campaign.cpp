@@ -1,0 +1,213 @@
+// Reports of campaigns (harness/train/campaign.h), rendered from their run sets: what was registered
+// before the runs, whether the set is complete, each cell's numbers, each claim's registered test and
+// verdict beside the paper's effect, the seeds and what they can resolve, the delay of the fast-descent
+// transition, the loss curves, and the inputs by content hash.
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "common/error.h"
+#include "harness/analysis/campaign_stats.h"
+#include "harness/analysis/stats.h"
+#include "harness/report/plot.h"
+#include "harness/report/report.h"
+
+namespace ufp4 {
+
+namespace {
+
+std::string pp(const Interval& i) { return i.n ? format_interval(i, "%+.3f") : "-"; }
+
+std::string p_text(double p) {
+  if (std::isnan(p)) return "-";
+  return p < 1e-4 ? std::string("<0.0001") : fmt("%.4f", p);
+}
+
+// The run set's completeness, at the top: a report of an incomplete set says so first.
+std::string set_status(const RunSet& set) {
+  std::ostringstream os;
+  const size_t missing = set.missing();
+  if (missing == 0) {
+    os << "Run set: all " << set.runs.size() << " runs of `" << set.campaign_path << "` have verified results in `" << set.results_dir << "`.\n";
+  } else {
+    os << "> **Incomplete run set: " << missing << " of " << set.runs.size() << " runs of `" << set.campaign_path
+       << "` have no results yet.** Numbers below use the runs present; a verdict needs the registered seeds.\n>\n> Missing:";
+    size_t shown = 0;
+    for (const auto& r : set.runs)
+      if (r.path.empty() && shown++ < 24) os << " `" << r.name << "`";
+    if (missing > 24) os << " and " << missing - 24 << " more";
+    os << ".\n";
+  }
+  if (!set.ignored.empty()) {
+    os << "\nIgnored (in the results folder, not in the run set):\n";
+    for (const auto& why : set.ignored) os << "- " << rel(why) << "\n";
+  }
+  return os.str();
+}
+
+std::string registration_section(const RunSet& set) {
+  const Registration& g = set.registration;
+  std::ostringstream os;
+  os << "## Registration (" << g.date << ", before any run; `" << set.campaign_path << "`)\n\n"
+     << "- Metric: " << g.metric << "\n- Secondary: " << g.secondary << "\n- Test: " << g.test << "; alpha " << fmt("%.3g", g.alpha)
+     << ", target power " << fmt("%.2g", g.power) << "; Holm within the family `" << g.family << "`\n";
+  if (!g.notes.empty()) os << "- " << g.notes << "\n";
+  os << "\n| claim | model | statement | contrast (pp) | paper's effect (pp) | source |\n|---|---|---|---|---|---|\n";
+  for (const auto& c : g.claims)
+    os << "| " << c.id << " | " << c.model << " | " << c.text << " | gap(" << c.a << ") - gap(" << c.b << ") " << (c.direction < 0 ? "< 0" : "> 0") << " | "
+       << fmt("%+.4f", c.paper_effect) << " | " << c.paper_source << " |\n";
+  return os.str();
+}
+
+std::string seeds_section(const RunSet& set, const std::vector<ClaimTest>& tests) {
+  const SeedPlan& s = set.seeds;
+  std::ostringstream os;
+  os << "\n## Seeds\n\nPilot: seeds 1-" << s.pilot << " of every cell estimate each claim's paired standard deviation; the registered rule then sets "
+     << "each model's seeds to the fewest whose minimal detectable difference reaches the paper's effect, within [" << s.min << ", " << s.max
+     << "] (the budget), and the pilot's runs count among them.\n\n";
+  if (s.source.empty()) {
+    os << "The pilot is not complete: no seeds were decided yet.\n";
+    return os.str();
+  }
+  os << "| claim | pilot's paired sd (pp) | seeds for the power | seeds run | minimal detectable difference now (pp) | paper's effect (pp) |\n"
+     << "|---|---|---|---|---|---|\n";
+  for (const auto& t : tests) {
+    const std::string id = t.claim.id;
+    os << "| " << id << " | " << (s.pilot_sd.count(id) ? fmt("%.3f", s.pilot_sd.at(id)) : "-") << " | "
+       << (s.seeds_for_power.count(id) ? std::to_string(s.seeds_for_power.at(id)) : "-") << " | " << t.diff.n << " | " << fmt("%.3f", t.mdd) << " | "
+       << fmt("%+.3f", t.claim.paper_effect) << " |\n";
+  }
+  os << "\nSource: `" << rel(s.source) << "`.\n";
+  return os.str();
+}
+
+std::string cells_section(const CampaignRuns& runs, const std::string& baseline, const toml::table& paper) {
+  std::ostringstream os;
+  os << "\n## Cells\n\nMean over seeds with its 95% interval. Gap: (L - L_" << baseline << ") / L_" << baseline << " in percent, per seed "
+     << "(recipes of one seed share initial weights and batches). Val: the final validation loss over every window of the validation "
+     << "split. Train: the mean training loss of the last K steps (the last tenth).\n\n"
+     << "| model | recipe | seeds | steps | K | epochs | val loss | val gap (%) | train loss | train gap (%) | paper model | paper gap (%) |\n"
+     << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& [model, rs] : runs) {
+    const std::string kind = model.rfind("moe", 0) == 0 ? "moe" : "dense";
+    for (const auto& [recipe, seeds] : rs) {
+      std::vector<double> val, train, vgap, tgap;
+      int64_t steps = 0, k = 0;
+      double epochs = NAN;
+      for (const auto& [seed, m] : seeds) {
+        val.push_back(m.final_val), train.push_back(m.train_tail);
+        steps = m.steps, k = m.last_k, epochs = m.epochs;
+        if (rs.count(baseline) && rs.at(baseline).count(seed) && recipe != baseline) {
+          const RunMetrics& b = rs.at(baseline).at(seed);
+          vgap.push_back(100 * (m.final_val - b.final_val) / b.final_val);
+          tgap.push_back(100 * (m.train_tail - b.train_tail) / b.train_tail);
+        }
+      }
+      const double pg = paper[kind][recipe].value_or(NAN);
+      os << "| " << model << " | " << recipe << " | " << seeds.size() << " | " << steps << " | " << k << " | " << fmt("%.2f", epochs) << " | "
+         << format_interval(mean_interval(val)) << " | " << (vgap.empty() ? "-" : pp(mean_interval(vgap))) << " | " << format_interval(mean_interval(train))
+         << " | " << (tgap.empty() ? "-" : pp(mean_interval(tgap))) << " | " << paper[kind]["model"].value_or<std::string>("-") << " | "
+         << (std::isnan(pg) ? std::string("-") : fmt("%.4f", pg)) << " |\n";
+    }
+  }
+  return os.str();
+}
+
+std::string verdicts_section(const std::vector<ClaimTest>& tests, double alpha) {
+  std::ostringstream os;
+  os << "\n## Verdicts\n\nPer claim the paired difference of the gaps (percentage points), its " << fmt("%.0f", 100 * (1 - alpha))
+     << "% interval, the paired t test's p and its Holm adjustment within the family, and the minimal detectable difference (MDD) beside "
+        "the paper's effect (`reports/README.md`: holds, contradicted, smaller than the paper, inconclusive).\n\n"
+     << "| claim | metric | seeds | difference (pp) | p | Holm p | MDD (pp) | paper (pp) | verdict |\n|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& t : tests)
+    for (const bool train : {false, true}) {
+      const Interval& d = train ? t.diff_train : t.diff;
+      os << "| " << t.claim.id << " | " << (train ? "train, last K (secondary)" : "final val (primary)") << " | " << d.n << " | " << pp(d) << " | "
+         << p_text(train ? t.p_train : t.p) << " | " << p_text(train ? t.p_train_holm : t.p_holm) << " | " << fmt("%.3f", train ? t.mdd_train : t.mdd)
+         << " | " << fmt("%+.3f", t.claim.paper_effect) << " | **" << verdict_name(train ? t.verdict_train : t.verdict) << "** |\n";
+    }
+  os << "\n";
+  for (const auto& t : tests) {
+    const Interval& d = t.diff;
+    std::string what;
+    if (!d.defined()) what = "no interval yet (fewer than two complete seeds)";
+    else if (t.claim.paper_effect < 0 ? d.lo > t.claim.paper_effect : d.hi < t.claim.paper_effect)
+      what = "the paper's effect lies outside our interval: the effect here is smaller than the paper's";
+    else if (t.claim.paper_effect < 0 ? d.hi < t.claim.paper_effect : d.lo > t.claim.paper_effect)
+      what = "the paper's effect lies outside our interval: the effect here is larger than the paper's";
+    else what = "the paper's effect lies inside our interval";
+    os << "- **" << t.claim.id << "** (" << t.claim.model << "): \"" << t.claim.text << "\" — **" << verdict_name(t.verdict) << "**; " << what
+       << "; MDD " << fmt("%.3f", t.mdd) << " pp against the paper's " << fmt("%.3f", std::fabs(t.claim.paper_effect)) << " pp.\n";
+  }
+  return os.str();
+}
+
+std::string transition_section(const std::vector<TransitionDelay>& delays, const std::string& baseline) {
+  if (delays.empty()) return "";
+  std::ostringstream os;
+  os << "\n## The fast-descent transition\n\nSteps until the training loss (50-step average; a tenth of a shorter run) first reaches the level the " << baseline
+     << " runs reach on average at a quarter of their steps, and the delay against " << baseline << " of the same seed (mean [95% interval]).\n\n"
+     << "| model | recipe | loss level | steps to reach it | delay against " << baseline << " (steps) |\n|---|---|---|---|---|\n";
+  for (const auto& d : delays)
+    os << "| " << d.model << " | " << d.recipe << " | " << fmt("%.3f", d.level) << " | " << format_interval(d.steps, "%.0f") << " | "
+       << (d.recipe == baseline ? std::string("-") : format_interval(d.delay, "%+.0f")) << " |\n";
+  return os.str();
+}
+
+std::string curves_section(const CampaignRuns& runs, const std::string& figures, const std::string& prefix) {
+  if (figures.empty()) return "";
+  std::ostringstream os;
+  os << "\n## Loss curves\n\nTraining loss, the 50-step average, mean over seeds.\n\n";
+  for (const auto& [model, rs] : runs) {
+    Figure f;
+    f.title = model + ": training loss (50-step average, mean over seeds)";
+    f.xlabel = "step";
+    f.ylabel = "loss";
+    f.extra = "set yrange [*:*]";
+    for (const auto& [recipe, seeds] : rs) {
+      Series s;
+      s.title = recipe;
+      s.style = "lines";
+      std::vector<double> sum;
+      for (const auto& [seed, m] : seeds) {
+        if (sum.empty()) sum.assign(m.loss.size(), 0.0);
+        for (size_t i = 0; i < std::min(sum.size(), m.loss.size()); ++i) sum[i] += m.loss[i] / static_cast<double>(seeds.size());
+      }
+      double acc = 0;
+      for (size_t i = 0; i < sum.size(); ++i) {
+        acc += sum[i] - (i >= 50 ? sum[i - 50] : 0.0);
+        if (i >= 49 && i % 10 == 9) s.x.push_back(static_cast<double>(i)), s.y.push_back(acc / 50);
+      }
+      f.series.push_back(s);
+    }
+    os << figure_markdown(figures, prefix + "-" + model, f);
+  }
+  return os.str();
+}
+
+}  // namespace
+
+std::string report_figure8(const std::string& root, const RunSet& set, const std::string& figures) {
+  const toml::table paper = load_paper(root + "/reports/paper/figure8.toml");
+  const CampaignRuns runs = read_campaign_runs(set);
+  const std::vector<ClaimTest> tests = test_claims(set.registration, runs);
+  const std::string baseline = set.registration.claims.empty() ? "bf16" : set.registration.claims.front().baseline;
+  std::ostringstream os;
+  os << "# Figure 8: BF16-relative loss gap\n\n" << set_status(set) << "\n"
+     << "Paper: " << paper["source"].value_or<std::string>("") << " (" << paper["metric"].value_or<std::string>("")
+     << "; `reports/paper/figure8.toml`). Ours: the campaign below, paired by seed; how to read it: `reports/README.md`.\n\n";
+  os << registration_section(set) << seeds_section(set, tests) << cells_section(runs, baseline, paper) << verdicts_section(tests, set.registration.alpha);
+  os << "- " << paper["moe_large"]["model"].value_or<std::string>("") << ": no proxy of its own; the MoE proxy stands for both MoE sizes.\n";
+  os << transition_section(transition_delays(runs, baseline), baseline) << curves_section(runs, figures, "figure8");
+  std::vector<std::string> sources;
+  for (const auto& [model, rs] : runs)
+    for (const auto& [recipe, seeds] : rs)
+      for (const auto& [seed, m] : seeds)
+        sources.push_back(rel(m.path) + " (commit " + m.commit + ", " + m.device + ", content " + m.content_sha256.substr(0, 12) + ")");
+  os << footer("build/ufp4 report figure8", sources);
+  return os.str();
+}
+
+}  // namespace ufp4

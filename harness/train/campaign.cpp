@@ -1,0 +1,258 @@
+#include "harness/train/campaign.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <sstream>
+
+#include "common/error.h"
+#include "common/fs.h"
+#include "common/sha256.h"
+#include "common/toml_util.h"
+#include "harness/data/data.h"
+#include "harness/io/run_results.h"
+#include "harness/train/run_files.h"
+
+namespace ufp4 {
+
+namespace {
+
+struct Reader {
+  std::string file;
+  [[noreturn]] void bad(const toml::node* n, const std::string& key, const std::string& msg) const {
+    throw Error(file + ":" + std::to_string(n ? n->source().begin.line : 1) + ": " + key + ": " + msg);
+  }
+  std::string str(const toml::table& t, const std::string& prefix, const char* key, bool required = true) const {
+    const toml::node* n = t.get(key);
+    if (!n) {
+      if (required) bad(&t, prefix + key, "missing (a string)");
+      return "";
+    }
+    if (!n->is_string()) bad(n, prefix + key, "expected a string");
+    return *n->value<std::string>();
+  }
+  double num(const toml::table& t, const std::string& prefix, const char* key, double lo, double hi, bool required = true, double def = 0) const {
+    const toml::node* n = t.get(key);
+    if (!n) {
+      if (required) bad(&t, prefix + key, "missing (a number)");
+      return def;
+    }
+    if (!n->is_number()) bad(n, prefix + key, "expected a number");
+    const double v = *n->value<double>();
+    if (!(v >= lo && v <= hi)) {
+      std::ostringstream os;
+      os << v << " is out of range (allowed: " << lo << " to " << hi << ")";
+      bad(n, prefix + key, os.str());
+    }
+    return v;
+  }
+  void keys(const toml::table& t, const std::string& prefix, const std::set<std::string>& allowed) const {
+    for (auto&& [k, v] : t)
+      if (!allowed.count(std::string(k.str()))) {
+        std::string a;
+        for (const auto& s : allowed) a += (a.empty() ? "" : ", ") + s;
+        bad(&v, prefix + std::string(k.str()), "unknown key (allowed: " + a + ")");
+      }
+  }
+};
+
+Registration read_registration(const toml::table& t, const Reader& r) {
+  Registration g;
+  const std::string p = "registration.";
+  r.keys(t, p, {"date", "metric", "secondary", "test", "alpha", "power", "family", "notes", "claims"});
+  g.date = r.str(t, p, "date");
+  g.metric = r.str(t, p, "metric");
+  g.secondary = r.str(t, p, "secondary");
+  g.test = r.str(t, p, "test");
+  g.family = r.str(t, p, "family");
+  g.notes = r.str(t, p, "notes", false);
+  g.alpha = r.num(t, p, "alpha", 1e-6, 0.5);
+  g.power = r.num(t, p, "power", 0.5, 0.9999);
+  const toml::array* claims = t["claims"].as_array();
+  if (!claims || claims->empty()) r.bad(&t, p + "claims", "missing ([[registration.claims]]: id, model, text, a, b, direction, paper_effect)");
+  std::set<std::string> ids;
+  for (const auto& node : *claims) {
+    const toml::table* c = node.as_table();
+    if (!c) r.bad(&node, p + "claims", "expected tables");
+    RegisteredClaim k;
+    const std::string q = p + "claims.";
+    r.keys(*c, q, {"id", "model", "text", "a", "b", "baseline", "direction", "paper_effect", "paper_source"});
+    k.id = r.str(*c, q, "id");
+    k.model = r.str(*c, q, "model");
+    k.text = r.str(*c, q, "text");
+    k.a = r.str(*c, q, "a");
+    k.b = r.str(*c, q, "b");
+    k.baseline = c->get("baseline") ? r.str(*c, q, "baseline") : "bf16";
+    const double dir = r.num(*c, q, "direction", -1, 1);
+    if (dir != -1 && dir != 1) r.bad(c->get("direction"), q + "direction", "expected -1 (a below b) or 1 (a above b)");
+    k.direction = static_cast<int>(dir);
+    k.paper_effect = r.num(*c, q, "paper_effect", -100, 100);
+    k.paper_source = r.str(*c, q, "paper_source", false);
+    if (!ids.insert(k.id).second) r.bad(c->get("id"), q + "id", "'" + k.id + "' is registered twice");
+    g.claims.push_back(k);
+  }
+  return g;
+}
+
+// The seeds file, written once the pilot's runs were analysed.
+void read_seeds_file(const std::string& path, SeedPlan& s) {
+  if (!file_exists(path)) return;
+  const Reader r{path};
+  const toml::table t = toml_parse(path);
+  const toml::table* models = t["models"].as_table();
+  if (!models) r.bad(&t, "models", "missing (a table: model = seeds)");
+  for (auto&& [k, v] : *models) {
+    if (!v.is_integer() || *v.value<int64_t>() < 2) r.bad(&v, "models." + std::string(k.str()), "expected an integer of at least 2");
+    s.seeds[std::string(k.str())] = *v.value<int64_t>();
+  }
+  if (const toml::table* claims = t["claims"].as_table())
+    for (auto&& [k, v] : *claims) {
+      const toml::table* c = v.as_table();
+      if (!c) continue;
+      s.pilot_sd[std::string(k.str())] = (*c)["pilot_sd"].value_or(NAN);
+      s.seeds_for_power[std::string(k.str())] = (*c)["seeds_for_power"].value_or<int64_t>(0);
+    }
+  s.source = path;
+}
+
+}  // namespace
+
+Campaign Campaign::load(const std::string& path) {
+  const Reader r{path};
+  const toml::table t = toml_parse(path);
+  r.keys(t, "", {"name", "report", "results", "manifests", "data", "seeds", "registration"});
+  Campaign c;
+  c.path = path;
+  c.name = r.str(t, "", "name");
+  c.report = r.str(t, "", "report");
+  c.results_dir = r.str(t, "", "results");
+  const toml::array* ms = t["manifests"].as_array();
+  if (!ms || ms->empty()) r.bad(&t, "manifests", "missing (a list of manifest files, relative to this file)");
+  for (const auto& m : *ms) {
+    if (!m.is_string()) r.bad(&m, "manifests", "expected file names");
+    const std::string f = dir_of(path) + "/" + *m.value<std::string>();
+    if (!file_exists(f)) r.bad(&m, "manifests", "'" + f + "' not found");
+    c.manifests.push_back(f);
+  }
+  if (const toml::table* d = t["data"].as_table())
+    for (auto&& [k, v] : *d) {
+      if (!v.is_string()) r.bad(&v, "data." + std::string(k.str()), "expected the path of a committed data.toml");
+      const std::string file = *v.value<std::string>();
+      if (!file_exists(file)) r.bad(&v, "data." + std::string(k.str()), "'" + file + "' not found");
+      c.data_pins[std::string(k.str())] = file;
+      pin_data_manifest(std::string(k.str()), file);
+    }
+  const toml::table* seeds = t["seeds"].as_table();
+  if (!seeds) r.bad(&t, "seeds", "missing (pilot, min, max)");
+  r.keys(*seeds, "seeds.", {"pilot", "min", "max"});
+  c.seeds.pilot = static_cast<int64_t>(r.num(*seeds, "seeds.", "pilot", 2, 1000));
+  c.seeds.min = static_cast<int64_t>(r.num(*seeds, "seeds.", "min", 2, 1000));
+  c.seeds.max = static_cast<int64_t>(r.num(*seeds, "seeds.", "max", 2, 1000));
+  if (c.seeds.min > c.seeds.max || c.seeds.pilot > c.seeds.max) r.bad(seeds, "seeds", "expected pilot <= max and min <= max");
+  const toml::table* reg = t["registration"].as_table();
+  if (!reg) r.bad(&t, "registration", "missing (what the campaign tests, written before it runs)");
+  c.registration = read_registration(*reg, r);
+  read_seeds_file(c.seeds_path(), c.seeds);
+  // Every run writes to the campaign's folder, and no manifest sweeps the seed (the campaign sets it).
+  for (const auto& f : c.manifests)
+    for (const auto& m : RunManifest::expand(f)) {
+      if (m.out_dir != c.results_dir)
+        throw Error(f + ": outputs.dir: '" + m.out_dir + "' is not the campaign's results folder '" + c.results_dir + "' (" + path + ")");
+      if (m.differs.find("train.seed") != std::string::npos)
+        throw Error(f + ": a campaign's manifest must not sweep train.seed: the campaign sets the seeds (" + path + " [seeds])");
+    }
+  return c;
+}
+
+std::vector<RunManifest> Campaign::runs(bool pilot_only) const {
+  std::vector<RunManifest> bases;
+  for (const auto& f : manifests)
+    for (const auto& m : RunManifest::expand(f)) bases.push_back(m);
+  // Seed by seed across every manifest: a campaign stopped part-way leaves whole seeds of every model,
+  // which is what the paired tests use.
+  std::vector<RunManifest> out;
+  for (int64_t s = 1;; ++s) {
+    bool any = false;
+    for (const auto& m : bases) {
+      const auto it = seeds.seeds.find(m.model);
+      if (s > (pilot_only || it == seeds.seeds.end() ? seeds.pilot : it->second)) continue;
+      RunManifest r = m;
+      r.seed = s;
+      r.name += "-" + std::to_string(s);
+      r.differs += (r.differs.empty() ? "" : ", ") + std::string("train.seed=") + std::to_string(s);
+      out.push_back(r);
+      any = true;
+    }
+    if (!any) break;
+  }
+  return out;
+}
+
+RunSet Campaign::resolve(bool pilot_only) const {
+  RunSet set;
+  set.campaign = name;
+  set.campaign_path = path;
+  set.results_dir = results_dir;
+  set.registration = registration;
+  set.seeds = seeds;
+  std::set<std::string> in_set;
+  for (const auto& m : runs(pilot_only)) {
+    PlannedRun p;
+    p.name = m.name;
+    p.run_id = m.run_id();
+    p.model = m.model;
+    p.recipe = m.recipe.substr(m.recipe.find_last_of('/') + 1);
+    if (p.recipe.size() > 5 && p.recipe.compare(p.recipe.size() - 5, 5, ".toml") == 0) p.recipe.resize(p.recipe.size() - 5);
+    p.seed = m.seed;
+    p.steps = m.steps;
+    std::vector<std::string> rejected;
+    p.path = find_results(m, p.run_id, &rejected);
+    for (const auto& why : rejected) set.ignored.push_back(why);
+    if (!p.path.empty()) in_set.insert(p.path);
+    set.runs.push_back(p);
+  }
+  std::vector<std::string> files;
+  if (is_dir(results_dir)) walk_files(results_dir, ".h5", files);
+  std::sort(files.begin(), files.end());
+  for (const auto& f : files) {
+    if (in_set.count(f)) continue;
+    bool named = false;
+    for (const auto& why : set.ignored) named = named || why.rfind(f + ":", 0) == 0;
+    if (named) continue;
+    try {
+      const RunResults r = read_run_results(f, /*with_curves=*/false);
+      set.ignored.push_back(f + ": not a run of this campaign (" + r.run_name + ", run id " + r.run_id + ")");
+    } catch (const Error& e) {
+      set.ignored.push_back(e.what());
+    }
+  }
+  return set;
+}
+
+std::vector<std::string> campaign_files(const std::string& dir) {
+  std::vector<std::string> files, out;
+  walk_files(dir, "campaign.toml", files);
+  for (const auto& f : files)
+    if (f.size() >= 14 && f.compare(f.size() - 14, 14, "/campaign.toml") == 0) out.push_back(f);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void write_seed_plan(const Campaign& c, const SeedPlan& plan) {
+  if (file_exists(c.seeds_path())) throw Error(c.seeds_path() + ": the seeds were decided already; remove the file to decide them again");
+  std::ostringstream os;
+  os.precision(6);
+  os << "# The seeds of campaign " << c.name << ", set once from its pilot's runs (seeds 1-" << c.seeds.pilot << ") by the rule that " << c.path
+     << "\n# registered before any run: for each claim the fewest seeds whose minimal detectable difference (alpha " << c.registration.alpha
+     << ", power " << c.registration.power << ", at the pilot's paired sd) reaches the paper's effect, within [" << c.seeds.min << ", " << c.seeds.max
+     << "]; a model takes the most any of its claims asks for. Written by `ufp4 campaign run`.\n";
+  os << "pilot = " << c.seeds.pilot << "\n\n[models]\n";
+  for (const auto& [model, n] : plan.seeds) os << "\"" << model << "\" = " << n << "\n";
+  os << "\n";
+  for (const auto& [claim, sd] : plan.pilot_sd)
+    os << "[claims." << claim << "]\npilot_sd = " << sd << "  # percentage points\nseeds_for_power = " << plan.seeds_for_power.at(claim) << "\n\n";
+  make_dirs(c.results_dir);
+  write_text_atomically(c.seeds_path(), os.str());
+}
+
+}  // namespace ufp4

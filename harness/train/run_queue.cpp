@@ -1,0 +1,80 @@
+#include "harness/train/run_queue.h"
+
+#include <cstdio>
+#include <iostream>
+
+#include "common/error.h"
+#include "common/fs.h"
+#include "common/log.h"
+#include "harness/io/run_results.h"
+
+namespace ufp4 {
+
+namespace {
+
+void train_here(const std::vector<RunPlan>& plans, const RunOptions& opt, RunQueueOutcome& q) {
+  for (const auto& plan : plans) {
+    const RunManifest& m = plan.manifest;
+    try {
+      const RunResult r = run_training(plan, opt);
+      if (r.status == RunStatus::kStopped) ++q.stopped;
+      if (!r.results_path.empty()) q.finished.push_back(r.results_path);
+      if (r.status == RunStatus::kDiverged) q.failed.push_back(m.name + " (diverged)");
+      if (r.signalled) break;  // a signal stops the queue, not only this run
+    } catch (const Error&) {
+      throw;  // bad input: the user must fix it
+    } catch (const std::exception& e) {
+      if (opt.groups) throw;  // the ranks cannot go on to the next run apart
+      std::string msg = e.what();
+      if (auto nl = msg.find('\n'); nl != std::string::npos) msg = msg.substr(0, nl);
+      log_warn("run " + m.name + " failed: " + msg);
+      q.failed.push_back(m.name + " (" + msg + ")");
+    }
+  }
+}
+
+}  // namespace
+
+RunQueueOutcome train_queue(const std::vector<RunPlan>& plans, const std::function<std::string(size_t)>& child_command, const RunQueueOptions& o) {
+  RunQueueOutcome q;
+  if (o.gpus <= 0) {
+    train_here(plans, o.run, q);
+    return q;
+  }
+  std::vector<ScheduledJob> jobs;
+  for (size_t i = 0; i < plans.size(); ++i) {
+    const RunManifest& m = plans[i].manifest;
+    make_dirs(m.out_dir + "/logs");
+    jobs.push_back({m.name, child_command(i), m.out_dir + "/logs/" + m.name + ".log"});
+  }
+  ScheduleOptions s = o.schedule;
+  s.gpus = o.gpus;
+  const std::vector<JobResult> res = run_scheduled_jobs(jobs, s);
+  for (size_t i = 0; i < plans.size(); ++i) {
+    const std::string found = find_results(plans[i].manifest, plans[i].run_id);
+    if (res[i].status == JobStatus::kDone && !found.empty()) q.finished.push_back(found);
+    else if (res[i].status == JobStatus::kStopped || res[i].status == JobStatus::kNotStarted) ++q.stopped;
+    else q.failed.push_back(plans[i].manifest.name + " (" + (res[i].detail.empty() ? "no results" : res[i].detail) + ")");
+  }
+  return q;
+}
+
+void print_queue_outcome(const RunQueueOutcome& q, size_t runs, const std::string& command) {
+  if (!q.finished.empty()) {
+    std::printf("%-40s %-30s %-12s %8s %22s %12s %10s\n", "run", "recipe", "model", "steps", "train loss (last K)", "val loss", "diverged");
+    for (const auto& f : q.finished) {
+      const RunResults r = read_run_results(f, /*with_curves=*/false);
+      char train[40];
+      std::snprintf(train, sizeof train, "%.4f (K = %lld)", r.mean_loss_last_k, static_cast<long long>(r.last_k));
+      std::printf("%-40s %-30s %-12s %8.0f %22s %12.4f %10s\n", r.run_name.c_str(), r.recipe.c_str(), r.model.c_str(), static_cast<double>(r.steps_done),
+                  train, r.final_eval_loss, r.diverged ? "yes" : "no");
+    }
+    std::printf("train loss: mean training loss of the last K steps (the last tenth, up to 1,000); val loss: the final validation loss\n");
+  }
+  if (!q.failed.empty()) {
+    std::cerr << "ufp4 " << command << ": " << q.failed.size() << " of " << runs << " runs did not complete:\n";
+    for (const auto& f : q.failed) std::cerr << "  " << f << "\n";
+  }
+}
+
+}  // namespace ufp4

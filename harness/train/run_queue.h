@@ -1,0 +1,34 @@
+// Runs trained one after another in this process, or side by side in child processes on the GPUs
+// (harness/dist/run_scheduler.h): what `ufp4 run` and `ufp4 campaign run` share once their runs are
+// planned. A failed run does not stop the others; bad input (ufp4::Error) does.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "harness/dist/run_scheduler.h"
+#include "harness/train/trainer.h"
+
+namespace ufp4 {
+
+struct RunQueueOptions {
+  int gpus = 0;               // 0: one after another here; N: child processes on N GPUs
+  ScheduleOptions schedule;   // gpus > 0
+  RunOptions run;
+};
+
+struct RunQueueOutcome {
+  std::vector<std::string> finished;  // results files
+  std::vector<std::string> failed;    // "name (why)"
+  int stopped = 0;                    // checkpointed or not started after a stop signal: the same command goes on
+  int exit_code() const { return !failed.empty() ? 1 : stopped ? 130 : 0; }
+};
+
+// `child_command(i)`: the shell command that trains plans[i] alone (gpus > 0).
+RunQueueOutcome train_queue(const std::vector<RunPlan>& plans, const std::function<std::string(size_t)>& child_command, const RunQueueOptions& o);
+
+// The summary table of finished runs (name, recipe, model, steps, training loss of the last K steps,
+// final validation loss), and the failures on stderr.
+void print_queue_outcome(const RunQueueOutcome& q, size_t runs, const std::string& command);
+
+}  // namespace ufp4

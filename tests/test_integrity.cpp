@@ -1,0 +1,461 @@
+// Integrity: every artifact trusted by its content, never by its name (results, checkpoints, data
+// shards); reports and checks from a campaign's run set; nothing committed replaced by accident; runs
+// watched while they train. Each case is a fault that 72c0d05 let through.
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/error.h"
+#include "common/fs.h"
+#include "common/sha256.h"
+#include "harness/dist/run_scheduler.h"
+#include "harness/io/array_io.h"
+#include "harness/io/run_results.h"
+#include "harness/train/campaign.h"
+#include "harness/train/run_manifest.h"
+#include "harness/train/trainer.h"
+#include "tests/catch.h"
+#include "tests/helpers.h"
+
+using namespace ufp4;
+
+namespace {
+
+using test::sh;
+using test::Shell;
+
+const std::string kBin = UFP4_BINARY;
+
+std::string bytes_of(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
+
+// Flips one bit of the byte at `offset`.
+void flip(const std::string& path, size_t offset) {
+  std::string b = bytes_of(path);
+  REQUIRE(offset < b.size());
+  b[offset] = static_cast<char>(b[offset] ^ 0x10);
+  write_bytes(path, b);
+}
+
+// A copy of the CI data folder this test may damage.
+std::string data_copy(const std::string& dir) {
+  REQUIRE(sh("cp -r '" + test::ci_data() + "' '" + dir + "/data'").code == 0);
+  return dir + "/data";
+}
+
+std::string with_data(const std::string& manifest, const std::string& data) {
+  std::string text = bytes_of(manifest);
+  const size_t at = text.find("path = \"" + test::ci_data() + "\"");
+  REQUIRE(at != std::string::npos);
+  text.replace(at, 8 + test::ci_data().size() + 1, "path = \"" + data + "\"");
+  write_bytes(manifest, text);
+  return manifest;
+}
+
+double mtime(const std::string& path) {
+  struct stat st {};
+  REQUIRE(::stat(path.c_str(), &st) == 0);
+  return static_cast<double>(st.st_mtim.tv_sec) + 1e-9 * static_cast<double>(st.st_mtim.tv_nsec);
+}
+
+// The first line of `out` that holds `needle` ("" when none).
+std::string line_with(const std::string& out, const std::string& needle) {
+  const size_t at = out.find(needle);
+  if (at == std::string::npos) return "";
+  const size_t start = out.rfind('\n', at), end = out.find('\n', at);
+  return out.substr(start == std::string::npos ? 0 : start + 1, end == std::string::npos ? std::string::npos : end - (start == std::string::npos ? 0 : start + 1));
+}
+
+}  // namespace
+
+TEST_CASE("a results file counts by its content: a damaged one, or another run's under this run's name, is not done", "[integrity]") {
+  const std::string d = test::temp_dir();
+  const std::string m = test::tiny_manifest(d, "bf16", 12), m2 = test::tiny_manifest(d, "ufp4", 12);
+  REQUIRE(sh(kBin + " run " + m + " " + m2).code == 0);
+  const RunManifest a = RunManifest::load(m), b = RunManifest::load(m2);
+  const std::string fa = results_path(a), fb = results_path(b);
+  CHECK(read_run_results(fa).content_verified);
+
+  SECTION("one flipped bit in a curve: every reader refuses the file, and ufp4 run trains the run again") {
+    const RunResults r = read_run_results(fa);
+    double v = r.curves.loss[3];
+    std::string file = bytes_of(fa), pattern(reinterpret_cast<const char*>(&v), 8);
+    const size_t at = file.find(pattern);
+    REQUIRE(at != std::string::npos);
+    flip(fa, at + 1);
+    try {
+      read_run_results(fa);
+      FAIL("a damaged file was read");
+    } catch (const Error& e) {
+      CHECK(std::string(e.what()).find(fa + ": content does not match the content_sha256") == 0);
+    }
+    CHECK(test::run_cli("check " + fa + " --reference " + d + "/runs").code == 2);
+    Shell plan = sh(kBin + " plan " + m);
+    CHECK(plan.out.find("missing") != std::string::npos);
+    CHECK(plan.out.find("content does not match") != std::string::npos);
+    Shell run = sh(kBin + " run " + m);
+    CHECK(run.code == 0);
+    CHECK(run.out.find("results exist") == std::string::npos);
+    CHECK(run.out.find("moved the rejected " + fa) != std::string::npos);
+    CHECK(file_exists(fa + ".rejected"));
+    CHECK(read_run_results(fa).curves.loss == r.curves.loss);  // trained again, the same bits
+  }
+  SECTION("another run's file under this run's name: refused by name, and the run trains") {
+    REQUIRE(sh("cp " + fb + " " + fa).code == 0);
+    try {
+      read_run_results(fa);
+      FAIL("another run's content was read under this name");
+    } catch (const Error& e) {
+      CHECK(std::string(e.what()).find("named for run id " + a.run_id() + " but holds run") != std::string::npos);
+    }
+    Shell run = sh(kBin + " run " + m);
+    CHECK(run.code == 0);
+    CHECK(run.out.find("skipped") == std::string::npos);
+    CHECK(read_run_results(fa).recipe == "bf16");
+  }
+}
+
+TEST_CASE("a checkpoint carries its run id, step and checksum: another run's or a damaged one is refused, naming the file", "[integrity]") {
+  const std::string d = test::temp_dir();
+  const std::string m = test::tiny_manifest(d, "bf16", 20, "checkpoint_every = 5\n"), m2 = test::tiny_manifest(d, "ufp4", 20, "checkpoint_every = 5\n");
+  const RunManifest a = RunManifest::load(m), b = RunManifest::load(m2);
+  REQUIRE(sh(kBin + " run " + m + " --stop-after 10").code == 130);
+  REQUIRE(file_exists(checkpoint_path(a)));
+
+  SECTION("a bf16 run's checkpoint under the ufp4 run's name") {
+    REQUIRE(sh("cp " + checkpoint_path(a) + " " + checkpoint_path(b)).code == 0);
+    Shell r = sh(kBin + " run " + m2);
+    CHECK(r.code == 2);
+    CHECK(r.out.find(checkpoint_path(b) + ": checkpoint of run " + a.run_id() + ", not of this run (" + b.run_id() + ")") != std::string::npos);
+    CHECK(!file_exists(results_path(b)));
+  }
+  SECTION("one flipped byte in the archive") {
+    flip(checkpoint_path(a), bytes_of(checkpoint_path(a)).size() / 2);
+    Shell r = sh(kBin + " run " + m);
+    CHECK(r.code == 2);
+    CHECK(r.out.find(checkpoint_path(a) + ": damaged checkpoint") != std::string::npos);
+    CHECK(!file_exists(results_path(a)));
+  }
+  SECTION("a file that is no stamped checkpoint") {
+    write_bytes(checkpoint_path(a), "not a checkpoint");
+    Shell r = sh(kBin + " run " + m);
+    CHECK(r.code == 2);
+    CHECK(r.out.find(checkpoint_path(a) + ": not a stamped ufp4 archive") != std::string::npos);
+  }
+  SECTION("the intact checkpoint resumes to the uninterrupted curve") {
+    Shell r = sh(kBin + " run " + m);
+    CHECK(r.code == 0);
+    CHECK(r.out.find("at step 10") != std::string::npos);
+  }
+}
+
+TEST_CASE("data shards are checked against data.toml: in full by data verify, quickly at every run start", "[integrity]") {
+  const std::string d = test::temp_dir();
+  const std::string data = data_copy(d);
+  const std::string m = with_data(test::tiny_manifest(d, "bf16", 6), data);
+  auto ok = test::run_binary("data verify " + data);
+  CHECK(ok.code == 0);
+  CHECK(ok.out.find("every shard matches data.toml") != std::string::npos);
+  CHECK(file_exists(data + "/data.verified"));
+
+  SECTION("a flipped bit in a training shard") {
+    flip(data + "/train_000.bin", 4000);
+    auto v = test::run_binary("data verify " + data);
+    CHECK(v.code == 2);
+    CHECK(v.out.find(data + "/train_000.bin: SHA-256") != std::string::npos);
+    Shell r = sh(kBin + " run " + m);
+    CHECK(r.code == 2);
+    CHECK(line_with(r.out, "error").find(data + "/train_000.bin: sampled content differs") != std::string::npos);
+    CHECK(!file_exists(results_path(RunManifest::load(m))));
+  }
+  SECTION("a data.toml whose hashes no longer match its shards") {
+    std::string toml = bytes_of(data + "/data.toml");
+    const size_t at = toml.find("train_sha256 = [\"");
+    REQUIRE(at != std::string::npos);
+    toml[at + 17] = toml[at + 17] == '0' ? '1' : '0';
+    write_bytes(data + "/data.toml", toml);
+    Shell r = sh(kBin + " run " + m);
+    CHECK(r.code == 2);
+    CHECK(r.out.find(data + "/train_000.bin: SHA-256") != std::string::npos);
+    CHECK(r.out.find("does not match data.toml's") != std::string::npos);
+  }
+}
+
+TEST_CASE("a damaged data folder is named with what is allowed, exit 2 (no stoi, no LibTorch index error, no blame on train.steps)", "[integrity]") {
+  const std::string d = test::temp_dir();
+  const std::string data = data_copy(d);
+  const std::string m = with_data(test::tiny_manifest(d, "bf16", 6), data);
+  const std::string toml = bytes_of(data + "/data.toml");
+  auto replace = [&](const std::string& from, const std::string& to) {
+    std::string t = toml;
+    const size_t at = t.find(from);
+    REQUIRE(at != std::string::npos);
+    t.replace(at, from.size(), to);
+    write_bytes(data + "/data.toml", t);
+  };
+  SECTION("vocab is not an integer") {
+    replace("vocab = ", "vocab = \"abc\" # ");
+    Shell r = sh(kBin + " run " + m);
+    CHECK(r.code == 2);
+    CHECK(line_with(r.out, "error").find(data + "/data.toml:") != std::string::npos);
+    CHECK(line_with(r.out, "error").find("vocab: expected an integer (allowed: 1 to 65536") != std::string::npos);
+  }
+  SECTION("a negative token count in a shard's header") {
+    std::string shard = bytes_of(data + "/val_000.bin");
+    const int32_t bad = -5;
+    std::memcpy(&shard[8], &bad, 4);
+    write_bytes(data + "/val_000.bin", shard);
+    Shell r = sh(kBin + " run " + m);
+    CHECK(r.code == 2);
+    CHECK(r.out.find(data + "/val_000.bin: header says -5 tokens (allowed: 0 to 2147483647)") != std::string::npos);
+    CHECK(r.out.find("train.steps") == std::string::npos);
+  }
+  SECTION("a token outside the model's vocabulary (the hashes made to match, so only the token is wrong)") {
+    std::string shard = bytes_of(data + "/train_000.bin");
+    const uint16_t oov = 65000;
+    std::memcpy(&shard[1024 + 2 * 77], &oov, 2);
+    write_bytes(data + "/train_000.bin", shard);
+    const std::string old_sha = sha256_file(test::ci_data() + "/train_000.bin"), new_sha = sha256_file(data + "/train_000.bin");
+    replace(old_sha, new_sha);
+    std::remove((data + "/data.verified").c_str());
+    Shell r = sh(kBin + " run " + m);
+    CHECK(r.code == 2);
+    CHECK(r.out.find(data + "/train_000.bin: token id 65000 at token 77 is outside model tiny's vocabulary") != std::string::npos);
+    CHECK(r.out.find("index out of range") == std::string::npos);
+  }
+}
+
+TEST_CASE("ufp4 check fails when a reference run has no result, or a result holds another run under its name", "[integrity]") {
+  const std::string d = test::temp_dir();
+  const std::string m = test::tiny_manifest(d, "bf16", 8), m2 = test::tiny_manifest(d, "ufp4", 8);
+  REQUIRE(sh(kBin + " run " + m + " " + m2).code == 0);
+  REQUIRE(sh("mkdir -p " + d + "/refs " + d + "/only && cp " + d + "/runs/*.h5 " + d + "/refs/ && cp " + results_path(RunManifest::load(m)) + " " + d + "/only/").code == 0);
+  auto all = test::run_binary("check " + d + "/runs --reference " + d + "/refs");
+  CHECK(all.code == 0);
+  auto one = test::run_binary("check " + d + "/only --reference " + d + "/refs");
+  CHECK(one.code == 1);
+  CHECK(one.out.find("FAIL tiny_ufp4: the reference's run has no result among the files checked") != std::string::npos);
+  REQUIRE(sh("cp " + results_path(RunManifest::load(m2)) + " " + d + "/only/" + results_path(RunManifest::load(m)).substr(d.size() + 6)).code == 0);
+  auto swapped = test::run_binary("check " + d + "/only --reference " + d + "/refs");
+  CHECK(swapped.code == 2);
+  CHECK(swapped.out.find("but holds run tiny_ufp4") != std::string::npos);
+}
+
+TEST_CASE("reports and checks work from the campaign's run set: missing runs listed, stale files named and ignored", "[integrity]") {
+  const std::string d = test::temp_dir();
+  const std::string manifest = test::write_manifest(d, "runs_tiny",
+                                                    "[model]\nname = \"tiny\"\n[recipe]\nname = \"bf16\"\n[data]\npath = \"" + test::ci_data() +
+                                                        "\"\n[train]\nsteps = 20\nbatch = 4\nmicro_batch = 2\nwarmup = 5\ncheckpoint_every = 0\ndevice = \"cpu\"\n"
+                                                        "[eval]\nevery = 10\nbatches = 2\nfinal = \"split\"\n[outputs]\ndir = \"" + d + "/runs\"\nname = \"f8\"\n"
+                                                        "[sweep]\n\"recipe.name\" = [\"bf16\", \"e2m1_ref\", \"ufp4\"]\n");
+  const std::string campaign = test::write_manifest(d, "campaign",
+                                                    "name = \"tiny_f8\"\nreport = \"figure8\"\nresults = \"" + d + "/runs\"\nmanifests = [\"runs_tiny.toml\"]\n"
+                                                    "[seeds]\npilot = 2\nmin = 2\nmax = 2\n[registration]\ndate = \"2026-11-27\"\nmetric = \"final val\"\n"
+                                                    "secondary = \"train\"\ntest = \"paired t\"\nalpha = 0.05\npower = 0.8\nfamily = \"tiny\"\n"
+                                                    "[[registration.claims]]\nid = \"tiny\"\nmodel = \"tiny\"\ntext = \"ufp4 below e2m1_ref\"\na = \"ufp4\"\n"
+                                                    "b = \"e2m1_ref\"\ndirection = -1\npaper_effect = -0.29\n");
+  auto run = test::run_binary("campaign run " + campaign);
+  INFO(run.out);
+  REQUIRE(run.code == 0);
+  CHECK(file_exists(d + "/runs/seeds.toml"));  // decided once the pilot was in
+  CHECK(test::run_binary("campaign check " + campaign).code == 0);
+  auto first = test::run_binary("report figure8 --campaign " + campaign + " --out " + d + "/f8.md");
+  REQUIRE(first.code == 0);
+  const std::string md = bytes_of(d + "/f8.md");
+  CHECK(md.find("Run set: all 6 runs") != std::string::npos);
+  CHECK(md.find("## Registration (2026-11-27") != std::string::npos);
+  const std::string verdicts = md.substr(md.find("## Verdicts"), md.find("## The fast-descent") - md.find("## Verdicts"));
+
+  // A stale result beside them: the same runs before a manifest edit (15 steps), other run ids.
+  std::string edited = bytes_of(manifest);
+  edited.replace(edited.find("steps = 20"), 10, "steps = 15");
+  test::write_manifest(d, "stale", edited);
+  REQUIRE(test::run_binary("run " + d + "/stale.toml --only f8-ufp4").code == 0);
+  auto second = test::run_binary("report figure8 --campaign " + campaign + " --out " + d + "/f8.md");
+  REQUIRE(second.code == 0);
+  const std::string md2 = bytes_of(d + "/f8.md");
+  CHECK(md2.find("Ignored (in the results folder, not in the run set):") != std::string::npos);
+  CHECK(md2.find("not a run of this campaign (f8-ufp4") != std::string::npos);
+  CHECK(md2.substr(md2.find("## Verdicts"), md2.find("## The fast-descent") - md2.find("## Verdicts")) == verdicts);  // the numbers did not move
+  auto check = test::run_binary("campaign check " + campaign);
+  CHECK(check.code == 1);
+  CHECK(check.out.find("FAIL not in the run set") != std::string::npos);
+
+  // A run's results removed: the report says the set is incomplete, and check fails naming it.
+  const Campaign c = Campaign::load(campaign);
+  const RunSet set = c.resolve();
+  std::remove(set.runs.front().path.c_str());
+  auto third = test::run_binary("report figure8 --campaign " + campaign + " --out " + d + "/f8.md");
+  REQUIRE(third.code == 0);
+  CHECK(bytes_of(d + "/f8.md").find("**Incomplete run set: 1 of 6 runs") != std::string::npos);
+  auto missing = test::run_binary("campaign check " + campaign);
+  CHECK(missing.code == 1);
+  CHECK(missing.out.find("FAIL " + set.runs.front().name + ": missing") != std::string::npos);
+}
+
+TEST_CASE("what writes into committed folders replaces a file only when told; an unchanged report keeps its bytes and time", "[integrity]") {
+  const std::string d = test::temp_dir();
+  // A checkout of its own (what reports read), to run a copied binary in.
+  const std::string root = UFP4_SOURCE_DIR;
+  REQUIRE(sh("mkdir -p " + d + "/co/reports " + d + "/co/models && cp -r " + root + "/models/recipes " + d + "/co/models/ && cp -r " + root +
+             "/reports/paper " + d + "/co/reports/ && mkdir -p " + d + "/co/experiments && touch " + d + "/co/CMakeLists.txt && cp " + kBin + " " + d +
+             "/ufp4-copy && cp " + executable_dir() + "/ufp4-data " + d + "/ufp4-data")
+              .code == 0);
+  const double source_report = mtime(root + "/reports/table1.md");
+  Shell r1 = sh("cd " + d + "/co && " + d + "/ufp4-copy report table1");
+  REQUIRE(r1.code == 0);
+  CHECK(file_exists(d + "/co/reports/table1.md"));                 // into the checkout it runs in,
+  CHECK(mtime(root + "/reports/table1.md") == source_report);       // not the tree it was built from
+  CHECK(bytes_of(d + "/co/reports/table1.md") == bytes_of(root + "/reports/table1.md"));  // the committed report is this rendering
+  const double first = mtime(d + "/co/reports/table1.md");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  Shell r2 = sh("cd " + d + "/co && " + d + "/ufp4-copy report table1");
+  CHECK(r2.code == 0);
+  CHECK(r2.out.find("unchanged: ") != std::string::npos);
+  CHECK(mtime(d + "/co/reports/table1.md") == first);
+  write_bytes(d + "/co/reports/table1.md", "an edited report\n");
+  Shell r3 = sh("cd " + d + "/co && " + d + "/ufp4-copy report table1");
+  CHECK(r3.code == 2);
+  CHECK(r3.out.find("reports/table1.md exists and would be replaced (allowed: --force") != std::string::npos);
+  CHECK(sh("cd " + d + "/co && " + d + "/ufp4-copy report table1 --force").code == 0);
+  // Outside any checkout, a recipe by name cannot come from the tree the binary was built in.
+  Shell outside = sh("cd " + d + " && " + d + "/ufp4-copy recipes ufp4");
+  CHECK(outside.code == 2);
+  CHECK(outside.out.find("recipes by name are found in the ufp4 checkout the command runs in, and there is none here or above") != std::string::npos);
+  // ufp4 fit: its default output exists, so it is replaced only with --out or --force.
+  REQUIRE(sh("mkdir -p " + d + "/co/results/fits " + d + "/co/empty && touch " + d + "/co/results/fits/figure9-proxy.h5").code == 0);
+  Shell fit = sh("cd " + d + "/co && " + d + "/ufp4-copy fit --results empty");
+  CHECK(fit.code == 2);
+  CHECK(fit.out.find("results/fits/figure9-proxy.h5 exists and would be replaced") != std::string::npos);
+}
+
+TEST_CASE("two processes on one run: the second waits for the first and finds its results; a killed holder leaves no lock", "[integrity]") {
+  const std::string d = test::temp_dir();
+  const std::string m = test::tiny_manifest(d, "bf16", 300);
+  Shell both = sh("(" + kBin + " run " + m + " > " + d + "/a.log 2>&1 &) ; for i in $(seq 200); do grep -q 'steps x' " + d +
+                  "/a.log 2>/dev/null && break; sleep 0.05; done; " + kBin + " run " + m + " > " + d + "/b.log 2>&1; echo b=$?; sleep 0.5; cat " + d + "/a.log");
+  CHECK(both.out.find("b=0") != std::string::npos);
+  const std::string b = bytes_of(d + "/b.log");
+  CHECK(b.find("another process trains it (pid ") != std::string::npos);
+  CHECK(b.find("results exist") != std::string::npos);
+  CHECK(b.find("steps x") == std::string::npos);  // it did not train
+  // SIGKILL while holding the lock: the next process takes it at once.
+  const std::string m2 = test::tiny_manifest(d, "ufp4", 2000, "checkpoint_every = 50\n");
+  Shell killed = sh("(" + kBin + " run " + m2 + " > " + d + "/c.log 2>&1 & echo $! > " + d + "/c.pid); for i in $(seq 200); do grep -q 'steps x' " + d +
+                    "/c.log 2>/dev/null && break; sleep 0.05; done; kill -9 $(cat " + d + "/c.pid); sleep 0.3; timeout 60 " + kBin + " run " + m2 +
+                    " --stop-after 60 2>&1; echo exit=$?");
+  CHECK(killed.out.find("another process trains it") == std::string::npos);
+  CHECK(killed.out.find("exit=130") != std::string::npos);
+}
+
+TEST_CASE("the run scheduler: a stalled run is logged with its state, stopped and started once more; a stop ends it within the grace", "[integrity]") {
+  const std::string d = test::temp_dir();
+  ScheduleOptions o;
+  o.gpus = 1;
+  o.per_gpu = 2;
+  o.stall_seconds = 1;
+  o.stop_grace_seconds = 1;
+  o.poll_seconds = 0.05;
+  o.thread_stacks = false;  // gdb's attach takes seconds; the wait channels and state are enough to check
+  // One job stalls after its first line (every time it starts); one finishes.
+  const std::vector<ScheduledJob> jobs = {{"stalls", "sh -c 'echo started; sleep 30'", d + "/stalls.log"}, {"ends", "sh -c 'echo done'", d + "/ends.log"}};
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<JobResult> r = run_scheduled_jobs(jobs, o);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(r[1].status == JobStatus::kDone);
+  CHECK(r[0].status == JobStatus::kFailed);
+  CHECK(r[0].restarts == 1);
+  CHECK(r[0].detail.find("stalled twice") != std::string::npos);
+  const std::string log = bytes_of(d + "/stalls.log");
+  CHECK(log.find("=== ufp4 run: no progress for 1 s; its state:") != std::string::npos);
+  CHECK(log.find("State:") != std::string::npos);
+  CHECK(took < 15);
+
+  // SIGTERM to the scheduler: a job that ignores it is killed after the grace, and the call returns.
+  const std::vector<ScheduledJob> stubborn = {{"stubborn", "sh -c 'trap \"\" TERM; while :; do echo x; sleep 0.1; done'", d + "/stubborn.log"}};
+  o.stall_seconds = 60;
+  std::thread signaller([] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(700));
+    ::kill(::getpid(), SIGTERM);
+  });
+  const auto t1 = std::chrono::steady_clock::now();
+  const std::vector<JobResult> s = run_scheduled_jobs(stubborn, o);
+  signaller.join();
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count() < 10);
+  CHECK(s[0].status == JobStatus::kStopped);
+  CHECK(bytes_of(d + "/stubborn.log").find("still running 1 s after a stop signal") != std::string::npos);
+}
+
+TEST_CASE("ufp4 quantize refuses inputs it cannot quantize faithfully, saying why", "[integrity]") {
+  const std::string d = test::temp_dir();
+  auto npy = [&](const std::string& name, const std::string& descr, const std::string& shape, const std::string& payload) {
+    std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
+    header += std::string((64 - (10 + header.size() + 1) % 64) % 64, ' ') + "\n";
+    std::string b = std::string("\x93NUMPY\x01\x00", 8);
+    const uint16_t hl = static_cast<uint16_t>(header.size());
+    b.append(reinterpret_cast<const char*>(&hl), 2);
+    write_bytes(d + "/" + name, b + header + payload);
+    return d + "/" + name;
+  };
+  std::vector<float> v(32, 1.0f);
+  v[5] = std::nanf("");
+  const std::string nan = npy("nan.npy", "<f4", "(2, 16)", std::string(reinterpret_cast<const char*>(v.data()), 128));
+  auto r = test::run_binary("quantize --in " + nan + " --out -");
+  CHECK(r.code == 2);
+  CHECK(r.out.find("holds 1 NaN and 0 infinite values (the first at index 5") != std::string::npos);
+  CHECK(test::run_binary("quantize --in " + nan + " --out - --allow-nonfinite").code == 0);
+  std::vector<double> big(16, 1.0);
+  big[3] = 1e39;
+  const std::string f8 = npy("big.npy", "<f8", "(1, 16)", std::string(reinterpret_cast<const char*>(big.data()), 128));
+  auto b = test::run_binary("quantize --in " + f8 + " --out -");
+  CHECK(b.code == 2);
+  CHECK(b.out.find("at index 3 is beyond float32's range") != std::string::npos);
+  std::vector<float> ones(32, 1.0f);
+  const std::string extra = npy("extra.npy", "<f4", "(1, 16)", std::string(reinterpret_cast<const char*>(ones.data()), 128));
+  auto e = test::run_binary("quantize --in " + extra + " --out -");
+  CHECK(e.code == 2);
+  CHECK(e.out.find("64 bytes after the 16 values its shape (1, 16) declares") != std::string::npos);
+  const std::string huge = npy("huge.npy", "<f4", "(4294967296, 4294967296)", std::string(reinterpret_cast<const char*>(ones.data()), 128));
+  auto h = test::run_binary("quantize --in " + huge + " --out -");
+  CHECK(h.code == 2);
+  CHECK(h.out.find("its product overflows") != std::string::npos);
+}
+
+TEST_CASE("every committed campaign's results are its run set: ids recomputed from its manifests and the committed data manifest", "[integrity]") {
+  const std::string root = UFP4_SOURCE_DIR;
+  char cwd[4096];
+  REQUIRE(::getcwd(cwd, sizeof cwd) != nullptr);
+  REQUIRE(::chdir(root.c_str()) == 0);  // campaigns name their files from the repository root
+  struct Back {
+    const char* to;
+    ~Back() { (void)!::chdir(to); }
+  } back{cwd};
+  int campaigns = 0;
+  for (const auto& path : campaign_files("experiments")) {
+    const Campaign c = Campaign::load(path);
+    if (c.results_dir.rfind("results/", 0) != 0) continue;  // CI-scale campaigns live in build/
+    ++campaigns;
+    const RunSet set = c.resolve();
+    INFO(path << ": " << set.runs.size() - set.missing() << " of " << set.runs.size() << " runs committed");
+    for (const auto& why : set.ignored) FAIL_CHECK("not in the run set of " << path << ": " << why);
+    for (const auto& r : set.runs) {
+      if (r.path.empty()) continue;
+      const RunResults res = read_run_results(r.path, /*with_curves=*/false);
+      CHECK(res.run_id == r.run_id);
+      CHECK(res.content_verified);
+      CHECK(res.data_manifest_sha256 == sha256_hex(read_text_file(c.data_pins.begin()->second)));
+    }
+  }
+  CHECK(campaigns >= 1);
+}
