@@ -19,6 +19,7 @@
 #include "harness/io/array_io.h"
 #include "harness/io/run_results.h"
 #include "harness/train/campaign.h"
+#include "harness/train/packing.h"
 #include "harness/train/run_manifest.h"
 #include "harness/train/trainer.h"
 #include "tests/catch.h"
@@ -211,6 +212,13 @@ TEST_CASE("a damaged data folder is named with what is allowed, exit 2 (no stoi,
     CHECK(line_with(r.out, "error").find(data + "/data.toml:") != std::string::npos);
     CHECK(line_with(r.out, "error").find("vocab: expected an integer (allowed: 1 to 65536") != std::string::npos);
   }
+  SECTION("vocab is not a TOML value at all (vocab = abc)") {
+    replace("vocab = ", "vocab = abc # ");
+    Shell r = sh(kBin + " run " + m);
+    CHECK(r.code == 2);
+    CHECK(line_with(r.out, "error").find(data + "/data.toml:") != std::string::npos);
+    CHECK(r.out.find("stoi") == std::string::npos);
+  }
   SECTION("a negative token count in a shard's header") {
     std::string shard = bytes_of(data + "/val_000.bin");
     const int32_t bad = -5;
@@ -368,15 +376,28 @@ TEST_CASE("the run scheduler: a stalled run is logged with its state, stopped an
   o.stop_grace_seconds = 1;
   o.poll_seconds = 0.05;
   o.thread_stacks = false;  // gdb's attach takes seconds; the wait channels and state are enough to check
-  // One job stalls after its first line (every time it starts); one finishes.
-  const std::vector<ScheduledJob> jobs = {{"stalls", "sh -c 'echo started; sleep 30'", d + "/stalls.log"}, {"ends", "sh -c 'echo done'", d + "/ends.log"}};
+  o.per_gpu = 3;
+  // Two jobs stall after their first line (every time they start), side by side; one finishes. Each
+  // stalled job is started again itself, once (not a neighbour in the scheduler's list).
+  const std::vector<ScheduledJob> jobs = {{"stalls", "sh -c 'echo started; sleep 30'", d + "/stalls.log"},
+                                          {"stalls too", "sh -c 'echo started; sleep 30'", d + "/stalls2.log"},
+                                          {"ends", "sh -c 'echo done'", d + "/ends.log"}};
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<JobResult> r = run_scheduled_jobs(jobs, o);
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  CHECK(r[1].status == JobStatus::kDone);
-  CHECK(r[0].status == JobStatus::kFailed);
-  CHECK(r[0].restarts == 1);
-  CHECK(r[0].detail.find("stalled twice") != std::string::npos);
+  CHECK(r[2].status == JobStatus::kDone);
+  for (int k : {0, 1}) {
+    CHECK(r[k].status == JobStatus::kFailed);
+    CHECK(r[k].restarts == 1);
+    CHECK(r[k].detail.find("stalled twice") != std::string::npos);
+  }
+  auto starts = [](const std::string& text) {
+    size_t n = 0;
+    for (size_t at = text.find("started\n"); at != std::string::npos; at = text.find("started\n", at + 1)) ++n;
+    return n;
+  };
+  CHECK(starts(bytes_of(d + "/stalls.log")) == 2);
+  CHECK(starts(bytes_of(d + "/stalls2.log")) == 2);
   const std::string log = bytes_of(d + "/stalls.log");
   CHECK(log.find("=== ufp4 run: no progress for 1 s; its state:") != std::string::npos);
   CHECK(log.find("State:") != std::string::npos);
@@ -458,4 +479,23 @@ TEST_CASE("every committed campaign's results are its run set: ids recomputed fr
     }
   }
   CHECK(campaigns >= 1);
+}
+
+TEST_CASE("--per-gpu auto takes the fastest packing measured for the runs' model, 1 when it was not measured", "[integrity]") {
+  const std::string d = test::temp_dir();
+  write_bytes(d + "/p.csv", "device,model,per_gpu,runs,steps_each,tokens_per_s_sum\nH,m-a,1,1,8,100\nH,m-a,4,4,2,150\nH,m-a,9,9,1,120\nH,m-b,1,1,8,90\n");
+  std::string why;
+  CHECK(choose_per_gpu({"m-a", "m-a", "m-b"}, d + "/p.csv", why) == 4);
+  CHECK(why.find("the fastest measured for m-a") != std::string::npos);
+  CHECK(choose_per_gpu({"m-c"}, d + "/p.csv", why) == 1);
+  CHECK(choose_per_gpu({"m-a"}, d + "/missing.csv", why) == 1);
+  CHECK(packed_estimate({{"m-a", 150.0 * 3600}}, d + "/p.csv").find("1 GPU-hours") != std::string::npos);
+  write_bytes(d + "/bad.csv", "device,model,per_gpu,runs,steps_each,tokens_per_s_sum\nH,m-a,four,1,8,100\n");
+  try {
+    load_packing(d + "/bad.csv");
+    FAIL("a malformed row was read");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find(d + "/bad.csv:2: expected device,model,per_gpu") == 0);
+  }
+  CHECK(test::run_binary("run experiments/ci/bf16.toml --gpus 1 --per-gpu two").code == 2);
 }

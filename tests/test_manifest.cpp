@@ -193,6 +193,6 @@ TEST_CASE("the field reference experiments/FIELDS.md is what ufp4 plan --fields 
     RunManifest::load(bad);
     FAIL("an unknown key loaded");
   } catch (const Error& e) {
-    CHECK(std::string(e.what()).find("eval.bogus: unknown key (allowed: batches, every)") != std::string::npos);
+    CHECK(std::string(e.what()).find("eval.bogus: unknown key (allowed: batches, every, final)") != std::string::npos);
   }
 }

@@ -34,10 +34,10 @@ pack() {
 }
 for c in "$@"; do build/ufp4 campaign plan "$c" > "$LOGS/plan-$(basename "$(dirname "$c")").log" 2>&1; head -n 4 "$LOGS/plan-$(basename "$(dirname "$c")").log"; done
 left=$(( ${RUN_UNTIL:-100000} - ($(date +%s) - t0) ))
-echo "training for at most $left s on $ngpu GPU(s), ${PER_GPU:-1} a GPU"
+echo "training for at most $left s on $ngpu GPU(s), ${PER_GPU:-auto} a GPU"
 s=$(date +%s)
 for c in "$@"; do
-  timeout -s TERM "$left" build/ufp4 campaign run "$c" --gpus "$ngpu" --per-gpu "${PER_GPU:-1}" --stall-timeout "${STALL:-120}" > "$LOGS/run-$(basename "$(dirname "$c")").log" 2>&1
+  timeout -s TERM "$left" build/ufp4 campaign run "$c" --gpus "$ngpu" --per-gpu "${PER_GPU:-auto}" --stall-timeout "${STALL:-120}" > "$LOGS/run-$(basename "$(dirname "$c")").log" 2>&1
   rc=$?
   end=$(date +%s)
   echo "campaign $c: exit $rc after $(( end - s )) s (total $(elapsed))$([ $(( end - s )) -ge "$left" ] && echo "; SIGTERM at $left s, the command ended $(( end - s - left )) s later")"

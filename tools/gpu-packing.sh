@@ -13,7 +13,7 @@ PACK=${PACK:-1 2 4 9}
 TOKENS=${TOKENS:-52428800}  # tokens a GPU trains for each K, split over its K runs
 ngpu=$(nvidia-smi -L | wc -l)
 device=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
-echo "model,per_gpu,runs,steps_each,tokens_per_s_sum,tokens_per_s_each_mean,wall_s" > "$LOGS/packing.csv"
+echo "device,model,per_gpu,runs,steps_each,tokens_per_s_sum,tokens_per_s_each_mean,wall_s" > "$LOGS/packing.csv"
 for model in $MODELS; do
   i=0
   pids=()
@@ -35,7 +35,7 @@ for model in $MODELS; do
       sum=$(for l in build/packing/$model-k$k/logs/*.log; do grep -o '[0-9]* tok/s' "$l" | tail -n 1; done |
             awk '{s += $1; n += 1} END {printf "%.0f,%.0f,%d", s, n ? s / n : 0, n}')
       IFS=, read -r total each runs <<< "$sum"
-      echo "$model,$k,$runs,$steps,$total,$each,$wall" >> "$LOGS/packing.csv"
+      echo "$device,$model,$k,$runs,$steps,$total,$each,$wall" >> "$LOGS/packing.csv"
       echo "$model per-gpu $k: $runs runs of $steps steps, $total tok/s together ($each each), ${wall} s wall, exit $rc"
     ) &
     pids+=($!)
@@ -53,10 +53,10 @@ done
   echo
   echo "| model | runs a GPU (K) | steps a run | tokens/s together | tokens/s a run | wall (s) |"
   echo "|---|---|---|---|---|---|"
-  sort -t, -k1,1 -k2,2n "$LOGS/packing.csv" | grep -v '^model' | awk -F, '{printf "| %s | %s | %s | %s | %s | %s |\n", $1, $2, $4, $5, $6, $7}'
+  tail -n +2 "$LOGS/packing.csv" | sort -t, -k2,2 -k3,3n | awk -F, '{printf "| %s | %s | %s | %s | %s | %s |\n", $2, $3, $5, $6, $7, $8}'
   echo
   for model in $MODELS; do
-    best=$(grep "^$model," "$LOGS/packing.csv" | sort -t, -k5,5n | tail -n 1 | cut -d, -f2)
+    best=$(grep ",$model," "$LOGS/packing.csv" | sort -t, -k6,6n | tail -n 1 | cut -d, -f3)
     echo "- $model: fastest at K = $best"
   done
 } > "$LOGS/packing.md"

@@ -18,6 +18,7 @@
 #include "harness/data/data.h"
 #include "harness/io/run_compare.h"
 #include "harness/train/campaign.h"
+#include "harness/train/packing.h"
 #include "harness/train/run_queue.h"
 
 namespace ufp4 {
@@ -79,6 +80,12 @@ int campaign_plan(const Campaign& c) {
     std::printf("%-40s %-17s %-14s %-10s %6lld %s\n", r.name.c_str(), r.run_id.c_str(), r.model.c_str(), r.recipe.c_str(), static_cast<long long>(r.seed),
                 r.path.empty() ? "missing" : r.path.c_str());
   for (const auto& why : set.ignored) std::printf("ignored: %s\n", why.c_str());
+  std::vector<std::pair<std::string, double>> missing;
+  const std::vector<RunManifest> ms = c.runs();
+  for (size_t i = 0; i < ms.size(); ++i)
+    if (set.runs[i].path.empty()) missing.emplace_back(ms[i].model, static_cast<double>(ms[i].train_tokens()));
+  if (const std::string packed = packed_estimate(missing, repository_root() + "/results/bench/packing.csv"); !packed.empty())
+    std::printf("\nthe missing runs side by side (--gpus N, the packing table results/bench/packing.csv):\n%s", packed.c_str());
   print_transition(c, set);
   return 0;
 }
@@ -191,7 +198,8 @@ int campaign_check(const Campaign& c, const std::string& retrain_dir, bool all_r
 
 int cmd_campaign(const std::vector<std::string>& args) {
   std::string action, path, only, retrain, out_dir;
-  int gpus = 0, per_gpu = 1;
+  int gpus = 0;
+  std::string per_gpu = "auto";
   bool pilot_only = false, all_recipes = false;
   RunQueueOptions q;
   po::options_description d("options");
@@ -199,7 +207,7 @@ int cmd_campaign(const std::vector<std::string>& args) {
       ("action", po::value(&action), "plan | run | check")
       ("campaign", po::value(&path), "the campaign file (experiments/<table or figure>/campaign.toml)")
       ("gpus", po::value(&gpus)->default_value(0), "run: train on this many GPUs, one child process a run (0: one after another here)")
-      ("per-gpu", po::value(&per_gpu)->default_value(1), "run: concurrent runs per GPU")
+      ("per-gpu", po::value(&per_gpu)->default_value("auto"), "run: concurrent runs per GPU: a number, or auto (the fastest measured for the runs' model)")
       ("stall-timeout", po::value(&q.schedule.stall_seconds)->default_value(300), "run: seconds without progress before a run is stopped and started again once")
       ("stop-grace", po::value(&q.schedule.stop_grace_seconds)->default_value(40), "run: seconds a stopped run may take to checkpoint before it is killed")
       ("device", po::value(&q.run.device), "override the manifests' device: auto, cpu, cuda")
@@ -214,10 +222,10 @@ int cmd_campaign(const std::vector<std::string>& args) {
   auto vm = parse_command("campaign", "plan|run|check CAMPAIGN [--gpus N] [--retrain DIR]", d, args, &pos);
   if (!vm) return 0;
   if (path.empty()) throw Error("campaign: give an action and a campaign file (usage: ufp4 campaign plan|run|check CAMPAIGN)");
-  if (gpus < 0 || per_gpu < 1) throw Error("campaign: --gpus must be >= 0 and --per-gpu >= 1");
+  if (gpus < 0) throw Error("campaign: --gpus must be >= 0");
   Campaign c = Campaign::load(path);
   q.gpus = gpus;
-  q.schedule.per_gpu = per_gpu;
+  if (gpus > 0) q.schedule.per_gpu = resolve_per_gpu(per_gpu, c.runs());
   if (!out_dir.empty()) {
     if (only.empty()) throw Error("campaign: --out-dir goes with --only (one retrained run)");
     c.results_dir = out_dir;

@@ -1,5 +1,8 @@
 // `ufp4 data prepare`: corpus -> tokenizer -> token shards + data.toml, done by the ufp4-data tool.
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <iostream>
 
@@ -24,14 +27,26 @@ int cmd_data(const std::vector<std::string>& args) {
     return 0;
   }
   if (args[0] != "prepare") throw Error("data: unknown action '" + args[0] + "' (allowed: prepare, verify)");
+  // The tool runs as a child (not exec'd in place), so that an in-process caller of the CLI, such as
+  // the test suite, goes on after it; its exit code is the command's.
   std::vector<char*> argv;
   const std::string tool = data_tool_path(executable_dir());
   argv.push_back(const_cast<char*>(tool.c_str()));
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   std::cout.flush();
-  execv(tool.c_str(), argv.data());
-  throw RuntimeError(tool + ": cannot run the data tool");
+  std::cerr.flush();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execv(tool.c_str(), argv.data());
+    ::_exit(127);
+  }
+  if (pid < 0) throw RuntimeError(tool + ": cannot start the data tool");
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) throw RuntimeError(tool + ": lost the data tool");
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 127) throw RuntimeError(tool + ": cannot run the data tool");
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 }  // namespace ufp4

@@ -18,6 +18,7 @@
 #include "harness/train/data_parallel.h"
 #include "harness/train/manifest_fields.h"
 #include "harness/train/run_manifest.h"
+#include "harness/train/packing.h"
 #include "harness/train/run_files.h"
 #include "harness/train/trainer.h"
 #include "models/model_config.h"
@@ -232,6 +233,11 @@ int cmd_plan(const std::vector<std::string>& args) {
                 "~ same model, other recipe; ≈ FLOPs at the median MFU measured here; - nothing measured (runs that shared a GPU recorded their shared speed). Missing runs: %s one at a time.\n"
                 "epochs: training tokens over the data's; ! above data.max_epochs (ufp4 run refuses the run); ? data not prepared yet.\n",
                 device.c_str(), Progress::format_duration(total_s).c_str());
+    std::vector<std::pair<std::string, double>> missing_tokens;
+    for (const auto& m : ms)
+      if (find_results(m).empty()) missing_tokens.emplace_back(m.model, static_cast<double>(m.train_tokens()));
+    if (const std::string packed = packed_estimate(missing_tokens, repository_root() + "/results/bench/packing.csv"); !packed.empty())
+      std::printf("\nmissing runs side by side (ufp4 run --gpus N; the packing table results/bench/packing.csv):\n%s", packed.c_str());
     std::printf("\nreuse (a run id hashes every manifest field that changes the result, the recipe's resolved content, the model's "
                 "configuration and the data manifest's SHA-256):\n");
     for (const auto& r : reasons) std::printf("  %s\n", r.c_str());

@@ -25,7 +25,8 @@ namespace ufp4 {
 int cmd_run(const std::vector<std::string>& args) {
   std::vector<std::string> manifests;
   std::string only;
-  int gpus = 0, per_gpu = 1, nproc = 0, dist_timeout = 900;
+  int gpus = 0, nproc = 0, dist_timeout = 900;
+  std::string per_gpu = "auto";
   double bucket_mb = 25;
   bool replicate_optimizer = false;
   std::string backend = "auto";
@@ -37,7 +38,7 @@ int cmd_run(const std::vector<std::string>& args) {
       ("force", po::bool_switch(&opt.force), "re-run even when results exist")
       ("device", po::value(&opt.device), "override the manifests' device: auto, cpu, cuda")
       ("gpus", po::value(&gpus)->default_value(0), "run independent runs concurrently on this many GPUs (0: one after another here)")
-      ("per-gpu", po::value(&per_gpu)->default_value(1), "concurrent runs per GPU with --gpus (results/bench/packing.md: one a GPU is the fastest measured)")
+      ("per-gpu", po::value(&per_gpu)->default_value("auto"), "concurrent runs per GPU with --gpus: a number, or auto (the fastest measured for the runs' model, results/bench/packing.md)")
       ("stall-timeout", po::value(&sched.stall_seconds)->default_value(300), "with --gpus: seconds without progress after which a run is stopped and started again once")
       ("stop-grace", po::value(&sched.stop_grace_seconds)->default_value(40), "with --gpus: seconds a stopped run may take to checkpoint before it is killed")
       ("only", po::value(&only), "run only the run of this name (one member of a sweep or ablation)")
@@ -52,7 +53,7 @@ int cmd_run(const std::vector<std::string>& args) {
   auto vm = parse_command("run", "MANIFEST ... [--gpus N] [--force]", d, args, &pos);
   if (!vm) return 0;
   if (manifests.empty()) throw Error("run: give at least one manifest");
-  if (gpus < 0 || per_gpu < 1) throw Error("run: --gpus must be >= 0 and --per-gpu >= 1");
+  if (gpus < 0) throw Error("run: --gpus must be >= 0");
   if (nproc < 0 || dist_timeout < 1 || !(bucket_mb > 0)) throw Error("run: --nproc-per-node must be >= 0, --dist-timeout >= 1 and --bucket-mb > 0");
   const LaunchEnv env = read_launch_env();
   if ((nproc > 0 || env.distributed()) && gpus > 0)
@@ -106,7 +107,7 @@ int cmd_run(const std::vector<std::string>& args) {
   RunQueueOptions q;
   q.gpus = gpus;
   q.schedule = sched;
-  q.schedule.per_gpu = per_gpu;
+  if (gpus > 0) q.schedule.per_gpu = resolve_per_gpu(per_gpu, ms);
   q.run = opt;
   // With --gpus, one child process a run: `ufp4 run MANIFEST --only NAME`.
   const std::string exe = shell_quote(executable_dir() + "/ufp4");

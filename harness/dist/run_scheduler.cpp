@@ -165,10 +165,11 @@ std::vector<JobResult> run_scheduled_jobs(const std::vector<ScheduledJob>& jobs,
       JobResult& res = results[r.job];
       const ScheduledJob& job = jobs[r.job];
       if (r.stalled && !forwarded && res.restarts == 0) {
+        const size_t again = r.job;  // `r` goes with the erase
         res.restarts = 1;
         running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
         log_info("run " + job.name + ": started again after the stall; it resumes from its checkpoint");
-        start(r.job);
+        start(again);
         continue;
       }
       const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;

@@ -115,18 +115,29 @@ std::string cells_section(const CampaignRuns& runs, const std::string& baseline,
   return os.str();
 }
 
-std::string verdicts_section(const std::vector<ClaimTest>& tests, double alpha) {
+// A claim tested on fewer complete seeds than its model's registered number is an interim look: its
+// verdict is printed, marked, and does not stand until the run set is complete.
+std::string interim_note(const RunSet& set, const ClaimTest& t) {
+  const auto it = set.seeds.seeds.find(t.claim.model);
+  const int64_t registered = it == set.seeds.seeds.end() ? 0 : it->second;
+  if (registered > 0 && static_cast<int64_t>(t.diff.n) >= registered) return "";
+  return registered > 0 ? " (interim: " + std::to_string(t.diff.n) + " of " + std::to_string(registered) + " registered seeds)"
+                        : " (interim: the seeds are not decided yet)";
+}
+
+std::string verdicts_section(const RunSet& set, const std::vector<ClaimTest>& tests, double alpha) {
   std::ostringstream os;
   os << "\n## Verdicts\n\nPer claim the paired difference of the gaps (percentage points), its " << fmt("%.0f", 100 * (1 - alpha))
      << "% interval, the paired t test's p and its Holm adjustment within the family, and the minimal detectable difference (MDD) beside "
-        "the paper's effect (`reports/README.md`: holds, contradicted, smaller than the paper, inconclusive).\n\n"
+        "the paper's effect (`reports/README.md`: holds, contradicted, smaller than the paper, inconclusive). A verdict on fewer seeds "
+        "than the registered number is an interim look, marked so: it stands once the run set is complete.\n\n"
      << "| claim | metric | seeds | difference (pp) | p | Holm p | MDD (pp) | paper (pp) | verdict |\n|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& t : tests)
     for (const bool train : {false, true}) {
       const Interval& d = train ? t.diff_train : t.diff;
       os << "| " << t.claim.id << " | " << (train ? "train, last K (secondary)" : "final val (primary)") << " | " << d.n << " | " << pp(d) << " | "
          << p_text(train ? t.p_train : t.p) << " | " << p_text(train ? t.p_train_holm : t.p_holm) << " | " << fmt("%.3f", train ? t.mdd_train : t.mdd)
-         << " | " << fmt("%+.3f", t.claim.paper_effect) << " | **" << verdict_name(train ? t.verdict_train : t.verdict) << "** |\n";
+         << " | " << fmt("%+.3f", t.claim.paper_effect) << " | **" << verdict_name(train ? t.verdict_train : t.verdict) << "**" << interim_note(set, t) << " |\n";
     }
   os << "\n";
   for (const auto& t : tests) {
@@ -138,7 +149,7 @@ std::string verdicts_section(const std::vector<ClaimTest>& tests, double alpha) 
     else if (t.claim.paper_effect < 0 ? d.hi < t.claim.paper_effect : d.lo > t.claim.paper_effect)
       what = "the paper's effect lies outside our interval: the effect here is larger than the paper's";
     else what = "the paper's effect lies inside our interval";
-    os << "- **" << t.claim.id << "** (" << t.claim.model << "): \"" << t.claim.text << "\" — **" << verdict_name(t.verdict) << "**; " << what
+    os << "- **" << t.claim.id << "** (" << t.claim.model << "): \"" << t.claim.text << "\" — **" << verdict_name(t.verdict) << "**" << interim_note(set, t) << "; " << what
        << "; MDD " << fmt("%.3f", t.mdd) << " pp against the paper's " << fmt("%.3f", std::fabs(t.claim.paper_effect)) << " pp.\n";
   }
   return os.str();
@@ -198,7 +209,7 @@ std::string report_figure8(const std::string& root, const RunSet& set, const std
   os << "# Figure 8: BF16-relative loss gap\n\n" << set_status(set) << "\n"
      << "Paper: " << paper["source"].value_or<std::string>("") << " (" << paper["metric"].value_or<std::string>("")
      << "; `reports/paper/figure8.toml`). Ours: the campaign below, paired by seed; how to read it: `reports/README.md`.\n\n";
-  os << registration_section(set) << seeds_section(set, tests) << cells_section(runs, baseline, paper) << verdicts_section(tests, set.registration.alpha);
+  os << registration_section(set) << seeds_section(set, tests) << cells_section(runs, baseline, paper) << verdicts_section(set, tests, set.registration.alpha);
   os << "- " << paper["moe_large"]["model"].value_or<std::string>("") << ": no proxy of its own; the MoE proxy stands for both MoE sizes.\n";
   os << transition_section(transition_delays(runs, baseline), baseline) << curves_section(runs, figures, "figure8");
   std::vector<std::string> sources;

@@ -124,7 +124,7 @@ std::string report_table2(const std::string& root, const std::vector<std::string
   };
   auto row_recipe = [&](const std::string& row) { return paper["rows"][row]["recipe"].value_or<std::string>(""); };
   std::ostringstream os;
-  os << "# Table 2: UFP4 component ablation (RHT scope x SR)\n\nOurs: " << model << ", " << steps << " steps (experiments/table2/proxy.toml; the "
+  os << "# Table 2: UFP4 component ablation (RHT scope x SR)\n\nOurs: " << model << ", " << steps << " steps (experiments/archive/1600-steps/table2/proxy.toml; the "
      << "full-UFP4 row is the ufp4 run of the Figure 8 campaign), " << seeds.size() << " seeds paired across settings (same initial weights and "
      << "batches); loss = mean training loss of the last K = " << k << " steps, mean over seeds with its 95% Student-t interval; delta = the "
      << "paired per-seed difference from the row it is measured against, with its interval. How to read intervals and verdicts: "

@@ -130,14 +130,15 @@ std::string manifest_fields_markdown() {
      << "(`field`, `levels`: each level changed alone); see experiments/README.md.\n\n"
      << "Role: **run** = in the resolved manifest and hashed into the run id; **content** = in the resolved manifest, the run id\n"
      << "hashing what it names (the recipe's resolved content, the model's configuration, the data manifest's SHA-256);\n"
-     << "**operational** = neither (changing it reuses the run's results).\n";
+     << "**operational** = neither (changing it reuses the run's results). **run, when set**: a field added after the first run ids, which\n"
+     << "enters the run id only when a manifest sets it away from its default, so that adding a field changes no earlier run id.\n";
   for (const char* sec : kManifestSections) {
     os << "\n## [" << sec << "]\n\n| key | type | default | allowed | role | meaning |\n|---|---|---|---|---|---|\n";
     for (const auto& f : manifest_fields()) {
       if (std::string(f.section) != sec) continue;
       std::string def = field_value_text(f, defaults);
       if (std::string(f.section) == "outputs" && std::string(f.key) == "name") def = "(the file's stem)";
-      const char* role = f.role == FieldRole::kIdentity ? "run" : f.role == FieldRole::kByContent ? "content" : "operational";
+      const char* role = f.role == FieldRole::kIdentity ? (f.since > 1 ? "run, when set" : "run") : f.role == FieldRole::kByContent ? "content" : "operational";
       os << "| `" << f.key << "` | " << type_name(f.member) << " | `" << def << "` | " << allowed_text(f) << " | " << role << " | " << f.doc << " |\n";
     }
   }

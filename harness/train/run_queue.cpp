@@ -7,6 +7,7 @@
 #include "common/fs.h"
 #include "common/log.h"
 #include "harness/io/run_results.h"
+#include "harness/train/packing.h"
 
 namespace ufp4 {
 
@@ -34,6 +35,26 @@ void train_here(const std::vector<RunPlan>& plans, const RunOptions& opt, RunQue
 }
 
 }  // namespace
+
+int resolve_per_gpu(const std::string& option, const std::vector<RunManifest>& runs) {
+  if (option != "auto") {
+    int k = 0;
+    try {
+      size_t used = 0;
+      k = std::stoi(option, &used);
+      if (used != option.size()) k = 0;
+    } catch (const std::exception&) {
+    }
+    if (k < 1) throw Error("--per-gpu: '" + option + "' (allowed: auto, or a whole number of runs a GPU, at least 1)");
+    return k;
+  }
+  std::vector<std::string> models;
+  for (const auto& m : runs) models.push_back(m.model);
+  std::string why;
+  const int k = choose_per_gpu(models, repository_root() + "/results/bench/packing.csv", why);
+  log_info("run: --per-gpu auto: " + why);
+  return k;
+}
 
 RunQueueOutcome train_queue(const std::vector<RunPlan>& plans, const std::function<std::string(size_t)>& child_command, const RunQueueOptions& o) {
   RunQueueOutcome q;

@@ -24,6 +24,11 @@ struct RunQueueOutcome {
   int exit_code() const { return !failed.empty() ? 1 : stopped ? 130 : 0; }
 };
 
+// `--per-gpu`: a number, or "auto" (the fastest measured for the runs' model in
+// results/bench/packing.csv of the checkout, harness/train/packing.h; 1 when not measured), logged.
+// Throws Error for anything else.
+int resolve_per_gpu(const std::string& option, const std::vector<RunManifest>& runs);
+
 // `child_command(i)`: the shell command that trains plans[i] alone (gpus > 0).
 RunQueueOutcome train_queue(const std::vector<RunPlan>& plans, const std::function<std::string(size_t)>& child_command, const RunQueueOptions& o);
 

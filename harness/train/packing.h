@@ -1,0 +1,34 @@
+// How many independent runs a GPU should hold at once, from the measured packing table
+// (results/bench/packing.csv, tools/gpu-packing.sh): per device and model, the tokens/s that K runs a
+// GPU reach together. `ufp4 run --gpus` and `ufp4 campaign run --gpus` take the fastest K for their
+// runs' model by default, and `ufp4 plan` estimates a campaign's time from it.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace ufp4 {
+
+struct PackingRow {
+  std::string device, model;
+  int per_gpu = 1;
+  double tokens_per_s = 0;  // all K runs of one GPU together
+};
+
+// The rows of a packing table; empty when the file is missing. Throws Error naming the file and
+// line of a malformed row.
+std::vector<PackingRow> load_packing(const std::string& csv);
+// The fastest K measured for `model` (on `device`, or on any device when `device` is empty); 0 when
+// the table has no row for it.
+int fastest_per_gpu(const std::vector<PackingRow>& rows, const std::string& model, const std::string& device = "");
+// Tokens/s a GPU reaches with K runs of `model`; 0 when not measured.
+double packed_tokens_per_s(const std::vector<PackingRow>& rows, const std::string& model, int per_gpu, const std::string& device = "");
+
+// GPU time of `tokens` per model at the fastest measured packing: one line per model, "" for models the
+// table has not measured ("dense-ne6.6m: 1.3e+10 tokens at 4 runs a GPU (3.9M tokens/s a GPU): 0.93 GPU-h").
+std::string packed_estimate(const std::vector<std::pair<std::string, double>>& model_tokens, const std::string& table);
+
+// `--per-gpu auto`: the fastest K for the model most of `models` name (1 when the table has none), with
+// the sentence that says why.
+int choose_per_gpu(const std::vector<std::string>& models, const std::string& table, std::string& why);
+
+}  // namespace ufp4
