@@ -161,7 +161,8 @@ int retrain_and_compare(const Campaign& c, const RunSet& set, const std::string&
   const std::string exe = shell_quote(executable_dir() + "/ufp4");
   // A child retrains one run from the campaign's manifest with --out-dir (the run id ignores the folder).
   const RunQueueOutcome out = train_queue(plans, [&](size_t i) {
-    return exe + " campaign run " + shell_quote(c.path) + " --only " + shell_quote(sample[i].name) + " --force --out-dir " + shell_quote(dir);
+    return exe + " campaign run " + shell_quote(c.path) + " --only " + shell_quote(sample[i].name) + " --force --out-dir " + shell_quote(dir) +
+           (q.run.device.empty() ? "" : " --device " + shell_quote(q.run.device));
   }, q);
   int failures = static_cast<int>(out.failed.size());
   for (size_t i = 0; i < sample.size(); ++i) {

@@ -127,7 +127,8 @@ DataVerification verify_data(const std::string& dir, DataCheck check) {
   if (!file_exists(dir + "/data.toml")) throw Error(dir + ": no data.toml to verify against (llm.c shards are named by their contents' hash)");
   const DataManifest m = read_manifest(dir);
   std::map<std::string, std::string> sampled = check == DataCheck::kQuick ? read_sidecar(dir) : std::map<std::string, std::string>{};
-  const bool full = check == DataCheck::kFull || sampled.size() != m.shards.size();
+  bool full = check == DataCheck::kFull || sampled.size() != m.shards.size();
+  for (const auto& s : m.shards) full = full || !sampled.count(s.name);  // a shard the last full check did not see
   DataVerification v;
   v.full = full;
   int64_t train = 0, val = 0;
@@ -137,7 +138,7 @@ DataVerification verify_data(const std::string& dir, DataCheck check) {
     v.bytes += kHeaderBytes + 2 * n;
     ++v.shards;
     if (full) {
-      if (check == DataCheck::kFull) log_info("data: checking " + s.path + " (" + std::to_string((kHeaderBytes + 2 * n) >> 20) + " MiB)");
+      log_info("data: checking " + s.path + " against data.toml (" + std::to_string((kHeaderBytes + 2 * n) >> 20) + " MiB)");
       const std::string sha = sha256_file(s.path);
       if (sha != s.sha256)
         throw Error(s.path + ": SHA-256 " + sha.substr(0, 16) + "… does not match data.toml's " + s.sha256.substr(0, 16) +

@@ -13,6 +13,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -102,7 +103,7 @@ std::string describe_process(int pid, bool thread_stacks) {
   }
   if (!thread_stacks) return os.str();
   if (std::system("command -v gdb > /dev/null 2>&1") == 0) {
-    const std::string cmd = "timeout 60 gdb -p " + std::to_string(pid) + " -batch -ex 'thread apply all bt 25' 2>&1 | grep -E '^(Thread|#)'";
+    const std::string cmd = "timeout 20 gdb -p " + std::to_string(pid) + " -batch -ex 'thread apply all bt 25' 2>&1 | grep -E '^(Thread|#)'";
     if (FILE* p = ::popen(cmd.c_str(), "r")) {
       char buf[512];
       while (std::fgets(buf, sizeof buf, p)) os << buf;
@@ -122,6 +123,18 @@ std::vector<JobResult> run_scheduled_jobs(const std::vector<ScheduledJob>& jobs,
   size_t next = 0;
   g_stop = 0;
   auto old_int = std::signal(SIGINT, on_stop), old_term = std::signal(SIGTERM, on_stop);
+  // Whatever ends the loop (an exception too): the handlers restored, no child left running unwatched.
+  struct Cleanup {
+    std::vector<Running>& running;
+    void (*old_int)(int);
+    void (*old_term)(int);
+    ~Cleanup() {
+      for (auto& r : running) ::kill(r.pid, SIGKILL);
+      for (auto& r : running) ::waitpid(r.pid, nullptr, 0);
+      std::signal(SIGINT, old_int);
+      std::signal(SIGTERM, old_term);
+    }
+  } cleanup{running, old_int, old_term};
   Clock::time_point stop_seen{};
   bool forwarded = false, killed = false;
   auto start = [&](size_t j) {
@@ -144,9 +157,10 @@ std::vector<JobResult> run_scheduled_jobs(const std::vector<ScheduledJob>& jobs,
       killed = true;
       log_warn("run: " + std::to_string(running.size()) + " run(s) still running " + std::to_string(static_cast<int>(o.stop_grace_seconds)) +
                " s after the signal: killed (each resumes from its last checkpoint)");
+      // Their state without thread stacks (gdb could take a minute a process), then the kill.
       for (auto& r : running) {
         append(jobs[r.job].log, "=== ufp4 run: still running " + std::to_string(static_cast<int>(o.stop_grace_seconds)) + " s after a stop signal; its state:\n" +
-                                    describe_process(r.pid, o.thread_stacks));
+                                    describe_process(r.pid, /*thread_stacks=*/false));
         ::kill(r.pid, SIGKILL);
       }
     }
@@ -164,7 +178,15 @@ std::vector<JobResult> run_scheduled_jobs(const std::vector<ScheduledJob>& jobs,
       --load[static_cast<size_t>(r.gpu)];
       JobResult& res = results[r.job];
       const ScheduledJob& job = jobs[r.job];
-      if (r.stalled && !forwarded && res.restarts == 0) {
+      if (w < 0) {  // the child cannot be waited for (it was reaped elsewhere): its outcome is unknown
+        res.status = JobStatus::kFailed;
+        res.detail = std::string("lost track of the process (") + std::strerror(errno) + "), see " + job.log;
+        running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
+        continue;
+      }
+      const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      // A stalled job that ended some other way than by finishing is started again, once.
+      if (r.stalled && !forwarded && res.restarts == 0 && !ok) {
         const size_t again = r.job;  // `r` goes with the erase
         res.restarts = 1;
         running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
@@ -172,11 +194,12 @@ std::vector<JobResult> run_scheduled_jobs(const std::vector<ScheduledJob>& jobs,
         start(again);
         continue;
       }
-      const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
       const bool stopped = (WIFEXITED(status) && WEXITSTATUS(status) == 130) || (forwarded && WIFSIGNALED(status));
       res.status = ok ? JobStatus::kDone : stopped ? JobStatus::kStopped : JobStatus::kFailed;
-      if (r.stalled && !forwarded) res.detail = "stalled twice (no output for " + std::to_string(static_cast<int>(o.stall_seconds)) + " s), see " + job.log;
-      else if (!ok && !stopped)
+      if (r.stalled && !forwarded && !ok) {  // a second stall: failed, whether or not it checkpointed on the way out
+        res.status = JobStatus::kFailed;
+        res.detail = "stalled twice (no output for " + std::to_string(static_cast<int>(o.stall_seconds)) + " s), see " + job.log;
+      } else if (!ok && !stopped)
         res.detail = (WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status)) : "exit " + std::to_string(WEXITSTATUS(status))) + ", see " + job.log;
       running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
     }
@@ -203,8 +226,6 @@ std::vector<JobResult> run_scheduled_jobs(const std::vector<ScheduledJob>& jobs,
     }
     std::this_thread::sleep_for(std::chrono::duration<double>(o.poll_seconds));
   }
-  std::signal(SIGINT, old_int);
-  std::signal(SIGTERM, old_term);
   return results;
 }
 

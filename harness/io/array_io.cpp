@@ -422,6 +422,15 @@ namespace {
 
 constexpr const char* kContentAttr = "content_sha256";
 
+// An HDF5 id closed when it goes out of scope, an exception's way included.
+struct H5Id {
+  hid_t id;
+  herr_t (*close)(hid_t);
+  ~H5Id() {
+    if (id >= 0) close(id);
+  }
+};
+
 // Hashes one length-prefixed piece, so that no two different contents share a byte stream.
 void put(Sha256& h, const void* data, size_t n) {
   const uint64_t len = n;
@@ -445,13 +454,12 @@ std::string native_bytes(hid_t obj, hid_t type, hid_t space, bool attribute, std
     return out;
   }
   if (c != H5T_INTEGER && c != H5T_FLOAT) throw RuntimeError("HDF5: a value of a type the content hash does not cover");
-  hid_t native = H5Tget_native_type(type, H5T_DIR_ASCEND);
-  const size_t w = H5Tget_size(native);
+  const H5Id native{H5Tget_native_type(type, H5T_DIR_ASCEND), H5Tclose};
+  const size_t w = H5Tget_size(native.id);
   out.assign(std::max<size_t>(1, w * static_cast<size_t>(n)), '\0');  // HDF5 wants a buffer even for no values
-  const herr_t rc = attribute ? H5Aread(obj, native, &out[0]) : H5Dread(obj, native, H5S_ALL, H5S_ALL, H5P_DEFAULT, &out[0]);
+  const herr_t rc = attribute ? H5Aread(obj, native.id, &out[0]) : H5Dread(obj, native.id, H5S_ALL, H5S_ALL, H5P_DEFAULT, &out[0]);
   out.resize(w * static_cast<size_t>(n));
-  tag = std::string(c == H5T_FLOAT ? "float" : (H5Tget_sign(native) == H5T_SGN_NONE ? "uint" : "int")) + std::to_string(8 * w);
-  H5Tclose(native);
+  tag = std::string(c == H5T_FLOAT ? "float" : (H5Tget_sign(native.id) == H5T_SGN_NONE ? "uint" : "int")) + std::to_string(8 * w);
   h5check(rc, "reading a value");
   return out;
 }
@@ -468,22 +476,16 @@ std::string shape_text(hid_t space) {
 void hash_attributes(Sha256& h, hid_t obj, bool root) {
   const int n = H5Aget_num_attrs(obj);
   for (int i = 0; i < n; ++i) {
-    hid_t a = H5Aopen_by_idx(obj, ".", H5_INDEX_NAME, H5_ITER_INC, static_cast<hsize_t>(i), H5P_DEFAULT, H5P_DEFAULT);
-    if (a < 0) throw RuntimeError("HDF5: cannot open an attribute");
+    const H5Id a{H5Aopen_by_idx(obj, ".", H5_INDEX_NAME, H5_ITER_INC, static_cast<hsize_t>(i), H5P_DEFAULT, H5P_DEFAULT), H5Aclose};
+    if (a.id < 0) throw RuntimeError("HDF5: cannot open an attribute");
     char name[256] = {0};
-    H5Aget_name(a, sizeof name, name);
-    if (root && std::string(name) == kContentAttr) {
-      H5Aclose(a);
-      continue;
-    }
-    hid_t t = H5Aget_type(a), space = H5Aget_space(a);
+    H5Aget_name(a.id, sizeof name, name);
+    if (root && std::string(name) == kContentAttr) continue;
+    const H5Id t{H5Aget_type(a.id), H5Tclose}, space{H5Aget_space(a.id), H5Sclose};
     std::string tag;
-    const std::string bytes = native_bytes(a, t, space, /*attribute=*/true, tag);
-    put(h, std::string("attribute ") + name + " " + tag + " " + shape_text(space));
+    const std::string bytes = native_bytes(a.id, t.id, space.id, /*attribute=*/true, tag);
+    put(h, std::string("attribute ") + name + " " + tag + " " + shape_text(space.id));
     put(h, bytes);
-    H5Sclose(space);
-    H5Tclose(t);
-    H5Aclose(a);
   }
 }
 
@@ -507,21 +509,18 @@ std::string content_sha256_of(hid_t file) {
 #endif
   for (const auto& [name, type] : names.items) {
     if (name == ".") continue;
-    hid_t obj = H5Oopen(file, name.c_str(), H5P_DEFAULT);
-    if (obj < 0) throw RuntimeError("HDF5: cannot open '" + name + "'");
+    const H5Id obj{H5Oopen(file, name.c_str(), H5P_DEFAULT), H5Oclose};
+    if (obj.id < 0) throw RuntimeError("HDF5: cannot open '" + name + "'");
     if (type == H5O_TYPE_DATASET) {
-      hid_t t = H5Dget_type(obj), space = H5Dget_space(obj);
+      const H5Id t{H5Dget_type(obj.id), H5Tclose}, space{H5Dget_space(obj.id), H5Sclose};
       std::string tag;
-      const std::string bytes = native_bytes(obj, t, space, /*attribute=*/false, tag);
-      put(h, "dataset " + name + " " + tag + " " + shape_text(space));
+      const std::string bytes = native_bytes(obj.id, t.id, space.id, /*attribute=*/false, tag);
+      put(h, "dataset " + name + " " + tag + " " + shape_text(space.id));
       put(h, bytes);
-      H5Sclose(space);
-      H5Tclose(t);
     } else {
       put(h, "group " + name);
     }
-    hash_attributes(h, obj, /*root=*/false);
-    H5Oclose(obj);
+    hash_attributes(h, obj.id, /*root=*/false);
   }
   return h.hex();
 }
@@ -535,7 +534,7 @@ std::string h5_content_sha256(const std::string& path) {
     const std::string hex = content_sha256_of(file);
     H5Fclose(file);
     return hex;
-  } catch (const RuntimeError& e) {
+  } catch (const std::exception& e) {
     H5Fclose(file);
     throw Error(path + ": unreadable content (" + std::string(e.what()) + ")");
   }

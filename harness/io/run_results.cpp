@@ -153,6 +153,9 @@ RunResults read_run_results(const std::string& path, bool with_curves) {
   r.attrs = read_h5_string_attrs(path);
   if (!r.attrs.count("run_name")) throw Error(path + ": not a run's results (no run_name attribute)");
   r.content_verified = verify_h5_content(path);
+  // Since schema 3 every results file is written with its hash: one without it was edited.
+  if (!r.content_verified && read_h5_numeric_attrs(path).count("schema_version") && read_h5_double_attr(path, "schema_version") >= 3)
+    throw Error(path + ": a schema-3 results file without its content_sha256: the file was edited; remove it (a run trains it again)");
   const std::map<std::string, double> num = read_h5_numeric_attrs(path);
   auto s = [&](const char* key) { return r.attr(key); };
   auto d = [&](const char* key, double missing) {

@@ -148,7 +148,8 @@ Campaign Campaign::load(const std::string& path) {
   c.seeds.pilot = static_cast<int64_t>(r.num(*seeds, "seeds.", "pilot", 2, 1000));
   c.seeds.min = static_cast<int64_t>(r.num(*seeds, "seeds.", "min", 2, 1000));
   c.seeds.max = static_cast<int64_t>(r.num(*seeds, "seeds.", "max", 2, 1000));
-  if (c.seeds.min > c.seeds.max || c.seeds.pilot > c.seeds.max) r.bad(seeds, "seeds", "expected pilot <= max and min <= max");
+  if (c.seeds.pilot > c.seeds.min || c.seeds.min > c.seeds.max)
+    r.bad(seeds, "seeds", "expected pilot <= min <= max (the pilot's runs count among the campaign's seeds)");
   const toml::table* reg = t["registration"].as_table();
   if (!reg) r.bad(&t, "registration", "missing (what the campaign tests, written before it runs)");
   c.registration = read_registration(*reg, r);

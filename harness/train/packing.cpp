@@ -1,6 +1,7 @@
 #include "harness/train/packing.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -62,20 +63,39 @@ std::string packed_estimate(const std::vector<std::pair<std::string, double>>& m
   return os.str();
 }
 
-int choose_per_gpu(const std::vector<std::string>& models, const std::string& table, std::string& why) {
-  std::map<std::string, int> count;
-  for (const auto& m : models) ++count[m];
-  std::string model;
-  int most = 0;
-  for (const auto& [m, c] : count)
-    if (c > most) model = m, most = c;
-  const std::vector<PackingRow> rows = load_packing(table);
-  const int k = fastest_per_gpu(rows, model);
-  if (k < 1) {
-    why = "1 run a GPU (" + table + " has no measurement of " + model + ")";
-    return 1;
+namespace {
+
+// The first GPU's name as nvidia-smi gives it ("" without one): the device the table's rows must match.
+std::string this_gpu() {
+  std::string name;
+  if (FILE* p = ::popen("nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null", "r")) {
+    char buf[256];
+    if (std::fgets(buf, sizeof buf, p)) name = buf;
+    ::pclose(p);
   }
-  why = std::to_string(k) + " runs a GPU, the fastest measured for " + model + " (" + table + ")";
+  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  return name;
+}
+
+}  // namespace
+
+int choose_per_gpu(const std::vector<std::string>& models, const std::string& table, std::string& why) {
+  const std::vector<PackingRow> rows = load_packing(table);
+  std::string device = this_gpu();
+  bool measured_here = false;
+  for (const auto& r : rows) measured_here = measured_here || r.device == device;
+  if (!measured_here) device.clear();  // not measured on this GPU: the rows of any
+  // A GPU holds runs of several models at once: the smallest of their fastest K, 1 for a model not measured.
+  std::map<std::string, int> best;
+  for (const auto& m : models) best[m] = std::max(1, fastest_per_gpu(rows, m, device));
+  int k = 0;
+  std::string limit;
+  for (const auto& [m, b] : best)
+    if (k == 0 || b < k) k = b, limit = m;
+  if (k == 0) k = 1;
+  const bool measured = fastest_per_gpu(rows, limit, device) > 0;
+  why = std::to_string(k) + " run(s) a GPU: " +
+        (measured ? "the fastest measured for " + limit : limit + " is not measured") + " (" + table + (device.empty() ? ", rows of any GPU" : ", " + device) + ")";
   return k;
 }
 

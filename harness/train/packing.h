@@ -27,8 +27,8 @@ double packed_tokens_per_s(const std::vector<PackingRow>& rows, const std::strin
 // table has not measured ("dense-ne6.6m: 1.3e+10 tokens at 4 runs a GPU (3.9M tokens/s a GPU): 0.93 GPU-h").
 std::string packed_estimate(const std::vector<std::pair<std::string, double>>& model_tokens, const std::string& table);
 
-// `--per-gpu auto`: the fastest K for the model most of `models` name (1 when the table has none), with
-// the sentence that says why.
+// `--per-gpu auto`: the smallest of the fastest K measured for each of the runs' models (1 for a model
+// the table lacks), on this machine's GPU when the table has it, with the sentence that says why.
 int choose_per_gpu(const std::vector<std::string>& models, const std::string& table, std::string& why);
 
 }  // namespace ufp4
