@@ -115,29 +115,34 @@ std::string cells_section(const CampaignRuns& runs, const std::string& baseline,
   return os.str();
 }
 
-// A claim tested on fewer complete seeds than its model's registered number is an interim look: its
-// verdict is printed, marked, and does not stand until the run set is complete.
-std::string interim_note(const RunSet& set, const ClaimTest& t) {
+// A claim tested on fewer complete seeds than its model's registered number has no verdict yet: it reads
+// inconclusive, and what the test gives on the seeds present is said beside it as an interim look.
+bool interim(const RunSet& set, const ClaimTest& t) {
   const auto it = set.seeds.seeds.find(t.claim.model);
-  const int64_t registered = it == set.seeds.seeds.end() ? 0 : it->second;
-  if (registered > 0 && static_cast<int64_t>(t.diff.n) >= registered) return "";
-  return registered > 0 ? " (interim: " + std::to_string(t.diff.n) + " of " + std::to_string(registered) + " registered seeds)"
-                        : " (interim: the seeds are not decided yet)";
+  return it == set.seeds.seeds.end() || static_cast<int64_t>(t.diff.n) < it->second;
+}
+
+std::string shown_verdict(const RunSet& set, const ClaimTest& t, Verdict v) {
+  if (!interim(set, t)) return std::string("**") + verdict_name(v) + "**";
+  const auto it = set.seeds.seeds.find(t.claim.model);
+  const std::string of = it == set.seeds.seeds.end() ? "the seeds are not decided yet"
+                                                      : std::to_string(t.diff.n) + " of " + std::to_string(it->second) + " registered seeds";
+  return std::string("**inconclusive** (interim look at ") + of + ": the test gives " + verdict_name(v) + ")";
 }
 
 std::string verdicts_section(const RunSet& set, const std::vector<ClaimTest>& tests, double alpha) {
   std::ostringstream os;
   os << "\n## Verdicts\n\nPer claim the paired difference of the gaps (percentage points), its " << fmt("%.0f", 100 * (1 - alpha))
      << "% interval, the paired t test's p and its Holm adjustment within the family, and the minimal detectable difference (MDD) beside "
-        "the paper's effect (`reports/README.md`: holds, contradicted, smaller than the paper, inconclusive). A verdict on fewer seeds "
-        "than the registered number is an interim look, marked so: it stands once the run set is complete.\n\n"
+        "the paper's effect (`reports/README.md`: holds, contradicted, smaller than the paper, inconclusive). Until a claim has "
+        "the registered number of seeds its verdict is inconclusive; what the test gives on the seeds present is shown as an interim look.\n\n"
      << "| claim | metric | seeds | difference (pp) | p | Holm p | MDD (pp) | paper (pp) | verdict |\n|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& t : tests)
     for (const bool train : {false, true}) {
       const Interval& d = train ? t.diff_train : t.diff;
       os << "| " << t.claim.id << " | " << (train ? "train, last K (secondary)" : "final val (primary)") << " | " << d.n << " | " << pp(d) << " | "
          << p_text(train ? t.p_train : t.p) << " | " << p_text(train ? t.p_train_holm : t.p_holm) << " | " << fmt("%.3f", train ? t.mdd_train : t.mdd)
-         << " | " << fmt("%+.3f", t.claim.paper_effect) << " | **" << verdict_name(train ? t.verdict_train : t.verdict) << "**" << interim_note(set, t) << " |\n";
+         << " | " << fmt("%+.3f", t.claim.paper_effect) << " | " << shown_verdict(set, t, train ? t.verdict_train : t.verdict) << " |\n";
     }
   os << "\n";
   for (const auto& t : tests) {
@@ -149,7 +154,7 @@ std::string verdicts_section(const RunSet& set, const std::vector<ClaimTest>& te
     else if (t.claim.paper_effect < 0 ? d.hi < t.claim.paper_effect : d.lo > t.claim.paper_effect)
       what = "the paper's effect lies outside our interval: the effect here is larger than the paper's";
     else what = "the paper's effect lies inside our interval";
-    os << "- **" << t.claim.id << "** (" << t.claim.model << "): \"" << t.claim.text << "\" — **" << verdict_name(t.verdict) << "**" << interim_note(set, t) << "; " << what
+    os << "- **" << t.claim.id << "** (" << t.claim.model << "): \"" << t.claim.text << "\" — " << shown_verdict(set, t, t.verdict) << "; " << what
        << "; MDD " << fmt("%.3f", t.mdd) << " pp against the paper's " << fmt("%.3f", std::fabs(t.claim.paper_effect)) << " pp.\n";
   }
   return os.str();
@@ -186,11 +191,9 @@ std::string curves_section(const CampaignRuns& runs, const std::string& figures,
         if (sum.empty()) sum.assign(m.loss.size(), 0.0);
         for (size_t i = 0; i < std::min(sum.size(), m.loss.size()); ++i) sum[i] += m.loss[i] / static_cast<double>(seeds.size());
       }
-      double acc = 0;
-      for (size_t i = 0; i < sum.size(); ++i) {
-        acc += sum[i] - (i >= 50 ? sum[i - 50] : 0.0);
-        if (i >= 49 && i % 10 == 9) s.x.push_back(static_cast<double>(i)), s.y.push_back(acc / 50);
-      }
+      const std::vector<double> ma = moving_average(sum, 50);
+      for (size_t j = 0; j < ma.size(); ++j)
+        if ((j + 49) % 10 == 9) s.x.push_back(static_cast<double>(j + 49)), s.y.push_back(ma[j]);
       f.series.push_back(s);
     }
     os << figure_markdown(figures, prefix + "-" + model, f);
