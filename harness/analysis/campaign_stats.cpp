@@ -29,6 +29,16 @@ CampaignRuns read_campaign_runs(const RunSet& set) {
   return out;
 }
 
+std::vector<double> moving_average(const std::vector<double>& x, size_t w) {
+  std::vector<double> out;
+  double acc = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    acc += x[i] - (i >= w ? x[i - w] : 0.0);
+    if (i + 1 >= w) out.push_back(acc / static_cast<double>(w));
+  }
+  return out;  // out[j] averages x[j] .. x[j + w - 1]
+}
+
 namespace {
 
 // Per seed with all three recipes: the gaps of a and b to the baseline, in percent.
@@ -99,15 +109,6 @@ SeedPlan plan_seeds(const SeedPlan& policy, const Registration& reg, const std::
 
 namespace {
 
-std::vector<double> moving_average(const std::vector<double>& x, size_t w) {
-  std::vector<double> out;
-  double acc = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    acc += x[i] - (i >= w ? x[i - w] : 0.0);
-    if (i + 1 >= w) out.push_back(acc / static_cast<double>(w));
-  }
-  return out;  // out[j] averages steps j .. j + w - 1
-}
 
 // The averaging window: 50 steps, or a tenth of a shorter run (at least 2).
 size_t window_of(size_t steps) { return std::max<size_t>(2, std::min<size_t>(50, steps / 10)); }

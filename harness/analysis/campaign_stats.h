@@ -42,6 +42,9 @@ std::vector<ClaimTest> test_claims(const Registration& reg, const CampaignRuns& 
 // [min, max]; a model takes the most its claims ask for.
 SeedPlan plan_seeds(const SeedPlan& policy, const Registration& reg, const std::vector<ClaimTest>& pilot);
 
+// The trailing averages of `x` over `w` values: out[j] averages x[j] .. x[j + w - 1].
+std::vector<double> moving_average(const std::vector<double>& x, size_t w);
+
 // The fast-descent transition: the step at which a run's training loss, averaged over 50 steps (a
 // tenth of a shorter run), first reaches the level the baseline recipe's runs reach (on average) at a
 // quarter of their steps; per recipe the paired delay against the baseline, in steps.

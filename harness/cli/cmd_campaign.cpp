@@ -114,12 +114,16 @@ void decide_seeds(Campaign& c) {
   c = Campaign::load(c.path);
 }
 
-int campaign_run(Campaign& c, const std::string& only, bool pilot_only, RunQueueOptions q) {
+// `out_dir`: with --only, where the run goes instead of the campaign's folder (a retrained copy).
+int campaign_run(Campaign& c, const std::string& only, const std::string& out_dir, bool pilot_only, RunQueueOptions q) {
   if (!only.empty()) {  // one run, here: a child of the scheduler, or by hand
     std::vector<RunManifest> ms;
     for (const bool pilot : {false, true})
-      for (const auto& m : c.runs(pilot))
-        if (m.name == only && ms.empty()) ms.push_back(m);
+      for (auto m : c.runs(pilot))
+        if (m.name == only && ms.empty()) {
+          if (!out_dir.empty()) m.out_dir = out_dir;
+          ms.push_back(m);
+        }
     if (ms.empty()) throw Error("campaign run: no run named '" + only + "' in " + c.path);
     q.gpus = 0;
     const RunQueueOutcome out = train(c, ms, q);
@@ -227,23 +231,9 @@ int cmd_campaign(const std::vector<std::string>& args) {
   Campaign c = Campaign::load(path);
   q.gpus = gpus;
   if (gpus > 0) q.schedule.per_gpu = resolve_per_gpu(per_gpu, c.runs());
-  if (!out_dir.empty()) {
-    if (only.empty()) throw Error("campaign: --out-dir goes with --only (one retrained run)");
-    c.results_dir = out_dir;
-  }
+  if (!out_dir.empty() && only.empty()) throw Error("campaign: --out-dir goes with --only (one retrained run)");
   if (action == "plan") return campaign_plan(c);
-  if (action == "run") {
-    if (!out_dir.empty()) {
-      std::vector<RunManifest> ms;
-      for (const bool pilot : {false, true})
-        for (auto m : c.runs(pilot))
-          if (m.name == only && ms.empty()) m.out_dir = out_dir, ms.push_back(m);
-      if (ms.empty()) throw Error("campaign run: no run named '" + only + "' in " + c.path);
-      q.gpus = 0;
-      return train(c, ms, q).exit_code();
-    }
-    return campaign_run(c, only, pilot_only, q);
-  }
+  if (action == "run") return campaign_run(c, only, out_dir, pilot_only, q);
   if (action == "check") return campaign_check(c, retrain, all_recipes, q);
   throw Error("campaign: unknown action '" + action + "' (allowed: plan, run, check)");
 }

@@ -4,6 +4,7 @@
 // in its own process (ufp4-data, see data_prepare.cpp).
 #pragma once
 #include <cstdint>
+#include <istream>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,9 @@ struct DataVerification {
 DataVerification verify_data(const std::string& dir, DataCheck check);
 
 std::vector<uint16_t> read_shard(const std::string& path);
+// A shard's header from `in` (at its start): its token count. Throws Error naming `path` when it is not
+// an llm.c shard (magic 20240520, version 1) or the count is negative.
+int64_t read_shard_header(std::istream& in, const std::string& path);
 void write_shard(const std::string& path, const std::vector<uint16_t>& tokens);
 
 }  // namespace ufp4

@@ -18,7 +18,6 @@ namespace ufp4 {
 
 namespace {
 
-constexpr int32_t kMagic = 20240520;
 constexpr int64_t kHeaderBytes = 256 * 4;
 constexpr int kSampleBlocks = 32;
 constexpr int64_t kSampleBytes = 64 << 10;
@@ -67,15 +66,12 @@ int64_t shard_tokens(const std::string& path) {
   if (!in) throw Error(path + ": shard missing or unreadable (named in data.toml)");
   const int64_t size = static_cast<int64_t>(in.tellg());
   in.seekg(0);
-  int32_t header[256];
-  in.read(reinterpret_cast<char*>(header), sizeof header);
-  if (!in || header[0] != kMagic || header[1] != 1) throw Error(path + ": not a token shard (expected llm.c format: magic 20240520, version 1)");
-  if (header[2] < 0) throw Error(path + ": header says " + std::to_string(header[2]) + " tokens (allowed: 0 to 2147483647): a damaged shard");
-  const int64_t expected = kHeaderBytes + 2 * static_cast<int64_t>(header[2]);
+  const int64_t tokens = read_shard_header(in, path);
+  const int64_t expected = kHeaderBytes + 2 * tokens;
   if (size != expected)
-    throw Error(path + ": " + std::to_string(size) + " bytes, but its header's " + std::to_string(header[2]) + " tokens make " + std::to_string(expected) +
+    throw Error(path + ": " + std::to_string(size) + " bytes, but its header's " + std::to_string(tokens) + " tokens make " + std::to_string(expected) +
                 ": a damaged or truncated shard");
-  return header[2];
+  return tokens;
 }
 
 // SHA-256 of kSampleBlocks evenly spaced blocks (the first and the last among them) and the size.

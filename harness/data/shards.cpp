@@ -65,17 +65,21 @@ void write_shard(const std::string& path, const std::vector<uint16_t>& tokens) {
   out.commit();
 }
 
-std::vector<uint16_t> read_shard(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open token shard");
+int64_t read_shard_header(std::istream& in, const std::string& path) {
   int32_t header[256];
   in.read(reinterpret_cast<char*>(header), sizeof header);
   if (!in || header[0] != kMagic || header[1] != 1)
     throw Error(path + ": not a token shard (expected llm.c format: magic 20240520, version 1)");
   if (header[2] < 0) throw Error(path + ": header says " + std::to_string(header[2]) + " tokens (allowed: 0 to 2147483647): a damaged shard");
-  std::vector<uint16_t> t(static_cast<size_t>(header[2]));
+  return header[2];
+}
+
+std::vector<uint16_t> read_shard(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open token shard");
+  std::vector<uint16_t> t(static_cast<size_t>(read_shard_header(in, path)));
   in.read(reinterpret_cast<char*>(t.data()), static_cast<std::streamsize>(t.size() * 2));
-  if (!in) throw Error(path + ": truncated token shard (header says " + std::to_string(header[2]) + " tokens)");
+  if (!in) throw Error(path + ": truncated token shard (header says " + std::to_string(t.size()) + " tokens)");
   return t;
 }
 
@@ -83,12 +87,7 @@ int64_t count_train_tokens(const DataInfo& info) {
   int64_t n = 0;
   for (const auto& path : info.train_shards) {
     std::ifstream in(path, std::ios::binary);
-    int32_t header[256];
-    in.read(reinterpret_cast<char*>(header), sizeof header);
-    if (!in || header[0] != kMagic || header[1] != 1)
-      throw Error(path + ": not a token shard (expected llm.c format: magic 20240520, version 1)");
-    if (header[2] < 0) throw Error(path + ": header says " + std::to_string(header[2]) + " tokens (allowed: 0 to 2147483647): a damaged shard");
-    n += header[2];
+    n += read_shard_header(in, path);
   }
   return n;
 }
