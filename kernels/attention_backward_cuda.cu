@@ -71,6 +71,21 @@ __device__ __forceinline__ unsigned load_relaxed(const unsigned* p) {
   return v;
 }
 __device__ __forceinline__ void fence_acquire() { asm volatile("fence.acq_rel.gpu;\n" ::: "memory"); }
+// Polls a query block's counter until it reads `expected` (the arrivals of the key blocks before this
+// one). Every block waited on took an earlier ticket, so a correct run waits microseconds; a wait of
+// kMaxPolls reads (seconds of the GPU's own time, however many processes share it) means the order
+// broke, and the kernel stops with its state printed instead of hanging the process for ever.
+constexpr unsigned kMaxPolls = 1u << 24;
+__device__ __noinline__ void report_stuck_wait(unsigned seen, unsigned expected, int j, int i, long long hq) {
+  printf("ufp4 attention backward: thread block (%u, %u), key block %d, warp %u waited %u polls at query block %d, head %lld: "
+         "its counter reads %u, the order needs %u; stopping the kernel\n",
+         blockIdx.x, blockIdx.y, j, threadIdx.x / 32, kMaxPolls, i, hq, seen, expected);
+  __trap();
+}
+__device__ __forceinline__ void wait_for_arrivals(const unsigned* counter, unsigned seen, unsigned expected, int j, int i, long long hq) {
+  for (unsigned polls = 0; seen != expected; seen = load_relaxed(counter))
+    if (++polls == kMaxPolls) report_stuck_wait(seen, expected, j, i, hq);
+}
 __device__ __forceinline__ void red_release_add(unsigned* p, unsigned v) {
   asm volatile("red.release.gpu.global.add.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
@@ -420,7 +435,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       __syncwarp();  // the warp's reductions of the previous iteration before its release
       if (lane == 0) {
         if (pending) red_release_add(pending, 1u);
-        while (kMode == 0 && seen != 4u * static_cast<unsigned>(i - j)) seen = load_relaxed(counter);
+        if (kMode == 0) wait_for_arrivals(counter, seen, 4u * static_cast<unsigned>(i - j), j, i, hq);
         fence_acquire();
       }
       __syncwarp();
@@ -661,7 +676,7 @@ __global__ void __launch_bounds__(kThreads, 3)
           fence_proxy_async_global();
           red_release_add(pending, 1u);
         }
-        while (kMode == 0 && seen != 4u * static_cast<unsigned>(i - j)) seen = load_relaxed(counter);
+        if (kMode == 0) wait_for_arrivals(counter, seen, 4u * static_cast<unsigned>(i - j), j, i, hq);
         fence_acquire();
         fence_proxy_async_global();
       }
@@ -670,6 +685,9 @@ __global__ void __launch_bounds__(kThreads, 3)
       else bulk_add(dst, sDqw, 16 * kAttnHeadDim * 4);
       bulk_commit();
     }
+    // The warp whole again before the next iteration's barrier and warpgroup MMAs, which are
+    // .aligned: all 32 lanes must execute them together, and lane 0 may have waited above.
+    __syncwarp();
     pending = (kMode == 0 || kMode == 4) && j > 0 ? counter : nullptr;
   }
   if (lane == 0) {
@@ -679,6 +697,7 @@ __global__ void __launch_bounds__(kThreads, 3)
       red_release_add(pending, 1u);
     }
   }
+  __syncwarp();
 
   store_dk_dv(io, w, dk, dv, warp, g, t);
 #else

@@ -2,9 +2,12 @@
 // shards); reports and checks from a campaign's run set; nothing committed replaced by accident; runs
 // watched while they train. Each case is a fault that 72c0d05 let through.
 #include <signal.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -15,6 +18,7 @@
 #include "common/error.h"
 #include "common/fs.h"
 #include "common/sha256.h"
+#include "common/stack_dump.h"
 #include "harness/dist/run_scheduler.h"
 #include "harness/io/array_io.h"
 #include "harness/io/run_results.h"
@@ -416,6 +420,24 @@ TEST_CASE("the run scheduler: a stalled run is logged with its state, stopped an
   CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count() < 10);
   CHECK(s[0].status == JobStatus::kStopped);
   CHECK(bytes_of(d + "/stubborn.log").find("still running 1 s after a stop signal") != std::string::npos);
+}
+
+TEST_CASE("SIGUSR1 makes a ufp4 process print the receiving thread's stack to stderr and go on", "[integrity]") {
+  const std::string err = test::temp_dir() + "/stderr.txt";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int fd = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 2);
+    install_stack_dump_handler();
+    ::raise(SIGUSR1);
+    ::_exit(7);  // still alive after the dump
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 7));
+  const std::string text = bytes_of(err);
+  CHECK(text.find("=== ufp4: stack of the thread that took SIGUSR1") != std::string::npos);
+  CHECK(std::count(text.begin(), text.end(), '\n') >= 3);
 }
 
 TEST_CASE("ufp4 quantize refuses inputs it cannot quantize faithfully, saying why", "[integrity]") {

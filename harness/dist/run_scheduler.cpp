@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -218,6 +219,9 @@ std::vector<JobResult> run_scheduled_jobs(const std::vector<ScheduledJob>& jobs,
         log_warn("run " + job.name + ": no progress for " + std::to_string(static_cast<int>(o.stall_seconds)) + " s (its log has not grown); " +
                  "its state goes to " + job.log + "; stopping it" + (results[r.job].restarts == 0 ? " and starting it again once" : ""));
         append(job.log, "=== ufp4 run: no progress for " + std::to_string(static_cast<int>(o.stall_seconds)) + " s; its state:\n" + describe_process(r.pid, o.thread_stacks));
+        // Its main thread (the process's own id) prints its stack into the log (common/stack_dump.h).
+        ::syscall(SYS_tgkill, r.pid, r.pid, SIGUSR1);
+        std::this_thread::sleep_for(std::chrono::seconds(1));
         ::kill(r.pid, SIGTERM);
       } else if (r.stalled && seconds(now - r.term_sent) > o.stop_grace_seconds) {
         ::kill(r.pid, SIGKILL);
