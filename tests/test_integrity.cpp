@@ -304,6 +304,25 @@ TEST_CASE("reports and checks work from the campaign's run set: missing runs lis
   CHECK(check.code == 1);
   CHECK(check.out.find("FAIL not in the run set") != std::string::npos);
 
+  // Into a checkout's reports/: a report refused (its Markdown edited, no --force) leaves its figures too.
+  const std::string root = UFP4_SOURCE_DIR;
+  REQUIRE(sh("mkdir -p " + d + "/co/reports " + d + "/co/experiments " + d + "/co/models && cp -r " + root + "/models/recipes " + d +
+             "/co/models/ && cp -r " + root + "/reports/paper " + d + "/co/reports/ && touch " + d + "/co/CMakeLists.txt")
+              .code == 0);
+  const std::string in_co = "cd " + d + "/co && " + std::string(kBin) + " report figure8 --campaign " + campaign;
+  const Shell rendered = sh(in_co);
+  INFO(rendered.out);
+  REQUIRE(rendered.code == 0);
+  const std::string svg = d + "/co/reports/figures/figure8-tiny.svg";
+  if (file_exists(svg)) {  // gnuplot drew it
+    write_bytes(d + "/co/reports/figure8.md", "an edited report\n");
+    write_bytes(svg, "an older figure\n");
+    CHECK(sh(in_co).code == 2);
+    CHECK(bytes_of(svg) == "an older figure\n");
+    CHECK(sh(in_co + " --force").code == 0);
+    CHECK(bytes_of(svg).find("<svg") != std::string::npos);
+  }
+
   // A run's results removed: the report says the set is incomplete, and check fails naming it.
   const Campaign c = Campaign::load(campaign);
   const RunSet set = c.resolve();

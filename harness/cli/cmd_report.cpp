@@ -2,7 +2,11 @@
 // Campaign reports (figure8) work from the campaign's run set; the campaigns of the 1,600-step design
 // render from results/archive/ into reports/archive/, marked as archived. Re-rendering unchanged inputs
 // leaves the file as it was; a default output that would change is replaced only with --force.
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <map>
 
@@ -16,6 +20,31 @@
 namespace ufp4 {
 
 namespace {
+
+// A private folder under $TMPDIR (or /tmp) for a report's figures while it renders, removed with
+// whatever is in it when this goes out of scope, a throw included. Empty path: no figures.
+struct StagingDir {
+  std::string path;
+  explicit StagingDir(bool wanted) {
+    if (!wanted) return;
+    const char* tmp = std::getenv("TMPDIR");
+    std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/ufp4-figures-XXXXXX";
+    if (!::mkdtemp(templ.data())) throw RuntimeError("report: cannot make a staging folder for the figures under " + templ.substr(0, templ.rfind('/')));
+    path = templ;
+  }
+  std::vector<std::string> files() const {
+    std::vector<std::string> out;
+    walk_files(path, "", out);
+    return out;
+  }
+  ~StagingDir() {
+    if (path.empty()) return;
+    for (const auto& f : files()) std::remove(f.c_str());
+    ::rmdir(path.c_str());
+  }
+  StagingDir(const StagingDir&) = delete;
+  StagingDir& operator=(const StagingDir&) = delete;
+};
 
 // Reports whose campaigns were archived with the 1,600-step design (results/archive/README.md): their
 // inputs there, their output under reports/archive/, a banner first.
@@ -77,7 +106,11 @@ int cmd_report(const std::vector<std::string>& args) {
   const bool told = force || !out.empty();
   const bool archived = archived_inputs().count(name) || name == "analysis" || name == "figure9";
   if (out.empty()) out = root + "/reports/" + (archived ? "archive/" : "") + name + ".md";
-  const std::string figures = out == "-" ? "" : (out.find('/') == std::string::npos ? "." : out.substr(0, out.rfind('/'))) + "/figures";
+  const std::string final_figures = out == "-" ? "" : (out.find('/') == std::string::npos ? "." : out.substr(0, out.rfind('/'))) + "/figures";
+  // Figures are drawn into a staging folder and copied beside the report only where the report itself
+  // is written: a refused or unchanged report leaves its figures as they were.
+  const StagingDir staging(!final_figures.empty());
+  const std::string& figures = staging.path;
   if (dirs.empty() && archived_inputs().count(name))
     for (const auto& dir : archived_inputs().at(name)) dirs.push_back(root + "/" + dir);
   const std::string analysis = root + "/results/archive/analysis-stdlib-corpus";
@@ -113,6 +146,10 @@ int cmd_report(const std::vector<std::string>& args) {
   }
   if (out.find('/') != std::string::npos) make_dirs(out.substr(0, out.rfind('/')));
   const bool wrote = write_text_if_changed(out, md, told, "report");
+  if (wrote || told) {
+    if (!staging.files().empty()) make_dirs(final_figures);
+    for (const auto& f : staging.files()) write_text_if_changed(final_figures + f.substr(figures.size()), read_text_file(f), true, "report");
+  }
   std::cout << md << "\n" << (wrote ? "written to " : "unchanged: ") << out << "\n";
   return 0;
 }
