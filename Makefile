@@ -39,8 +39,7 @@ check-gpu: build
 	$(BUILD)/ufp4 run --force experiments/gpu/check.toml
 	$(BUILD)/ufp4 check build/gpu-check/runs --reference results/reference/gpu --exact
 
-demo: setup
-	@$(MAKE) --no-print-directory build
+demo: setup configure
 	@bash tools/demo.sh $(BUILD)
 
 # Kernel suite + training-step benchmark on this machine's GPU, then the report (reports/bench.md).

@@ -49,6 +49,9 @@ size_t exclude_cuda_tests(Catch::Session& session) {
 
 int main(int argc, char** argv) {
   ufp4::ensure_cublas_workspace_config();  // before any CUDA call, as in the ufp4 binary
+  // Each test trains what it checks: no run is copied from the checkout's results/ or build*/ folders
+  // (the test of that reuse names its folder in UFP4_REUSE itself).
+  ::setenv("UFP4_REUSE", "off", 1);
   std::vector<char*> args;
   bool gpu_run = false;
   for (int i = 0; i < argc; ++i) {

@@ -24,6 +24,7 @@
 #include "harness/io/run_results.h"
 #include "harness/train/campaign.h"
 #include "harness/train/packing.h"
+#include "harness/train/run_files.h"
 #include "harness/train/run_manifest.h"
 #include "harness/train/trainer.h"
 #include "tests/catch.h"
@@ -457,6 +458,34 @@ TEST_CASE("SIGUSR1 makes a ufp4 process print the receiving thread's stack to st
   const std::string text = bytes_of(err);
   CHECK(text.find("=== ufp4: stack of the thread that took SIGUSR1") != std::string::npos);
   CHECK(std::count(text.begin(), text.end(), '\n') >= 3);
+}
+
+TEST_CASE("an identical run made in another folder is copied, not trained again; a damaged one is not; --force trains", "[integrity]") {
+  const std::string a = test::temp_dir(), b = test::temp_dir();
+  const std::string ma = test::tiny_manifest(a, "bf16", 20);
+  std::string body = bytes_of(ma);
+  body.replace(body.find(a + "/runs"), a.size() + 5, b + "/runs");
+  const std::string mb = test::write_manifest(b, "tiny_bf16", body);
+  REQUIRE(sh(kBin + " run " + ma).code == 0);
+  const RunManifest A = RunManifest::load(ma), B = RunManifest::load(mb);
+  REQUIRE(A.run_id() == B.run_id());  // the output folder is not part of what a run is
+  const std::string reuse = "UFP4_REUSE=" + a + " " + kBin + " run ";
+  Shell copied = sh(reuse + mb);
+  INFO(copied.out);
+  CHECK(copied.code == 0);
+  CHECK(copied.out.find("the identical run (run id " + A.run_id() + ") is in " + results_path(A)) != std::string::npos);
+  CHECK(copied.out.find("steps x") == std::string::npos);  // not trained
+  CHECK(bytes_of(results_path(B)) == bytes_of(results_path(A)));
+  // A damaged file elsewhere is not this run's result: the run trains.
+  std::remove(results_path(B).c_str());
+  std::string damaged = bytes_of(results_path(A));
+  damaged[damaged.size() / 2] ^= 0x20;
+  write_bytes(results_path(A), damaged);
+  Shell trained = sh(reuse + mb);
+  CHECK(trained.code == 0);
+  CHECK(trained.out.find("steps x") != std::string::npos);
+  // --force trains even where an identical run exists.
+  CHECK(sh(reuse + "--force " + mb).out.find("steps x") != std::string::npos);
 }
 
 TEST_CASE("ufp4 quantize refuses inputs it cannot quantize faithfully, saying why", "[integrity]") {

@@ -100,6 +100,24 @@ TEST_CASE("recipe errors name file:line of the key, also through extends", "[man
   CHECK(err("name = \"r\"\nbogus = 1\n").rfind(d + "/r.toml:2: bogus: unknown key", 0) == 0);
 }
 
+TEST_CASE("extends: a child inherits its parent's fields, not its [sweep] or [ablation]; its own expand as usual", "[manifest]") {
+  const std::string d = test::temp_dir();
+  test::write_manifest(d, "parent", "[model]\nname = \"tiny\"\n[recipe]\nname = \"bf16\"\n[data]\npath = \"" + test::ci_data() +
+                                        "\"\n[train]\nsteps = 7\n[outputs]\ndir = \"" + d + "/runs\"\nname = \"p\"\n"
+                                        "[sweep]\n\"train.seed\" = [1, 2, 3]\n[ablation.grid]\nfield = \"recipe.name\"\nlevels = [\"ufp4\"]\n");
+  CHECK(RunManifest::expand(d + "/parent.toml").size() == 6);  // 3 seeds x (base + 1 level)
+  const std::string child = test::write_manifest(d, "child", "extends = \"parent.toml\"\n[outputs]\nname = \"c\"\n");
+  const std::vector<RunManifest> one = RunManifest::expand(child);
+  REQUIRE(one.size() == 1);
+  CHECK(one[0].steps == 7);  // a field, inherited
+  CHECK(one[0].recipe == "bf16");
+  const std::string own = test::write_manifest(d, "own", "extends = \"parent.toml\"\n[sweep]\n\"recipe.name\" = [\"bf16\", \"e2m1_ref\"]\n");
+  const std::vector<RunManifest> two = RunManifest::expand(own);
+  REQUIRE(two.size() == 2);
+  CHECK(two[1].recipe == "e2m1_ref");
+  CHECK(two[1].steps == 7);
+}
+
 TEST_CASE("the run id covers recipe content, model and data, not names or paths", "[manifest]") {
   const std::string d = test::temp_dir();
   write(d, "mine.toml", "name = \"mine\"\nextends = \"ufp4\"\n");

@@ -226,6 +226,8 @@ TEST_CASE("the README's worked example: a new ablation, planned and run at CI sc
   REQUIRE(runs.size() == 2);
   CHECK(runs[0].differs.empty());
   CHECK(runs[1].differs.find("rht_size: recipe.name=ufp4_rht32") != std::string::npos);
+  CHECK(runs[0].name == "rht_size");
+  CHECK(runs[1].name == "rht_size-ufp4_rht32");  // the factor named once, where the output name is the factor's
   CHECK(sh(bin + " plan " + d + "/rht_size_ci.toml") == 0);
   CHECK(sh("cd " + root + " && " + bin + " run " + d + "/rht_size_ci.toml") == 0);
   for (const auto& m : runs) CHECK(!find_results(m).empty());

@@ -2,6 +2,7 @@
 //   bias     per-bin table of a grid (Eq. 2) and b_G(P) for densities, by integration and Monte Carlo
 //   tensors  SQNR, Delta SQNR, alpha, bucket ratio of captured operands, and GEMM output SQNR
 //   chain    signal attenuation through stacked quantized GEMMs (Eq. 5)
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -96,8 +97,12 @@ int analyze_bias(const std::vector<std::string>& args) {
   };
   std::vector<Row> rows;
   bool all_ok = true;
+  const auto t0 = std::chrono::steady_clock::now();
   for (const auto& p : ps)
     for (bool rht : {false, true}) {
+      // A count as it goes: a row takes seconds (integration, then 2^18 Monte Carlo blocks).
+      log_info("analyze bias " + g.name() + ": " + std::to_string(rows.size() + 1) + " of " + std::to_string(2 * ps.size()) + " (" + p.label() +
+               (rht ? ", H16" : ", no RHT") + ") at " + std::to_string(static_cast<int>(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count())) + " s");
       Row r{p.label(), rht, bias_by_integration(g, p, block, rht), {}, samples > 0, true};
       if (r.has_mc) {
         r.mc = bias_by_monte_carlo(g, p, block, rht, samples, seed);

@@ -133,8 +133,13 @@ int campaign_run(Campaign& c, const std::string& only, const std::string& out_di
   print_queue_outcome(out, c.runs(true).size(), "campaign run");
   if (out.exit_code() != 0 || pilot_only) return out.exit_code();
   if (!c.seeds_decided()) decide_seeds(c);
-  out = train(c, c.runs(), q);
-  print_queue_outcome(out, c.runs().size(), "campaign run");
+  std::vector<RunManifest> rest;  // the seeds past the pilot (the pilot's are in)
+  for (auto& m : c.runs())
+    if (m.seed > c.seeds.pilot) rest.push_back(std::move(m));
+  if (!rest.empty()) {
+    out = train(c, rest, q);
+    print_queue_outcome(out, rest.size(), "campaign run");
+  }
   if (out.exit_code() == 0) {
     const RunSet set = c.resolve();
     std::printf("campaign %s: %zu of %zu runs have results\n", c.name.c_str(), set.runs.size() - set.missing(), set.runs.size());

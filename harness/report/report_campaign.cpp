@@ -91,7 +91,7 @@ std::string cells_section(const CampaignRuns& runs, const std::string& baseline,
      << "| model | recipe | seeds | steps | K | epochs | val loss | val gap (%) | train loss | train gap (%) | paper model | paper gap (%) |\n"
      << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& [model, rs] : runs) {
-    const std::string kind = model.rfind("moe", 0) == 0 ? "moe" : "dense";
+    const std::string kind = model.find("moe") != std::string::npos ? "moe" : "dense";  // moe-ne4.0m, tiny-moe
     for (const auto& [recipe, seeds] : rs) {
       std::vector<double> val, train, vgap, tgap;
       int64_t steps = 0, k = 0;

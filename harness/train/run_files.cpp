@@ -1,5 +1,11 @@
 #include "harness/train/run_files.h"
 
+#include <dirent.h>
+#include <limits.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <cstdlib>
 #include <set>
 
 #include "common/error.h"
@@ -29,6 +35,52 @@ std::string find_results(const RunManifest& m, const std::string& run_id, std::v
   return "";
 }
 std::string find_results(const RunManifest& m) { return find_results(m, m.run_id()); }
+
+namespace {
+
+std::vector<std::string> reuse_roots() {
+  std::vector<std::string> roots;
+  const char* env = std::getenv("UFP4_REUSE");
+  if (env && std::string(env) == "off") return roots;
+  if (env)
+    for (std::string rest = env; !rest.empty();) {
+      const size_t colon = rest.find(':');
+      if (colon) roots.push_back(rest.substr(0, colon));
+      rest = colon == std::string::npos ? "" : rest.substr(colon + 1);
+    }
+  const std::string root = repository_root();
+  if (root.empty()) return roots;
+  roots.push_back(root + "/results");
+  if (DIR* d = ::opendir(root.c_str())) {
+    while (const dirent* e = ::readdir(d))
+      if (std::string(e->d_name).rfind("build", 0) == 0 && is_dir(root + "/" + e->d_name)) roots.push_back(root + "/" + e->d_name);
+    ::closedir(d);
+  }
+  return roots;
+}
+
+std::string real_path(const std::string& p) {
+  char buf[PATH_MAX];
+  return ::realpath(p.c_str(), buf) ? std::string(buf) : p;
+}
+
+}  // namespace
+
+std::string find_identical_run(const std::string& run_id, const std::string& except_dir) {
+  const std::string except = real_path(except_dir) + "/";
+  std::vector<std::string> files;
+  for (const auto& r : reuse_roots()) walk_files(r, "-" + run_id + ".h5", files);
+  std::sort(files.begin(), files.end());
+  for (const auto& f : files) {
+    if (real_path(f).rfind(except, 0) == 0) continue;
+    try {
+      if (read_run_results(f, /*with_curves=*/false).run_id == run_id) return f;
+    } catch (const Error&) {
+      // damaged or another run's: not this run's result
+    }
+  }
+  return "";
+}
 
 std::string checkpoint_path(const RunManifest& m, const std::string& run_id) { return m.out_dir + "/" + m.name + "-" + run_id + ".ckpt"; }
 std::string checkpoint_path(const RunManifest& m) { return checkpoint_path(m, m.run_id()); }

@@ -251,6 +251,7 @@ std::vector<RunManifest> RunManifest::expand(const std::string& path) {
     }
   }
   if (auto ab = base["ablation"].as_table()) {
+    const std::string base_name = base["outputs"]["name"].value_or(std::string());
     std::vector<Variant> next;
     for (const auto& var : variants) {
       next.push_back(var);  // the base of the ablation
@@ -273,7 +274,7 @@ std::vector<RunManifest> RunManifest::expand(const std::string& path) {
           set_field(c.t, *field, v, r, at + ".levels");
           c.moved[*field] = sources[at + ".levels"];
           c.differs += (c.differs.empty() ? "" : ", ") + fname + ": " + *field + "=" + label(v);
-          c.suffix += "-" + fname + "-" + label(v);
+          c.suffix += "-" + (fname == base_name ? "" : fname + "-") + label(v);  // "rht_size-ufp4_rht32", not "rht_size-rht_size-ufp4_rht32"
           next.push_back(std::move(c));
         }
       }

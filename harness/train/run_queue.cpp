@@ -87,7 +87,11 @@ void print_queue_outcome(const RunQueueOutcome& q, size_t runs, const std::strin
       const RunResults r = read_run_results(f, /*with_curves=*/false);
       char train[40];
       std::snprintf(train, sizeof train, "%.4f (K = %lld)", r.mean_loss_last_k, static_cast<long long>(r.last_k));
-      std::printf("%-40s %-30s %-12s %8.0f %22s %12.4f %10s\n", r.run_name.c_str(), r.recipe.c_str(), r.model.c_str(), static_cast<double>(r.steps_done),
+      // The run by this manifest's name (its file's), and the name it was made under where it was reused.
+      const std::string base = f.substr(f.find_last_of('/') + 1);
+      std::string name = base.size() > 20 ? base.substr(0, base.size() - 20) : base;
+      if (name != r.run_name) name += " (= " + r.run_name + ")";
+      std::printf("%-40s %-30s %-12s %8.0f %22s %12.4f %10s\n", name.c_str(), r.recipe.c_str(), r.model.c_str(), static_cast<double>(r.steps_done),
                   train, r.final_eval_loss, r.diverged ? "yes" : "no");
     }
     std::printf("train loss: mean training loss of the last K steps (the last tenth, up to 1,000); val loss: the final validation loss\n");

@@ -22,8 +22,10 @@
 #include "harness/data/data.h"
 #include "harness/io/array_io.h"
 #include "harness/io/provenance.h"
+#include "harness/io/run_results.h"
 #include "harness/train/capture_file.h"
 #include "harness/train/determinism.h"
+#include "harness/train/run_files.h"
 #include "harness/train/token_stream.h"
 #include "models/transformer.h"
 #ifdef UFP4_WITH_CUDA
@@ -315,7 +317,7 @@ bool Trainer::step_once(int64_t step) {
 
 Trainer::Outcome Trainer::train(int64_t stop_after) {
   SignalScope signals;
-  Progress progress("run " + m_.name, m_.steps, 5.0);
+  Progress progress("run " + m_.name, m_.steps, 4.0);  // lines at most ~4 s apart: under 5 s with an evaluation between
   progress.resume_from(start_, start_ * plan_.tokens_per_step);
   progress_ = &progress;
   t0_ = std::chrono::steady_clock::now();
@@ -409,6 +411,19 @@ void check_data_once(const std::string& dir) {
   checked.insert(dir);
 }
 
+// The same run (the same run id) already made in another folder: its results copied into this run's
+// place, checked again there, instead of training it twice. "" when there is none.
+std::string reuse_identical_run(const RunPlan& plan) {
+  const RunManifest& m = plan.manifest;
+  const std::string found = find_identical_run(plan.run_id, m.out_dir);
+  if (found.empty()) return "";
+  write_text_atomically(plan.results_path, read_text_file(found));
+  if (read_run_results(plan.results_path, /*with_curves=*/false).run_id != plan.run_id) throw RuntimeError("run " + m.name + ": the copy of " + found + " does not check");
+  log_info("run " + m.name + ": the identical run (run id " + plan.run_id + ") is in " + found + ": copied to " + plan.results_path +
+           " instead of training it again (--force trains it)");
+  return plan.results_path;
+}
+
 }  // namespace
 
 RunResult run_training(const RunPlan& plan, const RunOptions& opt) {
@@ -426,6 +441,7 @@ RunResult run_training(const RunPlan& plan, const RunOptions& opt) {
     existing = find_results(m, plan.run_id, &rejected);
     for (const auto& why : rejected) log_warn("run " + m.name + ": ignored " + why);
     if (existing.empty() && file_exists(plan.results_path)) set_aside(plan.results_path, m.name);
+    if (existing.empty() && !opt.force && !file_exists(plan.checkpoint_path)) existing = reuse_identical_run(plan);
     decision = !existing.empty() && !opt.force ? "skip" : file_exists(plan.checkpoint_path) ? "resume" : "start";
     if (decision != "skip") check_data_once(plan.data.dir);
   }
