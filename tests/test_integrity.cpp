@@ -476,6 +476,11 @@ TEST_CASE("an identical run made in another folder is copied, not trained again;
   CHECK(copied.out.find("the identical run (run id " + A.run_id() + ") is in " + results_path(A)) != std::string::npos);
   CHECK(copied.out.find("steps x") == std::string::npos);  // not trained
   CHECK(bytes_of(results_path(B)) == bytes_of(results_path(A)));
+  // A run asked to stop part way trains (resume checks rely on it).
+  std::remove(results_path(B).c_str());
+  Shell partial = sh(reuse + "--stop-after 5 " + mb);
+  CHECK(partial.code == 130);
+  CHECK(partial.out.find("steps x") != std::string::npos);
   // A damaged file elsewhere is not this run's result: the run trains.
   std::remove(results_path(B).c_str());
   std::string damaged = bytes_of(results_path(A));

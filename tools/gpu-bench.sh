@@ -4,6 +4,7 @@
 # in $BENCH (default results/bench), logs in $LOGS.
 #   UFP4_GIT_COMMIT=<commit> tools/gpu-bench.sh [extra `ufp4 bench step` options]
 set -uo pipefail
+export UFP4_REUSE=${UFP4_REUSE:-off}  # what it checks, it trains: no run copied from another folder
 cd "$(dirname "$0")/.."
 LOGS=${LOGS:-logs}
 BENCH=${BENCH:-results/bench}

@@ -1,6 +1,8 @@
 # Sourced by the one-call GPU scripts (tools/gpu-*.sh): strict mode, the repository root, a logs
 # folder ($LOGS, default logs/$1), a clock since the start, and the build into $LOGS/build.log.
 set -uo pipefail
+# The GPU scripts check what they train: no run is copied from another folder (harness/train/run_files.h).
+export UFP4_REUSE=${UFP4_REUSE:-off}
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 LOGS=${LOGS:-logs/$1}
 mkdir -p "$LOGS"

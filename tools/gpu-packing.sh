@@ -5,6 +5,7 @@
 # Markdown table $LOGS/packing.md with the fastest K a model. After `make gpu` and the corpus.
 #   UFP4_GIT_COMMIT=<commit> [MODELS="dense-ne2.4m dense-ne6.6m"] [PACK="1 2 4 9"] [TOKENS=52428800] tools/gpu-packing.sh
 set -uo pipefail
+export UFP4_REUSE=${UFP4_REUSE:-off}  # what it checks, it trains: no run copied from another folder
 cd "$(dirname "$0")/.."
 LOGS=${LOGS:-logs/packing}
 mkdir -p "$LOGS"

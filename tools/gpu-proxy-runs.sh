@@ -3,6 +3,7 @@
 # bf16, e2m1_ref and ufp4 plus dense-1.5b (20 steps) concurrently, one run per GPU (round-robin
 # when there are fewer GPUs), and a kill-and-resume check of a small proxy. Logs go to $LOGS.
 set -uo pipefail
+export UFP4_REUSE=${UFP4_REUSE:-off}  # what it checks, it trains: no run copied from another folder
 cd "$(dirname "$0")/.."
 LOGS=${LOGS:-logs}
 mkdir -p "$LOGS"

@@ -3,6 +3,7 @@
 # lack, all GPUs busy at once; results land in results/ and reports/, logs in $LOGS.
 #   UFP4_GIT_COMMIT=<commit> tools/gpu-session.sh [seconds for the training runs]
 set -uo pipefail
+export UFP4_REUSE=${UFP4_REUSE:-off}  # what it checks, it trains: no run copied from another folder
 cd "$(dirname "$0")/.."
 LOGS=${LOGS:-logs}
 BUDGET=${1:-420}

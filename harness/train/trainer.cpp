@@ -441,7 +441,8 @@ RunResult run_training(const RunPlan& plan, const RunOptions& opt) {
     existing = find_results(m, plan.run_id, &rejected);
     for (const auto& why : rejected) log_warn("run " + m.name + ": ignored " + why);
     if (existing.empty() && file_exists(plan.results_path)) set_aside(plan.results_path, m.name);
-    if (existing.empty() && !opt.force && !file_exists(plan.checkpoint_path)) existing = reuse_identical_run(plan);
+    // Never for a run asked to train (--force) or to stop part way (--stop-after), nor over a checkpoint.
+    if (existing.empty() && !opt.force && opt.stop_after < 0 && !file_exists(plan.checkpoint_path)) existing = reuse_identical_run(plan);
     decision = !existing.empty() && !opt.force ? "skip" : file_exists(plan.checkpoint_path) ? "resume" : "start";
     if (decision != "skip") check_data_once(plan.data.dir);
   }
