@@ -10,7 +10,7 @@
 // query block are copied in (cp.async) while the current one is worked on.
 //
 // dQ of query block i is the sum over key blocks j <= i of their dS K. Block j adds its term after
-// block j + 1 has (a per-query-block counter: block j waits until it reads i - j), into an FP32
+// block j + 1 has (a per-query-block counter: block j waits until it reads at least 4 (i - j)), into an FP32
 // accumulator that block i writes first and a last pass turns into BF16: the same order on every run.
 // Blocks take their work in ticket order, last key block first, so the block a block waits on started
 // before it, and, walking the query blocks from its own upwards, reaches each query block `group`
@@ -71,19 +71,22 @@ __device__ __forceinline__ unsigned load_relaxed(const unsigned* p) {
   return v;
 }
 __device__ __forceinline__ void fence_acquire() { asm volatile("fence.acq_rel.gpu;\n" ::: "memory"); }
-// Polls a query block's counter until it reads `expected` (the arrivals of the key blocks before this
-// one). Every block waited on took an earlier ticket, so a correct run waits microseconds; a wait of
-// kMaxPolls reads (seconds of the GPU's own time, however many processes share it) means the order
+// Polls a query block's counter until it reads at least `expected` (the arrivals of the key blocks
+// before this one). Not exactly `expected`: a warp of this block that passed the same wait counts itself
+// in after its last iteration with no barrier between, so the count can pass `expected` before a sibling
+// warp's next read; any count at or above it means every block before has arrived (later arrivals come
+// after them). Every block waited on took an earlier ticket, so a correct run waits microseconds; a wait
+// of kMaxPolls reads (seconds of the GPU's own time, however many processes share it) means the order
 // broke, and the kernel stops with its state printed instead of hanging the process for ever.
 constexpr unsigned kMaxPolls = 1u << 24;
 __device__ __noinline__ void report_stuck_wait(unsigned seen, unsigned expected, int j, int i, long long hq) {
   printf("ufp4 attention backward: thread block (%u, %u), key block %d, warp %u waited %u polls at query block %d, head %lld: "
-         "its counter reads %u, the order needs %u; stopping the kernel\n",
+         "its counter reads %u, the order needs at least %u; stopping the kernel\n",
          blockIdx.x, blockIdx.y, j, threadIdx.x / 32, kMaxPolls, i, hq, seen, expected);
   __trap();
 }
 __device__ __forceinline__ void wait_for_arrivals(const unsigned* counter, unsigned seen, unsigned expected, int j, int i, long long hq) {
-  for (unsigned polls = 0; seen != expected; seen = load_relaxed(counter))
+  for (unsigned polls = 0; static_cast<int>(seen - expected) < 0; seen = load_relaxed(counter))
     if (++polls == kMaxPolls) report_stuck_wait(seen, expected, j, i, hq);
 }
 __device__ __forceinline__ void red_release_add(unsigned* p, unsigned v) {

@@ -81,7 +81,8 @@ std::string reuse_reason(const RunManifest& m, const RunIdentity& id, const std:
   if (std::string f = find_results(m, run_id, &rejected); !f.empty()) return "reused: " + f + " has this run id and its content checks";
   if (!rejected.empty()) return "new: " + rejected.front() + " (ufp4 run moves it aside and trains the run)";
   if (file_exists(checkpoint_path(m, run_id))) return "resumes: " + checkpoint_path(m, run_id);
-  if (std::string f = find_identical_run(run_id, m.out_dir); !f.empty()) return "reused: the identical run is in " + f + " (ufp4 run copies it here)";
+  if (std::string f = find_identical_run(run_id, m.out_dir, ""); !f.empty())
+    return "reused: the identical run is in " + f + " (ufp4 run copies it here when it was made on the device it runs on)";
   if (!id.data_prepared) return "new: the data is not prepared yet (the run id is final once it is)";
   std::vector<std::string> files;
   walk_files(m.out_dir, ".h5", files);

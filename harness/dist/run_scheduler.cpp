@@ -223,6 +223,7 @@ std::vector<JobResult> run_scheduled_jobs(const std::vector<ScheduledJob>& jobs,
         ::syscall(SYS_tgkill, r.pid, r.pid, SIGUSR1);
         std::this_thread::sleep_for(std::chrono::seconds(1));
         ::kill(r.pid, SIGTERM);
+        r.term_sent = Clock::now();  // the grace counts from the signal, not from before the state was read
       } else if (r.stalled && seconds(now - r.term_sent) > o.stop_grace_seconds) {
         ::kill(r.pid, SIGKILL);
         r.term_sent = now;

@@ -66,15 +66,22 @@ std::string real_path(const std::string& p) {
 
 }  // namespace
 
-std::string find_identical_run(const std::string& run_id, const std::string& except_dir) {
-  const std::string except = real_path(except_dir) + "/";
+std::string find_identical_run(const std::string& run_id, const std::string& except_dir, const std::string& device) {
+  const std::string except = real_path(except_dir) + "/", root = repository_root();
+  const std::string references = root.empty() ? std::string() : real_path(root + "/results/reference") + "/";
   std::vector<std::string> files;
-  for (const auto& r : reuse_roots()) walk_files(r, "-" + run_id + ".h5", files);
-  std::sort(files.begin(), files.end());
+  for (const auto& r : reuse_roots()) {
+    std::vector<std::string> found;
+    walk_files(r, "-" + run_id + ".h5", found);
+    std::sort(found.begin(), found.end());
+    files.insert(files.end(), found.begin(), found.end());
+  }
   for (const auto& f : files) {
-    if (real_path(f).rfind(except, 0) == 0) continue;
+    const std::string real = real_path(f);
+    if (real.rfind(except, 0) == 0 || (!references.empty() && real.rfind(references, 0) == 0)) continue;
     try {
-      if (read_run_results(f, /*with_curves=*/false).run_id == run_id) return f;
+      const RunResults r = read_run_results(f, /*with_curves=*/false);
+      if (r.run_id == run_id && (device.empty() || r.device_name == device)) return f;
     } catch (const Error&) {
       // damaged or another run's: not this run's result
     }

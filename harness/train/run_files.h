@@ -18,10 +18,11 @@ std::string results_path(const RunManifest& m, const std::string& run_id);
 // when `rejected` is given, listed there as "path: why".
 std::string find_results(const RunManifest& m, const std::string& run_id, std::vector<std::string>* rejected = nullptr);
 std::string find_results(const RunManifest& m);
-// The same run made in another folder: a valid "*-<run id>.h5" below the checkout's results/ and
-// build*/ folders or a folder of UFP4_REUSE (colon-separated; "off": none at all), outside `except_dir`.
-// "" when none. A run id names everything that decides a run's bits, so such a file is this run's result.
-std::string find_identical_run(const std::string& run_id, const std::string& except_dir);
+// The same run made in another folder: a valid "*-<run id>.h5" below the checkout's results/ (not its
+// references, results/reference/) and build*/ folders, or below a folder of UFP4_REUSE (colon-separated,
+// searched first; "off": none at all), outside `except_dir`, made on `device` (the device name a run
+// records; "" for any: a run id does not name the device, and GPU models differ in bits). "" when none.
+std::string find_identical_run(const std::string& run_id, const std::string& except_dir, const std::string& device);
 // The run's checkpoint, one file ("<name>-<run id>.ckpt"), present while the run is partial.
 std::string checkpoint_path(const RunManifest& m);
 std::string checkpoint_path(const RunManifest& m, const std::string& run_id);

@@ -413,9 +413,12 @@ void check_data_once(const std::string& dir) {
 
 // The same run (the same run id) already made in another folder: its results copied into this run's
 // place, checked again there, instead of training it twice. "" when there is none.
-std::string reuse_identical_run(const RunPlan& plan) {
+std::string reuse_identical_run(const RunPlan& plan, const RunOptions& opt) {
   const RunManifest& m = plan.manifest;
-  const std::string found = find_identical_run(plan.run_id, m.out_dir);
+  if (find_identical_run(plan.run_id, m.out_dir, "").empty()) return "";  // none at all: no device to ask for
+  std::string device_name;
+  (void)choose_device(m, opt, device_name);  // made on this device: GPU models differ in bits
+  const std::string found = find_identical_run(plan.run_id, m.out_dir, device_name);
   if (found.empty()) return "";
   write_text_atomically(plan.results_path, read_text_file(found));
   if (read_run_results(plan.results_path, /*with_curves=*/false).run_id != plan.run_id) throw RuntimeError("run " + m.name + ": the copy of " + found + " does not check");
@@ -442,7 +445,7 @@ RunResult run_training(const RunPlan& plan, const RunOptions& opt) {
     for (const auto& why : rejected) log_warn("run " + m.name + ": ignored " + why);
     if (existing.empty() && file_exists(plan.results_path)) set_aside(plan.results_path, m.name);
     // Never for a run asked to train (--force) or to stop part way (--stop-after), nor over a checkpoint.
-    if (existing.empty() && !opt.force && opt.stop_after < 0 && !file_exists(plan.checkpoint_path)) existing = reuse_identical_run(plan);
+    if (existing.empty() && !opt.force && opt.stop_after < 0 && !file_exists(plan.checkpoint_path)) existing = reuse_identical_run(plan, opt);
     decision = !existing.empty() && !opt.force ? "skip" : file_exists(plan.checkpoint_path) ? "resume" : "start";
     if (decision != "skip") check_data_once(plan.data.dir);
   }
