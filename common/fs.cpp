@@ -1,5 +1,8 @@
 #include "common/fs.h"
 
+#include <limits.h>
+#include <stdlib.h>
+
 #include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -74,6 +77,11 @@ bool write_text_if_changed(const std::string& path, const std::string& text, boo
   refuse_to_replace(path, told, command);
   write_text_atomically(path, text);
   return true;
+}
+
+std::string real_path(const std::string& p) {
+  char buf[PATH_MAX];
+  return ::realpath(p.c_str(), buf) ? std::string(buf) : std::string();
 }
 
 std::string repository_root() {

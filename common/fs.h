@@ -8,6 +8,7 @@ namespace ufp4 {
 bool is_dir(const std::string& p);
 bool ends_with(const std::string& s, const std::string& suffix);
 bool file_exists(const std::string& p);
+std::string real_path(const std::string& p);  // symlinks and .. resolved; "" when the path does not exist
 std::string read_text_file(const std::string& p);  // throws ufp4::Error when unreadable
 // Files under `dir` (recursive) ending in `ext`, skipping site-packages, dist-packages, __pycache__.
 void walk_files(const std::string& dir, const std::string& ext, std::vector<std::string>& out);

@@ -15,11 +15,7 @@ for c in "$@"; do
   if [ -d "$r" ] && [ ! -L "$r" ]; then cp -a "$r"/. "$keep"/ && rm -rf "$r"; fi  # results sent from here join the kept ones
   [ -L "$r" ] || { mkdir -p "$(dirname "$r")"; ln -s "$PWD/$keep" "$r"; }
 done
-if [ ! -f data/python-8k/data.toml ]; then
-  s=$(date +%s)
-  build/ufp4 data prepare --out data/python-8k --vocab-size 8192 > "$LOGS/data-python-8k.log" 2>&1 || { tail -n 20 "$LOGS/data-python-8k.log"; exit 1; }
-  echo "data data/python-8k: $(( $(date +%s) - s )) s; data.toml SHA-256 $(sha256sum data/python-8k/data.toml | cut -c1-16)"
-fi
+ensure_default_corpus
 pack() {
   [ -n "${OUT:-}" ] || return 0
   for c in "$@"; do

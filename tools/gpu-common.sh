@@ -10,3 +10,10 @@ t0=$(date +%s)
 elapsed() { echo "$(( $(date +%s) - t0 )) s"; }
 make gpu > "$LOGS/build.log" 2>&1 || { tail -n 40 "$LOGS/build.log"; exit 1; }
 echo "build: $(elapsed)"
+# The default corpus once on this node (data/python-8k, BPE 8192), timed; its log in $LOGS.
+ensure_default_corpus() {
+  [ -f data/python-8k/data.toml ] && return 0
+  local s=$(date +%s)
+  build/ufp4 data prepare --out data/python-8k --vocab-size 8192 > "$LOGS/data-python-8k.log" 2>&1 || { tail -n 20 "$LOGS/data-python-8k.log"; exit 1; }
+  echo "data data/python-8k: $(( $(date +%s) - s )) s; data.toml SHA-256 $(sha256sum data/python-8k/data.toml | cut -c1-16)"
+}

@@ -8,9 +8,7 @@ source "$(dirname "$0")/gpu-common.sh" stress
 ngpu=$(nvidia-smi -L | wc -l)
 m=experiments/stress/stress.toml
 runs=$(build/ufp4 plan "$m" 2>/dev/null | grep -c '^stress-')
-if [ ! -f data/python-8k/data.toml ]; then
-  build/ufp4 data prepare --out data/python-8k --vocab-size 8192 > "$LOGS/data-python-8k.log" 2>&1 || { tail -n 20 "$LOGS/data-python-8k.log"; exit 1; }
-fi
+ensure_default_corpus
 for rep in $(seq 1 "${REPEAT:-3}") stop; do
   rm -rf build/stress
   limit=100000

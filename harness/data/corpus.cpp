@@ -24,11 +24,6 @@ const char* const kSourceExtensions = ".py,.pyi,.c,.h,.cc,.cpp,.cu,.cuh";
 
 namespace {
 
-std::string real_path(const std::string& p) {
-  char buf[PATH_MAX];
-  return realpath(p.c_str(), buf) ? std::string(buf) : std::string();
-}
-
 bool has_extension(const std::string& name, const std::vector<std::string>& exts) {
   for (const auto& e : exts)
     if (ends_with(name, e)) return true;

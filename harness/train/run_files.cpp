@@ -59,16 +59,16 @@ std::vector<std::string> reuse_roots() {
   return roots;
 }
 
-std::string real_path(const std::string& p) {
-  char buf[PATH_MAX];
-  return ::realpath(p.c_str(), buf) ? std::string(buf) : p;
+std::string resolved(const std::string& p) {
+  const std::string r = real_path(p);
+  return r.empty() ? p : r;
 }
 
 }  // namespace
 
 std::string find_identical_run(const std::string& run_id, const std::string& except_dir, const std::string& device) {
-  const std::string except = real_path(except_dir) + "/", root = repository_root();
-  const std::string references = root.empty() ? std::string() : real_path(root + "/results/reference") + "/";
+  const std::string except = resolved(except_dir) + "/", root = repository_root();
+  const std::string references = root.empty() ? std::string() : resolved(root + "/results/reference") + "/";
   std::vector<std::string> files;
   for (const auto& r : reuse_roots()) {
     std::vector<std::string> found;
@@ -77,7 +77,7 @@ std::string find_identical_run(const std::string& run_id, const std::string& exc
     files.insert(files.end(), found.begin(), found.end());
   }
   for (const auto& f : files) {
-    const std::string real = real_path(f);
+    const std::string real = resolved(f);
     if (real.rfind(except, 0) == 0 || (!references.empty() && real.rfind(references, 0) == 0)) continue;
     try {
       const RunResults r = read_run_results(f, /*with_curves=*/false);
