@@ -98,7 +98,7 @@ SeedPlan plan_seeds(const SeedPlan& policy, const Registration& reg, const std::
     if (t.diff.n < static_cast<size_t>(policy.pilot))
       throw Error("campaign: claim " + t.claim.id + " has " + std::to_string(t.diff.n) + " complete pilot seeds of " + std::to_string(policy.pilot) +
                   ": the seeds are decided once the whole pilot is in");
-    const int64_t need = seeds_for_power(t.diff.sd, t.claim.paper_effect, reg.alpha, reg.power, 100000);
+    const int64_t need = seeds_for_power(t.diff.sd, t.claim.effect_of_interest, reg.alpha, reg.power, 100000);
     s.pilot_sd[t.claim.id] = t.diff.sd;
     s.seeds_for_power[t.claim.id] = need;
     const int64_t n = std::min(policy.max, std::max(policy.min, need));

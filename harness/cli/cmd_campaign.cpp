@@ -4,6 +4,7 @@
 //          (results/<campaign>/seeds.toml), then trains the rest; resumable, like ufp4 run
 //   check  exit 1 unless every run of the set has verified results and no other result file sits in the
 //          folder; with --retrain, re-trains a sample into another folder and compares it bit for bit
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -90,8 +91,13 @@ int campaign_plan(const Campaign& c) {
   return 0;
 }
 
-// Trains `ms` (planned here) with the options; the children train one run each with --only.
-RunQueueOutcome train(const Campaign& c, const std::vector<RunManifest>& ms, RunQueueOptions q) {
+// Trains `ms` (planned here) with the options; the children train one run each with --only. A run that
+// a folder the campaign reads already holds (another campaign's, the same run id) is not trained again.
+RunQueueOutcome train(const Campaign& c, std::vector<RunManifest> ms, RunQueueOptions q) {
+  const size_t before = ms.size();
+  ms.erase(std::remove_if(ms.begin(), ms.end(), [&](const RunManifest& m) { return !c.read_result(m).empty(); }), ms.end());
+  if (ms.size() < before)
+    log_info("campaign " + c.name + ": " + std::to_string(before - ms.size()) + " of " + std::to_string(before) + " runs are read from another campaign's folder");
   prepare_data(c, ms);
   const std::vector<RunPlan> plans = plan_all(ms);
   const std::string exe = shell_quote(executable_dir() + "/ufp4");
@@ -109,7 +115,8 @@ void decide_seeds(Campaign& c) {
   write_seed_plan(c, plan);
   for (const auto& t : tests)
     log_info("campaign " + c.name + ": claim " + t.claim.id + ": pilot paired sd " + std::to_string(plan.pilot_sd.at(t.claim.id)) + " pp, " +
-             std::to_string(plan.seeds_for_power.at(t.claim.id)) + " seeds for the power against the paper's " + std::to_string(t.claim.paper_effect) + " pp");
+             std::to_string(plan.seeds_for_power.at(t.claim.id)) + " seeds for the power against " + std::to_string(t.claim.effect_of_interest) + " pp (" +
+             (t.claim.paper_sized() ? "the paper's effect" : "the registered effect of interest") + ")");
   for (const auto& [model, n] : plan.seeds) log_info("campaign " + c.name + ": " + model + ": " + std::to_string(n) + " seeds");
   c = Campaign::load(c.path);
 }

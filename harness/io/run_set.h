@@ -21,8 +21,13 @@ struct PlannedRun {
 struct RegisteredClaim {
   std::string id, model, text, a, b, baseline = "bf16";
   int direction = -1;         // the claim: the difference is negative (-1) or positive (+1)
-  double paper_effect = 0;    // the paper's value of the same difference, percentage points
+  double paper_effect = 0;    // the paper's value of the same difference, percentage points; NaN when it published none
   std::string paper_source;
+  // The effect the seeds are powered for and the MDD is read against: the paper's effect, or, for a
+  // claim the paper states without a size, a registered effect of interest with its reason.
+  double effect_of_interest = 0;
+  std::string effect_source;
+  bool paper_sized() const { return paper_effect == paper_effect; }  // not NaN
 };
 
 struct Registration {
@@ -42,6 +47,7 @@ struct SeedPlan {
 
 struct RunSet {
   std::string campaign, campaign_path, results_dir;
+  std::vector<std::string> read_dirs;  // other campaigns' folders whose runs (same run ids) this set uses
   std::vector<PlannedRun> runs;
   std::vector<std::string> ignored;  // "path: why" of result files in the folder that are not in the set
   Registration registration;

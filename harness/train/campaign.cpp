@@ -76,7 +76,7 @@ Registration read_registration(const toml::table& t, const Reader& r) {
     if (!c) r.bad(&node, p + "claims", "expected tables");
     RegisteredClaim k;
     const std::string q = p + "claims.";
-    r.keys(*c, q, {"id", "model", "text", "a", "b", "baseline", "direction", "paper_effect", "paper_source"});
+    r.keys(*c, q, {"id", "model", "text", "a", "b", "baseline", "direction", "paper_effect", "paper_source", "effect_of_interest", "effect_source"});
     k.id = r.str(*c, q, "id");
     k.model = r.str(*c, q, "model");
     k.text = r.str(*c, q, "text");
@@ -86,8 +86,18 @@ Registration read_registration(const toml::table& t, const Reader& r) {
     const double dir = r.num(*c, q, "direction", -1, 1);
     if (dir != -1 && dir != 1) r.bad(c->get("direction"), q + "direction", "expected -1 (a below b) or 1 (a above b)");
     k.direction = static_cast<int>(dir);
-    k.paper_effect = r.num(*c, q, "paper_effect", -100, 100);
+    // A claim the paper states without a size registers the effect its seeds are powered for instead.
+    const bool sized = c->get("paper_effect") != nullptr;
+    if (sized == (c->get("effect_of_interest") != nullptr))
+      r.bad(c, q + "paper_effect", "give exactly one of paper_effect (the paper's size of the difference) and effect_of_interest with "
+                                   "effect_source (a claim the paper states without a size)");
+    k.paper_effect = sized ? r.num(*c, q, "paper_effect", -100, 100) : NAN;
     k.paper_source = r.str(*c, q, "paper_source", false);
+    k.effect_of_interest = sized ? k.paper_effect : r.num(*c, q, "effect_of_interest", -100, 100);
+    k.effect_source = r.str(*c, q, "effect_source", !sized);
+    if (k.effect_of_interest == 0 || (k.effect_of_interest < 0) != (k.direction < 0))
+      r.bad(c->get(sized ? "paper_effect" : "effect_of_interest"), q + (sized ? "paper_effect" : "effect_of_interest"),
+            "expected a non-zero effect with the claim's sign (direction " + std::to_string(k.direction) + ")");
     if (!ids.insert(k.id).second) r.bad(c->get("id"), q + "id", "'" + k.id + "' is registered twice");
     g.claims.push_back(k);
   }
@@ -120,12 +130,25 @@ void read_seeds_file(const std::string& path, SeedPlan& s) {
 Campaign Campaign::load(const std::string& path) {
   const Reader r{path};
   const toml::table t = toml_parse(path);
-  r.keys(t, "", {"name", "report", "results", "manifests", "data", "seeds", "registration"});
+  r.keys(t, "", {"name", "report", "title", "paper", "results", "reads", "manifests", "data", "seeds", "registration"});
   Campaign c;
   c.path = path;
   c.name = r.str(t, "", "name");
   c.report = r.str(t, "", "report");
+  c.title = r.str(t, "", "title", false);
+  c.paper = r.str(t, "", "paper", false);
+  if (!c.paper.empty() && !file_exists(c.paper)) r.bad(t.get("paper"), "paper", "'" + c.paper + "' not found (the paper's numbers, reports/paper/)");
   c.results_dir = r.str(t, "", "results");
+  if (const toml::node* rd = t.get("reads")) {
+    const toml::array* a = rd->as_array();
+    if (!a) r.bad(rd, "reads", "expected a list of results folders of other campaigns");
+    for (const auto& d : *a) {
+      if (!d.is_string()) r.bad(&d, "reads", "expected folder names");
+      const std::string dir = *d.value<std::string>();
+      if (dir == c.results_dir) r.bad(&d, "reads", "'" + dir + "' is this campaign's own results folder");
+      c.read_dirs.push_back(dir);
+    }
+  }
   const toml::array* ms = t["manifests"].as_array();
   if (!ms || ms->empty()) r.bad(&t, "manifests", "missing (a list of manifest files, relative to this file)");
   for (const auto& m : *ms) {
@@ -194,6 +217,7 @@ RunSet Campaign::resolve(bool pilot_only) const {
   set.campaign = name;
   set.campaign_path = path;
   set.results_dir = results_dir;
+  set.read_dirs = read_dirs;
   set.registration = registration;
   set.seeds = seeds;
   std::set<std::string> in_set;
@@ -209,6 +233,7 @@ RunSet Campaign::resolve(bool pilot_only) const {
     std::vector<std::string> rejected;
     p.path = find_results(m, p.run_id, &rejected);
     for (const auto& why : rejected) set.ignored.push_back(why);
+    if (p.path.empty()) p.path = read_result(m);
     if (!p.path.empty()) in_set.insert(p.path);
     set.runs.push_back(p);
   }
@@ -230,6 +255,15 @@ RunSet Campaign::resolve(bool pilot_only) const {
   return set;
 }
 
+std::string Campaign::read_result(const RunManifest& m) const {
+  for (const auto& dir : read_dirs) {
+    RunManifest there = m;
+    there.out_dir = dir;
+    if (std::string f = find_results(there); !f.empty()) return f;
+  }
+  return "";
+}
+
 std::vector<std::string> campaign_files(const std::string& dir) {
   std::vector<std::string> files, out;
   walk_files(dir, "campaign.toml", files);
@@ -245,7 +279,7 @@ void write_seed_plan(const Campaign& c, const SeedPlan& plan) {
   os.precision(6);
   os << "# The seeds of campaign " << c.name << ", set once from its pilot's runs (seeds 1-" << c.seeds.pilot << ") by the rule that " << c.path
      << "\n# registered before any run: for each claim the fewest seeds whose minimal detectable difference (alpha " << c.registration.alpha
-     << ", power " << c.registration.power << ", at the pilot's paired sd) reaches the paper's effect, within [" << c.seeds.min << ", " << c.seeds.max
+     << ", power " << c.registration.power << ", at the pilot's paired sd) reaches the claim's registered effect (the paper's, or its effect of interest), within [" << c.seeds.min << ", " << c.seeds.max
      << "]; a model takes the most any of its claims asks for. Written by `ufp4 campaign run`.\n";
   os << "pilot = " << c.seeds.pilot << "\n\n[models]\n";
   for (const auto& [model, n] : plan.seeds) os << "\"" << model << "\" = " << n << "\n";

@@ -18,6 +18,10 @@ namespace ufp4 {
 
 struct Campaign {
   std::string path, name, report, results_dir;
+  std::string title, paper;  // the report's title and the paper's numbers (reports/paper/*.toml); optional
+  // Results folders of other campaigns at the same design: a run of this campaign whose run id one of
+  // them holds (the same model, recipe, seed, data and steps) is read from there, not trained again.
+  std::vector<std::string> read_dirs;
   std::vector<std::string> manifests;
   std::map<std::string, std::string> data_pins;  // data folder -> committed data.toml
   Registration registration;
@@ -34,6 +38,8 @@ struct Campaign {
   // The runs with the verified result each has in the results folder, and the folder's other result
   // files, named with why they are ignored.
   RunSet resolve(bool pilot_only = false) const;
+  // The verified result of run `m` in one of the folders this campaign reads; "" when none holds it.
+  std::string read_result(const RunManifest& m) const;
 };
 
 // Every campaign file under `dir` (experiments/*/campaign.toml), in name order.
