@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CMAKE_ARGS ?=
 GEN := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 
-.PHONY: all build setup configure test test-quick test-gpu check-gpu check-campaigns demo bench reproduce-figure-11 report gpu-deps gpu clean help
+.PHONY: all build setup configure test test-quick test-gpu check-gpu check-campaigns demo bench reproduce-figure-11 reproduce-factorial reproduce-emulation report gpu-deps gpu clean help
 
 all: build
 
@@ -53,8 +53,9 @@ reproduce-figure-11: bench
 
 # Re-renders every report from its inputs (unchanged inputs leave a report byte for byte as it was).
 report: build
-	@for r in table1 figure8 table2 table3 figure10 analysis figure9; do $(BUILD)/ufp4 report $$r --force > /dev/null || exit 1; done
-	@echo "reports written: reports/{table1,figure8}.md; the archived campaigns' reports/archive/{table2,table3,figure10,analysis,figure9}.md"
+	@for r in table1 figure8 figure10 table2 table3 analysis figure9; do $(BUILD)/ufp4 report $$r --force > /dev/null || exit 1; done
+	$(BUILD)/ufp4 report figure10 --archived --force > /dev/null
+	@echo "reports written: reports/{table1,figure8,figure10}.md; the archived campaigns' reports/archive/{table2,table3,figure10,analysis,figure9}.md"
 
 reproduce-table-1: build
 	$(BUILD)/ufp4 report table1
@@ -85,30 +86,63 @@ reproduce-figure-8: build
 
 # Every committed campaign: its run set complete and verified (CPU), and on a GPU a sample of each
 # re-trained and compared bit for bit (`ufp4 campaign check --retrain`).
-CAMPAIGNS := experiments/figure8/campaign.toml
+CAMPAIGNS := experiments/figure8/campaign.toml experiments/figure10/campaign.toml
 check-campaigns: build
 	@if [ "$(GPUS)" -lt 1 ]; then echo "make check-campaigns: re-trains runs on a GPU and nvidia-smi lists none here"; exit 2; fi
 	@for c in $(CAMPAIGNS); do $(BUILD)/ufp4 campaign check $$c --retrain build/check-campaigns --gpus $(GPUS) || exit 1; done
 
-# Tables 2 and 3, Figure 10: CI scale (the proxy campaigns are archived).
+# A registered campaign on this machine's GPUs (finished runs skipped, partial ones resumed, runs of
+# other campaigns read by run id), then its report: $(1) the experiments folder, $(2) the report's name.
+define campaign
+	@if [ "$(SCALE)" = ci ]; then echo "make $@: a registered campaign runs at proxy scale only (no SCALE=ci experiment)"; exit 2; fi
+	@if [ "$(GPUS)" -lt 1 ]; then echo "make $@: the campaign trains on GPUs and nvidia-smi lists none here"; exit 2; fi
+	$(BUILD)/ufp4 campaign run experiments/$(1)/campaign.toml --gpus $(GPUS)
+	$(BUILD)/ufp4 report $(2) --campaign experiments/$(1)/campaign.toml --force > /dev/null
+	@echo "report written: reports/$(2).md"
+endef
+
+# Table 2 at the decisive design (registered; run it before the factorial, which reads its runs), or
+# SCALE=ci: the CI-scale experiment from a folder.
 reproduce-table-2: build
-	$(archived)
+ifeq ($(SCALE),ci)
 	$(BUILD)/ufp4 run experiments/table2/ci.toml
 	$(BUILD)/ufp4 report table2 --results build/ci/table2 --out -
+else
+	$(call campaign,table2,table2)
+endif
 
+# The grid x RHT-scope factorial and the emulation control (registered campaigns; proxy scale only).
+reproduce-factorial: build
+	$(call campaign,factorial,factorial)
+
+reproduce-emulation: build
+	$(call campaign,emulation,emulation)
+
+# Table 3 at the decisive design (registered), or SCALE=ci: the CI-scale experiment from a folder.
 reproduce-table-3: build
-	$(archived)
+ifeq ($(SCALE),ci)
 	$(BUILD)/ufp4 run experiments/table3/ci.toml
 	@mkdir -p build/ci/reports
 	$(BUILD)/ufp4 report table3 --results build/ci/table3 --out build/ci/reports/table3.md > /dev/null
 	@echo "report written: build/ci/reports/table3.md"
+else
+	$(call campaign,table3,table3)
+endif
 
+# Figure 10: the registered campaign at the decisive design (its bf16 and e2m1_ref runs are Figure 8's,
+# read from results/figure8), or SCALE=ci: the CI-scale experiment from a folder.
 reproduce-figure-10: build
-	$(archived)
+	$(need_gpu)
+ifeq ($(SCALE),ci)
 	$(BUILD)/ufp4 run experiments/figure10/ci.toml
 	@mkdir -p build/ci/reports
 	$(BUILD)/ufp4 report figure10 --results build/ci/figure10 --out build/ci/reports/figure10.md > /dev/null
 	@echo "report written: build/ci/reports/figure10.md"
+else
+	$(BUILD)/ufp4 campaign run experiments/figure10/campaign.toml --gpus $(GPUS)
+	$(BUILD)/ufp4 report figure10 --force > /dev/null
+	@echo "report written: reports/figure10.md"
+endif
 
 # Figures 2, 4-7, 12: the shrinkage-bias analysis of operands captured from the dense proxy (one report).
 reproduce-figure-2 reproduce-figure-4 reproduce-figure-5 reproduce-figure-6 reproduce-figure-7 reproduce-figure-12: build
@@ -126,7 +160,7 @@ reproduce-figure-9: build
 	@echo "report written: build/ci/reports/figure9.md"
 
 reproduce-%:
-	@echo "make reproduce-$*: no such target (tables 1-3, figures 2, 4-10, 12; figure 11 comes with the performance issue)"; exit 2
+	@echo "make reproduce-$*: no such target (tables 1-3, figures 2, 4-10, 12, factorial, emulation; figure 11 is make bench)"; exit 2
 
 # Offline GPU nodes: download what the node lacks here, unpack and build there.
 gpu-deps:

@@ -93,5 +93,5 @@ TEST_CASE("Figure 8 at CI scale: the fixture's runs as a campaign's run set, pai
   CHECK((row.find("**holds**") != std::string::npos || row.find("**contradicted**") != std::string::npos ||
          row.find("**smaller than the paper**") != std::string::npos || row.find("**inconclusive**") != std::string::npos));
   CHECK(md.find("## The fast-descent transition") != std::string::npos);
-  CHECK(md.find("regenerate: `build/ufp4 report figure8`") != std::string::npos);
+  CHECK(md.find("regenerate: `build/ufp4 report figure8 --campaign experiments/figure8/campaign_ci.toml`") != std::string::npos);
 }

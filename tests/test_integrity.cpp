@@ -336,6 +336,83 @@ TEST_CASE("reports and checks work from the campaign's run set: missing runs lis
   CHECK(missing.out.find("FAIL " + set.runs.front().name + ": missing") != std::string::npos);
 }
 
+TEST_CASE("a campaign reads another campaign's runs by run id and trains only its own; a claim the paper did not size registers an effect of interest", "[integrity]") {
+  const std::string d = test::temp_dir();
+  auto manifest = [&](const std::string& name, const std::string& dir, const std::string& recipes) {
+    return test::write_manifest(d, name, "[model]\nname = \"tiny\"\n[recipe]\nname = \"bf16\"\n[data]\npath = \"" + test::ci_data() +
+                                             "\"\n[train]\nsteps = 20\nbatch = 4\nmicro_batch = 2\nwarmup = 5\ncheckpoint_every = 0\ndevice = \"cpu\"\n"
+                                             "[eval]\nevery = 10\nbatches = 2\nfinal = \"split\"\n[outputs]\ndir = \"" + dir + "\"\nname = \"" + name +
+                                             "\"\n[sweep]\n\"recipe.name\" = [" + recipes + "]\n");
+  };
+  const std::string head = "[seeds]\npilot = 2\nmin = 2\nmax = 2\n[registration]\ndate = \"2026-11-27\"\nmetric = \"final val\"\nsecondary = \"train\"\n"
+                           "test = \"paired t\"\nalpha = 0.05\npower = 0.8\nfamily = \"tiny\"\n[[registration.claims]]\nid = \"tiny\"\nmodel = \"tiny\"\n";
+  manifest("a_runs", d + "/a", "\"bf16\", \"e2m1_ref\"");
+  const std::string a = test::write_manifest(d, "a", "name = \"a\"\nreport = \"figure8\"\nresults = \"" + d + "/a\"\nmanifests = [\"a_runs.toml\"]\n" + head +
+                                                        "text = \"e2m1_ref above bf16\"\na = \"e2m1_ref\"\nb = \"bf16\"\nbaseline = \"bf16\"\ndirection = 1\n"
+                                                        "paper_effect = 1.2\n");
+  REQUIRE(test::run_binary("campaign run " + a).code == 0);
+  manifest("b_runs", d + "/b", "\"bf16\", \"e2m1_ref\", \"ufp4\"");
+  const std::string claim_b = "text = \"ufp4 above e2m1_ref\"\na = \"ufp4\"\nb = \"e2m1_ref\"\ndirection = 1\n";
+  const std::string top = "name = \"b\"\nreport = \"figure10\"\ntitle = \"Tiny reads\"\nresults = \"" + d + "/b\"\nreads = [\"" + d +
+                          "/a\"]\nmanifests = [\"b_runs.toml\"]\n" + head + claim_b;
+  // A second claim, not powered: reported, but the pilot's seed decision passes it by.
+  const std::string b = test::write_manifest(d, "b", top + "effect_of_interest = 0.29\neffect_source = \"the headline effect's size\"\n"
+                                                           "[[registration.claims]]\nid = \"side\"\nmodel = \"tiny\"\ntext = \"ufp4 above bf16\"\n"
+                                                           "a = \"ufp4\"\nb = \"bf16\"\ndirection = 1\neffect_of_interest = 0.29\neffect_source = \"x\"\npowered = false\n");
+  auto run = test::run_binary("campaign run " + b);
+  INFO(run.out);
+  REQUIRE(run.code == 0);
+  CHECK(run.out.find("campaign b: 4 of 6 runs are read from another campaign's folder") != std::string::npos);
+  std::vector<std::string> own;
+  walk_files(d + "/b", ".h5", own);
+  CHECK(own.size() == 2);  // ufp4 at seeds 1 and 2; bf16 and e2m1_ref stay in a/
+  for (const auto& f : own) CHECK(f.find("b_runs-ufp4-") != std::string::npos);
+  CHECK(test::run_binary("campaign check " + b).code == 0);
+  auto report = test::run_binary("report figure10 --campaign " + b + " --out " + d + "/b.md");
+  INFO(report.out);
+  REQUIRE(report.code == 0);
+  const std::string md = bytes_of(d + "/b.md");
+  CHECK(md.rfind("# Tiny reads\n", 0) == 0);
+  CHECK(md.find("Run set: all 6 runs") != std::string::npos);
+  CHECK(md.find("not published; effect of interest +0.2900 | the headline effect's size |") != std::string::npos);
+  CHECK(md.find("| not published | **") != std::string::npos);
+  CHECK(md.find("the paper gives no size for this claim") != std::string::npos);
+  CHECK(md.find("gap(ufp4) - gap(bf16) > 0 (not powered)") != std::string::npos);
+  CHECK(md.find("## Registration (2026-11-27, before any run of its own;") != std::string::npos);
+  CHECK(bytes_of(d + "/b/seeds.toml").find("[claims.side]") == std::string::npos);
+  // A claim naming a recipe the manifests do not sweep is refused before anything trains.
+  auto typo = test::run_binary("campaign plan " + test::write_manifest(d, "typo", top.substr(0, top.find("text = ")) + "text = \"t\"\na = \"ufp5\"\nb = \"e2m1_ref\"\n"
+                                                                       "direction = 1\neffect_of_interest = 0.29\neffect_source = \"x\"\n"));
+  CHECK(typo.code == 2);
+  CHECK(typo.out.find("registration.claims.a: 'ufp5' is not a recipe the manifests sweep for tiny (they sweep: bf16, e2m1_ref, ufp4)") != std::string::npos);
+  CHECK(md.find("regenerate: `build/ufp4 report figure10 --campaign " + b + "`") != std::string::npos);
+  CHECK(test::run_binary("report figure8 --campaign " + b + " --out " + d + "/b.md").out.find("report: 'figure10', not 'figure8'") != std::string::npos);
+
+  // Exactly one of the paper's effect and an effect of interest, with the claim's sign; never its own folder as one it reads.
+  const std::string both = test::write_manifest(d, "both", top + "paper_effect = 0.3\neffect_of_interest = 0.29\neffect_source = \"x\"\n");
+  auto refused = test::run_binary("campaign plan " + both);
+  CHECK(refused.code == 2);
+  CHECK(refused.out.find("both.toml:") != std::string::npos);
+  CHECK(refused.out.find("give exactly one of paper_effect") != std::string::npos);
+  const std::string sign = test::write_manifest(d, "sign", top + "effect_of_interest = -0.29\neffect_source = \"x\"\n");
+  auto wrong = test::run_binary("campaign plan " + sign);
+  CHECK(wrong.code == 2);
+  CHECK(wrong.out.find("effect_of_interest: expected a non-zero effect with the claim's sign (direction 1)") != std::string::npos);
+  const std::string mixed = test::write_manifest(d, "mixed", top + "plus = [\"ufp4\"]\nminus = [\"bf16\"]\neffect_of_interest = 0.29\neffect_source = \"x\"\n");
+  auto forms = test::run_binary("campaign plan " + mixed);
+  CHECK(forms.code == 2);
+  CHECK(forms.out.find("give a and b (gap(a) - gap(b)), or plus and minus") != std::string::npos);
+  std::string twice = head + "text = \"t\"\nplus = [\"ufp4\", \"e2m1_ref\"]\nminus = [\"ufp4\"]\ndirection = 1\neffect_of_interest = 0.29\neffect_source = \"x\"\n";
+  auto dup = test::run_binary("campaign plan " + test::write_manifest(d, "twice", top.substr(0, top.find("[seeds]")) + twice));
+  CHECK(dup.code == 2);
+  CHECK(dup.out.find("'ufp4' appears twice in the contrast") != std::string::npos);
+  std::string self = top;
+  self.replace(self.find("reads = [\"" + d + "/a\"]"), std::string("reads = [\"" + d + "/a\"]").size(), "reads = [\"" + d + "/b\"]");
+  auto loop = test::run_binary("campaign plan " + test::write_manifest(d, "self", self + "effect_of_interest = 0.29\neffect_source = \"x\"\n"));
+  CHECK(loop.code == 2);
+  CHECK(loop.out.find("is this campaign's own results folder") != std::string::npos);
+}
+
 TEST_CASE("what writes into committed folders replaces a file only when told; an unchanged report keeps its bytes and time", "[integrity]") {
   const std::string d = test::temp_dir();
   // A checkout of its own (what reports read), to run a copied binary in.

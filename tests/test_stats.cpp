@@ -1,5 +1,9 @@
 #include <cmath>
+#include <map>
+#include <string>
+#include <vector>
 
+#include "harness/analysis/campaign_stats.h"
 #include "harness/analysis/stats.h"
 #include "tests/catch.h"
 
@@ -67,4 +71,92 @@ TEST_CASE("slope of a line with its t interval", "[stats]") {
   CHECK(!slope_interval({0, 1}, {1, 2}).defined());
   CHECK(!slope_interval({1, 1, 1}, {1, 2, 3}).defined());
   CHECK_THROWS(slope_interval({1, 2}, {1}));
+}
+
+TEST_CASE("a campaign's claims: signed sums of gaps (an interaction), Holm apart for the unpowered ones, seeds set by the powered ones", "[stats]") {
+  // Losses per seed chosen so that each gap (percent of bf16's 2.0) is exact: gap = 50 (L - 2).
+  CampaignRuns runs;
+  const std::map<std::string, std::vector<double>> loss = {{"bf16", {2.0, 2.0, 2.0, 2.0}},
+                                                           {"a", {2.02, 2.03, 2.02, 2.04}},
+                                                           {"b", {2.04, 2.04, 2.05, 2.05}},
+                                                           {"c", {2.06, 2.05, 2.06, 2.07}},
+                                                           {"d", {2.01, 2.02, 2.01, 2.02}}};
+  for (const auto& [recipe, ls] : loss)
+    for (size_t s = 0; s < ls.size(); ++s) {
+      RunMetrics m;
+      m.final_val = ls[s];
+      m.train_tail = ls[s] + 0.5;
+      runs["m"][recipe][static_cast<int64_t>(s + 1)] = m;
+    }
+  runs["m"]["d"].erase(4);  // seed 4 lacks d: the interaction has three complete seeds
+  Registration reg;
+  RegisteredClaim pairwise, interaction, other;
+  pairwise.id = "ab", pairwise.model = "m", pairwise.plus = {"a"}, pairwise.minus = {"b"}, pairwise.direction = -1, pairwise.paper_effect = -1;
+  pairwise.effect_of_interest = -1;
+  interaction = pairwise;
+  interaction.id = "inter", interaction.plus = {"a", "d"}, interaction.minus = {"b", "c"};
+  other = pairwise;
+  other.id = "cb", other.plus = {"c"}, other.minus = {"b"}, other.direction = 1, other.powered = false;
+  reg.claims = {pairwise, interaction, other};
+  CHECK(interaction.contrast_text() == "gap(a) + gap(d) - gap(b) - gap(c)");
+  const std::vector<ClaimTest> t = test_claims(reg, runs);
+  REQUIRE(t.size() == 3);
+  // (a + d - b - c) per seed, in pp: seed 1: 1 + 0.5 - 2 - 3 = -3.5; seed 2: 1.5 + 1 - 2 - 2.5 = -2; seed 3: 1 + 0.5 - 2.5 - 3 = -4.
+  REQUIRE(t[1].values.size() == 3);
+  CHECK(std::fabs(t[1].values[0] + 3.5) < 1e-9);
+  CHECK(std::fabs(t[1].values[1] + 2.0) < 1e-9);
+  CHECK(std::fabs(t[1].values[2] + 4.0) < 1e-9);
+  CHECK(t[1].seeds == std::vector<int64_t>{1, 2, 3});
+  CHECK(t[0].diff.n == 4);
+  CHECK(std::fabs(t[0].diff.mean - (-1 - 0.5 - 1.5 - 0.5) / 4) < 1e-9);  // a - b: -1, -0.5, -1.5, -0.5
+  // Holm: the two powered claims adjust each other; the unpowered one is a family of one (its p unchanged).
+  CHECK(t[2].p_holm == t[2].p);
+  const std::vector<double> holm = holm_adjust({t[0].p, t[1].p});
+  CHECK(t[0].p_holm == holm[0]);
+  CHECK(t[1].p_holm == holm[1]);
+  // Seeds: only powered claims set them; a model whose claims are all unpowered takes the floor.
+  SeedPlan policy;
+  policy.pilot = 3, policy.min = 5, policy.max = 40;
+  const SeedPlan plan = plan_seeds(policy, reg, t);
+  CHECK(plan.pilot_sd.count("cb") == 0);
+  CHECK(plan.seeds_for_power.count("ab") == 1);
+  CHECK(plan.seeds.at("m") >= 5);
+  Registration unpowered;
+  unpowered.claims = {other};
+  CHECK(plan_seeds(policy, unpowered, test_claims(unpowered, runs)).seeds.at("m") == 5);
+}
+
+TEST_CASE("a one-factor group: the paper's choice best, beaten, or tied within the MDD; Holm within each group", "[stats]") {
+  CampaignRuns runs;
+  const std::map<std::string, std::vector<double>> loss = {{"bf16", {2.0, 2.0, 2.0, 2.0, 2.0}},
+                                                           {"ref", {2.10, 2.11, 2.10, 2.12, 2.11}},
+                                                           {"worse", {2.20, 2.22, 2.21, 2.22, 2.21}},
+                                                           {"better", {2.00, 2.01, 2.01, 2.02, 2.00}},
+                                                           {"same", {2.12, 2.09, 2.11, 2.10, 2.12}}};
+  for (const auto& [recipe, ls] : loss)
+    for (size_t s = 0; s < ls.size(); ++s) runs["m"][recipe][static_cast<int64_t>(s + 1)].final_val = ls[s];
+  auto level = [](const std::string& group, const std::string& l) {
+    RegisteredClaim c;
+    c.id = group + "-" + l, c.group = group, c.model = "m", c.plus = {l}, c.minus = {"ref"}, c.direction = 1;
+    c.paper_effect = NAN, c.effect_of_interest = 0.29;
+    return c;
+  };
+  Registration reg;
+  reg.claims = {level("g1", "worse"), level("g2", "worse"), level("g2", "better"), level("g3", "worse"), level("g3", "same")};
+  const std::vector<ClaimTest> t = test_claims(reg, runs);
+  CHECK(t[0].p_holm == t[0].p);  // g1 has one claim: Holm leaves it
+  CHECK(t[1].p_holm == holm_adjust({t[1].p, t[2].p})[0]);
+  const std::vector<GroupAnswer> g = group_answers(t);
+  REQUIRE(g.size() == 3);
+  CHECK(g[0].group == "g1");
+  CHECK(g[0].choice == "ref");
+  CHECK(g[0].answer == "best");
+  CHECK(g[0].best_level == "ref");
+  CHECK(g[1].answer == "beaten");
+  CHECK(g[1].beaten_by == std::vector<std::string>{"better"});
+  CHECK(g[1].best_level == "better");
+  CHECK(g[1].best_contrast < -4);
+  CHECK(g[2].answer == "tied within the MDD");
+  CHECK(g[2].levels == std::vector<std::string>{"worse", "same"});
+  CHECK(g[2].largest_mdd > 0);
 }

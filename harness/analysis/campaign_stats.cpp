@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
+#include <utility>
 
 #include "common/error.h"
 #include "harness/io/run_results.h"
@@ -41,52 +43,99 @@ std::vector<double> moving_average(const std::vector<double>& x, size_t w) {
 
 namespace {
 
-// Per seed with all three recipes: the gaps of a and b to the baseline, in percent.
-void gaps(const std::map<std::string, std::map<int64_t, RunMetrics>>& rs, const RegisteredClaim& c, bool train, ClaimTest& t,
-          std::vector<double>& a, std::vector<double>& b) {
-  if (!rs.count(c.a) || !rs.count(c.b) || !rs.count(c.baseline)) return;
+// Per seed with the baseline and every recipe of the contrast: the contrast of the gaps to the
+// baseline, in percentage points (the sum of the plus recipes' gaps minus the minus recipes').
+std::vector<double> contrast_values(const std::map<std::string, std::map<int64_t, RunMetrics>>& rs, const RegisteredClaim& c, bool train,
+                                    std::vector<int64_t>* seeds) {
+  std::vector<double> out;
+  if (!rs.count(c.baseline)) return out;
   for (const auto& [seed, base] : rs.at(c.baseline)) {
-    if (!rs.at(c.a).count(seed) || !rs.at(c.b).count(seed)) continue;
     const double l0 = train ? base.train_tail : base.final_val;
-    const double la = train ? rs.at(c.a).at(seed).train_tail : rs.at(c.a).at(seed).final_val;
-    const double lb = train ? rs.at(c.b).at(seed).train_tail : rs.at(c.b).at(seed).final_val;
-    if (!train) t.seeds.push_back(seed);
-    a.push_back(100 * (la - l0) / l0);
-    b.push_back(100 * (lb - l0) / l0);
+    double v = 0;
+    bool complete = true;
+    for (const auto* side : {&c.plus, &c.minus})
+      for (const auto& recipe : *side) {
+        const auto it = rs.find(recipe);
+        if (it == rs.end() || !it->second.count(seed)) {
+          complete = false;
+          continue;
+        }
+        const RunMetrics& m = it->second.at(seed);
+        v += (side == &c.plus ? 1 : -1) * 100 * ((train ? m.train_tail : m.final_val) - l0) / l0;
+      }
+    if (!complete) continue;
+    if (seeds) seeds->push_back(seed);
+    out.push_back(v);
   }
+  return out;
 }
 
 }  // namespace
 
 std::vector<ClaimTest> test_claims(const Registration& reg, const CampaignRuns& runs) {
   std::vector<ClaimTest> out;
-  std::vector<double> p, p_train;
   for (const auto& c : reg.claims) {
     ClaimTest t;
     t.claim = c;
     if (runs.count(c.model)) {
       const auto& rs = runs.at(c.model);
-      gaps(rs, c, false, t, t.gap_a, t.gap_b);
-      std::vector<double> ta, tb;
-      gaps(rs, c, true, t, ta, tb);
-      t.diff = paired_difference(t.gap_a, t.gap_b, 1 - reg.alpha);
-      t.diff_train = paired_difference(ta, tb, 1 - reg.alpha);
+      t.values = contrast_values(rs, c, false, &t.seeds);
+      t.diff = mean_interval(t.values, 1 - reg.alpha);
+      t.diff_train = mean_interval(contrast_values(rs, c, true, nullptr), 1 - reg.alpha);
     }
     t.p = paired_t_p(t.diff);
     t.p_train = paired_t_p(t.diff_train);
     t.mdd = minimal_detectable_difference(t.diff.sd, t.diff.n, reg.alpha, reg.power);
     t.mdd_train = minimal_detectable_difference(t.diff_train.sd, t.diff_train.n, reg.alpha, reg.power);
-    p.push_back(t.p);
-    p_train.push_back(t.p_train);
     out.push_back(t);
   }
-  const std::vector<double> holm = holm_adjust(p), holm_train = holm_adjust(p_train);
-  for (size_t i = 0; i < out.size(); ++i) {
-    ClaimTest& t = out[i];
-    t.p_holm = holm[i];
-    t.p_train_holm = holm_train[i];
-    t.verdict = registered_verdict(t.diff, t.claim.direction, t.p_holm, reg.alpha, t.claim.paper_effect);
-    t.verdict_train = registered_verdict(t.diff_train, t.claim.direction, t.p_train_holm, reg.alpha, t.claim.paper_effect);
+  // Holm within the registered family: the powered claims (of one group, where claims name groups); the
+  // contrasts reported without power form a family of their own, so they never weaken the claims the
+  // seeds were set for.
+  std::set<std::pair<bool, std::string>> families;
+  for (const auto& t : out) families.insert({t.claim.powered, t.claim.group});
+  for (const auto& family : families) {
+    std::vector<double> p, p_train;
+    std::vector<size_t> at;
+    for (size_t i = 0; i < out.size(); ++i)
+      if (std::make_pair(out[i].claim.powered, out[i].claim.group) == family) p.push_back(out[i].p), p_train.push_back(out[i].p_train), at.push_back(i);
+    const std::vector<double> holm = holm_adjust(p), holm_train = holm_adjust(p_train);
+    for (size_t j = 0; j < at.size(); ++j) {
+      ClaimTest& t = out[at[j]];
+      t.p_holm = holm[j];
+      t.p_train_holm = holm_train[j];
+      t.verdict = registered_verdict(t.diff, t.claim.direction, t.p_holm, reg.alpha, t.claim.paper_effect);
+      t.verdict_train = registered_verdict(t.diff_train, t.claim.direction, t.p_train_holm, reg.alpha, t.claim.paper_effect);
+    }
+  }
+  return out;
+}
+
+std::vector<GroupAnswer> group_answers(const std::vector<ClaimTest>& tests) {
+  std::vector<GroupAnswer> out;
+  for (const auto& t : tests) {
+    if (t.claim.group.empty()) continue;
+    auto it = std::find_if(out.begin(), out.end(), [&](const GroupAnswer& g) { return g.group == t.claim.group; });
+    if (it == out.end()) {
+      GroupAnswer g;
+      g.group = t.claim.group;
+      g.choice = t.claim.minus.front();
+      g.best_level = g.choice;
+      out.push_back(g);
+      it = out.end() - 1;
+    }
+    GroupAnswer& g = *it;
+    const std::string level = t.claim.plus.front();
+    g.levels.push_back(level);
+    if (t.verdict == Verdict::kContradicted) g.beaten_by.push_back(level);
+    if (t.diff.n && (std::isnan(g.best_contrast) ? t.diff.mean < 0 : t.diff.mean < g.best_contrast)) g.best_level = level, g.best_contrast = t.diff.mean;
+    if (!std::isnan(t.mdd)) g.largest_mdd = std::isnan(g.largest_mdd) ? t.mdd : std::max(g.largest_mdd, t.mdd);
+  }
+  for (auto& g : out) {
+    bool all_hold = true;
+    for (const auto& t : tests)
+      if (t.claim.group == g.group) all_hold = all_hold && t.verdict == Verdict::kHolds;
+    g.answer = !g.beaten_by.empty() ? "beaten" : all_hold ? "best" : "tied within the MDD";
   }
   return out;
 }
@@ -95,6 +144,7 @@ SeedPlan plan_seeds(const SeedPlan& policy, const Registration& reg, const std::
   SeedPlan s = policy;
   s.seeds.clear();
   for (const auto& t : pilot) {
+    if (!t.claim.powered) continue;  // reported with its MDD; the seeds are not set for it
     if (t.diff.n < static_cast<size_t>(policy.pilot))
       throw Error("campaign: claim " + t.claim.id + " has " + std::to_string(t.diff.n) + " complete pilot seeds of " + std::to_string(policy.pilot) +
                   ": the seeds are decided once the whole pilot is in");
@@ -104,6 +154,8 @@ SeedPlan plan_seeds(const SeedPlan& policy, const Registration& reg, const std::
     const int64_t n = std::min(policy.max, std::max(policy.min, need));
     s.seeds[t.claim.model] = std::max(s.seeds.count(t.claim.model) ? s.seeds[t.claim.model] : 0, n);
   }
+  for (const auto& t : pilot)  // a model with no powered claim: the registered floor
+    if (!s.seeds.count(t.claim.model)) s.seeds[t.claim.model] = policy.min;
   return s;
 }
 

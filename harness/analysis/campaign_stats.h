@@ -28,18 +28,31 @@ CampaignRuns read_campaign_runs(const RunSet& set);
 
 struct ClaimTest {
   RegisteredClaim claim;
-  std::vector<int64_t> seeds;             // seeds with a, b and the baseline
-  std::vector<double> gap_a, gap_b;       // percent, per seed
-  Interval diff, diff_train;              // gap_a - gap_b (pp): final validation loss, training loss of the last tenth
+  std::vector<int64_t> seeds;             // seeds with the baseline and every recipe of the contrast
+  std::vector<double> values;             // the contrast of the gaps (pp), per seed
+  Interval diff, diff_train;              // its mean and interval (pp): final validation loss, training loss of the last tenth
   double p = NAN, p_holm = NAN, p_train = NAN, p_train_holm = NAN, mdd = NAN, mdd_train = NAN;
   Verdict verdict = Verdict::kInconclusive, verdict_train = Verdict::kInconclusive;
 };
 // Every registered claim tested, Holm-adjusted within the family (primary and secondary apart).
 std::vector<ClaimTest> test_claims(const Registration& reg, const CampaignRuns& runs);
 
+// A one-factor group's answer (Table 3): its claims each put one level (plus) against the paper's choice
+// (minus) with direction +1, "the choice is below the level". The choice is "best" when every claim
+// holds, "beaten" when a level is significantly below it (a claim contradicted), and otherwise "tied
+// within the MDD" (no level detectably better at these seeds).
+struct GroupAnswer {
+  std::string group, choice, answer;
+  std::vector<std::string> levels, beaten_by;
+  std::string best_level;      // the level with the lowest mean contrast (the choice itself when none is below it)
+  double best_contrast = NAN;  // its contrast against the choice (pp)
+  double largest_mdd = NAN;    // over the group's claims (pp)
+};
+std::vector<GroupAnswer> group_answers(const std::vector<ClaimTest>& tests);
+
 // The seeds each model needs by the registered rule, from the pilot's claims (tests of seeds 1..pilot):
-// per claim the fewest seeds reaching the paper's effect at the pilot's paired sd, clamped to
-// [min, max]; a model takes the most its claims ask for.
+// per powered claim the fewest seeds reaching its registered effect at the pilot's paired sd, clamped
+// to [min, max]; a model takes the most its claims ask for.
 SeedPlan plan_seeds(const SeedPlan& policy, const Registration& reg, const std::vector<ClaimTest>& pilot);
 
 // The trailing averages of `x` over `w` values: out[j] averages x[j] .. x[j + w - 1].

@@ -91,13 +91,17 @@ int campaign_plan(const Campaign& c) {
   return 0;
 }
 
-// Trains `ms` (planned here) with the options; the children train one run each with --only. A run that
-// a folder the campaign reads already holds (another campaign's, the same run id) is not trained again.
-RunQueueOutcome train(const Campaign& c, std::vector<RunManifest> ms, RunQueueOptions q) {
+// The runs a folder the campaign reads does not hold already (another campaign's, the same run id).
+std::vector<RunManifest> not_read(const Campaign& c, std::vector<RunManifest> ms) {
   const size_t before = ms.size();
   ms.erase(std::remove_if(ms.begin(), ms.end(), [&](const RunManifest& m) { return !c.read_result(m).empty(); }), ms.end());
   if (ms.size() < before)
     log_info("campaign " + c.name + ": " + std::to_string(before - ms.size()) + " of " + std::to_string(before) + " runs are read from another campaign's folder");
+  return ms;
+}
+
+// Trains `ms` (planned here) with the options; the children train one run each with --only.
+RunQueueOutcome train(const Campaign& c, const std::vector<RunManifest>& ms, RunQueueOptions q) {
   prepare_data(c, ms);
   const std::vector<RunPlan> plans = plan_all(ms);
   const std::string exe = shell_quote(executable_dir() + "/ufp4");
@@ -114,7 +118,8 @@ void decide_seeds(Campaign& c) {
   const SeedPlan plan = plan_seeds(c.seeds, c.registration, tests);
   write_seed_plan(c, plan);
   for (const auto& t : tests)
-    log_info("campaign " + c.name + ": claim " + t.claim.id + ": pilot paired sd " + std::to_string(plan.pilot_sd.at(t.claim.id)) + " pp, " +
+    if (plan.pilot_sd.count(t.claim.id))  // a powered claim (the others do not set the seeds)
+      log_info("campaign " + c.name + ": claim " + t.claim.id + ": pilot paired sd " + std::to_string(plan.pilot_sd.at(t.claim.id)) + " pp, " +
              std::to_string(plan.seeds_for_power.at(t.claim.id)) + " seeds for the power against " + std::to_string(t.claim.effect_of_interest) + " pp (" +
              (t.claim.paper_sized() ? "the paper's effect" : "the registered effect of interest") + ")");
   for (const auto& [model, n] : plan.seeds) log_info("campaign " + c.name + ": " + model + ": " + std::to_string(n) + " seeds");
@@ -136,13 +141,15 @@ int campaign_run(Campaign& c, const std::string& only, const std::string& out_di
     const RunQueueOutcome out = train(c, ms, q);
     return out.exit_code();
   }
-  RunQueueOutcome out = train(c, c.runs(/*pilot_only=*/true), q);
-  print_queue_outcome(out, c.runs(true).size(), "campaign run");
+  const std::vector<RunManifest> pilot = not_read(c, c.runs(/*pilot_only=*/true));
+  RunQueueOutcome out = train(c, pilot, q);
+  print_queue_outcome(out, pilot.size(), "campaign run");
   if (out.exit_code() != 0 || pilot_only) return out.exit_code();
   if (!c.seeds_decided()) decide_seeds(c);
   std::vector<RunManifest> rest;  // the seeds past the pilot (the pilot's are in)
   for (auto& m : c.runs())
     if (m.seed > c.seeds.pilot) rest.push_back(std::move(m));
+  rest = not_read(c, rest);
   if (!rest.empty()) {
     out = train(c, rest, q);
     print_queue_outcome(out, rest.size(), "campaign run");
@@ -155,16 +162,18 @@ int campaign_run(Campaign& c, const std::string& only, const std::string& out_di
 }
 
 // A sample retrained into `dir` and compared bit for bit with the committed results: per model the
-// first seed of each recipe named by a claim (or of every recipe with `all_recipes`).
+// first seed of each recipe a claim names (or of every recipe with `all_recipes`), among the runs this
+// campaign made itself (a run read from another campaign's folder is that campaign's to check).
 int retrain_and_compare(const Campaign& c, const RunSet& set, const std::string& dir, bool all_recipes, RunQueueOptions q) {
   std::set<std::string> recipes;
-  for (const auto& k : c.registration.claims) recipes.insert(k.a);
+  for (const auto& k : c.registration.claims)
+    for (const auto* side : {&k.plus, &k.minus}) recipes.insert(side->begin(), side->end());
   std::vector<RunManifest> sample;
   std::vector<std::string> committed;
   const std::vector<RunManifest> ms = c.runs();
   for (size_t i = 0; i < ms.size(); ++i) {
     const PlannedRun& p = set.runs[i];
-    if (p.seed != 1 || p.path.empty() || (!all_recipes && !recipes.count(p.recipe))) continue;
+    if (p.seed != 1 || p.path.empty() || (!all_recipes && !recipes.count(p.recipe)) || p.path.rfind(c.results_dir + "/", 0) != 0) continue;
     RunManifest m = ms[i];
     m.out_dir = dir;
     sample.push_back(m);
@@ -198,7 +207,9 @@ int campaign_check(const Campaign& c, const std::string& retrain_dir, bool all_r
   int failures = 0;
   for (const auto& r : set.runs)
     if (r.path.empty()) {
-      std::printf("FAIL %s: missing (run id %s, no verified result in %s)\n", r.name.c_str(), r.run_id.c_str(), c.results_dir.c_str());
+      std::string where = c.results_dir;
+      for (const auto& d : c.read_dirs) where += " or " + d;
+      std::printf("FAIL %s: missing (run id %s, no verified result in %s)\n", r.name.c_str(), r.run_id.c_str(), where.c_str());
       ++failures;
     }
   for (const auto& why : set.ignored) {

@@ -1,6 +1,7 @@
 // `ufp4 report NAME`: renders a reproduction report (Markdown, SVG figures under figures/ beside it).
-// Campaign reports (figure8) work from the campaign's run set; the campaigns of the 1,600-step design
-// render from results/archive/ into reports/archive/, marked as archived. Re-rendering unchanged inputs
+// Campaign reports (a name with experiments/NAME/campaign.toml: figure8, figure10) work from the
+// campaign's run set; the campaigns of the 1,600-step design render from results/archive/ into
+// reports/archive/, marked as archived (--archived where a campaign has replaced them). Re-rendering unchanged inputs
 // leaves the file as it was; a default output that would change is replaced only with --force.
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <map>
+#include <set>
 
 #include "common/error.h"
 #include "common/fs.h"
@@ -81,16 +83,17 @@ std::string with_banner(const std::string& md, const std::string& name) {
 }  // namespace
 
 int cmd_report(const std::vector<std::string>& args) {
-  const std::string allowed = "table1, table2, table3, figure8, figure10, analysis, figure9, bench";
+  const std::string allowed = "table1, table2, table3, figure8, figure10, factorial, emulation, analysis, figure9, bench";
   std::string name, out, tensors, fits, campaign;
   std::vector<std::string> dirs, chains;
   int64_t k = 200;
-  bool force = false;
+  bool force = false, archived_wanted = false;
   po::options_description d("options");
   d.add_options()
-      ("name", po::value(&name), "table1 | table2 | table3 | figure8 | figure10 | analysis | figure9 | bench")
-      ("campaign", po::value(&campaign), "figure8: the campaign file (default experiments/figure8/campaign.toml)")
-      ("results", po::value(&dirs)->multitoken(), "archived reports: folders of run results (default: the archived campaign's)")
+      ("name", po::value(&name), "table1 | table2 | table3 | figure8 | figure10 | factorial | emulation | analysis | figure9 | bench")
+      ("campaign", po::value(&campaign), "campaign reports: the campaign file (default experiments/NAME/campaign.toml)")
+      ("results", po::value(&dirs)->multitoken(), "reports from folders of run results (CI scale; default: the archived campaign's)")
+      ("archived", po::bool_switch(&archived_wanted), "table2, table3, figure10: the archived 1,600-step campaign's report (reports/archive/NAME.md)")
       ("last-k", po::value(&k)->default_value(200), "archived reports: steps averaged at the end of each run")
       ("tensors", po::value(&tensors), "analysis: output of `ufp4 analyze tensors`")
       ("chain", po::value(&chains)->multitoken(), "analysis: outputs of `ufp4 analyze chain`")
@@ -99,12 +102,21 @@ int cmd_report(const std::vector<std::string>& args) {
       ("force", po::bool_switch(&force), "replace the default output when the new rendering differs from it");
   po::positional_options_description pos;
   pos.add("name", 1);
-  auto vm = parse_command("report", "NAME [--campaign FILE | --results DIR...] [--out FILE] [--force]", d, args, &pos);
+  auto vm = parse_command("report", "NAME [--campaign FILE | --results DIR... | --archived] [--out FILE] [--force]", d, args, &pos);
   if (!vm) return 0;
   const std::string root = repository_root();
   if (root.empty()) throw Error("report: no ufp4 checkout here or above (reports read the repository's results and paper numbers: run from a checkout)");
   const bool told = force || !out.empty();
-  const bool archived = archived_inputs().count(name) || name == "analysis" || name == "figure9";
+  if (archived_wanted && !archived_inputs().count(name))
+    throw Error("report: --archived: '" + name + "' has no archived campaign (allowed: table2, table3, figure10)");
+  // A registered campaign renders from its run set unless folders or the archive are asked for.
+  // (The campaign's paths are relative to the checkout's root, where reports are rendered from.)
+  // Table 2's campaign is registered but not yet run: `report table2` stays the archived one until it is
+  // (`--campaign experiments/table2/campaign.toml` renders the campaign's, as make reproduce-table-2 does).
+  static const std::set<std::string> campaign_reports = {"figure8", "figure10", "factorial", "emulation"};
+  if (campaign.empty() && dirs.empty() && !archived_wanted && campaign_reports.count(name)) campaign = "experiments/" + name + "/campaign.toml";
+  if (!campaign.empty() && (!dirs.empty() || archived_wanted)) throw Error("report: --campaign goes without --results and --archived");
+  const bool archived = campaign.empty() && (archived_inputs().count(name) || name == "analysis" || name == "figure9");
   if (out.empty()) out = root + "/reports/" + (archived ? "archive/" : "") + name + ".md";
   const std::string final_figures = out == "-" ? "" : (out.find('/') == std::string::npos ? "." : out.substr(0, out.rfind('/'))) + "/figures";
   // Figures are drawn into a staging folder and copied beside the report only where the report itself
@@ -115,11 +127,12 @@ int cmd_report(const std::vector<std::string>& args) {
     for (const auto& dir : archived_inputs().at(name)) dirs.push_back(root + "/" + dir);
   const std::string analysis = root + "/results/archive/analysis-stdlib-corpus";
   std::string md;
-  if (name == "table1") md = report_table1(root);
-  else if (name == "figure8") {
-    const Campaign c = Campaign::load(campaign.empty() ? "experiments/figure8/campaign.toml" : campaign);
-    md = report_figure8(root, c.resolve(), figures);
-  } else if (name == "table2") md = report_table2(root, dirs, k, figures);
+  if (!campaign.empty()) {
+    const Campaign c = Campaign::load(campaign);
+    if (c.report != name) throw Error(campaign + ": report: '" + c.report + "', not '" + name + "' (ufp4 report " + c.report + " --campaign " + campaign + ")");
+    md = report_campaign(c.resolve(), figures);
+  } else if (name == "table1") md = report_table1(root);
+  else if (name == "table2") md = report_table2(root, dirs, k, figures);
   else if (name == "table3") md = report_table3(root, dirs, k, figures);
   else if (name == "figure10") md = report_figure10(root, dirs, k, figures);
   else if (name == "analysis") {

@@ -16,18 +16,30 @@ struct PlannedRun {
   std::string path;  // the verified result holding this run id; "" when missing
 };
 
-// A claim as registered: the paired difference metric(a) - metric(b), per seed, of one model, with
-// the metric the BF16-relative gap (percent) of the final validation loss over the whole split.
+// A claim as registered: a signed sum of BF16-relative gaps (percent) of one model's recipes, per seed
+// (gap(a) - gap(b) for a plain contrast; e.g. (gap(a) - gap(b)) - (gap(c) - gap(d)) for an
+// interaction), with the metric the final validation loss over the whole split.
 struct RegisteredClaim {
-  std::string id, model, text, a, b, baseline = "bf16";
-  int direction = -1;         // the claim: the difference is negative (-1) or positive (+1)
-  double paper_effect = 0;    // the paper's value of the same difference, percentage points; NaN when it published none
+  std::string id, model, text, baseline = "bf16";
+  std::vector<std::string> plus, minus;  // recipes whose gaps are added and subtracted (a, b: {a}, {b})
+  int direction = -1;         // the claim: the contrast is negative (-1) or positive (+1)
+  double paper_effect = 0;    // the paper's value of the same contrast, percentage points; NaN when it published none
   std::string paper_source;
   // The effect the seeds are powered for and the MDD is read against: the paper's effect, or, for a
   // claim the paper states without a size, a registered effect of interest with its reason.
   double effect_of_interest = 0;
   std::string effect_source;
+  bool powered = true;  // false: reported with its MDD, but the seeds are not set for it
+  // A one-factor search's group (Table 3): each claim is a level against the paper's choice, Holm within
+  // the group, and the report says per group whether the choice is best, tied within the MDD, or beaten.
+  std::string group;
   bool paper_sized() const { return paper_effect == paper_effect; }  // not NaN
+  std::string contrast_text() const {
+    std::string t;
+    for (const auto& r : plus) t += (t.empty() ? "" : " + ") + std::string("gap(") + r + ")";
+    for (const auto& r : minus) t += " - gap(" + r + ")";
+    return t;
+  }
 };
 
 struct Registration {
@@ -47,6 +59,7 @@ struct SeedPlan {
 
 struct RunSet {
   std::string campaign, campaign_path, results_dir;
+  std::string report, title, paper;    // the report's name and title; the paper's numbers file ("" when none)
   std::vector<std::string> read_dirs;  // other campaigns' folders whose runs (same run ids) this set uses
   std::vector<PlannedRun> runs;
   std::vector<std::string> ignored;  // "path: why" of result files in the folder that are not in the set

@@ -53,9 +53,10 @@ std::string report_table2(const std::string& root, const std::vector<std::string
 // Table 3 (E2M1 one-factor search) and Figure 10 (range-restricted E2M1).
 std::string report_table3(const std::string& root, const std::vector<std::string>& dirs, int64_t k, const std::string& figures);
 std::string report_figure10(const std::string& root, const std::vector<std::string>& dirs, int64_t k, const std::string& figures);
-// Figure 8 from its campaign's run set (report_campaign.cpp).
+// A registered campaign's report from its run set (report_campaign.cpp): Figure 8, Figure 10 and any
+// campaign whose file names the report, its title and the paper's numbers.
 struct RunSet;
-std::string report_figure8(const std::string& root, const RunSet& set, const std::string& figures);
+std::string report_campaign(const RunSet& set, const std::string& figures);
 
 // Shrinkage-bias analysis, Figures 2, 4-7, 12 and the attenuation chain (report_analysis.cpp).
 std::string report_analysis(const std::string& root, const std::string& tensors_h5, const std::vector<std::string>& chain_h5,

@@ -50,14 +50,16 @@ std::string set_status(const RunSet& set) {
 std::string registration_section(const RunSet& set) {
   const Registration& g = set.registration;
   std::ostringstream os;
-  os << "## Registration (" << g.date << ", before any run; `" << set.campaign_path << "`)\n\n"
+  // A campaign that reads another's runs was registered before any run of its own, not before those.
+  os << "## Registration (" << g.date << ", before any run" << (set.read_dirs.empty() ? "" : " of its own") << "; `" << set.campaign_path << "`)\n\n"
      << "- Metric: " << g.metric << "\n- Secondary: " << g.secondary << "\n- Test: " << g.test << "; alpha " << fmt("%.3g", g.alpha)
      << ", target power " << fmt("%.2g", g.power) << "; Holm within the family `" << g.family << "`\n";
   if (!g.notes.empty()) os << "- " << g.notes << "\n";
   os << "\n| claim | model | statement | contrast (pp) | paper's effect (pp) | source |\n|---|---|---|---|---|---|\n";
   for (const auto& c : g.claims)
-    os << "| " << c.id << " | " << c.model << " | " << c.text << " | gap(" << c.a << ") - gap(" << c.b << ") " << (c.direction < 0 ? "< 0" : "> 0") << " | "
-       << fmt("%+.4f", c.paper_effect) << " | " << c.paper_source << " |\n";
+    os << "| " << c.id << " | " << c.model << " | " << c.text << " | " << c.contrast_text() << (c.direction < 0 ? " < 0" : " > 0") << (c.powered ? "" : " (not powered)") << " | "
+       << (c.paper_sized() ? fmt("%+.4f", c.paper_effect) : "not published; effect of interest " + fmt("%+.4f", c.effect_of_interest)) << " | "
+       << (c.paper_sized() ? c.paper_source : c.effect_source) << " |\n";
   return os.str();
 }
 
@@ -65,19 +67,19 @@ std::string seeds_section(const RunSet& set, const std::vector<ClaimTest>& tests
   const SeedPlan& s = set.seeds;
   std::ostringstream os;
   os << "\n## Seeds\n\nPilot: seeds 1-" << s.pilot << " of every cell estimate each claim's paired standard deviation; the registered rule then sets "
-     << "each model's seeds to the fewest whose minimal detectable difference reaches the paper's effect, within [" << s.min << ", " << s.max
+     << "each model's seeds to the fewest whose minimal detectable difference reaches the claim's registered effect (the paper's, or an effect of interest where the paper gives no size), within [" << s.min << ", " << s.max
      << "] (the budget), and the pilot's runs count among them.\n\n";
   if (s.source.empty()) {
     os << "The pilot is not complete: no seeds were decided yet.\n";
     return os.str();
   }
-  os << "| claim | pilot's paired sd (pp) | seeds for the power | seeds run | minimal detectable difference now (pp) | paper's effect (pp) |\n"
+  os << "| claim | pilot's paired sd (pp) | seeds for the power | seeds run | minimal detectable difference now (pp) | registered effect (pp) |\n"
      << "|---|---|---|---|---|---|\n";
   for (const auto& t : tests) {
     const std::string id = t.claim.id;
     os << "| " << id << " | " << (s.pilot_sd.count(id) ? fmt("%.3f", s.pilot_sd.at(id)) : "-") << " | "
        << (s.seeds_for_power.count(id) ? std::to_string(s.seeds_for_power.at(id)) : "-") << " | " << t.diff.n << " | " << fmt("%.3f", t.mdd) << " | "
-       << fmt("%+.3f", t.claim.paper_effect) << " |\n";
+       << fmt("%+.3f", t.claim.effect_of_interest) << (t.claim.paper_sized() ? "" : " (of interest)") << " |\n";
   }
   os << "\nSource: `" << rel(s.source) << "`.\n";
   return os.str();
@@ -130,11 +132,27 @@ std::string shown_verdict(const RunSet& set, const ClaimTest& t, Verdict v) {
   return std::string("**inconclusive** (interim look at ") + of + ": the test gives " + verdict_name(v) + ")";
 }
 
+// One claim's verdict in words: where the paper's effect lies against our interval, and the MDD beside
+// the registered effect (the paper's, or the effect of interest of a claim the paper did not size).
+std::string claim_sentence(const RunSet& set, const ClaimTest& t) {
+  const Interval& d = t.diff;
+  const double e = t.claim.paper_effect;
+  std::string what;
+  if (!d.defined()) what = "no interval yet (fewer than two complete seeds)";
+  else if (!t.claim.paper_sized()) what = "the paper gives no size for this claim, so only its direction is tested";
+  else if (e < 0 ? d.lo > e : d.hi < e) what = "the paper's effect lies outside our interval: the effect here is smaller than the paper's";
+  else if (e < 0 ? d.hi < e : d.lo > e) what = "the paper's effect lies outside our interval: the effect here is larger than the paper's";
+  else what = "the paper's effect lies inside our interval";
+  return "**" + t.claim.id + "** (" + t.claim.model + "): \"" + t.claim.text + "\" — " + shown_verdict(set, t, t.verdict) + "; " + what + "; MDD " +
+         fmt("%.3f", t.mdd) + " pp against " + (t.claim.paper_sized() ? "the paper's " : "the registered effect of interest, ") +
+         fmt("%.3f", std::fabs(t.claim.effect_of_interest)) + " pp.";
+}
+
 std::string verdicts_section(const RunSet& set, const std::vector<ClaimTest>& tests, double alpha) {
   std::ostringstream os;
   os << "\n## Verdicts\n\nPer claim the paired difference of the gaps (percentage points), its " << fmt("%.0f", 100 * (1 - alpha))
      << "% interval, the paired t test's p and its Holm adjustment within the family, and the minimal detectable difference (MDD) beside "
-        "the paper's effect (`reports/README.md`: holds, contradicted, smaller than the paper, inconclusive). Until a claim has "
+        "the paper's effect (or, where the paper gives none, the registered effect of interest; `reports/README.md`: holds, contradicted, smaller than the paper, inconclusive). Until a claim has "
         "the registered number of seeds its verdict is inconclusive; what the test gives on the seeds present is shown as an interim look.\n\n"
      << "| claim | metric | seeds | difference (pp) | p | Holm p | MDD (pp) | paper (pp) | verdict |\n|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& t : tests)
@@ -142,20 +160,37 @@ std::string verdicts_section(const RunSet& set, const std::vector<ClaimTest>& te
       const Interval& d = train ? t.diff_train : t.diff;
       os << "| " << t.claim.id << " | " << (train ? "train, last K (secondary)" : "final val (primary)") << " | " << d.n << " | " << pp(d) << " | "
          << p_text(train ? t.p_train : t.p) << " | " << p_text(train ? t.p_train_holm : t.p_holm) << " | " << fmt("%.3f", train ? t.mdd_train : t.mdd)
-         << " | " << fmt("%+.3f", t.claim.paper_effect) << " | " << shown_verdict(set, t, train ? t.verdict_train : t.verdict) << " |\n";
+         << " | " << (t.claim.paper_sized() ? fmt("%+.3f", t.claim.paper_effect) : std::string("not published")) << " | "
+         << shown_verdict(set, t, train ? t.verdict_train : t.verdict) << " |\n";
     }
   os << "\n";
-  for (const auto& t : tests) {
-    const Interval& d = t.diff;
-    std::string what;
-    if (!d.defined()) what = "no interval yet (fewer than two complete seeds)";
-    else if (t.claim.paper_effect < 0 ? d.lo > t.claim.paper_effect : d.hi < t.claim.paper_effect)
-      what = "the paper's effect lies outside our interval: the effect here is smaller than the paper's";
-    else if (t.claim.paper_effect < 0 ? d.hi < t.claim.paper_effect : d.lo > t.claim.paper_effect)
-      what = "the paper's effect lies outside our interval: the effect here is larger than the paper's";
-    else what = "the paper's effect lies inside our interval";
-    os << "- **" << t.claim.id << "** (" << t.claim.model << "): \"" << t.claim.text << "\" — " << shown_verdict(set, t, t.verdict) << "; " << what
-       << "; MDD " << fmt("%.3f", t.mdd) << " pp against the paper's " << fmt("%.3f", std::fabs(t.claim.paper_effect)) << " pp.\n";
+  for (const auto& t : tests) os << "- " << claim_sentence(set, t) << "\n";
+  return os.str();
+}
+
+// One-factor groups (Table 3): per group whether the paper's choice is best, tied within the MDD, or
+// beaten, from the group's Holm-adjusted claims; undecided while any of them is an interim look.
+std::string groups_section(const RunSet& set, const std::vector<ClaimTest>& tests) {
+  const std::vector<GroupAnswer> groups = group_answers(tests);
+  if (groups.empty()) return "";
+  std::ostringstream os;
+  os << "\n## The paper's choices\n\nPer group, the paper's choice against every level searched (Holm within the group): **best** when it is "
+        "detectably below every level, **beaten** when a level is detectably below it, otherwise **tied within the MDD**.\n\n"
+     << "| group | paper's choice | levels | lowest level (contrast against the choice, pp) | largest MDD (pp) | answer |\n|---|---|---|---|---|---|\n";
+  for (const auto& g : groups) {
+    bool decided = true;
+    for (const auto& t : tests)
+      if (t.claim.group == g.group) decided = decided && !interim(set, t);
+    std::string levels;
+    for (const auto& l : g.levels) levels += (levels.empty() ? "" : ", ") + l;
+    std::string answer = "**" + g.answer + "**";
+    if (!g.beaten_by.empty()) {
+      answer += " by";
+      for (const auto& l : g.beaten_by) answer += " " + l;
+    }
+    os << "| " << g.group << " | " << g.choice << " | " << levels << " | "
+       << (g.best_level == g.choice ? g.choice + " (no level below it)" : g.best_level + " (" + fmt("%+.3f", g.best_contrast) + ")") << " | "
+       << (std::isnan(g.largest_mdd) ? std::string("-") : fmt("%.3f", g.largest_mdd)) << " | " << (decided ? answer : "not decided (interim look: " + g.answer + ")") << " |\n";
   }
   return os.str();
 }
@@ -203,24 +238,28 @@ std::string curves_section(const CampaignRuns& runs, const std::string& figures,
 
 }  // namespace
 
-std::string report_figure8(const std::string& root, const RunSet& set, const std::string& figures) {
-  const toml::table paper = load_paper(root + "/reports/paper/figure8.toml");
+std::string report_campaign(const RunSet& set, const std::string& figures) {
+  const toml::table paper = set.paper.empty() ? toml::table{} : load_paper(set.paper);  // relative to where the campaign is read from, as its other paths
   const CampaignRuns runs = read_campaign_runs(set);
   const std::vector<ClaimTest> tests = test_claims(set.registration, runs);
   const std::string baseline = set.registration.claims.empty() ? "bf16" : set.registration.claims.front().baseline;
   std::ostringstream os;
-  os << "# Figure 8: BF16-relative loss gap\n\n" << set_status(set) << "\n"
-     << "Paper: " << paper["source"].value_or<std::string>("") << " (" << paper["metric"].value_or<std::string>("")
-     << "; `reports/paper/figure8.toml`). Ours: the campaign below, paired by seed; how to read it: `reports/README.md`.\n\n";
-  os << registration_section(set) << seeds_section(set, tests) << cells_section(runs, baseline, paper) << verdicts_section(set, tests, set.registration.alpha);
-  os << "- " << paper["moe_large"]["model"].value_or<std::string>("") << ": no proxy of its own; the MoE proxy stands for both MoE sizes.\n";
-  os << transition_section(transition_delays(runs, baseline), baseline) << curves_section(runs, figures, "figure8");
+  os << "# " << set.title << "\n\n" << set_status(set) << "\n";
+  if (!set.paper.empty()) {
+    const std::string what = paper["metric"].value_or(paper["claim"].value_or<std::string>(""));
+    os << "Paper: " << paper["source"].value_or<std::string>("") << " (" << (what.empty() ? "" : what + "; ") << "`" << set.paper << "`). ";
+  }
+  os << "Ours: the campaign below, paired by seed; how to read it: `reports/README.md`.\n\n";
+  os << registration_section(set) << seeds_section(set, tests) << cells_section(runs, baseline, paper) << verdicts_section(set, tests, set.registration.alpha) << groups_section(set, tests);
+  if (const auto* large = paper["moe_large"].as_table())
+    os << "- " << (*large)["model"].value_or<std::string>("") << ": no proxy of its own; the MoE proxy stands for both MoE sizes.\n";
+  os << transition_section(transition_delays(runs, baseline), baseline) << curves_section(runs, figures, set.campaign);
   std::vector<std::string> sources;
   for (const auto& [model, rs] : runs)
     for (const auto& [recipe, seeds] : rs)
       for (const auto& [seed, m] : seeds)
         sources.push_back(rel(m.path) + " (commit " + m.commit + ", " + m.device + ", content " + m.content_sha256.substr(0, 12) + ")");
-  os << footer("build/ufp4 report figure8", sources);
+  os << footer("build/ufp4 report " + set.report + " --campaign " + set.campaign_path, sources);
   return os.str();
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -16,6 +17,24 @@
 namespace ufp4 {
 
 namespace {
+
+// The name a campaign's claims use for a manifest's recipe: a preset's name, or an ablation file's stem.
+std::string recipe_stem(const std::string& recipe) {
+  std::string r = recipe.substr(recipe.find_last_of('/') + 1);
+  if (r.size() > 5 && r.compare(r.size() - 5, 5, ".toml") == 0) r.resize(r.size() - 5);
+  return r;
+}
+
+// A folder's name without "./" segments and trailing slashes, to compare two spellings of it.
+std::string normal_dir(std::string d) {
+  while (d.rfind("./", 0) == 0) d = d.substr(2);
+  for (size_t at; (at = d.find("/./")) != std::string::npos;) d.erase(at, 2);
+  while (d.size() > 1 && d.back() == '/') d.pop_back();
+  return d;
+}
+
+// model -> the recipes the campaign's manifests sweep for it.
+using Swept = std::map<std::string, std::set<std::string>>;
 
 struct Reader {
   std::string file;
@@ -56,7 +75,50 @@ struct Reader {
   }
 };
 
-Registration read_registration(const toml::table& t, const Reader& r) {
+// A claim's contrast: a and b (gap(a) - gap(b)), or plus and minus (lists of recipes, each gap added
+// or subtracted; an interaction is plus = [a, d], minus = [b, c]); never both forms, no recipe twice.
+void read_contrast(const toml::table& c, const std::string& q, const Reader& r, RegisteredClaim& k) {
+  const bool pair = c.get("a") || c.get("b"), lists = c.get("plus") || c.get("minus");
+  if (pair == lists) r.bad(&c, q + "a", "give a and b (gap(a) - gap(b)), or plus and minus (lists of recipes)");
+  if (pair) {
+    k.plus = {r.str(c, q, "a")};
+    k.minus = {r.str(c, q, "b")};
+  } else {
+    for (const char* key : {"plus", "minus"}) {
+      const toml::array* a = c[key].as_array();
+      if (!a || a->empty()) r.bad(c.get(key) ? c.get(key) : &c, q + key, "expected a non-empty list of recipe names");
+      for (const auto& n : *a) {
+        if (!n.is_string()) r.bad(&n, q + key, "expected recipe names");
+        (std::string(key) == "plus" ? k.plus : k.minus).push_back(*n.value<std::string>());
+      }
+    }
+  }
+  std::set<std::string> seen;
+  for (const auto* side : {&k.plus, &k.minus})
+    for (const auto& name : *side)
+      if (!seen.insert(name).second) r.bad(&c, q + (pair ? "a" : "plus"), "'" + name + "' appears twice in the contrast");
+}
+
+// Every recipe a claim names (and its baseline) is one the manifests sweep for the claim's model: a typo
+// is found before anything trains, not after the pilot.
+void check_recipes(const toml::table& c, const std::string& q, const Reader& r, const RegisteredClaim& k, const Swept& swept) {
+  const auto it = swept.find(k.model);
+  std::string sweeps;
+  for (const auto& [model, recipes] : swept) sweeps += (sweeps.empty() ? "" : ", ") + model;
+  if (it == swept.end()) r.bad(c.get("model"), q + "model", "'" + k.model + "' is not a model the manifests train (they train: " + sweeps + ")");
+  std::vector<std::string> named = k.plus;
+  named.insert(named.end(), k.minus.begin(), k.minus.end());
+  named.push_back(k.baseline);
+  for (const auto& recipe : named)
+    if (!it->second.count(recipe)) {
+      std::string have;
+      for (const auto& h : it->second) have += (have.empty() ? "" : ", ") + h;
+      r.bad(&c, q + (recipe == k.baseline ? "baseline" : c.get("a") ? "a" : "plus"),
+            "'" + recipe + "' is not a recipe the manifests sweep for " + k.model + " (they sweep: " + have + ")");
+    }
+}
+
+Registration read_registration(const toml::table& t, const Reader& r, const Swept& swept) {
   Registration g;
   const std::string p = "registration.";
   r.keys(t, p, {"date", "metric", "secondary", "test", "alpha", "power", "family", "notes", "claims"});
@@ -69,20 +131,26 @@ Registration read_registration(const toml::table& t, const Reader& r) {
   g.alpha = r.num(t, p, "alpha", 1e-6, 0.5);
   g.power = r.num(t, p, "power", 0.5, 0.9999);
   const toml::array* claims = t["claims"].as_array();
-  if (!claims || claims->empty()) r.bad(&t, p + "claims", "missing ([[registration.claims]]: id, model, text, a, b, direction, paper_effect)");
+  if (!claims || claims->empty()) r.bad(&t, p + "claims", "missing ([[registration.claims]]: id, model, text, a and b or plus and minus, direction, paper_effect or effect_of_interest)");
   std::set<std::string> ids;
   for (const auto& node : *claims) {
     const toml::table* c = node.as_table();
     if (!c) r.bad(&node, p + "claims", "expected tables");
     RegisteredClaim k;
     const std::string q = p + "claims.";
-    r.keys(*c, q, {"id", "model", "text", "a", "b", "baseline", "direction", "paper_effect", "paper_source", "effect_of_interest", "effect_source"});
+    r.keys(*c, q, {"id", "model", "text", "a", "b", "plus", "minus", "baseline", "direction", "paper_effect", "paper_source", "effect_of_interest",
+                   "effect_source", "powered", "group"});
     k.id = r.str(*c, q, "id");
     k.model = r.str(*c, q, "model");
+    k.group = r.str(*c, q, "group", false);
     k.text = r.str(*c, q, "text");
-    k.a = r.str(*c, q, "a");
-    k.b = r.str(*c, q, "b");
     k.baseline = c->get("baseline") ? r.str(*c, q, "baseline") : "bf16";
+    read_contrast(*c, q, r, k);
+    check_recipes(*c, q, r, k, swept);
+    if (const toml::node* pw = c->get("powered")) {
+      if (!pw->is_boolean()) r.bad(pw, q + "powered", "expected true or false (false: reported with its MDD, the seeds not set for it)");
+      k.powered = *pw->value<bool>();
+    }
     const double dir = r.num(*c, q, "direction", -1, 1);
     if (dir != -1 && dir != 1) r.bad(c->get("direction"), q + "direction", "expected -1 (a below b) or 1 (a above b)");
     k.direction = static_cast<int>(dir);
@@ -99,6 +167,13 @@ Registration read_registration(const toml::table& t, const Reader& r) {
       r.bad(c->get(sized ? "paper_effect" : "effect_of_interest"), q + (sized ? "paper_effect" : "effect_of_interest"),
             "expected a non-zero effect with the claim's sign (direction " + std::to_string(k.direction) + ")");
     if (!ids.insert(k.id).second) r.bad(c->get("id"), q + "id", "'" + k.id + "' is registered twice");
+    if (!k.group.empty()) {  // one level against the paper's choice, the same choice across the group
+      if (k.plus.size() != 1 || k.minus.size() != 1 || k.direction != 1)
+        r.bad(c->get("group"), q + "group", "a group's claim puts one level (a) against the paper's choice (b) with direction = 1");
+      for (const auto& other : g.claims)
+        if (other.group == k.group && other.minus != k.minus)
+          r.bad(c->get("b") ? c->get("b") : c->get("minus"), q + (c->get("b") ? "b" : "minus"), "'" + k.minus.front() + "' is not group " + k.group + "'s choice ('" + other.minus.front() + "')");
+    }
     g.claims.push_back(k);
   }
   return g;
@@ -145,7 +220,7 @@ Campaign Campaign::load(const std::string& path) {
     for (const auto& d : *a) {
       if (!d.is_string()) r.bad(&d, "reads", "expected folder names");
       const std::string dir = *d.value<std::string>();
-      if (dir == c.results_dir) r.bad(&d, "reads", "'" + dir + "' is this campaign's own results folder");
+      if (normal_dir(dir) == normal_dir(c.results_dir)) r.bad(&d, "reads", "'" + dir + "' is this campaign's own results folder");
       c.read_dirs.push_back(dir);
     }
   }
@@ -175,16 +250,18 @@ Campaign Campaign::load(const std::string& path) {
     r.bad(seeds, "seeds", "expected pilot <= min <= max (the pilot's runs count among the campaign's seeds)");
   const toml::table* reg = t["registration"].as_table();
   if (!reg) r.bad(&t, "registration", "missing (what the campaign tests, written before it runs)");
-  c.registration = read_registration(*reg, r);
-  read_seeds_file(c.seeds_path(), c.seeds);
   // Every run writes to the campaign's folder, and no manifest sweeps the seed (the campaign sets it).
+  Swept swept;
   for (const auto& f : c.manifests)
     for (const auto& m : RunManifest::expand(f)) {
       if (m.out_dir != c.results_dir)
         throw Error(f + ": outputs.dir: '" + m.out_dir + "' is not the campaign's results folder '" + c.results_dir + "' (" + path + ")");
       if (m.differs.find("train.seed") != std::string::npos)
         throw Error(f + ": a campaign's manifest must not sweep train.seed: the campaign sets the seeds (" + path + " [seeds])");
+      swept[m.model].insert(recipe_stem(m.recipe));
     }
+  c.registration = read_registration(*reg, r, swept);
+  read_seeds_file(c.seeds_path(), c.seeds);
   return c;
 }
 
@@ -218,6 +295,9 @@ RunSet Campaign::resolve(bool pilot_only) const {
   set.campaign_path = path;
   set.results_dir = results_dir;
   set.read_dirs = read_dirs;
+  set.report = report;
+  set.title = title.empty() ? "Campaign " + name : title;
+  set.paper = paper;
   set.registration = registration;
   set.seeds = seeds;
   std::set<std::string> in_set;
@@ -226,8 +306,7 @@ RunSet Campaign::resolve(bool pilot_only) const {
     p.name = m.name;
     p.run_id = m.run_id();
     p.model = m.model;
-    p.recipe = m.recipe.substr(m.recipe.find_last_of('/') + 1);
-    if (p.recipe.size() > 5 && p.recipe.compare(p.recipe.size() - 5, 5, ".toml") == 0) p.recipe.resize(p.recipe.size() - 5);
+    p.recipe = recipe_stem(m.recipe);
     p.seed = m.seed;
     p.steps = m.steps;
     std::vector<std::string> rejected;
