@@ -114,6 +114,61 @@ TEST_CASE("tensor metrics: exact tensors, bucket ratio bounds", "[analysis]") {
   CHECK(bucket_ratio(torch::zeros({100}, torch::kLong), 8) == Approx(1.0 / 8).epsilon(1e-9));
 }
 
+TEST_CASE("Eq. 2 for every bin: the per-bin parts sum to the measured b_G and alpha - 1; the endpoint bin expands", "[analysis]") {
+  torch::Generator gen = torch::make_generator<torch::CPUGeneratorImpl>(20261127);
+  const torch::Tensor gauss = torch::randn({256, 512}, gen);
+  // Outlier-heavy, like linear_fc2's input: 1% of the entries 30 times larger (ufp4 quantize's synthetic:outliers).
+  const torch::Tensor outliers = torch::randn({512, 512}, gen) * torch::where(torch::rand({512, 512}, gen) < 0.01, torch::full({1}, 30.0f), torch::ones({1}));
+  for (const std::string grid : {"e2m1", "e1m2"})
+    for (const int rht : {0, 16})
+      for (const torch::Tensor* x : {&gauss, &outliers}) {
+        QuantSpec s;
+        s.grid = Grid::from_name(grid);
+        s.rht = rht;
+        s.rht_seed = 7;
+        const BiasDecomposition d = decompose_bias(*x, s);
+        INFO(grid << " rht " << rht << (x == &gauss ? " gaussian" : " outliers"));
+        // The identity: the bins partition the elements (summation order is the only difference: 1e-12).
+        CHECK(std::fabs(d.bias_sum - d.bias) < 1e-12);
+        CHECK(std::fabs(d.alpha_sum - (d.alpha - 1)) < 1e-12);
+        double share = 0;
+        for (const auto& b : d.bins) share += b.share;
+        CHECK(std::fabs(share - 1) < 1e-12);
+        // alpha is Eq. 3 on the rotated tensor, as tensor_metrics measures it.
+        CHECK(d.alpha == Approx(tensor_metrics(*x, s).alpha).epsilon(1e-9));
+        // Each block's maximum lands on g_max exactly (FP32 scales): one element in 16, no error.
+        const BinContribution& top = d.bins.back();
+        CHECK(top.block_max);
+        CHECK(top.share == Approx(1.0 / 16).epsilon(1e-12));
+        CHECK(std::fabs(top.mean_error) < 1e-6);
+        // Eq. 2's locally uniform prediction per level: -r/2 at zero, (l - r)/2 inside, +l/2 at the top.
+        const std::vector<float> lv = s.grid.levels();
+        CHECK(d.bins[0].eq2 == Approx(-(lv[1] - lv[0]) / 4.0));
+        CHECK(d.bins[lv.size() - 1].eq2 == Approx((lv.back() - lv[lv.size() - 2]) / 4.0));
+        for (size_t i = 1; i + 1 < lv.size(); ++i) CHECK(d.bins[i].eq2 == Approx(((lv[i] - lv[i - 1]) - (lv[i + 1] - lv[i])) / 4.0).margin(1e-12));
+      }
+  QuantSpec e2m1;
+  e2m1.grid = Grid::from_name("e2m1");
+  const BiasDecomposition plain = decompose_bias(gauss, e2m1);
+  CHECK(plain.bins[4].level == 2);
+  CHECK(plain.bins[4].eq2 == -0.125);  // the paper's number
+  CHECK(plain.bins[6].eq2 == -0.25);
+  CHECK(plain.bins[7].eq2 == 0.5);     // the endpoint: only a left half, rounding up
+  CHECK(plain.bins[7].mean_error > 0);
+  CHECK(plain.bias < 0);
+  // The endpoint account of alpha > 1: with RHT the outliers spread over their blocks, many elements land
+  // in (5, 6] and round up; without that bin's part, alpha would be below 1.
+  e2m1.rht = 16;
+  e2m1.rht_seed = 7;
+  const BiasDecomposition rotated = decompose_bias(outliers, e2m1);
+  INFO("alpha " << rotated.alpha << ", endpoint part " << rotated.bins[7].alpha_contribution);
+  CHECK(rotated.alpha > 1);
+  CHECK(rotated.bins[7].alpha_contribution > 0);
+  CHECK(rotated.alpha - rotated.bins[7].alpha_contribution < 1);
+  CHECK_THROWS_WITH(decompose_bias(gauss, [] { QuantSpec t; t.grid = Grid::from_name("int4_tc"); return t; }()),
+                    Catch::Contains("is not sign-magnitude"));
+}
+
 TEST_CASE("GEMM output SQNR: exact operands give infinite SQNR, rotations cancel in every layout", "[analysis]") {
   torch::manual_seed(5);
   // +-1 operands are exact in every block of every layout (each block's max is 1).
@@ -176,6 +231,18 @@ TEST_CASE("analyze and report: bias --json, tensors and chain on a CI capture, t
   REQUIRE(t.code == 0);
   auto labels = read_h5_string_attrs(dir + "/tensors.h5", "tensors")["rows"];
   CHECK(labels.find("layers.1.mlp.linear_fc2\tlinear_fc2\tfwd_x\te1m2\tH16") != std::string::npos);
+  // Eq. 2 for every bin of every captured operand: per row, the bins' parts of alpha - 1 sum to the row's alpha - 1.
+  CHECK(read_h5_string_attrs(dir + "/tensors.h5", "bins")["rows"] == labels);
+  const std::vector<double> bins = read_h5_f64(dir + "/tensors.h5", "bins");
+  const ArrayF32 metrics = read_h5_f32(dir + "/tensors.h5", "tensors");
+  const size_t rows = metrics.data.size() / 4;
+  REQUIRE(bins.size() == rows * 54);
+  for (size_t i = 0; i < rows; ++i) {
+    double alpha_part = 0, share = 0;
+    for (size_t b = 0; b < 9; ++b) alpha_part += bins[i * 54 + b * 6 + 5], share += bins[i * 54 + b * 6 + 1];
+    CHECK(std::fabs(share - 1) < 1e-9);
+    CHECK(alpha_part == Approx(metrics.data[i * 4 + 2] - 1.0).margin(1e-6));  // the tensors dataset holds alpha in FP32
+  }
   auto c = test::run_cli("analyze chain --capture " + cap + " --depth 4 --device cpu --out " + dir + "/chain-captured.h5");
   REQUIRE(c.code == 0);
   auto r = test::run_cli("report analysis --tensors " + dir + "/tensors.h5 --chain " + dir + "/chain-captured.h5 --out " + dir + "/analysis.md");
@@ -183,5 +250,9 @@ TEST_CASE("analyze and report: bias --json, tensors and chain on a CI capture, t
   REQUIRE(r.code == 0);
   CHECK(r.out.find("linear_fc2/fwd_x | SQNR E1M2, H16 (dB)") != std::string::npos);
   CHECK(r.out.find("E2M1 attenuates faster than E1M2") != std::string::npos);
+  CHECK(r.out.find("## Eq. 2 for every bin (linear_fc2/fwd_x)") != std::string::npos);
+  CHECK(r.out.find("| e2m1 level | Eq. 2 | share I |") != std::string::npos);
+  CHECK(r.out.find("| 2 | -0.1250 |") != std::string::npos);  // Eq. 2 at E2M1's level 2: the paper's number
+  CHECK(r.out.find("### alpha > 1: the endpoint bin") != std::string::npos);
   CHECK(r.out.find("## Provenance") != std::string::npos);
 }

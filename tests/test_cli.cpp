@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <sstream>
 
 #include "common/error.h"
 #include "common/fs.h"
@@ -15,6 +16,7 @@
 #include "harness/io/run_results.h"
 #include <hdf5.h>
 #include "models/quant_ops.h"
+#include "harness/report/report_registry.h"
 #include "tests/catch.h"
 #include "tests/helpers.h"
 
@@ -223,6 +225,28 @@ TEST_CASE("reproduce Table 1: the presets match the paper's Table 1 field for fi
   Result bad = run_cli("report table9");
   CHECK(bad.code == 2);
   CHECK(bad.out.find("allowed: table1, table2, table3, figure8, figure10, factorial, emulation, analysis, figure9") != std::string::npos);
+}
+
+TEST_CASE("the report registry: every report `make report` renders is registered, and the help names them all", "[cli]") {
+  const std::string makefile = read_text_file(std::string(UFP4_SOURCE_DIR) + "/Makefile");
+  const std::string loop = "@for r in ";
+  const size_t at = makefile.find(loop, makefile.find("\nreport: build"));
+  REQUIRE(at != std::string::npos);
+  std::istringstream names(makefile.substr(at + loop.size(), makefile.find(';', at) - at - loop.size()));
+  int listed = 0;
+  for (std::string n; names >> n; ++listed) CHECK_NOTHROW(report_entry(n));
+  CHECK(listed >= 7);
+  Result help = run_cli("report --help");
+  for (const auto& e : report_registry()) {
+    INFO(e.name);
+    CHECK(help.out.find(e.name) != std::string::npos);
+    CHECK((e.render || !e.campaign.empty()));                         // something renders it
+    CHECK((e.campaign.empty() || file_exists(std::string(UFP4_SOURCE_DIR) + "/" + e.campaign)));
+    for (const auto& d : e.archived_dirs) CHECK(is_dir(std::string(UFP4_SOURCE_DIR) + "/" + d));
+  }
+  Result campaign_only = run_cli("report factorial --results " + temp_dir());
+  CHECK(campaign_only.code == 2);
+  CHECK(campaign_only.out.find("renders from a campaign only") != std::string::npos);
 }
 
 TEST_CASE("ufp4 bench step on CPU writes step.h5 with provenance and report bench renders it", "[cli]") {

@@ -70,6 +70,30 @@ TensorMetrics tensor_metrics(const torch::Tensor& x, const QuantSpec& spec);
 // Eq. 6 from magnitude codes: exp(H) / K over the K magnitude buckets including zero.
 double bucket_ratio(const torch::Tensor& magnitude_codes, int k);
 
+// Eq. 2 extended to every bin, measured on one tensor quantized with `spec` (1xB blocks along dim 1, a
+// sign-magnitude grid): per level, the elements that round to it (each block's maximum apart), their
+// share, mean rounding error E[q - t | bin] beside Eq. 2's locally uniform prediction (grid units), and
+// their contributions to b_G = E[q - t] and to alpha - 1 = <A_hat - A, A> / ||A||^2 (Eq. 3 on the
+// rotated tensor). The contributions sum to the measured b_G and alpha - 1.
+struct BinContribution {
+  double level = 0;               // the grid level (grid units)
+  bool block_max = false;         // the row of each block's maximum (any level it decodes to)
+  double share = 0;               // fraction of the elements
+  double mean_error = 0;          // E[q - t | bin]; NaN for an empty bin
+  double eq2 = 0;                 // Eq. 2 under a locally uniform density: (l - r) / 2, -r/2 at zero, +l/2 at the top;
+                                  // the block maxima: 0 under FP32 scales, NaN under rounded ones (the scale's own bias)
+  double bias_contribution = 0;   // share x mean error: the bin's part of b_G
+  double alpha_contribution = 0;  // sum over the bin of a (a_hat - a), over ||A||^2: its part of alpha - 1
+};
+struct BiasDecomposition {
+  std::string grid;
+  int64_t elements = 0;              // in blocks with a non-zero scale
+  double bias = 0, alpha = 0;        // measured over the whole tensor
+  double bias_sum = 0, alpha_sum = 0;  // sums of the contributions (= bias and alpha - 1 up to rounding)
+  std::vector<BinContribution> bins;   // levels ascending, then the block maxima
+};
+BiasDecomposition decompose_bias(const torch::Tensor& x, const QuantSpec& spec);
+
 // Output SQNR (dB) of the three GEMMs of a linear layer with both operands quantized by `spec`
 // along each GEMM's reduction dimension (x [M,K], w [N,K], dy [M,N]; M a multiple of the block and
 // RHT size for WGRAD).

@@ -3,6 +3,7 @@
 //   tensors  SQNR, Delta SQNR, alpha, bucket ratio of captured operands, and GEMM output SQNR
 //   chain    signal attenuation through stacked quantized GEMMs (Eq. 5)
 #include <chrono>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -225,6 +226,17 @@ std::vector<CapturedLayer> captured_layers(const std::string& file) {
   return out;
 }
 
+// Eq. 2 for every bin of one tensor (harness/analysis: decompose_bias), flattened into its row of the
+// "bins" dataset: for each grid level, then the block maxima, the six numbers of kBinColumns; a grid of
+// fewer than 8 levels is padded with NaN at the end, so every row has 9 bins.
+constexpr const char* kBinColumns =
+    "9 bins a row (the grid's levels ascending, then the block maxima; NaN padding at the end): level,share,mean_error,eq2,bias_part,alpha_part";
+void append_bins(const BiasDecomposition& d, std::vector<double>& out) {
+  for (const auto& b : d.bins)
+    for (double v : {b.level, b.share, b.mean_error, b.eq2, b.bias_contribution, b.alpha_contribution}) out.push_back(v);
+  out.insert(out.end(), 6 * (9 - std::min<size_t>(9, d.bins.size())), NAN);
+}
+
 int analyze_tensors(const std::vector<std::string>& args) {
   std::string run, grids, out, device, layers;
   int64_t step = -1, tokens = 2048;
@@ -252,6 +264,7 @@ int analyze_tensors(const std::vector<std::string>& args) {
   auto attrs = read_h5_string_attrs(file);
 
   std::vector<float> tm, gm;
+  std::vector<double> bm;  // per tensor row: Eq. 2 for every bin (append_bins)
   std::string trows, grows;
   size_t done = 0;
   for (const auto& L : ls) {
@@ -268,6 +281,7 @@ int analyze_tensors(const std::vector<std::string>& args) {
           TensorMetrics tmx = tensor_metrics(t, spec);
           trows += L.name + "\t" + L.family + "\t" + tname + "\t" + g.name() + "\t" + tr + "\n";
           for (double v : {tmx.nmse, tmx.sqnr_db, tmx.alpha, tmx.bucket_ratio}) tm.push_back(static_cast<float>(v));
+          append_bins(decompose_bias(t, spec), bm);
         }
         GemmSqnr s = gemm_sqnr(x, w, dy, spec);
         for (auto [gname, v] : std::vector<std::pair<std::string, double>>{{"fwd_y", s.fwd_y}, {"bwd_dx", s.bwd_dx}, {"bwd_dw", s.bwd_dw}}) {
@@ -281,6 +295,10 @@ int analyze_tensors(const std::vector<std::string>& args) {
   wr.write_f32("tensors", tm.data(), {static_cast<int64_t>(tm.size() / 4), 4});
   wr.attr("rows", trows, "tensors");
   wr.attr("columns", std::string("nmse,sqnr_db,alpha,bucket_ratio"), "tensors");
+  const int64_t nrows = static_cast<int64_t>(tm.size() / 4);
+  wr.write_f64("bins", bm.data(), {nrows, 9 * 6});
+  wr.attr("rows", trows, "bins");
+  wr.attr("columns", std::string(kBinColumns), "bins");
   wr.write_f32("gemms", gm.data(), {static_cast<int64_t>(gm.size()), 1});
   wr.attr("rows", grows, "gemms");
   wr.attr("columns", std::string("sqnr_db"), "gemms");

@@ -1,12 +1,14 @@
 // `ufp4 quantize`: run the quantizer on a dataset from .npy or HDF5 and write the dequantized
 // values (.npy, in the input's shape) or everything (.h5: dequantized values, codes, scales, amax).
 #include <cmath>
+#include <cstdio>
 #include <iostream>
 #include <sstream>
 
 #include "common/error.h"
 #include "common/fs.h"
 #include "common/log.h"
+#include "harness/analysis/analysis.h"
 #include "harness/cli/cli.h"
 #include "harness/io/array_io.h"
 #include "harness/io/provenance.h"
@@ -83,6 +85,19 @@ std::string stats_line(const torch::Tensor& target, const QuantizedTensor& q, co
   return buf;
 }
 
+// The per-bin table of decompose_bias, and whether its contributions sum to the measured totals.
+void print_bins(const BiasDecomposition& d) {
+  std::printf("%-10s %10s %13s %11s %15s %19s\n", "level", "share", "mean error", "Eq. 2", "part of b_G", "part of alpha - 1");
+  for (const auto& b : d.bins) {
+    char level[32];
+    std::snprintf(level, sizeof level, b.block_max ? "block max" : "%g", b.level);
+    std::printf("%-10s %10.5f %13.5f %11s %15.6f %19.6f\n", level, b.share, b.mean_error, std::isnan(b.eq2) ? "-" : b.block_max ? "0 (exact)" : std::to_string(b.eq2).substr(0, 7).c_str(),
+                b.bias_contribution, b.alpha_contribution);
+  }
+  std::printf("b_G %.6f (the parts sum to %.6f); alpha %.6f, alpha - 1 %+.6f (the parts sum to %+.6f); %lld elements, grid %s\n", d.bias, d.bias_sum,
+              d.alpha, d.alpha - 1, d.alpha_sum, static_cast<long long>(d.elements), d.grid.c_str());
+}
+
 }  // namespace
 
 int cmd_quantize(const std::vector<std::string>& args) {
@@ -111,6 +126,7 @@ int cmd_quantize(const std::vector<std::string>& args) {
       ("input-dtype", po::value(&in_dtype)->default_value("f32"), "cast the input to f32 or bf16 before quantizing")
       ("out-dtype", po::value(&out_dtype)->default_value("f32"), "dequantized values in f32 or bf16 (stored as float32)")
       ("stats", po::bool_switch(), "print SQNR, NMSE, alpha and bucket ratio against the (rotated) input")
+      ("bins", po::bool_switch(), "print Eq. 2 for every bin, measured: each level's share, mean error and parts of b_G and alpha - 1 (rowwise, 1xB)")
       ("allow-nonfinite", po::bool_switch(), "quantize NaN and infinite inputs (their blocks as kernels/quantize.h specifies) instead of refusing them");
   auto vm = parse_command("quantize", "--in X --out Y [options]", d, args);
   if (!vm) return 0;
@@ -162,6 +178,10 @@ int cmd_quantize(const std::vector<std::string>& args) {
   if (stats) {
     torch::Tensor target = spec.rht ? ufp4::rht(x, spec, columnwise) : (columnwise ? x.t() : x);
     std::cout << spec.describe() << (columnwise ? " col" : " row") << " | " << stats_line(target, q, spec) << std::endl;
+  }
+  if ((*vm)["bins"].as<bool>()) {
+    if (columnwise) throw Error("--bins: measures rowwise blocks (allowed: without --columnwise)");
+    print_bins(decompose_bias(x, spec));
   }
   if (out == "-") return 0;
   torch::Tensor deq = (columnwise ? q.dequant.t() : q.dequant).to(torch::kFloat32).cpu().contiguous();

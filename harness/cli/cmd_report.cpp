@@ -1,22 +1,20 @@
-// `ufp4 report NAME`: renders a reproduction report (Markdown, SVG figures under figures/ beside it).
-// Campaign reports (a name with experiments/NAME/campaign.toml: figure8, figure10) work from the
-// campaign's run set; the campaigns of the 1,600-step design render from results/archive/ into
-// reports/archive/, marked as archived (--archived where a campaign has replaced them). Re-rendering unchanged inputs
-// leaves the file as it was; a default output that would change is replaced only with --force.
+// `ufp4 report NAME`: renders a reproduction report (Markdown, SVG figures under figures/ beside it),
+// as the report registry (harness/report/report_registry.h) says: a registered campaign from its run
+// set; the campaigns of the 1,600-step design from results/archive/ into reports/archive/, marked as
+// archived (--archived where a campaign has replaced them). Re-rendering unchanged inputs leaves the
+// file as it was; a default output that would change is replaced only with --force.
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
-#include <map>
-#include <set>
 
 #include "common/error.h"
 #include "common/fs.h"
 #include "harness/cli/cli.h"
 #include "harness/io/run_set.h"
 #include "harness/report/report.h"
+#include "harness/report/report_registry.h"
 #include "harness/train/campaign.h"
 
 namespace ufp4 {
@@ -48,17 +46,6 @@ struct StagingDir {
   StagingDir& operator=(const StagingDir&) = delete;
 };
 
-// Reports whose campaigns were archived with the 1,600-step design (results/archive/README.md): their
-// inputs there, their output under reports/archive/, a banner first.
-const std::map<std::string, std::vector<std::string>>& archived_inputs() {
-  static const std::map<std::string, std::vector<std::string>> m = {
-      {"table2", {"results/archive/table2-1600-steps", "results/archive/figure8-1600-steps"}},
-      {"table3", {"results/archive/table3-1600-steps"}},
-      {"figure10", {"results/archive/figure10-1600-steps", "results/archive/figure8-1600-steps"}},
-  };
-  return m;
-}
-
 // Why each archived report's inputs carry no verdict (results/archive/README.md says it in full).
 std::string archived_banner(const std::string& name) {
   std::string why;
@@ -83,75 +70,54 @@ std::string with_banner(const std::string& md, const std::string& name) {
 }  // namespace
 
 int cmd_report(const std::vector<std::string>& args) {
-  const std::string allowed = "table1, table2, table3, figure8, figure10, factorial, emulation, analysis, figure9, bench";
-  std::string name, out, tensors, fits, campaign;
-  std::vector<std::string> dirs, chains;
-  int64_t k = 200;
+  std::string name, out;
+  ReportInputs in;
   bool force = false, archived_wanted = false;
   po::options_description d("options");
   d.add_options()
-      ("name", po::value(&name), "table1 | table2 | table3 | figure8 | figure10 | factorial | emulation | analysis | figure9 | bench")
-      ("campaign", po::value(&campaign), "campaign reports: the campaign file (default experiments/NAME/campaign.toml)")
-      ("results", po::value(&dirs)->multitoken(), "reports from folders of run results (CI scale; default: the archived campaign's)")
-      ("archived", po::bool_switch(&archived_wanted), "table2, table3, figure10: the archived 1,600-step campaign's report (reports/archive/NAME.md)")
-      ("last-k", po::value(&k)->default_value(200), "archived reports: steps averaged at the end of each run")
-      ("tensors", po::value(&tensors), "analysis: output of `ufp4 analyze tensors`")
-      ("chain", po::value(&chains)->multitoken(), "analysis: outputs of `ufp4 analyze chain`")
-      ("fits", po::value(&fits), "figure9: output of `ufp4 fit`")
+      ("name", po::value(&name), report_names(" | ").c_str())
+      ("campaign", po::value(&in.campaign), "campaign reports: the campaign file (default: the report's registered campaign)")
+      ("results", po::value(&in.dirs)->multitoken(), "reports from folders of run results (CI scale; default: the archived campaign's)")
+      ("archived", po::bool_switch(&archived_wanted), "the archived 1,600-step campaign's report (reports/archive/NAME.md) where a campaign replaced it")
+      ("last-k", po::value(&in.last_k)->default_value(200), "reports from folders: steps averaged at the end of each run")
+      ("tensors", po::value(&in.tensors), "analysis: output of `ufp4 analyze tensors`")
+      ("chain", po::value(&in.chains)->multitoken(), "analysis: outputs of `ufp4 analyze chain`")
+      ("fits", po::value(&in.fits), "figure9: output of `ufp4 fit`")
       ("out", po::value(&out), "write the Markdown here (default: reports/NAME.md; - for stdout, without figures)")
       ("force", po::bool_switch(&force), "replace the default output when the new rendering differs from it");
   po::positional_options_description pos;
   pos.add("name", 1);
   auto vm = parse_command("report", "NAME [--campaign FILE | --results DIR... | --archived] [--out FILE] [--force]", d, args, &pos);
   if (!vm) return 0;
-  const std::string root = repository_root();
-  if (root.empty()) throw Error("report: no ufp4 checkout here or above (reports read the repository's results and paper numbers: run from a checkout)");
+  in.root = repository_root();
+  if (in.root.empty()) throw Error("report: no ufp4 checkout here or above (reports read the repository's results and paper numbers: run from a checkout)");
+  const ReportEntry& entry = report_entry(name);
   const bool told = force || !out.empty();
-  if (archived_wanted && !archived_inputs().count(name))
-    throw Error("report: --archived: '" + name + "' has no archived campaign (allowed: table2, table3, figure10)");
-  // A registered campaign renders from its run set unless folders or the archive are asked for.
-  // (The campaign's paths are relative to the checkout's root, where reports are rendered from.)
-  // Table 2's campaign is registered but not yet run: `report table2` stays the archived one until it is
-  // (`--campaign experiments/table2/campaign.toml` renders the campaign's, as make reproduce-table-2 does).
-  static const std::set<std::string> campaign_reports = {"figure8", "figure10", "factorial", "emulation"};
-  if (campaign.empty() && dirs.empty() && !archived_wanted && campaign_reports.count(name)) campaign = "experiments/" + name + "/campaign.toml";
-  if (!campaign.empty() && (!dirs.empty() || archived_wanted)) throw Error("report: --campaign goes without --results and --archived");
-  const bool archived = campaign.empty() && (archived_inputs().count(name) || name == "analysis" || name == "figure9");
-  if (out.empty()) out = root + "/reports/" + (archived ? "archive/" : "") + name + ".md";
+  if (archived_wanted && entry.archived_dirs.empty())
+    throw Error("report: --archived: '" + name + "' has no archived campaign (allowed: those with one: table2, table3, figure10)");
+  // A registered campaign renders from its run set unless folders or the archive are asked for (its
+  // paths are relative to the checkout's root, where reports are rendered from).
+  if (in.campaign.empty() && in.dirs.empty() && !archived_wanted) in.campaign = entry.campaign;
+  if (!in.campaign.empty() && (!in.dirs.empty() || archived_wanted)) throw Error("report: --campaign goes without --results and --archived");
+  if (in.campaign.empty() && !entry.render) throw Error("report: '" + name + "' renders from a campaign only (give --campaign FILE)");
+  const bool archived = in.campaign.empty() && entry.archived;
+  if (out.empty()) out = in.root + "/reports/" + (archived ? "archive/" : "") + name + ".md";
   const std::string final_figures = out == "-" ? "" : (out.find('/') == std::string::npos ? "." : out.substr(0, out.rfind('/'))) + "/figures";
   // Figures are drawn into a staging folder and copied beside the report only where the report itself
   // is written: a refused or unchanged report leaves its figures as they were.
   const StagingDir staging(!final_figures.empty());
-  const std::string& figures = staging.path;
-  if (dirs.empty() && archived_inputs().count(name))
-    for (const auto& dir : archived_inputs().at(name)) dirs.push_back(root + "/" + dir);
-  const std::string analysis = root + "/results/archive/analysis-stdlib-corpus";
+  in.figures = staging.path;
+  if (in.dirs.empty())
+    for (const auto& dir : entry.archived_dirs) in.dirs.push_back(in.root + "/" + dir);
   std::string md;
-  if (!campaign.empty()) {
-    const Campaign c = Campaign::load(campaign);
-    if (c.report != name) throw Error(campaign + ": report: '" + c.report + "', not '" + name + "' (ufp4 report " + c.report + " --campaign " + campaign + ")");
-    md = report_campaign(c.resolve(), figures);
-  } else if (name == "table1") md = report_table1(root);
-  else if (name == "table2") md = report_table2(root, dirs, k, figures);
-  else if (name == "table3") md = report_table3(root, dirs, k, figures);
-  else if (name == "figure10") md = report_figure10(root, dirs, k, figures);
-  else if (name == "analysis") {
-    if (tensors.empty()) tensors = analysis + "/tensors-dense113m.h5";
-    if (chains.empty()) {
-      std::vector<std::string> files;
-      if (is_dir(analysis)) walk_files(analysis, ".h5", files);
-      for (const auto& f : files)
-        if (f.find("/chain-") != std::string::npos) chains.push_back(f);
-      std::sort(chains.begin(), chains.end());
-    }
-    md = report_analysis(root, tensors, chains, figures);
-  } else if (name == "figure9") {
-    md = report_figure9(root, fits.empty() ? root + "/results/archive/figure9-mixed-stages/fits/figure9-proxy.h5" : fits, figures);
-  } else if (name == "bench") {
-    md = report_bench(root, dirs.empty() ? root + "/results/bench" : dirs.front(), figures);
+  if (!in.campaign.empty()) {
+    const Campaign c = Campaign::load(in.campaign);
+    if (c.report != name) throw Error(in.campaign + ": report: '" + c.report + "', not '" + name + "' (ufp4 report " + c.report + " --campaign " + in.campaign + ")");
+    md = report_campaign(c.resolve(), in.figures);
   } else {
-    throw Error("report: unknown report '" + name + "' (allowed: " + allowed + ")");
+    md = entry.render(in);
   }
+  const std::string& figures = in.figures;
   if (archived) md = with_banner(md, name);
   if (out == "-") {
     std::cout << md;

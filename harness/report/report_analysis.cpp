@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "common/error.h"
 #include "common/fs.h"
@@ -81,6 +82,71 @@ std::string figure_line(const std::string& figures, const std::string& name, con
   return "![" + f.title + "](figures/" + name + ".svg)\n\n";
 }
 
+// Eq. 2 for every bin ("bins" of `ufp4 analyze tensors`, when the file has it): per grid and transform,
+// the mean over layers of each bin's share, mean error and part of b_G for one tensor, beside Eq. 2's
+// locally uniform prediction; then, for every tensor family whose alpha exceeds 1, the endpoint bin's
+// part of alpha - 1 and alpha without it (the account of alpha > 1 tested on our tensors).
+std::string bins_section(const std::string& file, const std::string& fw) {
+  const std::vector<std::string> names = list_h5_datasets(file);
+  if (std::find(names.begin(), names.end(), "bins") == names.end()) return "";
+  const std::vector<double> v = read_h5_f64(file, "bins");
+  std::vector<Row> rows;
+  {
+    std::istringstream in(read_h5_string_attrs(file, "bins")["rows"]);
+    for (std::string line; std::getline(in, line);) {
+      Row r;
+      std::stringstream f(line);
+      for (std::string* field : {&r.layer, &r.family, &r.what, &r.grid, &r.transform}) std::getline(f, *field, '\t');
+      rows.push_back(r);
+    }
+  }
+  if (rows.size() * 54 != v.size()) throw Error(file + ": bins: row labels do not match the data (9 bins x 6 numbers a row)");
+  for (size_t i = 0; i < rows.size(); ++i) rows[i].v.assign(v.begin() + static_cast<std::ptrdiff_t>(i * 54), v.begin() + static_cast<std::ptrdiff_t>((i + 1) * 54));
+  // The mean over the rows of (family/what, grid, transform) of column `c` of bin `b`.
+  auto mean = [&](const std::string& key, const std::string& grid, const std::string& tr, size_t b, size_t c) {
+    std::vector<double> x;
+    for (const auto& r : rows)
+      if (r.family + "/" + r.what == key && r.grid == grid && r.transform == tr && !std::isnan(r.v[b * 6 + c])) x.push_back(r.v[b * 6 + c]);
+    return mean_sd(x).first;
+  };
+  std::ostringstream os;
+  os << "## Eq. 2 for every bin (" << fw << ")\n\nPer grid level, the elements that round to it (each block's maximum apart), in grid units: "
+     << "their share, their mean rounding error E[q - t | bin] beside Eq. 2's prediction under a locally uniform density ((l - r)/2; -r/2 "
+        "at zero; +l/2 at the top level, the one bin that rounds up), and their part of b_G = E[q - t]; the parts sum to b_G. Means over layers.\n\n";
+  for (const char* grid : {"e2m1", "e1m2"}) {
+    os << "| " << grid << " level | Eq. 2 | share I | mean error I | part of b_G I | share H16 | mean error H16 | part of b_G H16 |\n|---|---|---|---|---|---|---|---|\n";
+    double sum_i = 0, sum_h = 0;
+    for (size_t b = 0; b < 9; ++b) {
+      const double level = mean(fw, grid, "I", b, 0);
+      if (std::isnan(level)) continue;
+      const bool top = b == 8;
+      os << "| " << (top ? std::string("block max") : fmt("%g", level)) << " | " << (top ? std::string("0 (exact)") : fmt("%+.4f", mean(fw, grid, "I", b, 3)));
+      for (const char* tr : {"I", "H16"}) os << " | " << fmt("%.4f", mean(fw, grid, tr, b, 1)) << " | " << fmt("%+.4f", mean(fw, grid, tr, b, 2)) << " | " << fmt("%+.5f", mean(fw, grid, tr, b, 4));
+      os << " |\n";
+      sum_i += mean(fw, grid, "I", b, 4), sum_h += mean(fw, grid, "H16", b, 4);
+    }
+    os << "| b_G | | | | " << fmt("%+.5f", sum_i) << " | | | " << fmt("%+.5f", sum_h) << " |\n\n";
+  }
+  // alpha > 1: the endpoint bin's account, per family/tensor, grid and transform (means over layers).
+  std::set<std::tuple<std::string, std::string, std::string>> keys;
+  for (const auto& r : rows) keys.insert({r.family + "/" + r.what, r.grid, r.transform});
+  std::ostringstream expand;
+  for (const auto& [key, grid, tr] : keys) {
+    double alpha_minus_1 = 0, top = NAN;
+    for (size_t b = 0; b < 9; ++b) alpha_minus_1 += mean(key, grid, tr, b, 5);
+    for (size_t b = 0; b < 8; ++b)  // the top level: the last non-NaN level before the block maxima
+      if (!std::isnan(mean(key, grid, tr, b, 0))) top = mean(key, grid, tr, b, 5);
+    if (alpha_minus_1 <= 0) continue;
+    expand << "| " << key << " | " << grid << " | " << tr << " | " << fmt("%.4f", 1 + alpha_minus_1) << " | " << fmt("%+.4f", top) << " | "
+           << fmt("%.4f", 1 + alpha_minus_1 - top) << " | " << (1 + alpha_minus_1 - top < 1 ? "**yes**" : "no") << " |\n";
+  }
+  os << "### alpha > 1: the endpoint bin\n\nUnder max scaling the top level's bin has only a left half, so its elements round up: the one bin "
+        "that expands. Where a tensor's alpha (Eq. 3, mean over layers) exceeds 1, its endpoint bin's part of alpha - 1 and alpha without it:\n\n";
+  if (expand.str().empty()) os << "No tensor family has alpha above 1 here.\n\n";
+  else os << "| tensor | grid | transform | alpha | endpoint bin's part | alpha without it | the endpoint bin accounts for alpha > 1 |\n|---|---|---|---|---|---|---|\n" << expand.str() << "\n";
+  return os.str();
+}
+
 }  // namespace
 
 std::string report_analysis(const std::string& root, const std::string& tensors_h5, const std::vector<std::string>& chain_h5,
@@ -112,6 +178,14 @@ std::string report_analysis(const std::string& root, const std::string& tensors_
   };
   const std::string fc2 = "linear_fc2/fwd_x", fc1 = "linear_fc1/fwd_x";
   auto P = [&](const char* t, const char* k) { return paper[t][k].value_or(NAN); };
+  // The paper gives one B_eff pair without naming its grid: it is set beside the grid whose measured
+  // linear_fc2/fwd_x pair (I, H16) lies nearest to it, and the text says which.
+  std::string beff_grid = "e2m1";
+  double nearest = INFINITY;
+  for (const char* g : {"e2m1", "e1m2"}) {
+    const double dist = std::hypot(over_layers(beff, fc2, g, "I").first - P("fc2_fwd_x", "beff_I"), over_layers(beff, fc2, g, "H16").first - P("fc2_fwd_x", "beff_H16"));
+    if (dist < nearest) nearest = dist, beff_grid = g;
+  }
   for (const auto& [fw, t] : std::vector<std::pair<std::string, const char*>>{{fc2, "fc2_fwd_x"}, {fc1, "fc1_fwd_x"}}) {
     prow(fw, "SQNR E2M1, I (dB)", pm(over_layers(sq, fw, "e2m1", "I")), P(t, "e2m1_I"));
     prow(fw, "SQNR E2M1, H16 (dB)", pm(over_layers(sq, fw, "e2m1", "H16")), P(t, "e2m1_H16"));
@@ -122,12 +196,13 @@ std::string report_analysis(const std::string& root, const std::string& tensors_
       prow(fw, std::string("Delta SQNR ") + g + " (dB)", fmt("%+.3f", d), P(t, (std::string("delta_") + g).c_str()));
     }
     for (const char* g : {"e2m1", "e1m2"}) {
-      prow(fw, std::string("B_eff ") + g + ", I", pm(over_layers(beff, fw, g, "I"), "%.3f"), std::string(g) == "e2m1" ? P(t, "beff_I") : NAN);
-      prow(fw, std::string("B_eff ") + g + ", H16", pm(over_layers(beff, fw, g, "H16"), "%.3f"), std::string(g) == "e2m1" ? P(t, "beff_H16") : NAN);
+      prow(fw, std::string("B_eff ") + g + ", I", pm(over_layers(beff, fw, g, "I"), "%.3f"), g == beff_grid ? P(t, "beff_I") : NAN);
+      prow(fw, std::string("B_eff ") + g + ", H16", pm(over_layers(beff, fw, g, "H16"), "%.3f"), g == beff_grid ? P(t, "beff_H16") : NAN);
     }
   }
   os << "\nThe paper's B_eff pair (" << fmt("%.2f", P("fc2_fwd_x", "beff_I")) << " -> " << fmt("%.2f", P("fc2_fwd_x", "beff_H16"))
-     << ") is shown beside our E2M1 buckets; the paper does not say which grid it counts.\n\n";
+     << ") is shown beside our " << (beff_grid == "e1m2" ? "E1M2" : "E2M1")
+     << " buckets, the grid whose measured linear_fc2/fwd_x pair lies nearest to it; the paper does not say which grid it counts.\n\n";
 
   // ---- verdicts ----
   auto m = [&](const std::string& fw, const char* g, const char* t) { return over_layers(sq, fw, g, t).first; };
@@ -136,8 +211,8 @@ std::string report_analysis(const std::string& root, const std::string& tensors_
   os << "- linear_fc2/fwd_x, E1M2 gains SQNR under RHT: " << verdict(true, m(fc2, "e1m2", "H16") > m(fc2, "e1m2", "I")) << "\n";
   os << "- linear_fc2/fwd_x, E2M1 above E1M2 without RHT and below it with RHT: "
      << verdict(true, m(fc2, "e2m1", "I") > m(fc2, "e1m2", "I") && m(fc2, "e2m1", "H16") < m(fc2, "e1m2", "H16")) << "\n";
-  os << "- linear_fc2/fwd_x, RHT raises the bucket ratio: "
-     << verdict(true, over_layers(beff, fc2, "e2m1", "H16").first > over_layers(beff, fc2, "e2m1", "I").first) << "\n";
+  os << "- linear_fc2/fwd_x, RHT raises the bucket ratio (" << beff_grid << ", the grid paired with the paper's): "
+     << verdict(true, over_layers(beff, fc2, beff_grid, "H16").first > over_layers(beff, fc2, beff_grid, "I").first) << "\n";
   const double d1e = m(fc1, "e2m1", "H16") - m(fc1, "e2m1", "I"), d1u = m(fc1, "e1m2", "H16") - m(fc1, "e1m2", "I");
   const double calm = paper["fc1_fwd_x"]["well_behaved_db"].value_or(NAN);
   if (std::isnan(calm)) throw Error("reports/paper/analysis.toml: fc1_fwd_x.well_behaved_db is missing (a number, dB)");
@@ -157,6 +232,8 @@ std::string report_analysis(const std::string& root, const std::string& tensors_
     os << "- E1M2 gains more from RHT than E2M1 on GEMM outputs: " << verdict(true, better * 2 > total) << " (" << better << " of " << total
        << " family/GEMM pairs)\n\n";
   }
+
+  os << bins_section(tensors_h5, fc2);
 
   // ---- Figure 2 ----
   os << "## Figure 2: bucket-ratio change vs Delta SQNR\n\nEach point is one tensor of one layer.\n\n";

@@ -1,0 +1,84 @@
+// Eq. 2 extended to every bin of a sign-magnitude grid, measured on one quantized tensor: the shrinkage
+// bias b_G = E[q - t] (grid units) and alpha - 1 = <A_hat - A, A> / ||A||^2 (Eq. 3) split into the
+// contributions of the elements that round to each level, with each block's maximum apart (under max
+// scaling it lands on g_max exactly). The contributions sum to the tensor's measured b_G and alpha - 1
+// (the identity a test checks); each bin's mean error stands beside Eq. 2's locally uniform prediction,
+// which for the zero bin is -r/2 and for the endpoint bin (only a left half) +l/2: rounding up, the one
+// bin that expands.
+#include <cmath>
+
+#include "common/error.h"
+#include "harness/analysis/analysis.h"
+#include "models/quant_ops.h"
+
+namespace ufp4 {
+
+namespace {
+
+// Eq. 2 under a locally uniform density over level i's magnitude bin, (l_i - r_i) / 2 with a missing
+// neighbour's half-width 0: -r/2 at zero, +l/2 at the top level.
+double eq2_prediction(const std::vector<float>& levels, size_t i) {
+  const double l = i > 0 ? (levels[i] - levels[i - 1]) / 2.0 : 0.0;
+  const double r = i + 1 < levels.size() ? (levels[i + 1] - levels[i]) / 2.0 : 0.0;
+  return (l - r) / 2;
+}
+
+// Per-element block values ([R, nb] -> [R, L]): each block's entry repeated over its elements.
+torch::Tensor per_element(const torch::Tensor& per_block, int block, int64_t cols) {
+  return per_block.repeat_interleave(block, 1).narrow(1, 0, cols);
+}
+
+}  // namespace
+
+BiasDecomposition decompose_bias(const torch::Tensor& x, const QuantSpec& spec) {
+  if (!spec.grid.symmetric()) throw Error("decompose_bias: grid " + spec.grid.name() + " is not sign-magnitude (allowed: e2m1, e1m2, int4)");
+  if (spec.block_2d) throw Error("decompose_bias: 2D blocks are not decomposed (allowed: 1xB blocks)");
+  if (x.dim() != 2) throw Error("decompose_bias: expects a 2-D tensor (blocks along dim 1)");
+  torch::NoGradGuard ng;
+  const torch::Tensor xf = x.to(torch::kFloat32).contiguous();
+  QuantizeOptions opt;
+  opt.want_codes = true;
+  const QuantizedTensor qt = quantize(xf, spec, opt);
+  const torch::Tensor ref = (spec.rht ? rht(xf, spec) : xf).to(torch::kFloat64).abs().cpu();
+  const torch::Tensor deq = qt.dequant.to(torch::kFloat64).abs().cpu();
+  const torch::Tensor s = per_element(qt.scales.to(torch::kFloat64).cpu(), spec.block, xf.size(1));
+  const torch::Tensor amax = per_element(qt.amax.to(torch::kFloat64).cpu(), spec.block, xf.size(1));
+  const torch::Tensor live = s > 0;  // an all-zero block has no scale and no error
+  const torch::Tensor t = torch::where(live, ref / torch::where(live, s, torch::ones_like(s)), torch::zeros_like(s));
+  const torch::Tensor q = torch::where(live, deq / torch::where(live, s, torch::ones_like(s)), torch::zeros_like(s));
+  const torch::Tensor is_max = live & (ref == amax);
+  const std::vector<float> levels = spec.grid.levels();
+  const torch::Tensor lv = torch::tensor(std::vector<double>(levels.begin(), levels.end()), torch::kFloat64);
+  // The level each element decoded to: the nearest (decoding multiplies by a rounded scale).
+  const torch::Tensor level_of = (q.unsqueeze(-1) - lv).abs().argmin(-1);
+  // alpha is Eq. 3 on the (rotated) tensor, <A_hat, A> / ||A||^2: in grid units each element weighs s^2.
+  const torch::Tensor err = q - t, s2 = s * s, terr = s2 * t * err;
+  const double n = static_cast<double>(live.sum().item<int64_t>()), t2 = (s2 * t * t).sum().item<double>();
+  if (!(n > 0) || !(t2 > 0)) throw Error("decompose_bias: the tensor is all zeros");
+  BiasDecomposition d;
+  d.grid = spec.grid.name();
+  d.elements = static_cast<int64_t>(n);
+  d.bias = err.masked_select(live).sum().item<double>() / n;
+  d.alpha = (s2 * q * t).sum().item<double>() / t2;
+  auto row = [&](const torch::Tensor& mask, double level, double eq2, bool block_max) {
+    BinContribution b;
+    b.level = level;
+    b.block_max = block_max;
+    b.eq2 = eq2;
+    const double count = static_cast<double>(mask.sum().item<int64_t>());
+    b.share = count / n;
+    b.mean_error = count > 0 ? err.masked_select(mask).sum().item<double>() / count : NAN;
+    b.bias_contribution = err.masked_select(mask).sum().item<double>() / n;
+    b.alpha_contribution = terr.masked_select(mask).sum().item<double>() / t2;
+    d.bias_sum += b.bias_contribution;
+    d.alpha_sum += b.alpha_contribution;
+    d.bins.push_back(b);
+  };
+  for (size_t i = 0; i < levels.size(); ++i) row(live & ~is_max & (level_of == static_cast<int64_t>(i)), levels[i], eq2_prediction(levels, i), false);
+  // Under FP32 scales a block's maximum decodes to g_max exactly; a rounded scale (E8M0, E4M3) moves it,
+  // which is the scale's own bias, apart from the grid's: no Eq. 2 prediction then.
+  row(is_max, spec.grid.gmax(), spec.scale == ScaleKind::kFp32 ? 0.0 : NAN, true);
+  return d;
+}
+
+}  // namespace ufp4
