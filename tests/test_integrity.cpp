@@ -368,6 +368,9 @@ TEST_CASE("a campaign reads another campaign's runs by run id and trains only it
   CHECK(own.size() == 2);  // ufp4 at seeds 1 and 2; bf16 and e2m1_ref stay in a/
   for (const auto& f : own) CHECK(f.find("b_runs-ufp4-") != std::string::npos);
   CHECK(test::run_binary("campaign check " + b).code == 0);
+  auto again = test::run_binary("campaign run " + b);  // nothing to train: no child is started for a finished run
+  CHECK(again.code == 0);
+  CHECK(again.out.find("campaign b: 2 runs have results already") != std::string::npos);
   auto report = test::run_binary("report figure10 --campaign " + b + " --out " + d + "/b.md");
   INFO(report.out);
   REQUIRE(report.code == 0);
@@ -411,6 +414,11 @@ TEST_CASE("a campaign reads another campaign's runs by run id and trains only it
   auto loop = test::run_binary("campaign plan " + test::write_manifest(d, "self", self + "effect_of_interest = 0.29\neffect_source = \"x\"\n"));
   CHECK(loop.code == 2);
   CHECK(loop.out.find("is this campaign's own results folder") != std::string::npos);
+  std::string misspelt = top;
+  misspelt.replace(misspelt.find("reads = [\"" + d + "/a\"]"), std::string("reads = [\"" + d + "/a\"]").size(), "reads = [\"" + d + "/aa\"]");
+  auto typo_dir = test::run_binary("campaign plan " + test::write_manifest(d, "misspelt", misspelt + "effect_of_interest = 0.29\neffect_source = \"x\"\n"));
+  CHECK(typo_dir.code == 2);
+  CHECK(typo_dir.out.find("reads: '" + d + "/aa' is neither a folder nor the results folder of a campaign") != std::string::npos);
 }
 
 TEST_CASE("what writes into committed folders replaces a file only when told; an unchanged report keeps its bytes and time", "[integrity]") {

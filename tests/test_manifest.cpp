@@ -64,6 +64,7 @@ TEST_CASE("every kind of manifest error names file:line of its key", "[manifest]
       {"ablation without levels", "[ablation.x]\nfield = \"train.lr\"\n", "m.toml:1: ablation.x.levels: expected a non-empty list"},
       {"ablation unknown key", "[ablation.x]\nfield = \"train.lr\"\nlevels = [1e-3]\nlevel = 2\n", "m.toml:4: ablation.x.level: unknown key"},
       {"unknown model", "[model]\n\nname = \"huge\"\n", "m.toml:3: model.name: model: unknown name 'huge'"},
+      {"two runs under one name", "[sweep]\n\"recipe.name\" = [\"bf16\", \"ufp4\", \"bf16\"]\n", "m.toml:2: recipe.name: two runs are both named '"},
       {"unknown recipe", "[recipe]\nname = \"ufp5\"\n", "m.toml:2: recipe.name: unknown recipe 'ufp5'"},
   };
   for (const auto& c : cases) {

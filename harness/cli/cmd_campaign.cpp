@@ -91,12 +91,17 @@ int campaign_plan(const Campaign& c) {
   return 0;
 }
 
-// The runs a folder the campaign reads does not hold already (another campaign's, the same run id).
-std::vector<RunManifest> not_read(const Campaign& c, std::vector<RunManifest> ms) {
+// The runs this call trains: not those a folder the campaign reads holds (another campaign's, the same
+// run id), nor, unless forced, those whose results are in the campaign's folder already (a child started
+// for one would only append "results exist" to its committed log).
+std::vector<RunManifest> runs_to_train(const Campaign& c, std::vector<RunManifest> ms, bool force) {
   const size_t before = ms.size();
   ms.erase(std::remove_if(ms.begin(), ms.end(), [&](const RunManifest& m) { return !c.read_result(m).empty(); }), ms.end());
   if (ms.size() < before)
     log_info("campaign " + c.name + ": " + std::to_string(before - ms.size()) + " of " + std::to_string(before) + " runs are read from another campaign's folder");
+  const size_t unread = ms.size();
+  if (!force) ms.erase(std::remove_if(ms.begin(), ms.end(), [](const RunManifest& m) { return !find_results(m).empty(); }), ms.end());
+  if (ms.size() < unread) log_info("campaign " + c.name + ": " + std::to_string(unread - ms.size()) + " runs have results already");
   return ms;
 }
 
@@ -141,7 +146,7 @@ int campaign_run(Campaign& c, const std::string& only, const std::string& out_di
     const RunQueueOutcome out = train(c, ms, q);
     return out.exit_code();
   }
-  const std::vector<RunManifest> pilot = not_read(c, c.runs(/*pilot_only=*/true));
+  const std::vector<RunManifest> pilot = runs_to_train(c, c.runs(/*pilot_only=*/true), q.run.force);
   RunQueueOutcome out = train(c, pilot, q);
   print_queue_outcome(out, pilot.size(), "campaign run");
   if (out.exit_code() != 0 || pilot_only) return out.exit_code();
@@ -149,7 +154,7 @@ int campaign_run(Campaign& c, const std::string& only, const std::string& out_di
   std::vector<RunManifest> rest;  // the seeds past the pilot (the pilot's are in)
   for (auto& m : c.runs())
     if (m.seed > c.seeds.pilot) rest.push_back(std::move(m));
-  rest = not_read(c, rest);
+  rest = runs_to_train(c, rest, q.run.force);
   if (!rest.empty()) {
     out = train(c, rest, q);
     print_queue_outcome(out, rest.size(), "campaign run");

@@ -1,5 +1,7 @@
 #include "harness/train/campaign.h"
 
+#include <dirent.h>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -31,6 +33,21 @@ std::string normal_dir(std::string d) {
   for (size_t at; (at = d.find("/./")) != std::string::npos;) d.erase(at, 2);
   while (d.size() > 1 && d.back() == '/') d.pop_back();
   return d;
+}
+
+// Whether some campaign file under `experiments` names `dir` as its results folder (a folder read before
+// that campaign ran does not exist yet).
+bool names_campaign_results(const std::string& dir, const std::string& experiments) {
+  DIR* d = ::opendir(experiments.c_str());  // experiments/<name>/campaign.toml: one level down only
+  if (!d) return false;
+  bool found = false;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string f = experiments + "/" + e->d_name + "/campaign.toml";
+    if (e->d_name[0] == '.' || !file_exists(f)) continue;
+    found = found || normal_dir(toml_parse(f)["results"].value_or<std::string>("")) == normal_dir(dir);
+  }
+  ::closedir(d);
+  return found;
 }
 
 // model -> the recipes the campaign's manifests sweep for it.
@@ -221,6 +238,9 @@ Campaign Campaign::load(const std::string& path) {
       if (!d.is_string()) r.bad(&d, "reads", "expected folder names");
       const std::string dir = *d.value<std::string>();
       if (normal_dir(dir) == normal_dir(c.results_dir)) r.bad(&d, "reads", "'" + dir + "' is this campaign's own results folder");
+      if (!is_dir(dir) && !names_campaign_results(dir, dir_of(dir_of(path))))
+        r.bad(&d, "reads", "'" + dir + "' is neither a folder nor the results folder of a campaign under " + dir_of(dir_of(path)) +
+                               " (a misspelt folder would train its runs again)");
       c.read_dirs.push_back(dir);
     }
   }

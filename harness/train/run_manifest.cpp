@@ -288,6 +288,14 @@ std::vector<RunManifest> RunManifest::expand(const std::string& path) {
     RunManifest m = from_table(var.t, path, where);
     for (char c : var.suffix) m.name += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-') ? c : '_';
     m.differs = var.differs;
+    // Two runs under one name could not be told apart by --only, logs or reports: refuse, naming both
+    // and the line of a level that made the name.
+    for (const auto& other : runs)
+      if (other.name == m.name) {
+        const std::string at = var.moved.empty() ? path + ":1: sweep" : var.moved.begin()->second.file + ":" + std::to_string(var.moved.begin()->second.line) + ": " + var.moved.begin()->first;
+        throw Error(at + ": two runs are both named '" + m.name + "' (" + (other.differs.empty() ? "the base" : other.differs) + "; " +
+                    (m.differs.empty() ? "the base" : m.differs) + "): give levels that differ once made file-safe");
+      }
     runs.push_back(m);
   }
   return runs;
