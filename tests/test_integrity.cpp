@@ -414,6 +414,18 @@ TEST_CASE("a campaign reads another campaign's runs by run id and trains only it
   auto loop = test::run_binary("campaign plan " + test::write_manifest(d, "self", self + "effect_of_interest = 0.29\neffect_source = \"x\"\n"));
   CHECK(loop.code == 2);
   CHECK(loop.out.find("is this campaign's own results folder") != std::string::npos);
+  // A trend claim names at least three models in models (not model) and is never powered.
+  const std::string trend_head = top.substr(0, top.find("[[registration.claims]]"));
+  auto trend_err = [&](const std::string& name, const std::string& claim) {
+    return test::run_binary("campaign plan " + test::write_manifest(d, name, trend_head + "[[registration.claims]]\nid = \"t\"\ntext = \"t\"\n" + claim +
+                                                                          "plus = [\"ufp4\"]\nminus = []\ndirection = -1\neffect_of_interest = -0.4\neffect_source = \"x\"\n"));
+  };
+  auto few = trend_err("few", "models = [\"tiny\", \"tiny\"]\n");
+  CHECK(few.code == 2);
+  CHECK(few.out.find("registration.claims.models: expected a list of at least three models") != std::string::npos);
+  auto powered = trend_err("powered", "models = [\"tiny\", \"tiny\", \"tiny\"]\npowered = true\n");
+  CHECK(powered.code == 2);
+  CHECK(powered.out.find("a trend claim is not powered") != std::string::npos);
   std::string misspelt = top;
   misspelt.replace(misspelt.find("reads = [\"" + d + "/a\"]"), std::string("reads = [\"" + d + "/a\"]").size(), "reads = [\"" + d + "/aa\"]");
   auto typo_dir = test::run_binary("campaign plan " + test::write_manifest(d, "misspelt", misspelt + "effect_of_interest = 0.29\neffect_source = \"x\"\n"));

@@ -160,3 +160,37 @@ TEST_CASE("a one-factor group: the paper's choice best, beaten, or tied within t
   CHECK(g[2].levels == std::vector<std::string>{"worse", "same"});
   CHECK(g[2].largest_mdd > 0);
 }
+
+TEST_CASE("a trend claim: the slope of a recipe's gap over log10 compute across sizes, its t test and MDD; no interval below three sizes", "[stats]") {
+  CampaignRuns runs;
+  const std::vector<std::string> models = {"s1", "s2", "s3", "s4"};
+  const std::vector<double> noise = {0.01, -0.02, 0.015, -0.005};
+  for (size_t m = 0; m < models.size(); ++m)
+    for (int64_t seed = 1; seed <= 4; ++seed) {
+      const double compute = std::pow(10.0, 14.0 + static_cast<double>(m));  // one decade a size
+      const double gap = 3.0 - 0.5 * static_cast<double>(m) + noise[static_cast<size_t>(seed - 1)] * static_cast<double>(m + 1);  // percent
+      RunMetrics base, r;
+      base.final_val = base.train_tail = 2.0, base.compute = compute;
+      r.final_val = r.train_tail = 2.0 * (1 + gap / 100), r.compute = compute;
+      runs[models[m]]["bf16"][seed] = base;
+      runs[models[m]]["ufp4"][seed] = r;
+    }
+  RegisteredClaim trend;
+  trend.id = "shrinks", trend.trend_models = models, trend.plus = {"ufp4"}, trend.direction = -1, trend.powered = false;
+  trend.paper_effect = NAN, trend.effect_of_interest = -0.46;
+  CHECK(trend.contrast_text() == "slope of gap(ufp4) over log10 compute (pp a decade)");
+  Registration reg;
+  reg.claims = {trend};
+  const ClaimTest t = test_claims(reg, runs).front();
+  CHECK(t.diff.n == 16);
+  CHECK(t.diff.mean == Approx(-0.5).margin(0.02));
+  CHECK(t.p < 1e-6);
+  CHECK(t.verdict == Verdict::kHolds);
+  CHECK(t.mdd > 0);
+  CHECK(t.model_seeds.at("s3") == 4);
+  // Two sizes only: no slope is tested.
+  runs.erase("s3"), runs.erase("s4");
+  const ClaimTest two = test_claims(reg, runs).front();
+  CHECK(!two.diff.defined());
+  CHECK(two.verdict == Verdict::kInconclusive);
+}

@@ -25,6 +25,7 @@ CampaignRuns read_campaign_runs(const RunSet& set) {
     m.last_k = r.last_k;
     m.epochs = r.epochs;
     m.steps = r.steps_done;
+    m.compute = r.flops_per_token * r.epochs * static_cast<double>(r.data_train_tokens);
     m.loss = r.curves.loss;
     out[p.model][p.recipe][p.seed] = m;
   }
@@ -70,6 +71,37 @@ std::vector<double> contrast_values(const std::map<std::string, std::map<int64_t
   return out;
 }
 
+// A trend claim: every (model, seed) with a complete contrast is a point (log10 of the baseline run's
+// training compute, the contrast); the least-squares slope over them, its t test and its MDD.
+void test_trend(const Registration& reg, const CampaignRuns& runs, ClaimTest& t) {
+  std::vector<double> x, y, xt, yt;
+  size_t sizes = 0;
+  for (const auto& model : t.claim.trend_models) {
+    if (!runs.count(model)) continue;
+    const auto& rs = runs.at(model);
+    std::vector<int64_t> seeds;
+    const std::vector<double> v = contrast_values(rs, t.claim, false, &seeds), vt = contrast_values(rs, t.claim, true, nullptr);
+    if (v.empty()) continue;
+    // One x a model: the mean log10 compute of its baseline runs (the seeds of a size train alike).
+    double lc = 0;
+    for (const int64_t seed : seeds) lc += std::log10(rs.at(t.claim.baseline).at(seed).compute) / static_cast<double>(seeds.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+      x.push_back(lc), y.push_back(v[i]);
+      if (i < vt.size()) xt.push_back(lc), yt.push_back(vt[i]);
+    }
+    ++sizes;
+    t.model_seeds[model] = v.size();
+    t.values.insert(t.values.end(), v.begin(), v.end());
+  }
+  if (sizes < 3) x.clear(), y.clear(), xt.clear(), yt.clear();  // a slope over fewer than three sizes has no interval here
+  t.diff = slope_interval(x, y, 1 - reg.alpha);
+  t.diff_train = slope_interval(xt, yt, 1 - reg.alpha);
+  t.p = slope_t_p(t.diff);
+  t.p_train = slope_t_p(t.diff_train);
+  t.mdd = slope_mdd(t.diff, reg.alpha, reg.power);
+  t.mdd_train = slope_mdd(t.diff_train, reg.alpha, reg.power);
+}
+
 }  // namespace
 
 std::vector<ClaimTest> test_claims(const Registration& reg, const CampaignRuns& runs) {
@@ -77,16 +109,21 @@ std::vector<ClaimTest> test_claims(const Registration& reg, const CampaignRuns& 
   for (const auto& c : reg.claims) {
     ClaimTest t;
     t.claim = c;
-    if (runs.count(c.model)) {
+    if (c.trend()) {
+      test_trend(reg, runs, t);
+    } else if (runs.count(c.model)) {
       const auto& rs = runs.at(c.model);
       t.values = contrast_values(rs, c, false, &t.seeds);
       t.diff = mean_interval(t.values, 1 - reg.alpha);
       t.diff_train = mean_interval(contrast_values(rs, c, true, nullptr), 1 - reg.alpha);
+      t.model_seeds[c.model] = t.values.size();
     }
-    t.p = paired_t_p(t.diff);
-    t.p_train = paired_t_p(t.diff_train);
-    t.mdd = minimal_detectable_difference(t.diff.sd, t.diff.n, reg.alpha, reg.power);
-    t.mdd_train = minimal_detectable_difference(t.diff_train.sd, t.diff_train.n, reg.alpha, reg.power);
+    if (!c.trend()) {
+      t.p = paired_t_p(t.diff);
+      t.p_train = paired_t_p(t.diff_train);
+      t.mdd = minimal_detectable_difference(t.diff.sd, t.diff.n, reg.alpha, reg.power);
+      t.mdd_train = minimal_detectable_difference(t.diff_train.sd, t.diff_train.n, reg.alpha, reg.power);
+    }
     out.push_back(t);
   }
   // Holm within the registered family: the powered claims (of one group, where claims name groups); the
@@ -155,7 +192,8 @@ SeedPlan plan_seeds(const SeedPlan& policy, const Registration& reg, const std::
     s.seeds[t.claim.model] = std::max(s.seeds.count(t.claim.model) ? s.seeds[t.claim.model] : 0, n);
   }
   for (const auto& t : pilot)  // a model with no powered claim: the registered floor
-    if (!s.seeds.count(t.claim.model)) s.seeds[t.claim.model] = policy.min;
+    for (const auto& model : t.claim.trend() ? t.claim.trend_models : std::vector<std::string>{t.claim.model})
+      if (!s.seeds.count(model)) s.seeds[model] = policy.min;
   return s;
 }
 

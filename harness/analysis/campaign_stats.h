@@ -20,6 +20,7 @@ struct RunMetrics {
   std::string path, commit, device, content_sha256;
   double final_val = NAN, train_tail = NAN, epochs = NAN;
   int64_t last_k = 0, steps = 0;
+  double compute = NAN;      // training FLOPs: FLOPs per token x tokens trained
   std::vector<double> loss;  // the training curve
 };
 // model -> recipe -> seed -> metrics, for every run of the set that has results.
@@ -29,7 +30,8 @@ CampaignRuns read_campaign_runs(const RunSet& set);
 struct ClaimTest {
   RegisteredClaim claim;
   std::vector<int64_t> seeds;             // seeds with the baseline and every recipe of the contrast
-  std::vector<double> values;             // the contrast of the gaps (pp), per seed
+  std::vector<double> values;             // the contrast of the gaps (pp), per seed (a trend's: per model and seed)
+  std::map<std::string, size_t> model_seeds;  // complete seeds per model of the claim
   Interval diff, diff_train;              // its mean and interval (pp): final validation loss, training loss of the last tenth
   double p = NAN, p_holm = NAN, p_train = NAN, p_train_holm = NAN, mdd = NAN, mdd_train = NAN;
   Verdict verdict = Verdict::kInconclusive, verdict_train = Verdict::kInconclusive;

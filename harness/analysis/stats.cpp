@@ -128,6 +128,18 @@ Interval slope_interval(const std::vector<double>& x, const std::vector<double>&
   return r;
 }
 
+double slope_t_p(const Interval& slope) {
+  if (!slope.defined() || !(slope.sd >= 0)) return std::numeric_limits<double>::quiet_NaN();
+  if (slope.sd == 0) return slope.mean == 0 ? 1.0 : 0.0;
+  return 2 * (1 - student_t_cdf(std::fabs(slope.mean) / slope.sd, static_cast<double>(slope.n) - 2));
+}
+
+double slope_mdd(const Interval& slope, double alpha, double power) {
+  if (!slope.defined() || std::isnan(slope.sd)) return std::numeric_limits<double>::quiet_NaN();
+  const double df = static_cast<double>(slope.n) - 2;
+  return (student_t_quantile(1 - alpha / 2, df) + student_t_quantile(power, df)) * slope.sd;
+}
+
 Verdict verdict(const Interval& d, int direction) {
   if (!d.defined() || std::isnan(d.lo) || std::isnan(d.hi)) return Verdict::kInconclusive;
   if (direction < 0 ? d.hi < 0 : d.lo > 0) return Verdict::kHolds;

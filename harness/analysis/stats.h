@@ -29,6 +29,11 @@ Interval paired_difference(const std::vector<double>& a, const std::vector<doubl
 // The least-squares slope of y on x with its two-sided Student-t interval (n - 2 degrees of freedom):
 // mean = slope, sd = its standard error. Undefined (NaN bounds) for fewer than three points or one x.
 Interval slope_interval(const std::vector<double>& x, const std::vector<double>& y, double level = 0.95);
+// Its two-sided t test of slope 0 (n - 2 degrees of freedom), and the smallest slope the same points
+// detect at `alpha` with `power`: (t(1 - alpha/2, n-2) + t(power, n-2)) x its standard error. NaN
+// without an interval.
+double slope_t_p(const Interval& slope);
+double slope_mdd(const Interval& slope, double alpha, double power);
 
 enum class Verdict { kHolds, kContradicted, kSmallerThanPaper, kInconclusive };
 // A claim that the true difference is negative (`direction` -1) or positive (+1): holds when the

@@ -100,7 +100,9 @@ int cmd_report(const std::vector<std::string>& args) {
   if (in.campaign.empty() && in.dirs.empty() && !archived_wanted) in.campaign = entry.campaign;
   if (!in.campaign.empty() && (!in.dirs.empty() || archived_wanted)) throw Error("report: --campaign goes without --results and --archived");
   if (in.campaign.empty() && !entry.render) throw Error("report: '" + name + "' renders from a campaign only (give --campaign FILE)");
-  const bool archived = in.campaign.empty() && entry.archived;
+  // Archived: an archived campaign's report from its own (default) inputs, not one from inputs given here.
+  const bool defaulted = in.dirs.empty() && in.tensors.empty() && in.fits.empty() && in.chains.empty();
+  const bool archived = in.campaign.empty() && entry.archived && defaulted;
   if (out.empty()) out = in.root + "/reports/" + (archived ? "archive/" : "") + name + ".md";
   const std::string final_figures = out == "-" ? "" : (out.find('/') == std::string::npos ? "." : out.substr(0, out.rfind('/'))) + "/figures";
   // Figures are drawn into a staging folder and copied beside the report only where the report itself

@@ -33,12 +33,17 @@ struct RegisteredClaim {
   // A one-factor search's group (Table 3): each claim is a level against the paper's choice, Holm within
   // the group, and the report says per group whether the choice is best, tied within the MDD, or beaten.
   std::string group;
+  // A trend claim (Figure 9): the least-squares slope of the contrast over log10 of the training compute,
+  // across these models' runs (each seed of each model one point), in percentage points a decade. Its
+  // `model` is empty; it is never powered (the per-model claims set the seeds).
+  std::vector<std::string> trend_models;
+  bool trend() const { return !trend_models.empty(); }
   bool paper_sized() const { return paper_effect == paper_effect; }  // not NaN
   std::string contrast_text() const {
     std::string t;
     for (const auto& r : plus) t += (t.empty() ? "" : " + ") + std::string("gap(") + r + ")";
     for (const auto& r : minus) t += " - gap(" + r + ")";
-    return t;
+    return trend() ? "slope of " + t + " over log10 compute (pp a decade)" : t;
   }
 };
 

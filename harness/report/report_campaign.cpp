@@ -20,6 +20,8 @@ namespace {
 
 std::string pp(const Interval& i) { return i.n ? format_interval(i, "%+.3f") : "-"; }
 
+std::string mdd_text(double mdd) { return std::isnan(mdd) ? std::string("-") : fmt("%.3f", mdd); }
+
 std::string p_text(double p) {
   if (std::isnan(p)) return "-";
   return p < 1e-4 ? std::string("<0.0001") : fmt("%.4f", p);
@@ -56,10 +58,13 @@ std::string registration_section(const RunSet& set) {
      << ", target power " << fmt("%.2g", g.power) << "; Holm within the family `" << g.family << "`\n";
   if (!g.notes.empty()) os << "- " << g.notes << "\n";
   os << "\n| claim | model | statement | contrast (pp) | paper's effect (pp) | source |\n|---|---|---|---|---|---|\n";
-  for (const auto& c : g.claims)
-    os << "| " << c.id << " | " << c.model << " | " << c.text << " | " << c.contrast_text() << (c.direction < 0 ? " < 0" : " > 0") << (c.powered ? "" : " (not powered)") << " | "
+  for (const auto& c : g.claims) {
+    std::string models = c.model;
+    for (const auto& m : c.trend_models) models += (models.empty() ? "" : ", ") + m;
+    os << "| " << c.id << " | " << models << " | " << c.text << " | " << c.contrast_text() << (c.direction < 0 ? " < 0" : " > 0") << (c.powered ? "" : " (not powered)") << " | "
        << (c.paper_sized() ? fmt("%+.4f", c.paper_effect) : "not published; effect of interest " + fmt("%+.4f", c.effect_of_interest)) << " | "
        << (c.paper_sized() ? c.paper_source : c.effect_source) << " |\n";
+  }
   return os.str();
 }
 
@@ -78,7 +83,7 @@ std::string seeds_section(const RunSet& set, const std::vector<ClaimTest>& tests
   for (const auto& t : tests) {
     const std::string id = t.claim.id;
     os << "| " << id << " | " << (s.pilot_sd.count(id) ? fmt("%.3f", s.pilot_sd.at(id)) : "-") << " | "
-       << (s.seeds_for_power.count(id) ? std::to_string(s.seeds_for_power.at(id)) : "-") << " | " << t.diff.n << " | " << fmt("%.3f", t.mdd) << " | "
+       << (s.seeds_for_power.count(id) ? std::to_string(s.seeds_for_power.at(id)) : "-") << " | " << t.diff.n << " | " << mdd_text(t.mdd) << " | "
        << fmt("%+.3f", t.claim.effect_of_interest) << (t.claim.paper_sized() ? "" : " (of interest)") << " |\n";
   }
   os << "\nSource: `" << rel(s.source) << "`.\n";
@@ -119,16 +124,27 @@ std::string cells_section(const CampaignRuns& runs, const std::string& baseline,
 
 // A claim tested on fewer complete seeds than its model's registered number has no verdict yet: it reads
 // inconclusive, and what the test gives on the seeds present is said beside it as an interim look.
-bool interim(const RunSet& set, const ClaimTest& t) {
-  const auto it = set.seeds.seeds.find(t.claim.model);
-  return it == set.seeds.seeds.end() || static_cast<int64_t>(t.diff.n) < it->second;
+// The claim's models (a trend's several), with the seeds registered for them and the complete seeds in;
+// registered = -1 while the seeds are not decided.
+std::pair<int64_t, int64_t> seeds_in(const RunSet& set, const ClaimTest& t) {
+  int64_t registered = 0, in = 0;
+  for (const auto& model : t.claim.trend() ? t.claim.trend_models : std::vector<std::string>{t.claim.model}) {
+    const auto it = set.seeds.seeds.find(model);
+    if (it == set.seeds.seeds.end()) return {-1, 0};
+    registered += it->second;
+    in += t.model_seeds.count(model) ? std::min<int64_t>(static_cast<int64_t>(t.model_seeds.at(model)), it->second) : 0;
+  }
+  return {registered, in};
 }
 
+bool interim(const RunSet& set, const ClaimTest& t) {
+  const auto [registered, in] = seeds_in(set, t);
+  return registered < 0 || in < registered;
+}
 std::string shown_verdict(const RunSet& set, const ClaimTest& t, Verdict v) {
   if (!interim(set, t)) return std::string("**") + verdict_name(v) + "**";
-  const auto it = set.seeds.seeds.find(t.claim.model);
-  const std::string of = it == set.seeds.seeds.end() ? "the seeds are not decided yet"
-                                                      : std::to_string(t.diff.n) + " of " + std::to_string(it->second) + " registered seeds";
+  const auto [registered, in] = seeds_in(set, t);
+  const std::string of = registered < 0 ? "the seeds are not decided yet" : std::to_string(in) + " of " + std::to_string(registered) + " registered seeds";
   return std::string("**inconclusive** (interim look at ") + of + ": the test gives " + verdict_name(v) + ")";
 }
 
@@ -143,8 +159,10 @@ std::string claim_sentence(const RunSet& set, const ClaimTest& t) {
   else if (e < 0 ? d.lo > e : d.hi < e) what = "the paper's effect lies outside our interval: the effect here is smaller than the paper's";
   else if (e < 0 ? d.hi < e : d.lo > e) what = "the paper's effect lies outside our interval: the effect here is larger than the paper's";
   else what = "the paper's effect lies inside our interval";
-  return "**" + t.claim.id + "** (" + t.claim.model + "): \"" + t.claim.text + "\" — " + shown_verdict(set, t, t.verdict) + "; " + what + "; MDD " +
-         fmt("%.3f", t.mdd) + " pp against " + (t.claim.paper_sized() ? "the paper's " : "the registered effect of interest, ") +
+  std::string models = t.claim.model;
+  for (const auto& m : t.claim.trend_models) models += (models.empty() ? "" : ", ") + m;
+  return "**" + t.claim.id + "** (" + models + "): \"" + t.claim.text + "\" — " + shown_verdict(set, t, t.verdict) + "; " + what + "; MDD " +
+         mdd_text(t.mdd) + " pp against " + (t.claim.paper_sized() ? "the paper's " : "the registered effect of interest, ") +
          fmt("%.3f", std::fabs(t.claim.effect_of_interest)) + " pp.";
 }
 
@@ -159,7 +177,7 @@ std::string verdicts_section(const RunSet& set, const std::vector<ClaimTest>& te
     for (const bool train : {false, true}) {
       const Interval& d = train ? t.diff_train : t.diff;
       os << "| " << t.claim.id << " | " << (train ? "train, last K (secondary)" : "final val (primary)") << " | " << d.n << " | " << pp(d) << " | "
-         << p_text(train ? t.p_train : t.p) << " | " << p_text(train ? t.p_train_holm : t.p_holm) << " | " << fmt("%.3f", train ? t.mdd_train : t.mdd)
+         << p_text(train ? t.p_train : t.p) << " | " << p_text(train ? t.p_train_holm : t.p_holm) << " | " << mdd_text(train ? t.mdd_train : t.mdd)
          << " | " << (t.claim.paper_sized() ? fmt("%+.3f", t.claim.paper_effect) : std::string("not published")) << " | "
          << shown_verdict(set, t, train ? t.verdict_train : t.verdict) << " |\n";
     }

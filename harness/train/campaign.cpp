@@ -103,7 +103,8 @@ void read_contrast(const toml::table& c, const std::string& q, const Reader& r, 
   } else {
     for (const char* key : {"plus", "minus"}) {
       const toml::array* a = c[key].as_array();
-      if (!a || a->empty()) r.bad(c.get(key) ? c.get(key) : &c, q + key, "expected a non-empty list of recipe names");
+      const bool may_be_empty = std::string(key) == "minus";  // plus = ["ufp4"], minus = []: one recipe's gap (a trend's)
+      if (!a || (a->empty() && !may_be_empty)) r.bad(c.get(key) ? c.get(key) : &c, q + key, "expected a non-empty list of recipe names");
       for (const auto& n : *a) {
         if (!n.is_string()) r.bad(&n, q + key, "expected recipe names");
         (std::string(key) == "plus" ? k.plus : k.minus).push_back(*n.value<std::string>());
@@ -119,20 +120,37 @@ void read_contrast(const toml::table& c, const std::string& q, const Reader& r, 
 // Every recipe a claim names (and its baseline) is one the manifests sweep for the claim's model: a typo
 // is found before anything trains, not after the pilot.
 void check_recipes(const toml::table& c, const std::string& q, const Reader& r, const RegisteredClaim& k, const Swept& swept) {
-  const auto it = swept.find(k.model);
   std::string sweeps;
   for (const auto& [model, recipes] : swept) sweeps += (sweeps.empty() ? "" : ", ") + model;
-  if (it == swept.end()) r.bad(c.get("model"), q + "model", "'" + k.model + "' is not a model the manifests train (they train: " + sweeps + ")");
-  std::vector<std::string> named = k.plus;
-  named.insert(named.end(), k.minus.begin(), k.minus.end());
-  named.push_back(k.baseline);
-  for (const auto& recipe : named)
-    if (!it->second.count(recipe)) {
-      std::string have;
-      for (const auto& h : it->second) have += (have.empty() ? "" : ", ") + h;
-      r.bad(&c, q + (recipe == k.baseline ? "baseline" : c.get("a") ? "a" : "plus"),
-            "'" + recipe + "' is not a recipe the manifests sweep for " + k.model + " (they sweep: " + have + ")");
-    }
+  for (const auto& model : k.trend() ? k.trend_models : std::vector<std::string>{k.model}) {
+    const auto it = swept.find(model);
+    const char* key = k.trend() ? "models" : "model";
+    if (it == swept.end()) r.bad(c.get(key), q + key, "'" + model + "' is not a model the manifests train (they train: " + sweeps + ")");
+    std::vector<std::string> named = k.plus;
+    named.insert(named.end(), k.minus.begin(), k.minus.end());
+    named.push_back(k.baseline);
+    for (const auto& recipe : named)
+      if (!it->second.count(recipe)) {
+        std::string have;
+        for (const auto& h : it->second) have += (have.empty() ? "" : ", ") + h;
+        r.bad(&c, q + (recipe == k.baseline ? "baseline" : c.get("a") ? "a" : "plus"),
+              "'" + recipe + "' is not a recipe the manifests sweep for " + model + " (they sweep: " + have + ")");
+      }
+  }
+}
+
+// A trend claim's models (at least three, so the slope has an interval); never powered, in no group.
+void read_trend(const toml::table& c, const std::string& q, const Reader& r, RegisteredClaim& k) {
+  const toml::array* a = c["models"].as_array();
+  if (!a || a->size() < 3) r.bad(c.get("models"), q + "models", "expected a list of at least three models (a trend's slope over their compute)");
+  for (const auto& n : *a) {
+    if (!n.is_string()) r.bad(&n, q + "models", "expected model names");
+    k.trend_models.push_back(*n.value<std::string>());
+  }
+  if (c.get("model")) r.bad(c.get("model"), q + "model", "a trend claim names its models in models, not model");
+  if (c.get("group")) r.bad(c.get("group"), q + "group", "a trend claim is in no group");
+  if (c["powered"].value_or(false)) r.bad(c.get("powered"), q + "powered", "a trend claim is not powered (the per-model claims set the seeds)");
+  k.powered = false;
 }
 
 Registration read_registration(const toml::table& t, const Reader& r, const Swept& swept) {
@@ -156,15 +174,16 @@ Registration read_registration(const toml::table& t, const Reader& r, const Swep
     RegisteredClaim k;
     const std::string q = p + "claims.";
     r.keys(*c, q, {"id", "model", "text", "a", "b", "plus", "minus", "baseline", "direction", "paper_effect", "paper_source", "effect_of_interest",
-                   "effect_source", "powered", "group"});
+                   "effect_source", "powered", "group", "models"});
     k.id = r.str(*c, q, "id");
-    k.model = r.str(*c, q, "model");
+    if (c->get("models")) read_trend(*c, q, r, k);
+    else k.model = r.str(*c, q, "model");
     k.group = r.str(*c, q, "group", false);
     k.text = r.str(*c, q, "text");
     k.baseline = c->get("baseline") ? r.str(*c, q, "baseline") : "bf16";
     read_contrast(*c, q, r, k);
     check_recipes(*c, q, r, k, swept);
-    if (const toml::node* pw = c->get("powered")) {
+    if (const toml::node* pw = c->get("powered"); pw && !k.trend()) {
       if (!pw->is_boolean()) r.bad(pw, q + "powered", "expected true or false (false: reported with its MDD, the seeds not set for it)");
       k.powered = *pw->value<bool>();
     }
