@@ -414,6 +414,16 @@ TEST_CASE("a campaign reads another campaign's runs by run id and trains only it
   auto loop = test::run_binary("campaign plan " + test::write_manifest(d, "self", self + "effect_of_interest = 0.29\neffect_source = \"x\"\n"));
   CHECK(loop.code == 2);
   CHECK(loop.out.find("is this campaign's own results folder") != std::string::npos);
+  // A registered transition gate the pilot misses: campaign run stops before deciding the seeds.
+  std::string gated = bytes_of(a);
+  gated.replace(gated.find("max = 2\n"), 8, "max = 2\ntransition_gate = 100000\n");
+  gated.replace(gated.find("results = \"" + d + "/a\""), ("results = \"" + d + "/a\"").size(), "results = \"" + d + "/gated\"");
+  manifest("gated_runs", d + "/gated", "\"bf16\", \"e2m1_ref\"");
+  gated.replace(gated.find("a_runs.toml"), 11, "gated_runs.toml");
+  auto gate = test::run_binary("campaign run " + test::write_manifest(d, "gated", gated));
+  CHECK(gate.code == 1);
+  CHECK(gate.out.find("fewer than the registered 100000") != std::string::npos);
+  CHECK(!file_exists(d + "/gated/seeds.toml"));
   // A trend claim names at least three models in models (not model) and is never powered.
   const std::string trend_head = top.substr(0, top.find("[[registration.claims]]"));
   auto trend_err = [&](const std::string& name, const std::string& claim) {
@@ -423,7 +433,10 @@ TEST_CASE("a campaign reads another campaign's runs by run id and trains only it
   auto few = trend_err("few", "models = [\"tiny\", \"tiny\"]\n");
   CHECK(few.code == 2);
   CHECK(few.out.find("registration.claims.models: expected a list of at least three models") != std::string::npos);
-  auto powered = trend_err("powered", "models = [\"tiny\", \"tiny\", \"tiny\"]\npowered = true\n");
+  auto listed_twice = trend_err("twice", "models = [\"tiny\", \"tiny\", \"tiny\"]\n");
+  CHECK(listed_twice.code == 2);
+  CHECK(listed_twice.out.find("'tiny' is listed twice") != std::string::npos);
+  auto powered = trend_err("powered", "models = [\"tiny\", \"small\", \"large\"]\npowered = true\n");
   CHECK(powered.code == 2);
   CHECK(powered.out.find("a trend claim is not powered") != std::string::npos);
   std::string misspelt = top;

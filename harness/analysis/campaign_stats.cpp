@@ -71,31 +71,29 @@ std::vector<double> contrast_values(const std::map<std::string, std::map<int64_t
   return out;
 }
 
-// A trend claim: every (model, seed) with a complete contrast is a point (log10 of the baseline run's
-// training compute, the contrast); the least-squares slope over them, its t test and its MDD.
+// A trend claim: each size is one point (log10 of its baseline runs' mean training compute, the mean of
+// its per-seed contrasts), so a size's departure from the line counts as the noise it is and every size
+// weighs the same; the least-squares slope over the sizes, its t test (sizes - 2 degrees of freedom) and
+// its MDD. Fewer than three sizes: no interval.
 void test_trend(const Registration& reg, const CampaignRuns& runs, ClaimTest& t) {
-  std::vector<double> x, y, xt, yt;
-  size_t sizes = 0;
+  std::vector<double> x, y, yt;
   for (const auto& model : t.claim.trend_models) {
     if (!runs.count(model)) continue;
     const auto& rs = runs.at(model);
     std::vector<int64_t> seeds;
     const std::vector<double> v = contrast_values(rs, t.claim, false, &seeds), vt = contrast_values(rs, t.claim, true, nullptr);
-    if (v.empty()) continue;
-    // One x a model: the mean log10 compute of its baseline runs (the seeds of a size train alike).
+    if (v.size() < 2) continue;
     double lc = 0;
     for (const int64_t seed : seeds) lc += std::log10(rs.at(t.claim.baseline).at(seed).compute) / static_cast<double>(seeds.size());
-    for (size_t i = 0; i < v.size(); ++i) {
-      x.push_back(lc), y.push_back(v[i]);
-      if (i < vt.size()) xt.push_back(lc), yt.push_back(vt[i]);
-    }
-    ++sizes;
+    x.push_back(lc);
+    y.push_back(mean_interval(v).mean);
+    yt.push_back(mean_interval(vt).mean);
     t.model_seeds[model] = v.size();
     t.values.insert(t.values.end(), v.begin(), v.end());
   }
-  if (sizes < 3) x.clear(), y.clear(), xt.clear(), yt.clear();  // a slope over fewer than three sizes has no interval here
+  if (x.size() < 3) x.clear(), y.clear(), yt.clear();
   t.diff = slope_interval(x, y, 1 - reg.alpha);
-  t.diff_train = slope_interval(xt, yt, 1 - reg.alpha);
+  t.diff_train = slope_interval(x, yt, 1 - reg.alpha);
   t.p = slope_t_p(t.diff);
   t.p_train = slope_t_p(t.diff_train);
   t.mdd = slope_mdd(t.diff, reg.alpha, reg.power);

@@ -46,23 +46,52 @@ std::vector<RunPlan> plan_all(const std::vector<RunManifest>& ms) {
   return plans;
 }
 
-// The step at which the campaign's slowest recipe reaches the transition level (transition_delays),
-// against the runs' length: a campaign should end at least ~1,000 steps after it.
-void print_transition(const Campaign& c, const RunSet& set) {
+// Per model: the step at which the campaign's slowest recipe reaches the transition level on average
+// (transition_delays), and the runs' length: a campaign should end at least ~1,000 steps after it.
+struct TransitionMargin {
+  std::string model;
+  double latest = NAN;
+  int64_t steps = 0;
+};
+std::vector<TransitionMargin> transition_margins(const Campaign& c, const RunSet& set) {
   const CampaignRuns runs = read_campaign_runs(set);
   const std::string baseline = c.registration.claims.empty() ? "bf16" : c.registration.claims.front().baseline;
+  const std::vector<TransitionDelay> delays = transition_delays(runs, baseline);
+  std::vector<TransitionMargin> out;
   for (const auto& [model, rs] : runs) {
-    double latest = NAN;
-    int64_t steps = 0;
-    for (const auto& d : transition_delays(runs, baseline))
-      if (d.model == model && d.steps.n) latest = std::isnan(latest) ? d.steps.mean : std::max(latest, d.steps.mean);
+    TransitionMargin m;
+    m.model = model;
+    for (const auto& d : delays)
+      if (d.model == model && d.steps.n) m.latest = std::isnan(m.latest) ? d.steps.mean : std::max(m.latest, d.steps.mean);
     for (const auto& [recipe, seeds] : rs)
-      for (const auto& [seed, m] : seeds) steps = std::max(steps, m.steps);
-    if (std::isnan(latest)) continue;
-    std::printf("%s: the slowest recipe reaches the transition level at step %.0f on average; the runs end at step %lld (%+.0f steps after)%s\n",
-                model.c_str(), latest, static_cast<long long>(steps), static_cast<double>(steps) - latest,
-                static_cast<double>(steps) - latest < 1000 ? "  WARNING: less than 1,000 steps past the transition: seed noise stays high" : "");
+      for (const auto& [seed, r] : seeds) m.steps = std::max(m.steps, r.steps);
+    if (!std::isnan(m.latest)) out.push_back(m);
   }
+  return out;
+}
+
+void print_transition(const Campaign& c, const RunSet& set) {
+  for (const auto& m : transition_margins(c, set))
+    std::printf("%s: the slowest recipe reaches the transition level at step %.0f on average; the runs end at step %lld (%+.0f steps after)%s\n",
+                m.model.c_str(), m.latest, static_cast<long long>(m.steps), static_cast<double>(m.steps) - m.latest,
+                static_cast<double>(m.steps) - m.latest < 1000 ? "  WARNING: less than 1,000 steps past the transition: seed noise stays high" : "");
+}
+
+// The registered gate on the pilot: every model's runs end at least transition_gate steps after its
+// slowest recipe reaches the transition level. False (and why, printed) when one does not.
+bool pilot_passes_transition_gate(const Campaign& c) {
+  if (c.seeds.transition_gate <= 0) return true;
+  bool ok = true;
+  for (const auto& m : transition_margins(c, c.resolve(/*pilot_only=*/true)))
+    if (static_cast<double>(m.steps) - m.latest < static_cast<double>(c.seeds.transition_gate)) {
+      std::printf("campaign %s: %s: the pilot's runs end %.0f steps after the slowest recipe reaches the transition level (step %.0f), fewer than the "
+                  "registered %lld (%s [seeds] transition_gate): the design fails for this size; the seeds are not decided and no seed past the "
+                  "pilot is trained (register the campaign again)\n",
+                  c.name.c_str(), m.model.c_str(), static_cast<double>(m.steps) - m.latest, m.latest, static_cast<long long>(c.seeds.transition_gate),
+                  c.path.c_str());
+      ok = false;
+    }
+  return ok;
 }
 
 int campaign_plan(const Campaign& c) {
@@ -150,7 +179,10 @@ int campaign_run(Campaign& c, const std::string& only, const std::string& out_di
   RunQueueOutcome out = train(c, pilot, q);
   print_queue_outcome(out, pilot.size(), "campaign run");
   if (out.exit_code() != 0 || pilot_only) return out.exit_code();
-  if (!c.seeds_decided()) decide_seeds(c);
+  if (!c.seeds_decided()) {
+    if (!pilot_passes_transition_gate(c)) return kExitRuntime;
+    decide_seeds(c);
+  }
   std::vector<RunManifest> rest;  // the seeds past the pilot (the pilot's are in)
   for (auto& m : c.runs())
     if (m.seed > c.seeds.pilot) rest.push_back(std::move(m));

@@ -103,7 +103,8 @@ int cmd_report(const std::vector<std::string>& args) {
   // Archived: an archived campaign's report from its own (default) inputs, not one from inputs given here.
   const bool defaulted = in.dirs.empty() && in.tensors.empty() && in.fits.empty() && in.chains.empty();
   const bool archived = in.campaign.empty() && entry.archived && defaulted;
-  if (out.empty()) out = in.root + "/reports/" + (archived ? "archive/" : "") + name + ".md";
+  const std::string file = in.campaign.empty() && !defaulted && !entry.own_inputs_name.empty() ? entry.own_inputs_name : name;
+  if (out.empty()) out = in.root + "/reports/" + (archived ? "archive/" : "") + file + ".md";
   const std::string final_figures = out == "-" ? "" : (out.find('/') == std::string::npos ? "." : out.substr(0, out.rfind('/'))) + "/figures";
   // Figures are drawn into a staging folder and copied beside the report only where the report itself
   // is written: a refused or unchanged report leaves its figures as they were.

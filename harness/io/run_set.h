@@ -33,9 +33,9 @@ struct RegisteredClaim {
   // A one-factor search's group (Table 3): each claim is a level against the paper's choice, Holm within
   // the group, and the report says per group whether the choice is best, tied within the MDD, or beaten.
   std::string group;
-  // A trend claim (Figure 9): the least-squares slope of the contrast over log10 of the training compute,
-  // across these models' runs (each seed of each model one point), in percentage points a decade. Its
-  // `model` is empty; it is never powered (the per-model claims set the seeds).
+  // A trend claim (Figure 9): the least-squares slope of the contrast over log10 of the training compute
+  // across these models (each model one point: the mean over its seeds), in percentage points a decade.
+  // Its `model` is empty; it is never powered (the per-model claims set the seeds).
   std::vector<std::string> trend_models;
   bool trend() const { return !trend_models.empty(); }
   bool paper_sized() const { return paper_effect == paper_effect; }  // not NaN
@@ -56,6 +56,9 @@ struct Registration {
 // Seeds per model: the pilot's size, then the number the registered power analysis set from it.
 struct SeedPlan {
   int64_t pilot = 0, min = 0, max = 0;
+  // Registered: the pilot's runs must end at least this many steps after each model's slowest recipe
+  // reaches the transition level, or `campaign run` stops before deciding the seeds (0: no gate).
+  int64_t transition_gate = 0;
   std::map<std::string, int64_t> seeds;              // model -> seeds of the campaign ("" until the pilot is analysed)
   std::map<std::string, double> pilot_sd;            // claim id -> paired sd of the pilot (percentage points)
   std::map<std::string, int64_t> seeds_for_power;    // claim id -> seeds for the power against the paper's effect

@@ -38,10 +38,12 @@ std::vector<ReportEntry> entries() {
       {"factorial", "its campaign's run set (experiments/factorial/campaign.toml)", "experiments/factorial/campaign.toml", {}, false, nullptr},
       {"emulation", "its campaign's run set (experiments/emulation/campaign.toml)", "experiments/emulation/campaign.toml", {}, false, nullptr},
       {"analysis", "--tensors (ufp4 analyze tensors) and --chain files (default: the archived capture)", "", {}, true, report_archived_analysis},
-      {"figure9", "--fits (ufp4 fit; default: the archived ladder's); --campaign experiments/figure9/campaign.toml: the ladder's claims", "", {}, true,
+      {"figure9", "--fits (ufp4 fit; default: the archived ladder's; given: reports/figure9-fit.md); --campaign experiments/figure9/campaign.toml: the ladder's claims",
+       "", {}, true,
        [](const ReportInputs& in) {
          return report_figure9(in.root, in.fits.empty() ? in.root + "/results/archive/figure9-mixed-stages/fits/figure9-proxy.h5" : in.fits, in.figures);
-       }},
+       },
+       "figure9-fit"},
       {"bench", "--results folder (default: results/bench)", "", {}, false,
        [](const ReportInputs& in) { return report_bench(in.root, in.dirs.empty() ? in.root + "/results/bench" : in.dirs.front(), in.figures); }},
   };

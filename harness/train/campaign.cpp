@@ -145,11 +145,14 @@ void read_trend(const toml::table& c, const std::string& q, const Reader& r, Reg
   if (!a || a->size() < 3) r.bad(c.get("models"), q + "models", "expected a list of at least three models (a trend's slope over their compute)");
   for (const auto& n : *a) {
     if (!n.is_string()) r.bad(&n, q + "models", "expected model names");
+    if (std::find(k.trend_models.begin(), k.trend_models.end(), *n.value<std::string>()) != k.trend_models.end())
+      r.bad(&n, q + "models", "'" + *n.value<std::string>() + "' is listed twice (each size is one point)");
     k.trend_models.push_back(*n.value<std::string>());
   }
   if (c.get("model")) r.bad(c.get("model"), q + "model", "a trend claim names its models in models, not model");
   if (c.get("group")) r.bad(c.get("group"), q + "group", "a trend claim is in no group");
-  if (c["powered"].value_or(false)) r.bad(c.get("powered"), q + "powered", "a trend claim is not powered (the per-model claims set the seeds)");
+  if (const toml::node* pw = c.get("powered"); pw && (!pw->is_boolean() || *pw->value<bool>()))
+    r.bad(pw, q + "powered", "a trend claim is not powered (allowed: false, or no key; the per-model claims set the seeds)");
   k.powered = false;
 }
 
@@ -281,7 +284,8 @@ Campaign Campaign::load(const std::string& path) {
     }
   const toml::table* seeds = t["seeds"].as_table();
   if (!seeds) r.bad(&t, "seeds", "missing (pilot, min, max)");
-  r.keys(*seeds, "seeds.", {"pilot", "min", "max"});
+  r.keys(*seeds, "seeds.", {"pilot", "min", "max", "transition_gate"});
+  c.seeds.transition_gate = static_cast<int64_t>(r.num(*seeds, "seeds.", "transition_gate", 0, 1e6, false, 0));
   c.seeds.pilot = static_cast<int64_t>(r.num(*seeds, "seeds.", "pilot", 2, 1000));
   c.seeds.min = static_cast<int64_t>(r.num(*seeds, "seeds.", "min", 2, 1000));
   c.seeds.max = static_cast<int64_t>(r.num(*seeds, "seeds.", "max", 2, 1000));
