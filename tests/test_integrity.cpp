@@ -409,9 +409,14 @@ TEST_CASE("a campaign reads another campaign's runs by run id and trains only it
   auto dup = test::run_binary("campaign plan " + test::write_manifest(d, "twice", top.substr(0, top.find("[seeds]")) + twice));
   CHECK(dup.code == 2);
   CHECK(dup.out.find("'ufp4' appears twice in the contrast") != std::string::npos);
-  std::string self = top;
-  self.replace(self.find("reads = [\"" + d + "/a\"]"), std::string("reads = [\"" + d + "/a\"]").size(), "reads = [\"" + d + "/b\"]");
-  auto loop = test::run_binary("campaign plan " + test::write_manifest(d, "self", self + "effect_of_interest = 0.29\neffect_source = \"x\"\n"));
+  // Campaign b's file reading `folder` instead of a/, planned.
+  auto plan_reading = [&](const std::string& name, const std::string& folder) {
+    std::string text = top;
+    const std::string reads_a = "reads = [\"" + d + "/a\"]";
+    text.replace(text.find(reads_a), reads_a.size(), "reads = [\"" + folder + "\"]");
+    return test::run_binary("campaign plan " + test::write_manifest(d, name, text + "effect_of_interest = 0.29\neffect_source = \"x\"\n"));
+  };
+  auto loop = plan_reading("self", d + "/b");
   CHECK(loop.code == 2);
   CHECK(loop.out.find("is this campaign's own results folder") != std::string::npos);
   // A registered transition gate the pilot misses: campaign run stops before deciding the seeds.
@@ -439,9 +444,7 @@ TEST_CASE("a campaign reads another campaign's runs by run id and trains only it
   auto powered = trend_err("powered", "models = [\"tiny\", \"small\", \"large\"]\npowered = true\n");
   CHECK(powered.code == 2);
   CHECK(powered.out.find("a trend claim is not powered") != std::string::npos);
-  std::string misspelt = top;
-  misspelt.replace(misspelt.find("reads = [\"" + d + "/a\"]"), std::string("reads = [\"" + d + "/a\"]").size(), "reads = [\"" + d + "/aa\"]");
-  auto typo_dir = test::run_binary("campaign plan " + test::write_manifest(d, "misspelt", misspelt + "effect_of_interest = 0.29\neffect_source = \"x\"\n"));
+  auto typo_dir = plan_reading("misspelt", d + "/aa");
   CHECK(typo_dir.code == 2);
   CHECK(typo_dir.out.find("reads: '" + d + "/aa' is neither a folder nor the results folder of a campaign") != std::string::npos);
 }
