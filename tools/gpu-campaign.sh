@@ -5,9 +5,10 @@
 # from the signal to the command's end is printed. Each campaign's results folder lives in an ignored
 # folder behind a link (logs/keep/), so a warm node keeps finished runs and checkpoints between device
 # calls; finished results and logs are packed into $OUT (one tarball a model) when the command ends.
-#   UFP4_GIT_COMMIT=<commit> [RUN_UNTIL=S] [PER_GPU=K] [STALL=S] tools/gpu-campaign.sh CAMPAIGN...
+#   UFP4_GIT_COMMIT=<commit> [RUN_UNTIL=S] [PER_GPU=K] [STALL=S] [GPUS=N] [UFP4_BUILT=1] tools/gpu-campaign.sh CAMPAIGN...
 source "$(dirname "$0")/gpu-common.sh" campaign
-ngpu=$(nvidia-smi -L | wc -l)
+# GPUS=N: the first N GPUs of CUDA_VISIBLE_DEVICES (others left to a command beside this one).
+ngpu=${GPUS:-$(nvidia-smi -L | wc -l)}
 for c in "$@"; do
   r=$(awk -F' = ' '/^results = /{print $2; exit}' "$c" | tr -d '"')
   keep=logs/keep/$r

@@ -8,8 +8,11 @@ LOGS=${LOGS:-logs/$1}
 mkdir -p "$LOGS"
 t0=$(date +%s)
 elapsed() { echo "$(( $(date +%s) - t0 )) s"; }
-make gpu > "$LOGS/build.log" 2>&1 || { tail -n 40 "$LOGS/build.log"; exit 1; }
-echo "build: $(elapsed)"
+# UFP4_BUILT=1: this call already built (two scripts started side by side must not build one folder at once).
+if [ "${UFP4_BUILT:-0}" != 1 ]; then
+  make gpu > "$LOGS/build.log" 2>&1 || { tail -n 40 "$LOGS/build.log"; exit 1; }
+  echo "build: $(elapsed)"
+fi
 # The default corpus once on this node (data/python-8k, BPE 8192), timed; its log in $LOGS.
 ensure_default_corpus() {
   [ -f data/python-8k/data.toml ] && return 0
