@@ -4,7 +4,7 @@
 # started, when SIGTERM stops it (every run checkpoints; the same command resumes them), and the time
 # from the signal to the command's end is printed. Each campaign's results folder lives in an ignored
 # folder behind a link (logs/keep/), so a warm node keeps finished runs and checkpoints between device
-# calls; finished results and logs are packed into $OUT (one tarball a model) when the command ends.
+# calls; finished results and logs are packed into $OUT (see pack) when the command ends.
 #   UFP4_GIT_COMMIT=<commit> [RUN_UNTIL=S] [PER_GPU=K] [STALL=S] [GPUS=N] [UFP4_BUILT=1] tools/gpu-campaign.sh CAMPAIGN...
 source "$(dirname "$0")/gpu-common.sh" campaign
 # GPUS=N: the first N GPUs of CUDA_VISIBLE_DEVICES (others left to a command beside this one).
@@ -17,17 +17,19 @@ for c in "$@"; do
   [ -L "$r" ] || { mkdir -p "$(dirname "$r")"; ln -s "$PWD/$keep" "$r"; }
 done
 ensure_default_corpus
+# Finished results (<name>-<seed>-<run id>.h5, no checkpoint), logs and seeds.toml of every campaign
+# named, as one tarball cut into 15 MiB parts ($OUT/campaigns.tgz.NN; the device returns at most 8
+# files of 16 MiB). Unpack in the repository root: cat campaigns.tgz.* | tar xz
 pack() {
   [ -n "${OUT:-}" ] || return 0
+  local files=() c r
   for c in "$@"; do
     r=$(awk -F' = ' '/^results = /{print $2; exit}' "$c" | tr -d '"')
-    name=$(basename "$(dirname "$c")")
-    # One tarball a cell (the name before "-<seed>-<run id>.h5"): each stays under the device's 16 MiB a file.
-    for cell in $(ls "$r"/*.h5 2>/dev/null | sed -E 's|.*/(.*)-[0-9]+-[0-9a-f]{16}\.h5$|\1|' | sort -u); do
-      tar czf "$OUT/$cell.tgz" -C "$(readlink -f "$r")" $(cd "$r" && ls | grep -E "^$cell-[0-9]+-[0-9a-f]{16}\.h5$") 2>/dev/null
-    done
-    tar czf "$OUT/$name-logs.tgz" -C "$(readlink -f "$r")" logs $(cd "$r" && ls seeds.toml 2>/dev/null) 2>/dev/null
+    files+=($(cd "$(readlink -f "$r")" && ls | grep -E -- "-[0-9]+-[0-9a-f]{16}\.h5$|^seeds\.toml$|^logs$" | sed "s|^|$r/|"))
   done
+  [ ${#files[@]} -gt 0 ] || return 0
+  tar czf - --dereference "${files[@]}" | split -b 15m -d - "$OUT/campaigns.tgz."
+  echo "packed ${#files[@]} entries into $(ls "$OUT"/campaigns.tgz.* | wc -l) part(s)"
 }
 for c in "$@"; do build/ufp4 campaign plan "$c" > "$LOGS/plan-$(basename "$(dirname "$c")").log" 2>&1; head -n 4 "$LOGS/plan-$(basename "$(dirname "$c")").log"; done
 left=$(( ${RUN_UNTIL:-100000} - ($(date +%s) - t0) ))
