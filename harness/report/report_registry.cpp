@@ -28,7 +28,7 @@ std::vector<ReportEntry> entries() {
   const std::vector<std::string> f8 = {"results/archive/figure8-1600-steps"};
   return {
       {"table1", "the recipe presets against reports/paper/table1.toml", "", {}, false, [](const ReportInputs& in) { return report_table1(in.root); }},
-      {"table2", "--results folders (default: the archived 1,600-step campaign); --campaign experiments/table2/campaign.toml", "",
+      {"table2", "its campaign's run set; --results folders (CI scale); --archived: the 1,600-step campaign", "experiments/table2/campaign.toml",
        {"results/archive/table2-1600-steps", f8[0]}, true, [](const ReportInputs& in) { return report_table2(in.root, in.dirs, in.last_k, in.figures); }},
       {"table3", "--results folders (default: the archived campaign); --campaign experiments/table3/campaign.toml", "",
        {"results/archive/table3-1600-steps"}, true, [](const ReportInputs& in) { return report_table3(in.root, in.dirs, in.last_k, in.figures); }},
