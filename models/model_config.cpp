@@ -1,5 +1,7 @@
 #include "models/model_config.h"
 
+#include <atomic>
+
 #include <map>
 #include <sstream>
 
@@ -182,13 +184,32 @@ MemoryEstimate estimate_memory(const ModelConfig& c, int64_t micro_batch) {
   return m;
 }
 
-const ModelConfig& model_config(const std::string& name) {
-  for (const auto& c : registry())
-    if (c.name == name) return c;
+namespace {
+
+std::atomic<int64_t> g_resolutions{0};
+
+[[noreturn]] void unknown_model(const std::string& name) {
   std::string allowed;
   for (const auto& n : model_names()) allowed += (allowed.empty() ? "" : ", ") + n;
   throw Error("model: unknown name '" + name + "' (allowed: " + allowed + ")");
 }
+
+}  // namespace
+
+const ModelConfig& model_config(const std::string& name) {
+  ++g_resolutions;
+  for (const auto& c : registry())
+    if (c.name == name) return c;
+  unknown_model(name);
+}
+
+void check_model_name(const std::string& name) {
+  for (const auto& c : registry())
+    if (c.name == name) return;
+  unknown_model(name);
+}
+
+int64_t model_resolutions() { return g_resolutions; }
 
 std::vector<std::string> model_names() {
   std::vector<std::string> n;

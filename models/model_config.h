@@ -51,5 +51,9 @@ MemoryEstimate estimate_memory(const ModelConfig& c, int64_t micro_batch);
 
 const ModelConfig& model_config(const std::string& name);  // throws ufp4::Error listing the names
 std::vector<std::string> model_names();
+// Throws model_config's error when `name` is no model's; resolves nothing (a manifest's parse checks names).
+void check_model_name(const std::string& name);
+// How many times this process resolved a model by name (model_config): a run resolves its model once.
+int64_t model_resolutions();
 
 }  // namespace ufp4

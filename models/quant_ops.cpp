@@ -61,18 +61,18 @@ void check_kernel_device(const torch::Tensor& t, const char* what) {
 }
 
 // "auto" (CUDA when this build and the machine have it), "cpu" or "cuda".
-torch::Device pick_device(const std::string& d) {
+torch::Device pick_device(const std::string& d, const std::string& what) {
   bool have_cuda = false;
 #ifdef UFP4_WITH_CUDA
   have_cuda = cuda_available();
 #endif
   if (d == "cpu") return torch::kCPU;
   if (d == "cuda") {
-    if (!have_cuda) throw Error("--device: cuda requested but no CUDA device is available to this build (allowed: auto, cpu, cuda)");
+    if (!have_cuda) throw Error(what + ": cuda requested but no CUDA device is available to this build (allowed: auto, cpu, cuda)");
     return torch::kCUDA;
   }
   if (d == "auto") return have_cuda ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
-  throw Error("--device: '" + d + "' is not allowed (allowed: auto, cpu, cuda)");
+  throw Error(what + ": '" + d + "' is not allowed (allowed: auto, cpu, cuda)");
 }
 
 QuantizedTensor quantize(const torch::Tensor& x_in, const QuantSpec& spec, const QuantizeOptions& opt) {

@@ -29,8 +29,9 @@ DType dtype_of(const torch::Tensor& t, const char* what);
 // Throws unless t is on CPU or on CUDA with this build's kernels.
 void check_kernel_device(const torch::Tensor& t, const char* what);
 
-// "auto" (CUDA when this build and the machine have it), "cpu" or "cuda"; throws naming the allowed values.
-torch::Device pick_device(const std::string& d);
+// "auto" (CUDA when this build and the machine have it), "cpu" or "cuda"; throws naming `what` (the
+// option or the manifest key that asked) and the allowed values.
+torch::Device pick_device(const std::string& d, const std::string& what = "--device");
 
 // x: 2-D float32 or bfloat16 tensor on CPU or CUDA (made contiguous if needed).
 QuantizedTensor quantize(const torch::Tensor& x, const QuantSpec& spec, const QuantizeOptions& opt = {});

@@ -1,5 +1,7 @@
 #include "models/recipe.h"
 
+#include <atomic>
+
 #include <fnmatch.h>
 #include <unistd.h>
 
@@ -246,7 +248,14 @@ std::string scale_label(ScaleKind k) {
 
 std::vector<std::string> Recipe::preset_names() { return {"bf16", "e2m1_ref", "ufp4", "ufp4_int4", "nvfp4_nvidia", "mxfp4"}; }
 
+namespace {
+std::atomic<int64_t> g_recipe_loads{0};
+}  // namespace
+
+int64_t Recipe::loads() { return g_recipe_loads; }
+
 Recipe Recipe::load(const std::string& name_or_path) {
+  ++g_recipe_loads;
   std::vector<std::string> chain;
   SourceMap sources;
   toml::table t = load_merged(name_or_path, chain, sources);

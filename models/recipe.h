@@ -44,6 +44,7 @@ struct Recipe {
   // A preset name (models/recipes/NAME.toml, or $UFP4_RECIPES/NAME.toml) or a path to a .toml file.
   // Errors name the file, line, key and allowed values.
   static Recipe load(const std::string& name_or_path);
+  static int64_t loads();  // how many times this process loaded a recipe: a run loads its recipe once
   static std::vector<std::string> preset_names();
 
   // Every field, resolved (TOML).

@@ -14,9 +14,10 @@
 #include "common/sha256.h"
 #include "harness/io/array_io.h"
 #include "harness/io/run_results.h"
-#include "harness/train/run_manifest.h"
+#include "harness/plan/run_manifest.h"
 #include "harness/train/trainer.h"
 #include "tests/catch.h"
+#include "tests/run_helpers.h"
 
 using namespace ufp4;
 
@@ -79,7 +80,7 @@ TEST_CASE("a write that fails mid-checkpoint or mid-results: exit 1, one line, p
   // Checkpoints after steps 5, 10 and 15 (none after the last step: the results follow at once).
   const std::string path = test::tiny_manifest(d, "ufp4", 20, "checkpoint_every = 5\n");
   RunManifest m = RunManifest::load(path);
-  RunResult full = run_training(m, RunOptions{});
+  RunResult full = test::train_manifest(m, RunOptions{});
   REQUIRE(full.status == RunStatus::kCompleted);
   const std::vector<double> reference = loss_curve(full.results_path);
   const std::string results_sha = sha256_file(full.results_path);
@@ -94,7 +95,7 @@ TEST_CASE("a write that fails mid-checkpoint or mid-results: exit 1, one line, p
     CHECK(sha256_file(full.results_path) == results_sha);
     CHECK(temporaries(d).empty());
     // The last checkpoint (after step 15) is intact: the next run resumes it to the same curve.
-    REQUIRE(file_exists(checkpoint_path(m)));
+    REQUIRE(file_exists(test::checkpoint_of(m)));
     Shell again = sh(bin + " run --force " + path);
     CHECK(again.code == 0);
     CHECK(again.out.find("resumed from") != std::string::npos);
@@ -106,13 +107,13 @@ TEST_CASE("a write that fails mid-checkpoint or mid-results: exit 1, one line, p
     CHECK(r.code == 1);
     const auto lines = error_lines(r.out);
     REQUIRE(!lines.empty());
-    CHECK(lines.front().find(checkpoint_path(m) + ": No space left on device") != std::string::npos);
+    CHECK(lines.front().find(test::checkpoint_of(m) + ": No space left on device") != std::string::npos);
     CHECK(temporaries(d).empty());
-    CHECK(!file_exists(results_path(m)));
+    CHECK(!file_exists(test::results_of(m)));
     Shell again = sh(bin + " run " + path);
     CHECK(again.code == 0);
     CHECK(again.out.find("at step 5") != std::string::npos);  // the checkpoint written before the failure
-    CHECK(loss_curve(results_path(m)) == reference);
+    CHECK(loss_curve(test::results_of(m)) == reference);
   }
 }
 
@@ -122,7 +123,7 @@ TEST_CASE("a run killed at random points resumes to the uninterrupted curve; its
   RunManifest m = RunManifest::load(path);
   RunManifest uninterrupted = m;
   uninterrupted.checkpoint_every = 0;  // the curve does not depend on checkpointing (what this test checks)
-  RunResult full = run_training(uninterrupted, RunOptions{});
+  RunResult full = test::train_manifest(uninterrupted, RunOptions{});
   REQUIRE(full.status == RunStatus::kCompleted);
   const std::vector<double> reference = loss_curve(full.results_path);
   std::remove(full.results_path.c_str());
@@ -132,13 +133,13 @@ TEST_CASE("a run killed at random points resumes to the uninterrupted curve; its
   std::string log;
   for (const char* after : {"1.9", "1.3", "1.7"}) {
     log += sh("timeout -s KILL " + std::string(after) + " " + bin + " run " + path + "; echo killed-run-exit=$?; ls " + d + "/runs").out;
-    mid_run += file_exists(checkpoint_path(m)) && !file_exists(results_path(m));
+    mid_run += file_exists(test::checkpoint_of(m)) && !file_exists(test::results_of(m));
   }
   if (mid_run == 0) WARN("no kill landed during training (this machine is slow to start ufp4)");
   Shell last = sh(bin + " run " + path);
   CHECK(last.code == 0);
-  REQUIRE(file_exists(results_path(m)));
-  CHECK(loss_curve(results_path(m)) == reference);
+  REQUIRE(file_exists(test::results_of(m)));
+  CHECK(loss_curve(test::results_of(m)) == reference);
   for (const auto& t : temporaries(d)) FAIL_CHECK("left behind: " << t << "\n" << log << "\nlast:\n" << last.out);
 }
 
@@ -194,14 +195,14 @@ TEST_CASE("ufp4 run --gpus: SIGTERM to the parent stops every child at a checkpo
   else CHECK(sh("grep -c 'stopping' " + d + "/parent.log").out != "0\n");
   for (const auto& t : temporaries(d)) FAIL_CHECK("left behind: " << t);
   int checkpoints = 0;  // a child stopped before its first step leaves none (it starts over)
-  for (const auto& m : runs) checkpoints += file_exists(checkpoint_path(m));
+  for (const auto& m : runs) checkpoints += file_exists(test::checkpoint_of(m));
   Shell resume = sh(concurrent);
   INFO(resume.out);
   CHECK(resume.code == 0);
   std::vector<std::vector<double>> resumed;
   for (const auto& m : runs) {
-    REQUIRE(file_exists(results_path(m)));
-    resumed.push_back(loss_curve(results_path(m)));
+    REQUIRE(file_exists(test::results_of(m)));
+    resumed.push_back(loss_curve(test::results_of(m)));
   }
   if (checkpoints > 0) CHECK(sh("cat " + d + "/runs/logs/*.log").out.find("resumed from") != std::string::npos);
   // The same runs uninterrupted, one after another in this process: the same curves to the bit.
@@ -210,7 +211,7 @@ TEST_CASE("ufp4 run --gpus: SIGTERM to the parent stops every child at a checkpo
     force.force = true;
     RunManifest uninterrupted = runs[i];
     uninterrupted.checkpoint_every = 0;  // the curve does not depend on checkpointing (what this test checks)
-    RunResult r = run_training(uninterrupted, force);
+    RunResult r = test::train_manifest(uninterrupted, force);
     REQUIRE(r.status == RunStatus::kCompleted);
     CHECK(loss_curve(r.results_path) == resumed[i]);
   }

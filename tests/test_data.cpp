@@ -12,7 +12,7 @@
 #include "harness/data/data.h"
 #include "harness/io/array_io.h"
 #include "harness/io/run_results.h"
-#include "harness/train/run_manifest.h"
+#include "harness/plan/run_manifest.h"
 #include "harness/train/token_stream.h"
 #include "harness/train/trainer.h"
 #include "tests/catch.h"

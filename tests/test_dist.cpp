@@ -20,9 +20,10 @@
 #include "harness/dist/local_launch.h"
 #include "harness/io/array_io.h"
 #include "harness/io/run_results.h"
-#include "harness/train/run_manifest.h"
+#include "harness/plan/run_manifest.h"
 #include "harness/train/trainer.h"
 #include "tests/catch.h"
+#include "tests/run_helpers.h"
 #include "tests/helpers.h"
 
 using namespace ufp4;
@@ -63,7 +64,7 @@ std::string tiny(const std::string& dir, const std::string& recipe = "bf16", int
 }
 
 RunResults result_of(const std::string& manifest) {
-  const std::string r = find_results(RunManifest::load(manifest));
+  const std::string r = test::found_results(RunManifest::load(manifest));
   REQUIRE(!r.empty());
   return read_run_results(r);
 }
@@ -116,7 +117,7 @@ TEST_CASE("launch environments: torchrun, torchrun's agent store, Slurm, one pro
 TEST_CASE("2 Gloo ranks: the single-process curve within the summation-order tolerance; two 2-rank runs bit-identical; both optimizer modes", "[dist]") {
   const std::string bin = UFP4_BINARY;
   const std::string one = tiny(test::temp_dir()), a = tiny(test::temp_dir()), b = tiny(test::temp_dir()), rep = tiny(test::temp_dir());
-  REQUIRE(run_training(RunManifest::load(one), RunOptions{}).status == RunStatus::kCompleted);
+  REQUIRE(test::train_manifest(RunManifest::load(one), RunOptions{}).status == RunStatus::kCompleted);
   for (const auto& m : {a, b}) {
     const Shell r = sh(bin + " run " + m + " --nproc-per-node 2");
     INFO(r.out);
@@ -163,9 +164,9 @@ TEST_CASE("SIGTERM to a 2-rank run: both ranks stop on one step with a checkpoin
   REQUIRE(r.signalled);
   REQUIRE(r.code == 130);
   const RunManifest m = RunManifest::load(stopped);
-  REQUIRE(file_exists(checkpoint_path(m)));
+  REQUIRE(file_exists(test::checkpoint_of(m)));
   CHECK(shard_files(m.out_dir) == 2);
-  CHECK(find_results(m).empty());
+  CHECK(test::found_results(m).empty());
   // Resuming with another layout is refused, naming the one that wrote it.
   const Shell wrong = sh(bin + " run " + stopped);
   CHECK(wrong.code == 1);
@@ -180,7 +181,7 @@ TEST_CASE("SIGTERM to a 2-rank run: both ranks stop on one step with a checkpoin
   CHECK(a.curves.eval_loss == b.curves.eval_loss);
   CHECK(a.weights_sha256 == b.weights_sha256);
   CHECK(shard_files(m.out_dir) == 0);
-  CHECK(!file_exists(checkpoint_path(m)));
+  CHECK(!file_exists(test::checkpoint_of(m)));
 }
 
 TEST_CASE("a rank that dies mid-run: the other exits non-zero within --dist-timeout, naming itself; the launcher names the dead rank", "[dist]") {
@@ -217,7 +218,7 @@ TEST_CASE("a quantized recipe: SR and RHT keys do not depend on the rank layout 
   // curve tolerance above is stated for BF16.
   const std::string bin = UFP4_BINARY;
   const std::string one = tiny(test::temp_dir(), "ufp4", 2), two = tiny(test::temp_dir(), "ufp4", 2);
-  REQUIRE(run_training(RunManifest::load(one), RunOptions{}).status == RunStatus::kCompleted);
+  REQUIRE(test::train_manifest(RunManifest::load(one), RunOptions{}).status == RunStatus::kCompleted);
   REQUIRE(sh(bin + " run " + two + " --nproc-per-node 2").code == 0);
   const RunResults a = result_of(one), b = result_of(two);
   CHECK(std::fabs(a.curves.loss[0] - b.curves.loss[0]) < 1e-12);
@@ -258,13 +259,13 @@ TEST_CASE("bench scaling on 1 and 2 Gloo ranks, and the report's data-parallel s
     make_dirs(d + "/seed" + std::to_string(seed));
     const std::string ms = test::tiny_manifest(d + "/seed" + std::to_string(seed), "bf16", 20, "batch = 4\nmicro_batch = 2\nseed = " + std::to_string(seed) + "\n");
     REQUIRE(sh(ufp4 + " run " + ms).code == 0);
-    REQUIRE(sh("cp " + find_results(RunManifest::load(ms)) + " " + runs + "/1rank-seed" + std::to_string(seed) + ".h5").code == 0);
+    REQUIRE(sh("cp " + test::found_results(RunManifest::load(ms)) + " " + runs + "/1rank-seed" + std::to_string(seed) + ".h5").code == 0);
   }
   make_dirs(d + "/two");
   const std::string m2 = test::tiny_manifest(d + "/two", "bf16", 20, "batch = 4\nmicro_batch = 2\nseed = 1\n");
   for (const char* rep : {"a", "b"}) {
     REQUIRE(sh(ufp4 + " run --force " + m2 + " --nproc-per-node 2").code == 0);
-    REQUIRE(sh("cp " + find_results(RunManifest::load(m2)) + " " + runs + "/2ranks-" + rep + ".h5").code == 0);
+    REQUIRE(sh("cp " + test::found_results(RunManifest::load(m2)) + " " + runs + "/2ranks-" + rep + ".h5").code == 0);
   }
   const Shell rep = sh(ufp4 + " report bench --results " + d + " --out " + d + "/bench.md");
   INFO(rep.out);

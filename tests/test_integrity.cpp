@@ -22,12 +22,13 @@
 #include "harness/dist/run_scheduler.h"
 #include "harness/io/array_io.h"
 #include "harness/io/run_results.h"
-#include "harness/train/campaign.h"
-#include "harness/train/packing.h"
-#include "harness/train/run_files.h"
-#include "harness/train/run_manifest.h"
+#include "harness/plan/campaign.h"
+#include "harness/plan/packing.h"
+#include "harness/plan/run_files.h"
+#include "harness/plan/run_manifest.h"
 #include "harness/train/trainer.h"
 #include "tests/catch.h"
+#include "tests/run_helpers.h"
 #include "tests/helpers.h"
 
 using namespace ufp4;
@@ -90,7 +91,7 @@ TEST_CASE("a results file counts by its content: a damaged one, or another run's
   const std::string m = test::tiny_manifest(d, "bf16", 12), m2 = test::tiny_manifest(d, "ufp4", 12);
   REQUIRE(sh(kBin + " run " + m + " " + m2).code == 0);
   const RunManifest a = RunManifest::load(m), b = RunManifest::load(m2);
-  const std::string fa = results_path(a), fb = results_path(b);
+  const std::string fa = test::results_of(a), fb = test::results_of(b);
   CHECK(read_run_results(fa).content_verified);
 
   SECTION("one flipped bit in a curve: every reader refuses the file, and ufp4 run trains the run again") {
@@ -123,7 +124,7 @@ TEST_CASE("a results file counts by its content: a damaged one, or another run's
       read_run_results(fa);
       FAIL("another run's content was read under this name");
     } catch (const Error& e) {
-      CHECK(std::string(e.what()).find("named for run id " + a.run_id() + " but holds run") != std::string::npos);
+      CHECK(std::string(e.what()).find("named for run id " + test::run_id_of(a) + " but holds run") != std::string::npos);
     }
     Shell run = sh(kBin + " run " + m);
     CHECK(run.code == 0);
@@ -137,27 +138,27 @@ TEST_CASE("a checkpoint carries its run id, step and checksum: another run's or 
   const std::string m = test::tiny_manifest(d, "bf16", 20, "checkpoint_every = 5\n"), m2 = test::tiny_manifest(d, "ufp4", 20, "checkpoint_every = 5\n");
   const RunManifest a = RunManifest::load(m), b = RunManifest::load(m2);
   REQUIRE(sh(kBin + " run " + m + " --stop-after 10").code == 130);
-  REQUIRE(file_exists(checkpoint_path(a)));
+  REQUIRE(file_exists(test::checkpoint_of(a)));
 
   SECTION("a bf16 run's checkpoint under the ufp4 run's name") {
-    REQUIRE(sh("cp " + checkpoint_path(a) + " " + checkpoint_path(b)).code == 0);
+    REQUIRE(sh("cp " + test::checkpoint_of(a) + " " + test::checkpoint_of(b)).code == 0);
     Shell r = sh(kBin + " run " + m2);
     CHECK(r.code == 2);
-    CHECK(r.out.find(checkpoint_path(b) + ": checkpoint of run " + a.run_id() + ", not of this run (" + b.run_id() + ")") != std::string::npos);
-    CHECK(!file_exists(results_path(b)));
+    CHECK(r.out.find(test::checkpoint_of(b) + ": checkpoint of run " + test::run_id_of(a) + ", not of this run (" + test::run_id_of(b) + ")") != std::string::npos);
+    CHECK(!file_exists(test::results_of(b)));
   }
   SECTION("one flipped byte in the archive") {
-    flip(checkpoint_path(a), bytes_of(checkpoint_path(a)).size() / 2);
+    flip(test::checkpoint_of(a), bytes_of(test::checkpoint_of(a)).size() / 2);
     Shell r = sh(kBin + " run " + m);
     CHECK(r.code == 2);
-    CHECK(r.out.find(checkpoint_path(a) + ": damaged checkpoint") != std::string::npos);
-    CHECK(!file_exists(results_path(a)));
+    CHECK(r.out.find(test::checkpoint_of(a) + ": damaged checkpoint") != std::string::npos);
+    CHECK(!file_exists(test::results_of(a)));
   }
   SECTION("a file that is no stamped checkpoint") {
-    write_bytes(checkpoint_path(a), "not a checkpoint");
+    write_bytes(test::checkpoint_of(a), "not a checkpoint");
     Shell r = sh(kBin + " run " + m);
     CHECK(r.code == 2);
-    CHECK(r.out.find(checkpoint_path(a) + ": not a stamped ufp4 archive") != std::string::npos);
+    CHECK(r.out.find(test::checkpoint_of(a) + ": not a stamped ufp4 archive") != std::string::npos);
   }
   SECTION("the intact checkpoint resumes to the uninterrupted curve") {
     Shell r = sh(kBin + " run " + m);
@@ -183,7 +184,7 @@ TEST_CASE("data shards are checked against data.toml: in full by data verify, qu
     Shell r = sh(kBin + " run " + m);
     CHECK(r.code == 2);
     CHECK(line_with(r.out, "error").find(data + "/train_000.bin: sampled content differs") != std::string::npos);
-    CHECK(!file_exists(results_path(RunManifest::load(m))));
+    CHECK(!file_exists(test::results_of(RunManifest::load(m))));
   }
   SECTION("a data.toml whose hashes no longer match its shards") {
     std::string toml = bytes_of(data + "/data.toml");
@@ -253,13 +254,13 @@ TEST_CASE("ufp4 check fails when a reference run has no result, or a result hold
   const std::string d = test::temp_dir();
   const std::string m = test::tiny_manifest(d, "bf16", 8), m2 = test::tiny_manifest(d, "ufp4", 8);
   REQUIRE(sh(kBin + " run " + m + " " + m2).code == 0);
-  REQUIRE(sh("mkdir -p " + d + "/refs " + d + "/only && cp " + d + "/runs/*.h5 " + d + "/refs/ && cp " + results_path(RunManifest::load(m)) + " " + d + "/only/").code == 0);
+  REQUIRE(sh("mkdir -p " + d + "/refs " + d + "/only && cp " + d + "/runs/*.h5 " + d + "/refs/ && cp " + test::results_of(RunManifest::load(m)) + " " + d + "/only/").code == 0);
   auto all = test::run_binary("check " + d + "/runs --reference " + d + "/refs");
   CHECK(all.code == 0);
   auto one = test::run_binary("check " + d + "/only --reference " + d + "/refs");
   CHECK(one.code == 1);
   CHECK(one.out.find("FAIL tiny_ufp4: the reference's run has no result among the files checked") != std::string::npos);
-  REQUIRE(sh("cp " + results_path(RunManifest::load(m2)) + " " + d + "/only/" + results_path(RunManifest::load(m)).substr(d.size() + 6)).code == 0);
+  REQUIRE(sh("cp " + test::results_of(RunManifest::load(m2)) + " " + d + "/only/" + test::results_of(RunManifest::load(m)).substr(d.size() + 6)).code == 0);
   auto swapped = test::run_binary("check " + d + "/only --reference " + d + "/refs");
   CHECK(swapped.code == 2);
   CHECK(swapped.out.find("but holds run tiny_ufp4") != std::string::npos);
@@ -581,24 +582,24 @@ TEST_CASE("an identical run made in another folder is copied, not trained again;
   const std::string mb = test::write_manifest(b, "tiny_bf16", body);
   REQUIRE(sh(kBin + " run " + ma).code == 0);
   const RunManifest A = RunManifest::load(ma), B = RunManifest::load(mb);
-  REQUIRE(A.run_id() == B.run_id());  // the output folder is not part of what a run is
+  REQUIRE(test::run_id_of(A) == test::run_id_of(B));  // the output folder is not part of what a run is
   const std::string reuse = "UFP4_REUSE=" + a + " " + kBin + " run ";
   Shell copied = sh(reuse + mb);
   INFO(copied.out);
   CHECK(copied.code == 0);
-  CHECK(copied.out.find("the identical run (run id " + A.run_id() + ") is in " + results_path(A)) != std::string::npos);
+  CHECK(copied.out.find("the identical run (run id " + test::run_id_of(A) + ") is in " + test::results_of(A)) != std::string::npos);
   CHECK(copied.out.find("steps x") == std::string::npos);  // not trained
-  CHECK(bytes_of(results_path(B)) == bytes_of(results_path(A)));
+  CHECK(bytes_of(test::results_of(B)) == bytes_of(test::results_of(A)));
   // A run asked to stop part way trains (resume checks rely on it).
-  std::remove(results_path(B).c_str());
+  std::remove(test::results_of(B).c_str());
   Shell partial = sh(reuse + "--stop-after 5 " + mb);
   CHECK(partial.code == 130);
   CHECK(partial.out.find("steps x") != std::string::npos);
   // A damaged file elsewhere is not this run's result: the run trains.
-  std::remove(results_path(B).c_str());
-  std::string damaged = bytes_of(results_path(A));
+  std::remove(test::results_of(B).c_str());
+  std::string damaged = bytes_of(test::results_of(A));
   damaged[damaged.size() / 2] ^= 0x20;
-  write_bytes(results_path(A), damaged);
+  write_bytes(test::results_of(A), damaged);
   Shell trained = sh(reuse + mb);
   CHECK(trained.code == 0);
   CHECK(trained.out.find("steps x") != std::string::npos);

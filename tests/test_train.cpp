@@ -14,11 +14,14 @@
 #include "harness/data/data.h"
 #include "harness/io/array_io.h"
 #include "harness/io/run_results.h"
-#include "harness/train/device_peaks.h"
-#include "harness/train/run_manifest.h"
+#include "harness/plan/device_peaks.h"
+#include "harness/plan/run_manifest.h"
 #include "harness/train/token_stream.h"
 #include "harness/train/trainer.h"
+#include "models/model_config.h"
+#include "models/recipe.h"
 #include "tests/catch.h"
+#include "tests/run_helpers.h"
 
 using namespace ufp4;
 
@@ -69,7 +72,7 @@ TEST_CASE("MFU peaks: each GPU its own datasheet peak, unknown devices none", "[
 }
 
 TEST_CASE("schedules: warmup then cosine or WSD", "[train]") {
-  RunManifest m;
+  OptimizerSection m = optimizer_section(RunManifest{});
   m.steps = 100; m.warmup = 10; m.lr = 1.0; m.min_lr = 0.1;
   CHECK(m.lr_at(0) == Approx(0.1));
   CHECK(m.lr_at(9) == Approx(1.0));
@@ -87,25 +90,25 @@ TEST_CASE("a killed run resumes to the same loss curve, bit for bit", "[train]")
   std::string d = temp_dir();
   for (const char* recipe : {"bf16", "ufp4"}) {
     RunManifest m = RunManifest::load(tiny_manifest(d, recipe, 24));
-    RunResult full = run_training(m, RunOptions{});
+    RunResult full = test::train_manifest(m, RunOptions{});
     REQUIRE(full.status == RunStatus::kCompleted);
     std::vector<double> reference = curve(full.results_path), ref_eval = eval_curve(full.results_path);
     std::remove(full.results_path.c_str());
     RunOptions stop;
     stop.stop_after = 11;
-    RunResult part = run_training(m, stop);
+    RunResult part = test::train_manifest(m, stop);
     CHECK(part.status == RunStatus::kStopped);
     CHECK(part.steps_done == 11);
-    CHECK(!file_exists(results_path(m)));     // nothing half-written
-    CHECK(file_exists(checkpoint_path(m)));
-    RunResult resumed = run_training(m, RunOptions{});
+    CHECK(!file_exists(test::results_of(m)));     // nothing half-written
+    CHECK(file_exists(test::checkpoint_of(m)));
+    RunResult resumed = test::train_manifest(m, RunOptions{});
     REQUIRE(resumed.status == RunStatus::kCompleted);
     INFO(recipe);
     CHECK(curve(resumed.results_path) == reference);
     CHECK(eval_curve(resumed.results_path) == ref_eval);
-    CHECK(!file_exists(checkpoint_path(m)));
+    CHECK(!file_exists(test::checkpoint_of(m)));
     // Existing results are skipped.
-    CHECK(run_training(m, RunOptions{}).status == RunStatus::kSkipped);
+    CHECK(test::train_manifest(m, RunOptions{}).status == RunStatus::kSkipped);
   }
 }
 
@@ -113,7 +116,7 @@ TEST_CASE("telemetry keys and values survive a resume (MoE: idle experts read Na
   std::string d = temp_dir();
   RunManifest m = RunManifest::load(tiny_manifest(d, "ufp4", 24, "", "tiny-moe"));
   m.telemetry_every = 5;
-  RunResult full = run_training(m, RunOptions{});
+  RunResult full = test::train_manifest(m, RunOptions{});
   REQUIRE(full.status == RunStatus::kCompleted);
   const RunCurves before = read_run_results(full.results_path).curves;
   std::vector<double> alpha;
@@ -122,8 +125,8 @@ TEST_CASE("telemetry keys and values survive a resume (MoE: idle experts read Na
   std::rename(full.results_path.c_str(), (full.results_path + ".keep").c_str());
   RunOptions stop;
   stop.stop_after = 13;
-  REQUIRE(run_training(m, stop).status == RunStatus::kStopped);
-  RunResult resumed = run_training(m, RunOptions{});
+  REQUIRE(test::train_manifest(m, stop).status == RunStatus::kStopped);
+  RunResult resumed = test::train_manifest(m, RunOptions{});
   REQUIRE(resumed.status == RunStatus::kCompleted);
   const RunCurves after = read_run_results(resumed.results_path).curves;
   CHECK(after.loss == read_run_results(full.results_path + ".keep").curves.loss);
@@ -146,14 +149,14 @@ TEST_CASE("results carry provenance, curves with units and the summary", "[train
   std::string d = temp_dir();
   RunManifest m = RunManifest::load(tiny_manifest(d, "e2m1_ref", 20));
   m.telemetry_every = 5;
-  RunResult r = run_training(m, RunOptions{});
+  RunResult r = test::train_manifest(m, RunOptions{});
   REQUIRE(r.status == RunStatus::kCompleted);
   const RunResults res = read_run_results(r.results_path);
   for (const char* k : {"git_commit", "manifest", "manifest_sha256", "device", "torch", "host", "utc_start", "utc_end", "recipe", "model",
                         "data_manifest_sha256", "ufp4_version"})
     CHECK(!res.attr(k).empty());
   CHECK(res.manifest_sha256 == sha256_hex(m.resolved()));
-  CHECK(r.results_path.find(m.run_id()) != std::string::npos);
+  CHECK(r.results_path.find(test::run_id_of(m)) != std::string::npos);
   CHECK(!res.diverged);
   CHECK(std::isfinite(res.mean_loss_last_k));
   CHECK(res.curves.alpha.size() == 4);                // steps 0, 5, 10, 15
@@ -172,7 +175,7 @@ TEST_CASE("divergence stops the run, keeps its results and marks the step", "[tr
   m.grad_clip = 0;
   m.divergence_factor = 1.2;
   m.warmup = 1;
-  RunResult r = run_training(m, RunOptions{});
+  RunResult r = test::train_manifest(m, RunOptions{});
   CHECK(r.status == RunStatus::kDiverged);
   REQUIRE(file_exists(r.results_path));
   const RunResults res = read_run_results(r.results_path, /*with_curves=*/false);
@@ -185,17 +188,17 @@ TEST_CASE("an unwritable results folder fails clearly before training", "[train]
   RunManifest m = RunManifest::load(tiny_manifest(d, "bf16", 5));
   std::ofstream(d + "/file") << "x";
   m.out_dir = d + "/file/runs";  // a path under a regular file can never be created
-  CHECK_THROWS_AS(run_training(m, RunOptions{}), RuntimeError);
+  CHECK_THROWS_AS(test::train_manifest(m, RunOptions{}), RuntimeError);
   m.out_dir = d + "/runs";
   m.data_path = d + "/no-data";
-  CHECK_THROWS_AS(run_training(m, RunOptions{}), Error);
+  CHECK_THROWS_AS(test::train_manifest(m, RunOptions{}), Error);
 }
 
 TEST_CASE("SIGTERM checkpoints and stops; ufp4 run resumes to the uninterrupted curve", "[train]") {
   std::string d = temp_dir();
   std::string whole = tiny_manifest(d, "ufp4", 60);
   RunManifest m = RunManifest::load(whole);
-  RunResult full = run_training(m, RunOptions{});
+  RunResult full = test::train_manifest(m, RunOptions{});
   REQUIRE(full.status == RunStatus::kCompleted);
   std::vector<double> reference = curve(full.results_path);
   std::remove(full.results_path.c_str());
@@ -205,11 +208,11 @@ TEST_CASE("SIGTERM checkpoints and stops; ufp4 run resumes to the uninterrupted 
   INFO(stop.out);
   REQUIRE(stop.signalled);
   CHECK(stop.code == 130);
-  CHECK(file_exists(checkpoint_path(m)));
-  CHECK(!file_exists(results_path(m)));
+  CHECK(file_exists(test::checkpoint_of(m)));
+  CHECK(!file_exists(test::results_of(m)));
   int rc = std::system((bin + " -q run " + whole + " > /dev/null 2>&1").c_str());
   CHECK(WEXITSTATUS(rc) == 0);
-  CHECK(curve(results_path(m)) == reference);
+  CHECK(curve(test::results_of(m)) == reference);
 }
 
 TEST_CASE("the README's worked example: a new ablation, planned and run at CI scale", "[train]") {
@@ -230,8 +233,8 @@ TEST_CASE("the README's worked example: a new ablation, planned and run at CI sc
   CHECK(runs[1].name == "rht_size-ufp4_rht32");  // the factor named once, where the output name is the factor's
   CHECK(sh(bin + " plan " + d + "/rht_size_ci.toml") == 0);
   CHECK(sh("cd " + root + " && " + bin + " run " + d + "/rht_size_ci.toml") == 0);
-  for (const auto& m : runs) CHECK(!find_results(m).empty());
-  CHECK(read_run_results(find_results(runs[1]), /*with_curves=*/false).recipe_resolved.find("rht = 32") != std::string::npos);
+  for (const auto& m : runs) CHECK(!test::found_results(m).empty());
+  CHECK(read_run_results(test::found_results(runs[1]), /*with_curves=*/false).recipe_resolved.find("rht = 32") != std::string::npos);
 }
 
 TEST_CASE("a manifest whose later run names a missing recipe starts no run", "[train]") {
@@ -246,4 +249,19 @@ TEST_CASE("a manifest whose later run names a missing recipe starts no run", "[t
   CHECK(out.find("m.toml:9: recipe.name: unknown recipe") != std::string::npos);  // the sweep line that names it
   CHECK(out.find("unknown recipe 'no_such_recipe'") != std::string::npos);
   CHECK(!is_dir(d + "/runs"));  // nothing ran, nothing written
+}
+
+TEST_CASE("one run reads its recipe and resolves its model once, from the manifest to the results file", "[train]") {
+  const std::string d = temp_dir();
+  const std::string path = tiny_manifest(d, "ufp4", 3);
+  const int64_t loads = Recipe::loads(), models = model_resolutions();
+  const test::CliResult r = test::run_cli("run " + path);
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  CHECK(Recipe::loads() - loads == 1);
+  CHECK(model_resolutions() - models == 1);
+  // A child of the scheduler trains only the run its parent planned (--run-id), not what the manifest plans now.
+  const test::CliResult other = test::run_cli("run " + path + " --only tiny_ufp4 --run-id 0123456789abcdef --force");
+  CHECK(other.code == 2);
+  CHECK(other.out.find("not the run 0123456789abcdef it was started for") != std::string::npos);
 }

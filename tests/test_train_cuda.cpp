@@ -7,9 +7,10 @@
 
 #include "harness/io/run_results.h"
 #include "harness/train/determinism.h"
-#include "harness/train/run_manifest.h"
+#include "harness/plan/run_manifest.h"
 #include "harness/train/trainer.h"
 #include "tests/catch.h"
+#include "tests/run_helpers.h"
 
 using namespace ufp4;
 
@@ -62,7 +63,7 @@ RunOptions forced() {
 
 // A run that must complete; its results file.
 std::string completed(const RunManifest& m, const RunOptions& o) {
-  const RunResult r = run_training(m, o);
+  const RunResult r = test::train_manifest(m, o);
   REQUIRE(r.status == RunStatus::kCompleted);
   return r.results_path;
 }
@@ -71,7 +72,7 @@ std::string completed(const RunManifest& m, const RunOptions& o) {
 std::string stopped_and_resumed(const RunManifest& m, int64_t after) {
   RunOptions stop;
   stop.stop_after = after;
-  REQUIRE(run_training(m, stop).status == RunStatus::kStopped);
+  REQUIRE(test::train_manifest(m, stop).status == RunStatus::kStopped);
   return completed(m, RunOptions{});
 }
 

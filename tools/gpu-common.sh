@@ -1,7 +1,7 @@
 # Sourced by the one-call GPU scripts (tools/gpu-*.sh): strict mode, the repository root, a logs
 # folder ($LOGS, default logs/$1), a clock since the start, and the build into $LOGS/build.log.
 set -uo pipefail
-# The GPU scripts check what they train: no run is copied from another folder (harness/train/run_files.h).
+# The GPU scripts check what they train: no run is copied from another folder (harness/plan/run_files.h).
 export UFP4_REUSE=${UFP4_REUSE:-off}
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 LOGS=${LOGS:-logs/$1}

@@ -26,10 +26,12 @@
 #include "harness/dist/process_groups.h"
 #include "harness/io/array_io.h"
 #include "harness/io/provenance.h"
+#include "harness/plan/plan_estimates.h"
 #include "harness/train/data_parallel.h"
 #include "harness/train/determinism.h"
 #include "harness/train/step_graph.h"
 #include "harness/train/train_step.h"
+#include "harness/train/train_device.h"
 #include "harness/train/trainer.h"
 #include "models/model_config.h"
 #include "models/quant_ops.h"
@@ -52,7 +54,7 @@ struct RankFigures {
 
 RankFigures time_model(const std::string& model, const std::string& recipe, const ScalingBenchOptions& o, const torch::Device& device,
                        ProcessGroups* groups) {
-  RunManifest m;  // the trainer's defaults (AdamW, clipping 1.0)
+  const OptimizerSection adamw = optimizer_section(RunManifest{});  // the trainer's defaults (AdamW, clipping 1.0)
   set_deterministic(true);
   ModelConfig mc = model_config(model);
   mc.seq_len = o.seq_len;
@@ -66,7 +68,7 @@ RankFigures time_model(const std::string& model, const std::string& recipe, cons
     Transformer net(mc, ctx);
     net->to(device);
     net->set_compute_dtype(device.is_cuda() ? torch::kBFloat16 : torch::kFloat32);
-    auto opt = make_optimizer(net, m);
+    auto opt = make_optimizer(net, adamw);
     // Fixed random tokens, each rank its own: the step's cost does not depend on the text.
     const int rank = groups ? groups->data->rank() : 0, world = groups ? groups->data->size() : 1;
     torch::manual_seed(1000 + static_cast<uint64_t>(rank));

@@ -22,6 +22,7 @@
 #include "harness/report/report.h"
 #include "harness/train/determinism.h"
 #include "harness/train/step_graph.h"
+#include "harness/train/train_device.h"
 #include "harness/train/trainer.h"
 #include "models/deterministic_attention.h"
 #include "models/layers.h"
@@ -73,7 +74,7 @@ std::string fused_impl(const FusedOps& f) {
 // batch_weights false: each linear quantizes its own weight (what models/weight_operands.h buys).
 StepBenchRow bench_ours(const std::string& model, const std::string& recipe, const StepBenchOptions& o, const torch::Device& device,
                         const FusedOps& fused = FusedOps::all(true), bool deterministic = true, bool graph = true, bool batch_weights = true) {
-  RunManifest m;  // the trainer's defaults (AdamW, clipping 1.0)
+  const OptimizerSection adamw = optimizer_section(RunManifest{});  // the trainer's defaults (AdamW, clipping 1.0)
   set_deterministic(deterministic);
   ModelConfig mc = model_config(model);
   mc.seq_len = o.seq_len;
@@ -87,7 +88,7 @@ StepBenchRow bench_ours(const std::string& model, const std::string& recipe, con
   net->to(device);
   net->set_compute_dtype(device.is_cuda() ? torch::kBFloat16 : torch::kFloat32);
   net->set_fused_ops(fused);
-  auto opt = make_optimizer(net, m);
+  auto opt = make_optimizer(net, adamw);
   // Fixed random tokens: the step's cost does not depend on the text.
   torch::Tensor tokens = torch::randint(0, mc.vocab, {o.batch, o.seq_len + 1}, torch::TensorOptions().dtype(torch::kInt64)).to(device);
   double loss = 0;

@@ -15,7 +15,7 @@
 #include "harness/io/run_set.h"
 #include "harness/report/report.h"
 #include "harness/report/report_registry.h"
-#include "harness/train/campaign.h"
+#include "harness/plan/campaign.h"
 
 namespace ufp4 {
 

@@ -15,16 +15,17 @@
 #include "harness/dist/launch_env.h"
 #include "harness/dist/local_launch.h"
 #include "harness/dist/process_groups.h"
-#include "harness/data/data.h"
 #include "harness/io/run_results.h"
+#include "harness/plan/run_plan.h"
 #include "harness/train/run_queue.h"
+#include "harness/train/train_device.h"
 #include "harness/train/trainer.h"
 
 namespace ufp4 {
 
 int cmd_run(const std::vector<std::string>& args) {
   std::vector<std::string> manifests;
-  std::string only;
+  std::string only, expect_id;
   int gpus = 0, nproc = 0, dist_timeout = 900;
   std::string per_gpu = "auto";
   double bucket_mb = 25;
@@ -42,6 +43,7 @@ int cmd_run(const std::vector<std::string>& args) {
       ("stall-timeout", po::value(&sched.stall_seconds)->default_value(300), "with --gpus: seconds without progress after which a run is stopped and started again once")
       ("stop-grace", po::value(&sched.stop_grace_seconds)->default_value(40), "with --gpus: seconds a stopped run may take to checkpoint before it is killed")
       ("only", po::value(&only), "run only the run of this name (one member of a sweep or ablation)")
+      ("run-id", po::value(&expect_id), "with --only: refuse unless the run plans as this run id (the scheduler's children)")
       ("stop-after", po::value(&opt.stop_after)->default_value(-1), "checkpoint and stop after this step (resume tests)")
       ("nproc-per-node", po::value(&nproc)->default_value(0), "start this many data-parallel ranks here (as torchrun would) and train each run with all of them")
       ("backend", po::value(&backend)->default_value("auto"), "data-parallel collectives: auto (nccl on CUDA, gloo on CPU), nccl, gloo")
@@ -59,22 +61,18 @@ int cmd_run(const std::vector<std::string>& args) {
   if ((nproc > 0 || env.distributed()) && gpus > 0)
     throw Error("run: --gpus runs independent runs side by side; data-parallel ranks (--nproc-per-node, torchrun, srun) train each run together: use one");
   if (nproc > 0 && env.distributed()) throw Error("run: --nproc-per-node inside a launched rank (" + env.describe() + "): launch one way");
-  // Validate and expand everything before anything runs.
-  std::vector<RunManifest> ms;
+  // Parse, expand and plan every run (its model and recipe resolved, once) before anything runs.
+  std::vector<RunPlan> plans;
   for (const auto& p : manifests)
-    for (auto& m : RunManifest::expand(p))
-      if (only.empty() || m.name == only) ms.push_back(m);
-  if (ms.empty()) throw Error("run: no run named '" + only + "' in the given manifests");
-  // Every run's model and recipe must resolve before the first run starts.
-  for (const auto& m : ms) m.check_resolvable();
-
+    for (const auto& m : RunManifest::expand(p))
+      if (only.empty() || m.name == only) plans.push_back(plan_run(m));
+  if (plans.empty()) throw Error("run: no run named '" + only + "' in the given manifests");
   if (nproc > 0 || env.distributed())
-    for (const auto& m : ms) check_data_parallel_batch(m, nproc > 0 ? nproc : env.world_size);
+    for (const auto& p : plans) check_data_parallel_batch(p, nproc > 0 ? nproc : env.world_size);
   if (nproc > 0) {
-    // Prepare the data once, here, and plan every run (bad input fails here, before any rank starts),
+    // Prepare the data once, here, and check every plan (bad input fails here, before any rank starts),
     // then start the ranks with this command minus --nproc-per-node.
-    for (const auto& m : ms) ensure_data(m);
-    for (const auto& m : ms) plan_run(m);
+    prepare_plans(plans, nullptr);
     std::vector<std::string> child{executable_dir() + "/ufp4", "run"};
     for (size_t i = 0; i < args.size(); ++i) {
       if (args[i] == "--nproc-per-node") { ++i; continue; }
@@ -86,7 +84,7 @@ int cmd_run(const std::vector<std::string>& args) {
   if (env.distributed()) {
     // Every rank trains on the same kind of device; CUDA ranks take GPU LOCAL_RANK (modulo the GPUs seen).
     bool cuda = torch::cuda::is_available();
-    for (const auto& m : ms) cuda = cuda && (opt.device.empty() ? m.device : opt.device) != "cpu";
+    for (const auto& p : plans) cuda = cuda && (opt.device.empty() ? p.train.device : opt.device) != "cpu";
     if (cuda) use_local_gpu(env.local_rank);
     if (env.rank != 0) set_log_level(LogLevel::kQuiet);  // rank 0 speaks for the run; warnings still show
     opt.groups = std::make_shared<ProcessGroups>(env, DistOptions{backend, std::chrono::seconds(dist_timeout)}, cuda);
@@ -94,29 +92,28 @@ int cmd_run(const std::vector<std::string>& args) {
     opt.data_parallel.bucket_bytes = static_cast<int64_t>(bucket_mb * (1 << 20));
     log_info("run: " + env.describe() + ", backend " + opt.groups->backend());
   }
-  const bool lead = !opt.groups || opt.groups->world->rank() == 0;
   // Data first: run ids name the data by its manifest's hash, so they are final only once it exists.
-  // Rank 0 prepares it while the others wait.
-  if (lead)
-    for (const auto& m : ms) ensure_data(m);
-  if (opt.groups) opt.groups->world->barrier();
-  // Every run planned (model, recipe and data resolved; vocabulary and epochs checked) before the first starts.
-  std::vector<RunPlan> plans;
-  for (const auto& m : ms) plans.push_back(plan_run(m));
+  prepare_plans(plans, opt.groups);
+  // A child of the scheduler trains the run its parent planned: a manifest, recipe or corpus changed
+  // since then would train another run under the parent's name.
+  if (!expect_id.empty() && plans.size() == 1 && plans[0].run_id != expect_id)
+    throw Error("run: " + plans[0].name + " plans as run " + plans[0].run_id + ", not the run " + expect_id +
+                " it was started for: its manifest, recipe or data changed since the parent planned it");
+  const bool lead = !opt.groups || opt.groups->world->rank() == 0;
 
   RunQueueOptions q;
   q.gpus = gpus;
   q.schedule = sched;
-  if (gpus > 0) q.schedule.per_gpu = resolve_per_gpu(per_gpu, ms);
+  if (gpus > 0) q.schedule.per_gpu = resolve_per_gpu(per_gpu, plans);
   q.run = opt;
-  // With --gpus, one child process a run: `ufp4 run MANIFEST --only NAME`.
+  // With --gpus, one child process a run: `ufp4 run MANIFEST --only NAME --run-id ID`.
   const std::string exe = shell_quote(executable_dir() + "/ufp4");
   const RunQueueOutcome out = train_queue(plans, [&](size_t i) {
-    const RunManifest& m = ms[i];
-    return exe + " run " + shell_quote(m.path) + " --only " + shell_quote(m.name) + (opt.force ? " --force" : "") +
+    const RunPlan& p = plans[i];
+    return exe + " run " + shell_quote(p.manifest_path) + " --only " + shell_quote(p.name) + " --run-id " + p.run_id + (opt.force ? " --force" : "") +
            (opt.device.empty() ? "" : " --device " + shell_quote(opt.device)) + (opt.stop_after >= 0 ? " --stop-after " + std::to_string(opt.stop_after) : "");
   }, q);
-  if (lead) print_queue_outcome(out, ms.size(), "run");
+  if (lead) print_queue_outcome(out, plans.size(), "run");
   return out.exit_code();
 }
 

@@ -34,6 +34,15 @@ std::string prepare_data(const DataPrepareOptions& opt);
 std::string data_tool_path(const std::string& dir);
 void run_data_tool(const DataPrepareOptions& opt);
 void run_data_tool_from(const std::string& sibling, const DataPrepareOptions& opt);
+// A run's data folder and how to prepare it when the folder holds no data yet.
+struct DataSource {
+  std::string path;
+  std::string prepare;  // "": never here; "ci": the synthetic CI corpus; "default": the default corpus
+  std::string tokenizer = "bpe";
+  int64_t vocab_size = 32768;
+};
+// Prepares the folder (with the ufp4-data tool) when it holds no data and `prepare` says how.
+void ensure_data(const DataSource& s);
 // The CI corpus: deterministic pseudo-English text of about `bytes` bytes.
 std::string ci_corpus_text(size_t bytes);
 

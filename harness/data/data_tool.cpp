@@ -16,6 +16,17 @@ std::string data_tool_path(const std::string& dir) {
 
 void run_data_tool(const DataPrepareOptions& o) { run_data_tool_from(executable_dir() + "/ufp4", o); }
 
+void ensure_data(const DataSource& s) {
+  if (data_ready(s.path) || s.prepare.empty()) return;
+  DataPrepareOptions d;
+  d.out_dir = s.path;
+  d.ci_corpus = s.prepare == "ci";
+  d.tokenizer = s.tokenizer;
+  d.vocab_size = static_cast<int>(s.vocab_size);
+  make_dirs(s.path);
+  run_data_tool(d);
+}
+
 void run_data_tool_from(const std::string& sibling, const DataPrepareOptions& o) {
   std::string cmd = shell_quote(data_tool_path(sibling.substr(0, sibling.find_last_of('/')))) + " prepare --out " + shell_quote(o.out_dir) +
                     " --tokenizer " + shell_quote(o.tokenizer) + " --vocab-size " + std::to_string(o.vocab_size) + (o.ci_corpus ? " --ci" : "");

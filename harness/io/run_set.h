@@ -1,4 +1,4 @@
-// A campaign's runs as planned from its manifests (harness/train/campaign.h), with what a reader
+// A campaign's runs as planned from its manifests (harness/plan/campaign.h), with what a reader
 // found for each: the result file holding that run id, or nothing. Reports and checks work from this
 // set, never from whatever files a folder holds: a missing run is listed, a file outside the set
 // (stale, another run) is named and ignored. Also what the campaign registered before it ran.

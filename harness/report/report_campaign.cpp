@@ -1,4 +1,4 @@
-// Reports of campaigns (harness/train/campaign.h), rendered from their run sets: what was registered
+// Reports of campaigns (harness/plan/campaign.h), rendered from their run sets: what was registered
 // before the runs, whether the set is complete, each cell's numbers, each claim's registered test and
 // verdict beside the paper's effect, the seeds and what they can resolve, the delay of the fast-descent
 // transition, the loss curves, and the inputs by content hash.

@@ -63,66 +63,75 @@ std::string bit_difference(const RunResults& a, const RunResults& b) {
   return "";
 }
 
-}  // namespace
-
-DataParallelReport report_data_parallel(const std::string& scaling_h5, const std::string& correctness_dir, const DataParallelTargets& t) {
-  DataParallelReport out;
-  std::ostringstream md, rows;
-  if (file_exists(scaling_h5)) {
-    const auto v = load_scaling(scaling_h5);
-    auto a = read_h5_string_attrs(scaling_h5);
-    out.sources.push_back(rel(scaling_h5) + ": " + a["device"] + ", commit " + a["git_commit"] + ", torch " + a["torch"] + ", CUDA " + a["cuda"] +
-                          ", " + a["utc"]);
-    std::map<std::pair<std::string, std::string>, double> one;  // (model, recipe) -> tokens/s on one GPU
-    for (const auto& r : v)
-      if (r.gpus == 1) one[{r.model, r.recipe}] = r.tps;
-    std::set<int64_t> sizes;
-    for (const auto& r : v) sizes.insert(r.gpus);
-    const ScalingRow& r0 = v.front();
-    std::string backend = "none: one GPU only";
-    for (const auto& r : v)
-      if (r.gpus > 1) backend = r.backend;
-    md << "## Data-parallel scaling\n\n"
-       << "The engine's data-parallel step (`harness/train/data_parallel.h`: gradient buckets reduce-scattered while backward "
-       << "still runs, the AdamW state split over the ranks (ZeRO-1), the updated weights all-gathered) on N GPUs of one machine, "
-       << "one rank a GPU started by `ufp4 bench scaling` (backend " << backend << "), at a fixed batch a GPU: " << r0.batch
-       << " sequences of " << r0.seq << " tokens in micro-batches of " << r0.micro << ", random tokens, deterministic mode. "
-       << "N = 1 is one process without data parallelism, as `ufp4 run` trains on one GPU (a CUDA graph where the trainer uses one). "
-       << "Step: the slowest rank's median over " << r0.steps << " timed steps after warm-up (CUDA events). Efficiency: "
-       << "tokens/s / (N x one GPU's tokens/s). Memory: the caching allocator's peak on the largest rank, beside the plan's "
-       << "estimate (`ufp4 plan --model M --gpus N --micro-batch " << r0.micro << "`: FP32 weights and a BF16 copy, FP32 "
-       << "gradients, AdamW moments split N ways with the reduce-scattered gradient shard, one micro-batch of activations). "
-       << "World sizes measured: ";
-    for (auto it = sizes.begin(); it != sizes.end(); ++it) md << (it == sizes.begin() ? "" : ", ") << *it;
-    md << ".\n\n| model | recipe | GPUs | step ms | tokens/s | efficiency | MFU | peak GB a GPU | plan GB a GPU |\n"
-       << "|---|---|---|---|---|---|---|---|---|\n";
-    std::map<int64_t, double> worst_at;  // world size -> the bar's model's worst efficiency over recipes
-    for (const auto& r : v) {
-      const auto base = one.find({r.model, r.recipe});
-      const double eff = base != one.end() && base->second > 0 ? r.tps / (static_cast<double>(r.gpus) * base->second) : NAN;
-      if (r.model == t.efficiency_model && std::isfinite(eff))
-        worst_at[r.gpus] = worst_at.count(r.gpus) ? std::min(worst_at[r.gpus], eff) : eff;
-      md << "| " << r.model << " | " << r.recipe << " | " << r.gpus << " | " << fmt("%.1f", r.ms) << " ± " << fmt("%.1f", r.sd) << " | "
-         << fmt("%.0f", r.tps) << " | " << (std::isfinite(eff) ? fmt("%.1f%%", 100 * eff) : "n/a") << " | "
-         << (r.mfu > 0 ? fmt("%.1f%%", 100 * r.mfu) : "n/a") << " | " << fmt("%.1f", r.mem)
-         << (r.gpus > 1 && std::fabs(r.mem - r.mem_min) > 0.05 ? " (smallest " + fmt("%.1f", r.mem_min) + ")" : "") << " | "
-         << fmt("%.1f", r.plan) << " |\n";
-    }
-    md << "\n";
-    const std::string bar_name = "data-parallel efficiency, " + t.efficiency_model + " on " + std::to_string(t.efficiency_gpus) + " GPUs (each recipe)";
-    if (worst_at.count(t.efficiency_gpus)) {
-      const double e = worst_at[t.efficiency_gpus];
-      rows << "| " << bar_name << " | >= " << fmt("%.0f%%", 100 * t.efficiency_min) << " | " << fmt("%.1f%%", 100 * e) << " | "
-           << (e >= t.efficiency_min ? "**met**" : "**not met**") << " |\n";
-    } else {
-      const int64_t largest = *sizes.rbegin();
-      rows << "| " << bar_name << " | >= " << fmt("%.0f%%", 100 * t.efficiency_min) << " | not measured: the largest world here is "
-           << largest << " GPUs" << (largest > 1 && worst_at.count(largest) ? " (" + fmt("%.1f%%", 100 * worst_at[largest]) + " there)" : "")
-           << " | **not run** |\n";
-    }
+// The efficiency bar's row of the Targets table: the bar's model's worst efficiency over recipes at the
+// bar's world size, or the largest world measured where that size was not.
+std::string efficiency_row(const DataParallelTargets& t, std::map<int64_t, double>& worst_at, const std::set<int64_t>& sizes) {
+  std::ostringstream rows;
+  const std::string bar_name = "data-parallel efficiency, " + t.efficiency_model + " on " + std::to_string(t.efficiency_gpus) + " GPUs (each recipe)";
+  if (worst_at.count(t.efficiency_gpus)) {
+    const double e = worst_at[t.efficiency_gpus];
+    rows << "| " << bar_name << " | >= " << fmt("%.0f%%", 100 * t.efficiency_min) << " | " << fmt("%.1f%%", 100 * e) << " | "
+         << (e >= t.efficiency_min ? "**met**" : "**not met**") << " |\n";
+  } else {
+    const int64_t largest = *sizes.rbegin();
+    rows << "| " << bar_name << " | >= " << fmt("%.0f%%", 100 * t.efficiency_min) << " | not measured: the largest world here is "
+         << largest << " GPUs" << (largest > 1 && worst_at.count(largest) ? " (" + fmt("%.1f%%", 100 * worst_at[largest]) + " there)" : "")
+         << " | **not run** |\n";
   }
+  return rows.str();
+}
 
-  // Correctness: runs grouped by recipe; one GPU (seeds) against N GPUs (reruns of one seed).
+// "## Data-parallel scaling": step time, tokens/s, efficiency and memory a GPU against the plan at each world
+// size (scaling.h5); its source, and the efficiency bar's row of the Targets table.
+std::string scaling_section(const std::string& scaling_h5, const DataParallelTargets& t, std::vector<std::string>& sources,
+                            std::ostringstream& rows) {
+  std::ostringstream md;
+  const auto v = load_scaling(scaling_h5);
+  auto a = read_h5_string_attrs(scaling_h5);
+  sources.push_back(rel(scaling_h5) + ": " + a["device"] + ", commit " + a["git_commit"] + ", torch " + a["torch"] + ", CUDA " + a["cuda"] +
+                    ", " + a["utc"]);
+  std::map<std::pair<std::string, std::string>, double> one;  // (model, recipe) -> tokens/s on one GPU
+  for (const auto& r : v)
+    if (r.gpus == 1) one[{r.model, r.recipe}] = r.tps;
+  std::set<int64_t> sizes;
+  for (const auto& r : v) sizes.insert(r.gpus);
+  const ScalingRow& r0 = v.front();
+  std::string backend = "none: one GPU only";
+  for (const auto& r : v)
+    if (r.gpus > 1) backend = r.backend;
+  md << "## Data-parallel scaling\n\n"
+     << "The engine's data-parallel step (`harness/train/data_parallel.h`: gradient buckets reduce-scattered while backward "
+     << "still runs, the AdamW state split over the ranks (ZeRO-1), the updated weights all-gathered) on N GPUs of one machine, "
+     << "one rank a GPU started by `ufp4 bench scaling` (backend " << backend << "), at a fixed batch a GPU: " << r0.batch
+     << " sequences of " << r0.seq << " tokens in micro-batches of " << r0.micro << ", random tokens, deterministic mode. "
+     << "N = 1 is one process without data parallelism, as `ufp4 run` trains on one GPU (a CUDA graph where the trainer uses one). "
+     << "Step: the slowest rank's median over " << r0.steps << " timed steps after warm-up (CUDA events). Efficiency: "
+     << "tokens/s / (N x one GPU's tokens/s). Memory: the caching allocator's peak on the largest rank, beside the plan's "
+     << "estimate (`ufp4 plan --model M --gpus N --micro-batch " << r0.micro << "`: FP32 weights and a BF16 copy, FP32 "
+     << "gradients, AdamW moments split N ways with the reduce-scattered gradient shard, one micro-batch of activations). "
+     << "World sizes measured: ";
+  for (auto it = sizes.begin(); it != sizes.end(); ++it) md << (it == sizes.begin() ? "" : ", ") << *it;
+  md << ".\n\n| model | recipe | GPUs | step ms | tokens/s | efficiency | MFU | peak GB a GPU | plan GB a GPU |\n"
+     << "|---|---|---|---|---|---|---|---|---|\n";
+  std::map<int64_t, double> worst_at;  // world size -> the bar's model's worst efficiency over recipes
+  for (const auto& r : v) {
+    const auto base = one.find({r.model, r.recipe});
+    const double eff = base != one.end() && base->second > 0 ? r.tps / (static_cast<double>(r.gpus) * base->second) : NAN;
+    if (r.model == t.efficiency_model && std::isfinite(eff))
+      worst_at[r.gpus] = worst_at.count(r.gpus) ? std::min(worst_at[r.gpus], eff) : eff;
+    md << "| " << r.model << " | " << r.recipe << " | " << r.gpus << " | " << fmt("%.1f", r.ms) << " ± " << fmt("%.1f", r.sd) << " | "
+       << fmt("%.0f", r.tps) << " | " << (std::isfinite(eff) ? fmt("%.1f%%", 100 * eff) : "n/a") << " | "
+       << (r.mfu > 0 ? fmt("%.1f%%", 100 * r.mfu) : "n/a") << " | " << fmt("%.1f", r.mem)
+       << (r.gpus > 1 && std::fabs(r.mem - r.mem_min) > 0.05 ? " (smallest " + fmt("%.1f", r.mem_min) + ")" : "") << " | "
+       << fmt("%.1f", r.plan) << " |\n";
+  }
+  md << "\n";
+  rows << efficiency_row(t, worst_at, sizes);
+  return md.str();
+}
+
+// The correctness runs in the folder (run results only), by recipe, in path order.
+std::map<std::string, std::vector<RunResults>> correctness_runs(const std::string& correctness_dir) {
   std::vector<std::string> files;
   if (is_dir(correctness_dir)) walk_files(correctness_dir, ".h5", files);
   std::sort(files.begin(), files.end());
@@ -132,84 +141,112 @@ DataParallelReport report_data_parallel(const std::string& scaling_h5, const std
       RunResults r = read_run_results(f);
       by_recipe[r.recipe].push_back(std::move(r));
     }
-  if (!by_recipe.empty()) {
-    const RunResults& any = by_recipe.begin()->second.front();
-    md << "## Data-parallel correctness\n\n"
-       << "`" << any.model << "` trained for " << any.steps_done << " steps (" << fmt("%.2f", any.epochs) << " epochs of its corpus) with "
-       << "the same global batch on one GPU and with data parallelism on N GPUs (`ufp4 run --nproc-per-node N`, backend and "
-       << "ZeRO-1 as below). One process sums its micro-batches' gradients in sequence, N ranks sum N partial sums (and the "
-       << "clipping norm is taken in FP64 over the shards), so the curves agree closely, not bit for bit; a 4-bit recipe turns "
-       << "last-bit differences into different codes. The tolerance: at each evaluation the ratio of "
-       << "|N-GPU - one GPU| (seed 1 both) to the mean |difference| between pairs of one-GPU seeds (1, 2, 3), and the median of "
-       << "these ratios over the evaluations at most 1: the rank layout moves the curve less than a change of seed does. The "
-       << "median, not every point: once the last-bit differences have grown, an N-GPU run is close to a fresh draw, and a "
-       << "fresh draw lands outside the range of three seeds at a single point about 29% of the time (simulated, normal "
-       << "draws), while a wrong data-parallel step (a mis-scaled or missing gradient) moves the curve at every evaluation, "
-       << "in one direction. Two N-GPU runs of one manifest must agree bit for bit (every curve and the final "
-       << "weights' SHA-256).\n\n";
-    for (const auto& [recipe, runs] : by_recipe) {
-      std::map<int64_t, const RunResults*> seeds;   // one GPU: seed -> run
-      std::map<int64_t, std::vector<const RunResults*>> multi;  // world size -> runs of seed 1
-      for (const auto& r : runs) {
-        out.sources.push_back(rel(r.path) + ": " + r.device_name + ", commit " + r.attr("git_commit") + ", world " + std::to_string(r.world_size) +
-                              " (" + r.backend + ", " + r.optimizer_sharding + "), seed " + std::to_string(r.seed));
-        if (r.world_size == 1) seeds[r.seed] = &r;
-        else multi[r.world_size].push_back(&r);
-      }
-      if (!seeds.count(1) || multi.empty()) {
-        md << "### " << recipe << "\n\nIncomplete: the one-GPU seed-1 run or an N-GPU run is missing.\n\n";
-        continue;
-      }
-      const RunResults& base = *seeds.at(1);
-      for (const auto& [n, reps] : multi) {
-        const RunResults& dp = *reps.front();
-        md << "### " << recipe << ", " << n << " GPUs (" << dp.backend << ", " << dp.optimizer_sharding << ") against one\n\n| step |";
-        for (const auto& s : seeds) md << " 1 GPU seed " << s.first << " |";
-        md << " seed pairs' mean difference | " << n << " GPUs | difference | ratio |\n|---|";
-        for (size_t i = 0; i < seeds.size() + 4; ++i) md << "---|";
-        md << "\n";
-        std::vector<double> ratios;
-        double worst = 0, worst_step = 0;
-        for (size_t e = 0; e < base.curves.eval_step.size() && e < dp.curves.eval_loss.size(); ++e) {
-          std::vector<double> l;
-          md << "| " << static_cast<int64_t>(base.curves.eval_step[e]) + 1 << " |";
-          for (const auto& s : seeds) {
-            l.push_back(e < s.second->curves.eval_loss.size() ? s.second->curves.eval_loss[e] : NAN);
-            md << " " << fmt("%.4f", l.back()) << " |";
-          }
-          double pair_sum = 0;
-          int pairs = 0;
-          for (size_t i = 0; i < l.size(); ++i)
-            for (size_t j = i + 1; j < l.size(); ++j, ++pairs) pair_sum += std::fabs(l[i] - l[j]);
-          const double seed_diff = pairs > 0 ? pair_sum / pairs : NAN;
-          const double d = dp.curves.eval_loss[e] - base.curves.eval_loss[e];
-          const double ratio = std::fabs(d) / seed_diff;
-          ratios.push_back(ratio);
-          if (ratio > worst) { worst = ratio; worst_step = base.curves.eval_step[e] + 1; }
-          md << " " << fmt("%.4f", seed_diff) << " | " << fmt("%.4f", dp.curves.eval_loss[e]) << " | " << fmt("%+.4f", d) << " | "
-             << fmt("%.2f", ratio) << " |\n";
-        }
-        std::sort(ratios.begin(), ratios.end());
-        const size_t k = ratios.size();
-        const double median = k == 0 ? NAN : k % 2 ? ratios[k / 2] : 0.5 * (ratios[k / 2 - 1] + ratios[k / 2]);
-        const bool within = seeds.size() >= 3 && median <= 1.0;
-        md << "\nFinal training loss (mean of the last " << base.last_k << " steps): one GPU " << fmt("%.4f", base.mean_loss_last_k) << ", "
-           << n << " GPUs " << fmt("%.4f", dp.mean_loss_last_k) << ".";
-        std::string rerun = "not rerun";
-        if (reps.size() >= 2) {
-          const std::string diff = bit_difference(*reps[0], *reps[1]);
-          rerun = diff.empty() ? "bit-identical" : "differ: " + diff;
-          md << " Two " << n << "-GPU runs: " << (diff.empty() ? "bit-identical (every curve; final weights SHA-256 " + reps[0]->weights_sha256.substr(0, 16) + ")" : rerun)
-             << ".";
-        }
-        md << "\n\n";
-        rows << "| " << recipe << " on " << n << " GPUs against one: validation loss, median over evaluations of the absolute difference over the "
-             << "seed pairs' mean absolute difference | <= 1 (" << seeds.size() << " seeds) | " << fmt("%.2f", median) << " (largest " << fmt("%.2f", worst)
-             << " at step " << fmt("%.0f", worst_step) << ") | " << (within ? "**met**" : "**not met**") << " |\n";
-        rows << "| " << recipe << " on " << n << " GPUs: two runs bit-identical | identical | " << rerun << " | "
-             << (rerun == "bit-identical" ? "**met**" : "**not met**") << " |\n";
-      }
+  return by_recipe;
+}
+
+// "## Data-parallel correctness": the run compared, how, and the tolerance.
+std::string correctness_intro(const RunResults& any) {
+  std::ostringstream md;
+  md << "## Data-parallel correctness\n\n"
+     << "`" << any.model << "` trained for " << any.steps_done << " steps (" << fmt("%.2f", any.epochs) << " epochs of its corpus) with "
+     << "the same global batch on one GPU and with data parallelism on N GPUs (`ufp4 run --nproc-per-node N`, backend and "
+     << "ZeRO-1 as below). One process sums its micro-batches' gradients in sequence, N ranks sum N partial sums (and the "
+     << "clipping norm is taken in FP64 over the shards), so the curves agree closely, not bit for bit; a 4-bit recipe turns "
+     << "last-bit differences into different codes. The tolerance: at each evaluation the ratio of "
+     << "|N-GPU - one GPU| (seed 1 both) to the mean |difference| between pairs of one-GPU seeds (1, 2, 3), and the median of "
+     << "these ratios over the evaluations at most 1: the rank layout moves the curve less than a change of seed does. The "
+     << "median, not every point: once the last-bit differences have grown, an N-GPU run is close to a fresh draw, and a "
+     << "fresh draw lands outside the range of three seeds at a single point about 29% of the time (simulated, normal "
+     << "draws), while a wrong data-parallel step (a mis-scaled or missing gradient) moves the curve at every evaluation, "
+     << "in one direction. Two N-GPU runs of one manifest must agree bit for bit (every curve and the final "
+     << "weights' SHA-256).\n\n";
+  return md.str();
+}
+
+// One recipe on n GPUs against one GPU (base: seed 1; seeds: every one-GPU seed): the validation loss at each
+// evaluation, the final training loss, and two n-GPU runs against each other; the Targets table's two rows.
+void world_size_comparison(const std::string& recipe, int64_t n, const std::vector<const RunResults*>& reps,
+                           const std::map<int64_t, const RunResults*>& seeds, const RunResults& base, std::ostringstream& md,
+                           std::ostringstream& rows) {
+  const RunResults& dp = *reps.front();
+  md << "### " << recipe << ", " << n << " GPUs (" << dp.backend << ", " << dp.optimizer_sharding << ") against one\n\n| step |";
+  for (const auto& s : seeds) md << " 1 GPU seed " << s.first << " |";
+  md << " seed pairs' mean difference | " << n << " GPUs | difference | ratio |\n|---|";
+  for (size_t i = 0; i < seeds.size() + 4; ++i) md << "---|";
+  md << "\n";
+  std::vector<double> ratios;
+  double worst = 0, worst_step = 0;
+  for (size_t e = 0; e < base.curves.eval_step.size() && e < dp.curves.eval_loss.size(); ++e) {
+    std::vector<double> l;
+    md << "| " << static_cast<int64_t>(base.curves.eval_step[e]) + 1 << " |";
+    for (const auto& s : seeds) {
+      l.push_back(e < s.second->curves.eval_loss.size() ? s.second->curves.eval_loss[e] : NAN);
+      md << " " << fmt("%.4f", l.back()) << " |";
     }
+    double pair_sum = 0;
+    int pairs = 0;
+    for (size_t i = 0; i < l.size(); ++i)
+      for (size_t j = i + 1; j < l.size(); ++j, ++pairs) pair_sum += std::fabs(l[i] - l[j]);
+    const double seed_diff = pairs > 0 ? pair_sum / pairs : NAN;
+    const double d = dp.curves.eval_loss[e] - base.curves.eval_loss[e];
+    const double ratio = std::fabs(d) / seed_diff;
+    ratios.push_back(ratio);
+    if (ratio > worst) { worst = ratio; worst_step = base.curves.eval_step[e] + 1; }
+    md << " " << fmt("%.4f", seed_diff) << " | " << fmt("%.4f", dp.curves.eval_loss[e]) << " | " << fmt("%+.4f", d) << " | "
+       << fmt("%.2f", ratio) << " |\n";
+  }
+  std::sort(ratios.begin(), ratios.end());
+  const size_t k = ratios.size();
+  const double median = k == 0 ? NAN : k % 2 ? ratios[k / 2] : 0.5 * (ratios[k / 2 - 1] + ratios[k / 2]);
+  const bool within = seeds.size() >= 3 && median <= 1.0;
+  md << "\nFinal training loss (mean of the last " << base.last_k << " steps): one GPU " << fmt("%.4f", base.mean_loss_last_k) << ", "
+     << n << " GPUs " << fmt("%.4f", dp.mean_loss_last_k) << ".";
+  std::string rerun = "not rerun";
+  if (reps.size() >= 2) {
+    const std::string diff = bit_difference(*reps[0], *reps[1]);
+    rerun = diff.empty() ? "bit-identical" : "differ: " + diff;
+    md << " Two " << n << "-GPU runs: " << (diff.empty() ? "bit-identical (every curve; final weights SHA-256 " + reps[0]->weights_sha256.substr(0, 16) + ")" : rerun)
+       << ".";
+  }
+  md << "\n\n";
+  rows << "| " << recipe << " on " << n << " GPUs against one: validation loss, median over evaluations of the absolute difference over the "
+       << "seed pairs' mean absolute difference | <= 1 (" << seeds.size() << " seeds) | " << fmt("%.2f", median) << " (largest " << fmt("%.2f", worst)
+       << " at step " << fmt("%.0f", worst_step) << ") | " << (within ? "**met**" : "**not met**") << " |\n";
+  rows << "| " << recipe << " on " << n << " GPUs: two runs bit-identical | identical | " << rerun << " | "
+       << (rerun == "bit-identical" ? "**met**" : "**not met**") << " |\n";
+}
+
+// One recipe's runs: their sources, then each world size against one GPU, or why they cannot be compared.
+void recipe_correctness(const std::string& recipe, const std::vector<RunResults>& runs, std::vector<std::string>& sources,
+                        std::ostringstream& md, std::ostringstream& rows) {
+  std::map<int64_t, const RunResults*> seeds;   // one GPU: seed -> run
+  std::map<int64_t, std::vector<const RunResults*>> multi;  // world size -> runs of seed 1
+  for (const auto& r : runs) {
+    sources.push_back(rel(r.path) + ": " + r.device_name + ", commit " + r.attr("git_commit") + ", world " + std::to_string(r.world_size) +
+                      " (" + r.backend + ", " + r.optimizer_sharding + "), seed " + std::to_string(r.seed));
+    if (r.world_size == 1) seeds[r.seed] = &r;
+    else multi[r.world_size].push_back(&r);
+  }
+  if (!seeds.count(1) || multi.empty()) {
+    md << "### " << recipe << "\n\nIncomplete: the one-GPU seed-1 run or an N-GPU run is missing.\n\n";
+    return;
+  }
+  const RunResults& base = *seeds.at(1);
+  for (const auto& [n, reps] : multi) world_size_comparison(recipe, n, reps, seeds, base, md, rows);
+}
+
+}  // namespace
+
+DataParallelReport report_data_parallel(const std::string& scaling_h5, const std::string& correctness_dir, const DataParallelTargets& t) {
+  DataParallelReport out;
+  std::ostringstream md, rows;
+  if (file_exists(scaling_h5)) md << scaling_section(scaling_h5, t, out.sources, rows);
+
+  // Correctness: runs grouped by recipe; one GPU (seeds) against N GPUs (reruns of one seed).
+  const std::map<std::string, std::vector<RunResults>> by_recipe = correctness_runs(correctness_dir);
+  if (!by_recipe.empty()) {
+    md << correctness_intro(by_recipe.begin()->second.front());
+    for (const auto& [recipe, runs] : by_recipe) recipe_correctness(recipe, runs, out.sources, md, rows);
   }
   out.markdown = md.str();
   out.target_rows = rows.str();

@@ -95,10 +95,10 @@ struct LadderSize {
 };
 
 // The fit file's rows grouped by size, in order of compute.
-std::vector<LadderSize> ladder_sizes(std::map<std::string, PowerFit>& f) {
+std::vector<LadderSize> ladder_sizes(const std::map<std::string, PowerFit>& f) {
   std::vector<LadderSize> sizes;
   for (const char* r : {"bf16", "e2m1_ref", "ufp4"}) {
-    const PowerFit& x = f[r];
+    const PowerFit& x = f.at(r);
     for (size_t i = 0; i < x.points.size(); ++i) {
       auto it = std::find_if(sizes.begin(), sizes.end(), [&](const LadderSize& z) { return z.model == x.models[i] && z.tokens == x.points[i][2]; });
       if (it == sizes.end()) {
@@ -177,39 +177,39 @@ double quantile(std::vector<double> v, double q) {
   return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
 }
 
-}  // namespace
+// The fit file's three recipe fits, and what the sections read beside them.
+struct LossFits {
+  std::map<std::string, PowerFit> f;              // by recipe
+  double coverage = NAN, lo_q = NAN, hi_q = NAN;  // the bootstrap intervals' coverage and their quantiles
+  double cmin = INFINITY, cmax = 0;               // the runs' compute range
+};
 
-std::string report_figure9(const std::string& root, const std::string& fits, const std::string& figures) {
-  toml::table paper = load_paper(root + "/reports/paper/figure9.toml");
-  if (!file_exists(fits)) throw Error("figure9: no fit results at " + fits + " (make reproduce-figure-9 creates them)");
-  verify_h5_content(fits);
-  auto attrs = read_h5_string_attrs(fits);
-  const double coverage = read_h5_double_attr(fits, "coverage");
-  const double lo_q = (1 - coverage) / 2, hi_q = 1 - lo_q;
-  std::map<std::string, PowerFit> f;
-  for (const char* r : {"bf16", "e2m1_ref", "ufp4"}) f[r] = load_fit(fits, r);
-  double cmin = INFINITY, cmax = 0;
-  for (auto& [r, x] : f)
-    for (const auto& p : x.points) cmin = std::min(cmin, p[0]), cmax = std::max(cmax, p[0]);
+LossFits load_fits(const std::string& fits) {
+  LossFits x;
+  x.coverage = read_h5_double_attr(fits, "coverage");
+  x.lo_q = (1 - x.coverage) / 2, x.hi_q = 1 - x.lo_q;
+  for (const char* r : {"bf16", "e2m1_ref", "ufp4"}) x.f[r] = load_fit(fits, r);
+  for (auto& [r, fit] : x.f)
+    for (const auto& p : fit.points) x.cmin = std::min(x.cmin, p[0]), x.cmax = std::max(x.cmax, p[0]);
+  return x;
+}
+
+// "## Runs" where the fit file has no sizes: every run's point.
+std::string runs_table(const std::map<std::string, PowerFit>& f) {
   std::ostringstream os;
-  os << "# Figure 9: loss vs training compute, MoE ladder\n\nOurs: " << attrs["metric"] << " of each run of the ladder against compute ("
-     << attrs["compute"] << "), fitted per recipe with L(C) = E + A (C / C0)^-alpha (`ufp4 fit`, Levenberg-Marquardt"
-     << (read_h5_double_attr(fits, "huber_delta") > 0 ? ", Huber loss" : "")
-     << (attrs.count("e_constraint") ? ", " + attrs["e_constraint"] : std::string()) << "); intervals: " << fmt("%.0f", 100 * coverage)
-     << "% bootstrap over sizes, and over seeds within a size where there are several, resamples paired across recipes. Paper: " << paper["source"].value_or<std::string>("") << ".\n\n";
+  os << "## Runs\n\n| recipe | active params | tokens | compute (FLOPs) | loss |\n|---|---|---|---|---|\n";
+  for (const char* r : {"bf16", "e2m1_ref", "ufp4"})
+    for (const auto& p : f.at(r).points)
+      os << "| " << r << " | " << fmt("%.1fM", p[1] / 1e6) << " | " << fmt("%.2fM", p[2] / 1e6) << " | " << fmt("%.3e", p[0]) << " | "
+         << fmt("%.4f", p[3]) << " |\n";
+  return os.str();
+}
 
-  const bool by_size = !f["bf16"].runs.empty() && !f["e2m1_ref"].runs.empty() && !f["ufp4"].runs.empty();
-  const std::vector<LadderSize> sizes = by_size ? ladder_sizes(f) : std::vector<LadderSize>{};
-  if (by_size) {
-    os << ladder_table(sizes, attrs["metric"], load_paper(root + "/reports/paper/figure8.toml"));
-  } else {
-    os << "## Runs\n\n| recipe | active params | tokens | compute (FLOPs) | loss |\n|---|---|---|---|---|\n";
-    for (const char* r : {"bf16", "e2m1_ref", "ufp4"})
-      for (const auto& p : f[r].points)
-        os << "| " << r << " | " << fmt("%.1fM", p[1] / 1e6) << " | " << fmt("%.2fM", p[2] / 1e6) << " | " << fmt("%.3e", p[0]) << " | "
-           << fmt("%.4f", p[3]) << " |\n";
-  }
-
+// "## Fits": each recipe's parameters with their bootstrap intervals.
+std::string fits_table(const LossFits& fits) {
+  const auto& f = fits.f;
+  const double lo_q = fits.lo_q, hi_q = fits.hi_q;
+  std::ostringstream os;
   os << "\n## Fits\n\n| recipe | E | A (at C0) | alpha | C0 | rmse |\n|---|---|---|---|---|---|\n";
   auto ci = [&](const PowerFit& x, size_t j, bool expo) {
     std::vector<double> v;
@@ -219,29 +219,49 @@ std::string report_figure9(const std::string& root, const std::string& fits, con
     return fmt("%.4g", est) + " [" + fmt("%.4g", quantile(v, lo_q)) + ", " + fmt("%.4g", quantile(v, hi_q)) + "]";
   };
   for (const char* r : {"bf16", "e2m1_ref", "ufp4"})
-    os << "| " << r << " | " << ci(f[r], 0, false) << " | " << ci(f[r], 1, true) << " | " << ci(f[r], 2, false) << " | " << fmt("%.3e", f[r].c0) << " | " << fmt("%.4f", f[r].rmse) << " |\n";
+    os << "| " << r << " | " << ci(f.at(r), 0, false) << " | " << ci(f.at(r), 1, true) << " | " << ci(f.at(r), 2, false) << " | " << fmt("%.3e", f.at(r).c0) << " | " << fmt("%.4f", f.at(r).rmse) << " |\n";
+  return os.str();
+}
 
-  // Paired bootstrap distributions of derived quantities at a compute value.
-  auto paired = [&](double c, auto&& g) {
-    std::vector<double> v;
-    const size_t n = std::min({f["bf16"].boot.size(), f["e2m1_ref"].boot.size(), f["ufp4"].boot.size()});
-    for (size_t i = 0; i < n; ++i) {
-      const auto &b = f["bf16"].boot[i], &e = f["e2m1_ref"].boot[i], &u = f["ufp4"].boot[i];
-      if (b.empty() || e.empty() || u.empty()) continue;
-      v.push_back(g(f["bf16"].at(b, c), f["e2m1_ref"].at(e, c), f["ufp4"].at(u, c)));
-    }
-    return v;
-  };
-  auto gap = [](double l, double b) { return 100 * (l - b) / b; };
-  auto interval = [&](const std::vector<double>& v, const char* f0) { return "[" + fmt(f0, quantile(v, lo_q)) + ", " + fmt(f0, quantile(v, hi_q)) + "]"; };
+// Paired bootstrap distributions of derived quantities at a compute value.
+template <class Derived>
+std::vector<double> paired_bootstrap(const std::map<std::string, PowerFit>& f, double c, Derived&& g) {
+  std::vector<double> v;
+  const size_t n = std::min({f.at("bf16").boot.size(), f.at("e2m1_ref").boot.size(), f.at("ufp4").boot.size()});
+  for (size_t i = 0; i < n; ++i) {
+    const auto &b = f.at("bf16").boot[i], &e = f.at("e2m1_ref").boot[i], &u = f.at("ufp4").boot[i];
+    if (b.empty() || e.empty() || u.empty()) continue;
+    v.push_back(g(f.at("bf16").at(b, c), f.at("e2m1_ref").at(e, c), f.at("ufp4").at(u, c)));
+  }
+  return v;
+}
 
-  // A fit that misses the runs by much more than their seed noise does not describe them: its verdicts
-  // and extrapolations say nothing (the power law holds only once a ladder nears its asymptote).
-  double worst_rmse = 0;
-  for (const char* r : {"bf16", "e2m1_ref", "ufp4"}) worst_rmse = std::max(worst_rmse, f[r].rmse);
-  const double noise = by_size ? seed_sd(sizes) : NAN;
-  const bool fit_ok = !(worst_rmse > 2 * noise);
-  os << "\n## BF16-relative gap, measured range and extrapolation\n\n| compute | where | e2m1_ref gap | ufp4 gap | ufp4 - e2m1_ref loss |\n|---|---|---|---|---|\n";
+double gap(double l, double b) { return 100 * (l - b) / b; }
+
+// "[lo, hi]": the bootstrap interval of v, each end printf-formatted with f0.
+std::string bootstrap_interval(const LossFits& fits, const std::vector<double>& v, const char* f0) {
+  return "[" + fmt(f0, quantile(v, fits.lo_q)) + ", " + fmt(f0, quantile(v, fits.hi_q)) + "]";
+}
+
+// A fit that misses the runs by much more than their seed noise does not describe them: its verdicts
+// and extrapolations say nothing (the power law holds only once a ladder nears its asymptote).
+struct FitQuality {
+  double worst_rmse = 0;  // the largest rmse of the three fits
+  double noise = NAN;     // the seed-to-seed standard deviation (NaN without sizes)
+  bool ok = true;
+};
+
+FitQuality fit_quality(const LossFits& fits, bool by_size, const std::vector<LadderSize>& sizes) {
+  FitQuality q;
+  for (const char* r : {"bf16", "e2m1_ref", "ufp4"}) q.worst_rmse = std::max(q.worst_rmse, fits.f.at(r).rmse);
+  q.noise = by_size ? seed_sd(sizes) : NAN;
+  q.ok = !(q.worst_rmse > 2 * q.noise);
+  return q;
+}
+
+// Where the gap table evaluates the fits: the measured range's ends and the paper's targets (extrapolated).
+std::vector<std::pair<std::string, double>> gap_points(const toml::table& paper, std::map<std::string, std::string>& attrs, double cmin,
+                                                       double cmax) {
   std::vector<std::pair<std::string, double>> at = {{"smallest run", cmin}, {"largest run", cmax}};
   if (auto t = paper["targets"].as_array())
     for (auto&& e : *t) {
@@ -251,58 +271,77 @@ std::string report_figure9(const std::string& root, const std::string& fits, con
       const bool attn = attrs["compute"].find("with attention") != std::string::npos;
       at.push_back({(*tt)["name"].value_or<std::string>("") + " (extrapolated)", train_flops_per_token(mc, attn) * (*tt)["tokens"].value_or(NAN)});
     }
+  return at;
+}
+
+// "## BF16-relative gap": each recipe's gap and ufp4 - e2m1_ref at each point, with paired bootstrap intervals.
+std::string gap_table(const LossFits& fits, const std::vector<std::pair<std::string, double>>& at, const toml::table& paper, bool fit_ok) {
+  const auto& f = fits.f;
+  std::ostringstream os;
+  os << "\n## BF16-relative gap, measured range and extrapolation\n\n| compute | where | e2m1_ref gap | ufp4 gap | ufp4 - e2m1_ref loss |\n|---|---|---|---|---|\n";
   for (const auto& [where, c] : at) {
-    const double b = f["bf16"].at(f["bf16"].p, c), e = f["e2m1_ref"].at(f["e2m1_ref"].p, c), u = f["ufp4"].at(f["ufp4"].p, c);
-    os << "| " << fmt("%.2e", c) << " | " << where << " | " << fmt("%+.3f%%", gap(e, b)) << " " << interval(paired(c, [&](double B, double E, double) { return gap(E, B); }), "%+.3f%%")
-       << " | " << fmt("%+.3f%%", gap(u, b)) << " " << interval(paired(c, [&](double B, double, double U) { return gap(U, B); }), "%+.3f%%") << " | "
-       << fmt("%+.4f", u - e) << " " << interval(paired(c, [](double, double E, double U) { return U - E; }), "%+.4f") << " |\n";
+    const double b = f.at("bf16").at(f.at("bf16").p, c), e = f.at("e2m1_ref").at(f.at("e2m1_ref").p, c), u = f.at("ufp4").at(f.at("ufp4").p, c);
+    os << "| " << fmt("%.2e", c) << " | " << where << " | " << fmt("%+.3f%%", gap(e, b)) << " " << bootstrap_interval(fits, paired_bootstrap(f, c, [&](double B, double E, double) { return gap(E, B); }), "%+.3f%%")
+       << " | " << fmt("%+.3f%%", gap(u, b)) << " " << bootstrap_interval(fits, paired_bootstrap(f, c, [&](double B, double, double U) { return gap(U, B); }), "%+.3f%%") << " | "
+       << fmt("%+.4f", u - e) << " " << bootstrap_interval(fits, paired_bootstrap(f, c, [](double, double E, double U) { return U - E; }), "%+.4f") << " |\n";
   }
   if (auto notes = paper["targets_note"].value<std::string>()) os << "\n" << *notes << "\n";
   if (!fit_ok) os << "\nThese are the fits' values only: the fits do not describe the ladder (see the claims below), so they predict nothing.\n";
+  return os.str();
+}
 
-  // ---- verdicts ----
-  // ---- verdicts from the runs themselves (no fit) ----
-  if (by_size) {
-    os << "\n## The paper's claims, judged from the runs\n\n";
-    // The unit is the size: each contributes the mean of its seed-paired differences, so seeds of one
-    // size are not counted as independent evidence about the ladder (t intervals over sizes).
-    std::vector<double> diff;
-    std::map<std::string, int> per_size;
-    size_t seeds_min = SIZE_MAX;
-    for (const auto& z : sizes) {
-      const auto [u, e] = z.paired("ufp4", "e2m1_ref");
-      const Interval d = paired_difference(u, e);
-      seeds_min = std::min(seeds_min, d.n);
-      if (d.n > 0) diff.push_back(d.mean);
-      ++per_size[verdict_name(verdict(d, -1))];
-    }
-    // A verdict needs at least three seeds a size, here as everywhere: with fewer, the spread over
-    // sizes is not the run-to-run spread, and every claim is inconclusive.
-    const bool seeded = seeds_min >= 3 && seeds_min != SIZE_MAX;
-    auto judged = [&](Verdict v) { return verdict_name(seeded ? v : Verdict::kInconclusive); };
-    const Interval over = mean_interval(diff);
-    // Holds when the mean over sizes is below zero and no size says otherwise.
-    const Verdict v = per_size["contradicted"] > 0 ? (verdict(over, -1) == Verdict::kContradicted ? Verdict::kContradicted : Verdict::kInconclusive)
-                                                     : verdict(over, -1);
-    if (!seeded)
-      os << "Seeds a size: " << (seeds_min == SIZE_MAX ? 0 : seeds_min) << ". A verdict needs at least three, so every claim below is "
-         << "**inconclusive** whatever its interval says.\n\n";
-    os << "Each size counts once (the mean over its seeds), and intervals are Student-t over the " << sizes.size() << " sizes.\n\n"
-       << "- \"UFP4 below E2M1 over the measured range\" (paper: yes): **" << judged(v) << "** — ufp4 - e2m1_ref, mean over sizes of "
-       << "the seed-paired differences: " << format_interval(over, "%+.4f") << " nats; size by size " << per_size["holds"] << " hold, "
-       << per_size["inconclusive"] << " inconclusive, " << per_size["contradicted"] << " contradicted.\n";
-    for (const char* r : {"e2m1_ref", "ufp4"}) {
-      std::vector<double> x, y;
-      for (const auto& z : sizes) {
-        const Interval g = mean_interval(z.gaps(r));
-        if (g.n > 0) x.push_back(std::log10(z.compute)), y.push_back(g.mean);
-      }
-      const Interval slope = slope_interval(x, y);
-      os << "- \"The gap to BF16 shrinks with compute\" (paper: yes), " << r << ": **" << judged(verdict(slope, -1))
-         << "** — least-squares slope of the size's mean gap on log10 compute: " << format_interval(slope, "%+.2f") << " points a decade.\n";
-    }
+// ---- verdicts from the runs themselves (no fit) ----
+// "## The paper's claims, judged from the runs": each size's seed-paired differences, sizes as the unit.
+std::string run_claims(const std::vector<LadderSize>& sizes) {
+  std::ostringstream os;
+  os << "\n## The paper's claims, judged from the runs\n\n";
+  // The unit is the size: each contributes the mean of its seed-paired differences, so seeds of one
+  // size are not counted as independent evidence about the ladder (t intervals over sizes).
+  std::vector<double> diff;
+  std::map<std::string, int> per_size;
+  size_t seeds_min = SIZE_MAX;
+  for (const auto& z : sizes) {
+    const auto [u, e] = z.paired("ufp4", "e2m1_ref");
+    const Interval d = paired_difference(u, e);
+    seeds_min = std::min(seeds_min, d.n);
+    if (d.n > 0) diff.push_back(d.mean);
+    ++per_size[verdict_name(verdict(d, -1))];
   }
+  // A verdict needs at least three seeds a size, here as everywhere: with fewer, the spread over
+  // sizes is not the run-to-run spread, and every claim is inconclusive.
+  const bool seeded = seeds_min >= 3 && seeds_min != SIZE_MAX;
+  auto judged = [&](Verdict v) { return verdict_name(seeded ? v : Verdict::kInconclusive); };
+  const Interval over = mean_interval(diff);
+  // Holds when the mean over sizes is below zero and no size says otherwise.
+  const Verdict v = per_size["contradicted"] > 0 ? (verdict(over, -1) == Verdict::kContradicted ? Verdict::kContradicted : Verdict::kInconclusive)
+                                                   : verdict(over, -1);
+  if (!seeded)
+    os << "Seeds a size: " << (seeds_min == SIZE_MAX ? 0 : seeds_min) << ". A verdict needs at least three, so every claim below is "
+       << "**inconclusive** whatever its interval says.\n\n";
+  os << "Each size counts once (the mean over its seeds), and intervals are Student-t over the " << sizes.size() << " sizes.\n\n"
+     << "- \"UFP4 below E2M1 over the measured range\" (paper: yes): **" << judged(v) << "** — ufp4 - e2m1_ref, mean over sizes of "
+     << "the seed-paired differences: " << format_interval(over, "%+.4f") << " nats; size by size " << per_size["holds"] << " hold, "
+     << per_size["inconclusive"] << " inconclusive, " << per_size["contradicted"] << " contradicted.\n";
+  for (const char* r : {"e2m1_ref", "ufp4"}) {
+    std::vector<double> x, y;
+    for (const auto& z : sizes) {
+      const Interval g = mean_interval(z.gaps(r));
+      if (g.n > 0) x.push_back(std::log10(z.compute)), y.push_back(g.mean);
+    }
+    const Interval slope = slope_interval(x, y);
+    os << "- \"The gap to BF16 shrinks with compute\" (paper: yes), " << r << ": **" << judged(verdict(slope, -1))
+       << "** — least-squares slope of the size's mean gap on log10 compute: " << format_interval(slope, "%+.2f") << " points a decade.\n";
+  }
+  return os.str();
+}
 
+// "## The paper's claims, judged from our fits": each claim from the fits over the measured range, with
+// paired bootstrap intervals; inconclusive with too few seeds or fits that miss the runs.
+std::string fit_claims(const LossFits& fits, const FitQuality& quality) {
+  const auto& f = fits.f;
+  const double cmin = fits.cmin, cmax = fits.cmax, lo_q = fits.lo_q, hi_q = fits.hi_q, coverage = fits.coverage;
+  const bool fit_ok = quality.ok;
+  std::ostringstream os;
   os << "\n## The paper's claims, judged from our fits\n\n";
   std::vector<double> grid;
   for (int i = 0; i <= 20; ++i) grid.push_back(cmin * std::pow(cmax / cmin, i / 20.0));
@@ -311,24 +350,24 @@ std::string report_figure9(const std::string& root, const std::string& fits, con
   size_t seeds = SIZE_MAX;
   for (const char* r : {"bf16", "e2m1_ref", "ufp4"}) {
     std::set<std::pair<double, double>> points_of_size;
-    for (const auto& p : f[r].points) points_of_size.insert({p[1], p[2]});
-    seeds = std::min(seeds, points_of_size.empty() ? size_t(0) : f[r].points.size() / points_of_size.size());
+    for (const auto& p : f.at(r).points) points_of_size.insert({p[1], p[2]});
+    seeds = std::min(seeds, points_of_size.empty() ? size_t(0) : f.at(r).points.size() / points_of_size.size());
   }
   const bool enough_seeds = seeds >= 3;
   if (!enough_seeds)
     os << "Runs per ladder point: " << seeds << " (one seed). A verdict needs at least three seeds a point, so every claim below is "
        << "**inconclusive** whatever its interval says; the intervals bootstrap over sizes only.\n\n";
   if (!fit_ok)
-    os << "The fits miss the runs by up to " << fmt("%.4f", worst_rmse) << " nats (rmse), more than twice the seed-to-seed standard deviation ("
-       << fmt("%.4f", noise) << "): the power law does not describe this ladder, so every claim below is **inconclusive** whatever its "
+    os << "The fits miss the runs by up to " << fmt("%.4f", quality.worst_rmse) << " nats (rmse), more than twice the seed-to-seed standard deviation ("
+       << fmt("%.4f", quality.noise) << "): the power law does not describe this ladder, so every claim below is **inconclusive** whatever its "
        << "interval says, and the extrapolations above are not predictions. The verdicts from the runs above stand on their own.\n\n";
   auto judged = [&](bool holds, bool contradicted) {
     return std::string(!enough_seeds || !fit_ok || (!holds && !contradicted) ? "inconclusive" : holds ? "holds" : "contradicted");
   };
   double worst = -INFINITY, worst_hi = -INFINITY, worst_lo = -INFINITY;
   for (double c : grid) {
-    worst = std::max(worst, f["ufp4"].at(f["ufp4"].p, c) - f["e2m1_ref"].at(f["e2m1_ref"].p, c));
-    const auto diff = paired(c, [](double, double E, double U) { return U - E; });
+    worst = std::max(worst, f.at("ufp4").at(f.at("ufp4").p, c) - f.at("e2m1_ref").at(f.at("e2m1_ref").p, c));
+    const auto diff = paired_bootstrap(f, c, [](double, double E, double U) { return U - E; });
     worst_hi = std::max(worst_hi, quantile(diff, hi_q));
     worst_lo = std::max(worst_lo, quantile(diff, lo_q));
   }
@@ -336,22 +375,29 @@ std::string report_figure9(const std::string& root, const std::string& fits, con
      << "L_ufp4 - L_e2m1 over [" << fmt("%.2e", cmin) << ", " << fmt("%.2e", cmax) << "] FLOPs is " << fmt("%+.4f", worst) << "; its upper "
      << fmt("%.0f", 100 * coverage) << "% bound is " << fmt("%+.4f", worst_hi) << (worst_hi < 0 ? " (below zero)" : " (not below zero)") << ".\n";
   for (const char* r : {"e2m1_ref", "ufp4"}) {
-    auto g = [&](double c) { return gap(f[r].at(f[r].p, c), f["bf16"].at(f["bf16"].p, c)); };
+    auto g = [&](double c) { return gap(f.at(r).at(f.at(r).p, c), f.at("bf16").at(f.at("bf16").p, c)); };
     const std::string rr = r;
     std::vector<double> shrink;
-    const size_t n = std::min(f["bf16"].boot.size(), f[r].boot.size());
+    const size_t n = std::min(f.at("bf16").boot.size(), f.at(r).boot.size());
     for (size_t i = 0; i < n; ++i) {
-      const auto &b = f["bf16"].boot[i], &x = f[r].boot[i];
+      const auto &b = f.at("bf16").boot[i], &x = f.at(r).boot[i];
       if (b.empty() || x.empty()) continue;
-      shrink.push_back(gap(f[r].at(x, cmin), f["bf16"].at(b, cmin)) - gap(f[r].at(x, cmax), f["bf16"].at(b, cmax)));
+      shrink.push_back(gap(f.at(r).at(x, cmin), f.at("bf16").at(b, cmin)) - gap(f.at(r).at(x, cmax), f.at("bf16").at(b, cmax)));
     }
     const double s = g(cmin) - g(cmax);
     os << "- \"The gap to BF16 shrinks with compute\" (paper: yes), " << rr << ": **" << judged(quantile(shrink, lo_q) > 0, quantile(shrink, hi_q) < 0)
        << "** — gap " << fmt("%+.3f%%", g(cmin)) << " at the smallest run, " << fmt("%+.3f%%", g(cmax)) << " at the largest; shrinkage "
-       << fmt("%+.3f", s) << " points " << interval(shrink, "%+.3f") << ".\n";
+       << fmt("%+.3f", s) << " points " << bootstrap_interval(fits, shrink, "%+.3f") << ".\n";
   }
+  return os.str();
+}
 
-  // ---- figure ----
+// Figure 9's Markdown: the runs, the fits and their bootstrap bands over the range out to the farthest
+// point of the gap table; "" when figures is empty.
+std::string figure9_markdown(const LossFits& fits, const std::vector<std::pair<std::string, double>>& at, const std::string& figures) {
+  const auto& f = fits.f;
+  const double cmin = fits.cmin, cmax = fits.cmax, lo_q = fits.lo_q, hi_q = fits.hi_q;
+  std::ostringstream os;
   Figure fig;
   fig.title = "Figure 9: loss vs compute (points: runs; lines: fits; dashed: bootstrap band)";
   fig.xlabel = "training compute (FLOPs)";
@@ -365,16 +411,16 @@ std::string report_figure9(const std::string& root, const std::string& fits, con
     Series pts, line, lo, hi;
     pts.title = std::string(r) + " runs";
     pts.style = "points pt 7";
-    for (const auto& p : f[r].points) pts.x.push_back(p[0]), pts.y.push_back(p[3]);
+    for (const auto& p : f.at(r).points) pts.x.push_back(p[0]), pts.y.push_back(p[3]);
     line.title = std::string(r) + " fit";
     line.style = "lines lw 2";
     lo.title = hi.title = "";
     lo.style = hi.style = "lines dt 2";
     for (double c : cs) {
-      line.x.push_back(c), line.y.push_back(f[r].at(f[r].p, c));
+      line.x.push_back(c), line.y.push_back(f.at(r).at(f.at(r).p, c));
       std::vector<double> v;
-      for (const auto& b : f[r].boot)
-        if (!b.empty()) v.push_back(f[r].at(b, c));
+      for (const auto& b : f.at(r).boot)
+        if (!b.empty()) v.push_back(f.at(r).at(b, c));
       lo.x.push_back(c), lo.y.push_back(quantile(v, lo_q));
       hi.x.push_back(c), hi.y.push_back(quantile(v, hi_q));
     }
@@ -385,9 +431,43 @@ std::string report_figure9(const std::string& root, const std::string& fits, con
     const std::string why = render_svg(fig, figures + "/figure9.svg");
     os << "\n" << (why.empty() ? "![Figure 9](figures/figure9.svg)" : "_(figure skipped: " + why + ")_") << "\n";
   }
+  return os.str();
+}
+
+}  // namespace
+
+std::string report_figure9(const std::string& root, const std::string& fits, const std::string& figures) {
+  toml::table paper = load_paper(root + "/reports/paper/figure9.toml");
+  if (!file_exists(fits)) throw Error("figure9: no fit results at " + fits + " (make reproduce-figure-9 creates them)");
+  verify_h5_content(fits);
+  auto attrs = read_h5_string_attrs(fits);
+  const LossFits fitted = load_fits(fits);
+  std::ostringstream os;
+  os << "# Figure 9: loss vs training compute, MoE ladder\n\nOurs: " << attrs["metric"] << " of each run of the ladder against compute ("
+     << attrs["compute"] << "), fitted per recipe with L(C) = E + A (C / C0)^-alpha (`ufp4 fit`, Levenberg-Marquardt"
+     << (read_h5_double_attr(fits, "huber_delta") > 0 ? ", Huber loss" : "")
+     << (attrs.count("e_constraint") ? ", " + attrs["e_constraint"] : std::string()) << "); intervals: " << fmt("%.0f", 100 * fitted.coverage)
+     << "% bootstrap over sizes, and over seeds within a size where there are several, resamples paired across recipes. Paper: " << paper["source"].value_or<std::string>("") << ".\n\n";
+
+  const bool by_size = !fitted.f.at("bf16").runs.empty() && !fitted.f.at("e2m1_ref").runs.empty() && !fitted.f.at("ufp4").runs.empty();
+  const std::vector<LadderSize> sizes = by_size ? ladder_sizes(fitted.f) : std::vector<LadderSize>{};
+  if (by_size) os << ladder_table(sizes, attrs["metric"], load_paper(root + "/reports/paper/figure8.toml"));
+  else os << runs_table(fitted.f);
+
+  os << fits_table(fitted);
+  const FitQuality quality = fit_quality(fitted, by_size, sizes);
+  const std::vector<std::pair<std::string, double>> at = gap_points(paper, attrs, fitted.cmin, fitted.cmax);
+  os << gap_table(fitted, at, paper, quality.ok);
+
+  // ---- verdicts ----
+  if (by_size) os << run_claims(sizes);
+  os << fit_claims(fitted, quality);
+
+  // ---- figure ----
+  os << figure9_markdown(fitted, at, figures);
   std::vector<std::string> sources = {rel(fits) + " (commit " + attrs["git_commit"] + ", " + attrs["device"] + ")"};
   for (const char* r : {"bf16", "e2m1_ref", "ufp4"}) {
-    std::istringstream in(f[r].sources);
+    std::istringstream in(fitted.f.at(r).sources);
     for (std::string line; std::getline(in, line);) sources.push_back(rel(line));
   }
   os << footer("make reproduce-figure-9", sources);

@@ -44,6 +44,163 @@ bool cell_matches(const std::string& ours, const std::string& paper) {
   return false;
 }
 
+// A bar chart, one bar a series in each category; the series titled and still empty.
+Figure bar_chart(const std::string& title, const std::string& ylabel, const std::vector<std::string>& series_titles) {
+  Figure f;
+  f.kind = Figure::Kind::kBars;
+  f.title = title;
+  f.ylabel = ylabel;
+  for (const auto& t : series_titles) {
+    Series s;
+    s.title = t;
+    f.series.push_back(s);
+  }
+  return f;
+}
+
+// Table 2's runs: the sweep's model and length with the most runs, with the full-UFP4 runs of the same model
+// and length, and the seeds every setting has.
+struct Table2Runs {
+  std::map<std::string, std::map<int64_t, RunSummary>> runs;  // recipe -> seed -> run
+  std::string model;
+  int64_t steps = 0;
+  std::vector<int64_t> seeds;
+  // A recipe's final validation loss (val) or mean training loss of the last K steps, seed for seed; empty if not run.
+  std::vector<double> values(const std::string& recipe, bool val) const {
+    std::vector<double> v;
+    if (runs.count(recipe))
+      for (int64_t s : seeds) v.push_back(val ? runs.at(recipe).at(s).final_eval : runs.at(recipe).at(s).tail_mean);
+    return v;
+  }
+};
+
+Table2Runs load_table2_runs(const std::vector<std::string>& dirs, int64_t k) {
+  std::vector<std::string> files;
+  for (const auto& d : dirs) walk_files(d, ".h5", files);
+  // The table2 sweep's runs, and the full-UFP4 runs of the same model and length (the Figure 8
+  // campaign's ufp4 member): recipe -> seed -> run.
+  std::vector<RunSummary> all;
+  std::map<std::string, int> models;
+  for (const auto& f : files) {
+    all.push_back(summarize(f, k));
+    if (all.back().name.rfind("table2", 0) == 0 && all.back().steps >= 100) ++models[all.back().model + "/" + std::to_string(all.back().steps)];
+  }
+  if (models.empty()) throw Error("table2: no Table 2 runs found (train them with: build/ufp4 run experiments/table2/proxy.toml)");
+  const std::string key = std::max_element(models.begin(), models.end(), [](auto& a, auto& b) { return a.second < b.second; })->first;
+  Table2Runs sweep;
+  for (const auto& r : all) {
+    if (r.model + "/" + std::to_string(r.steps) != key) continue;
+    if (r.name.rfind("table2", 0) != 0 && r.recipe != "ufp4") continue;
+    sweep.runs[r.recipe][r.seed] = r;
+    sweep.model = r.model, sweep.steps = r.steps;
+  }
+  // Seeds every setting has: the pairs.
+  for (const auto& [seed, r] : sweep.runs.begin()->second) {
+    bool everywhere = true;
+    for (const auto& [recipe, ss] : sweep.runs) everywhere = everywhere && ss.count(seed);
+    if (everywhere) sweep.seeds.push_back(seed);
+  }
+  return sweep;
+}
+
+// The recipe a row of the paper's table names.
+std::string row_recipe(const toml::table& paper, const std::string& row) { return paper["rows"][row]["recipe"].value_or<std::string>(""); }
+
+// What each row of the table gives the figure, the verdicts and the footer.
+struct Table2Rows {
+  std::map<std::string, Interval> delta;             // row -> paired difference from the row it is measured against
+  std::map<std::string, double> paper_delta, sd;     // row -> the paper's delta; our seed-to-seed sd of the loss
+  std::vector<std::string> sources;
+};
+
+// The table's rows in the paper's order: ours (loss, delta, final validation loss) beside the paper's.
+std::string table2_rows(const toml::table& paper, const Table2Runs& sweep, Table2Rows& out) {
+  std::ostringstream os;
+  os << "| setting | SR | fwd_y | bwd_dx | bwd_dw | epochs | loss (ours) | delta (ours) | final val loss (ours) | loss (paper) | delta (paper) |\n";
+  os << "|---|---|---|---|---|---|---|---|---|---|---|\n";
+  std::set<std::string> listed;
+  for (auto&& key_node : *paper["order"].as_array()) {
+    const std::string row = key_node.value_or<std::string>("");
+    auto t = paper["rows"][row];
+    const std::string recipe = row_recipe(paper, row), against = t["against"].value_or<std::string>("");
+    auto mark = [](bool b) { return b ? "x" : ""; };
+    auto rht = t["rht"].as_array();
+    const std::string head = "| " + t["setting"].value_or<std::string>("") + " | " + (t["sr"].value_or(false) ? "yes" : "no") + " | " +
+                             mark((*rht)[0].value_or(false)) + " | " + mark((*rht)[1].value_or(false)) + " | " + mark((*rht)[2].value_or(false)) + " | ";
+    if (!sweep.runs.count(recipe) || sweep.seeds.empty()) {
+      os << head << " | not run | | | | |\n";
+      continue;
+    }
+    const Interval loss = mean_interval(sweep.values(recipe, false));
+    out.sd[row] = loss.sd;
+    out.paper_delta[row] = t["delta"].value_or(NAN);
+    const bool base = row == against;
+    if (!base && sweep.runs.count(row_recipe(paper, against))) out.delta[row] = paired_difference(sweep.values(recipe, false), sweep.values(row_recipe(paper, against), false));
+    os << head << fmt("%.2f", sweep.runs.at(recipe).begin()->second.epochs) << " | " << format_interval(loss, "%.4f") << " | "
+       << (base ? "-" : out.delta.count(row) ? format_interval(out.delta[row], "%+.4f") : "?") << " | "
+       << format_interval(mean_interval(sweep.values(recipe, true)), "%.4f") << " | " << fmt("%.5f", t["loss"].value_or(NAN)) << " | "
+       << fmt("%+.5f", out.paper_delta[row]) << " |\n";
+    if (listed.insert(recipe).second)
+      for (int64_t s : sweep.seeds) out.sources.push_back(rel(sweep.runs.at(recipe).at(s).path) + " (commit " + sweep.runs.at(recipe).at(s).commit + ", " + sweep.runs.at(recipe).at(s).device + ")");
+  }
+  return os.str();
+}
+
+// The figure: each row's delta, ours beside the paper's.
+std::string table2_figure(const toml::table& paper, const Table2Rows& rows, const std::string& figures) {
+  Figure f = bar_chart("Table 2: loss delta of each setting (negative = better), mean over seeds", "delta loss", {"ours", "paper"});
+  for (auto&& key_node : *paper["order"].as_array()) {
+    const std::string row = key_node.value_or<std::string>("");
+    if (!rows.delta.count(row)) continue;
+    f.categories.push_back(paper["rows"][row]["setting"].value_or(std::string(row)));
+    f.series[0].y.push_back(rows.delta.at(row).mean);
+    f.series[1].y.push_back(rows.paper_delta.at(row));
+  }
+  return "\n" + figure_markdown(figures, "table2", f);
+}
+
+// "## Verdicts": the paper's claims judged on the paired runs, and the seed-to-seed spread of the loss.
+std::string table2_verdicts(const toml::table& paper, const std::string& root, const Table2Runs& sweep, const Table2Rows& rows) {
+  std::ostringstream os;
+  // Verdicts: each claim a paired comparison of two settings (or several, all of which must hold).
+  os << "\n## Verdicts\n\n";
+  auto compare = [&](const std::string& a, const std::string& b) {  // loss(a) - loss(b), per seed
+    return paired_difference(sweep.values(row_recipe(paper, a), false), sweep.values(row_recipe(paper, b), false));
+  };
+  auto line = [&](const std::string& what, const Interval& d, double paper_effect) {
+    return what + ": " + format_interval(d, "%+.4f") + " nats (" + verdict_name(verdict(d, -1)) + "; detectable at " +
+           std::to_string(d.n) + " seeds: " + fmt("%.4f", minimal_detectable_difference(d.sd, d.n)) + "; paper " + fmt("%+.5f", paper_effect) + ")";
+  };
+  auto claim = [&](const std::string& text, const std::vector<std::pair<std::string, std::string>>& pairs) {
+    std::vector<std::string> parts;
+    int holds = 0, contradicted = 0;
+    for (const auto& [a, b] : pairs) {
+      if (!sweep.runs.count(row_recipe(paper, a)) || !sweep.runs.count(row_recipe(paper, b))) {
+        os << "- \"" << text << "\": needs the rows " << a << " and " << b << ".\n";
+        return;
+      }
+      const Interval d = compare(a, b);
+      const Verdict v = verdict(d, -1);
+      holds += v == Verdict::kHolds;
+      contradicted += v == Verdict::kContradicted;
+      const double pe = paper["rows"][a]["loss"].value_or(NAN) - paper["rows"][b]["loss"].value_or(NAN);
+      parts.push_back(line(paper["rows"][a]["setting"].value_or(a) + " minus " + paper["rows"][b]["setting"].value_or(b), d, pe));
+    }
+    const char* v = contradicted ? "contradicted" : holds == static_cast<int>(pairs.size()) ? "holds" : "inconclusive";
+    os << "- \"" << text << "\" — **" << v << "**.";
+    for (const auto& p : parts) os << "\n  - " << p;
+    os << "\n";
+  };
+  for (const PaperClaim& c : paper_claims(paper, root + "/reports/paper/table2.toml")) claim(c.text, c.pairs);
+  os << "- Seed-to-seed standard deviation of the loss:";
+  for (const auto& [row, v] : rows.sd)
+    if (row != "full_sr") os << " " << row << " " << fmt("%.4f", v) << ";";
+  os << " nats. A claim holds when each of its paired intervals lies below zero, is contradicted when one lies above, and is "
+        "inconclusive otherwise.\n";
+  return os.str();
+}
+
+
 // Paths as the repository names them.
 }  // namespace
 
@@ -88,131 +245,18 @@ std::string report_table1(const std::string& root) {
 
 std::string report_table2(const std::string& root, const std::vector<std::string>& dirs, int64_t k, const std::string& figures) {
   toml::table paper = load_paper(root + "/reports/paper/table2.toml");
-  std::vector<std::string> files;
-  for (const auto& d : dirs) walk_files(d, ".h5", files);
-  // The table2 sweep's runs, and the full-UFP4 runs of the same model and length (the Figure 8
-  // campaign's ufp4 member): recipe -> seed -> run.
-  std::vector<RunSummary> all;
-  std::map<std::string, int> models;
-  for (const auto& f : files) {
-    all.push_back(summarize(f, k));
-    if (all.back().name.rfind("table2", 0) == 0 && all.back().steps >= 100) ++models[all.back().model + "/" + std::to_string(all.back().steps)];
-  }
-  if (models.empty()) throw Error("table2: no Table 2 runs found (train them with: build/ufp4 run experiments/table2/proxy.toml)");
-  const std::string key = std::max_element(models.begin(), models.end(), [](auto& a, auto& b) { return a.second < b.second; })->first;
-  std::map<std::string, std::map<int64_t, RunSummary>> runs;
-  std::string model;
-  int64_t steps = 0;
-  for (const auto& r : all) {
-    if (r.model + "/" + std::to_string(r.steps) != key) continue;
-    if (r.name.rfind("table2", 0) != 0 && r.recipe != "ufp4") continue;
-    runs[r.recipe][r.seed] = r;
-    model = r.model, steps = r.steps;
-  }
-  // Seeds every setting has: the pairs.
-  std::vector<int64_t> seeds;
-  for (const auto& [seed, r] : runs.begin()->second) {
-    bool everywhere = true;
-    for (const auto& [recipe, ss] : runs) everywhere = everywhere && ss.count(seed);
-    if (everywhere) seeds.push_back(seed);
-  }
-  auto values = [&](const std::string& recipe, bool val) {
-    std::vector<double> v;
-    if (runs.count(recipe))
-      for (int64_t s : seeds) v.push_back(val ? runs[recipe][s].final_eval : runs[recipe][s].tail_mean);
-    return v;
-  };
-  auto row_recipe = [&](const std::string& row) { return paper["rows"][row]["recipe"].value_or<std::string>(""); };
+  const Table2Runs sweep = load_table2_runs(dirs, k);
   std::ostringstream os;
-  os << "# Table 2: UFP4 component ablation (RHT scope x SR)\n\nOurs: " << model << ", " << steps << " steps (experiments/archive/1600-steps/table2/proxy.toml; the "
-     << "full-UFP4 row is the ufp4 run of the Figure 8 campaign), " << seeds.size() << " seeds paired across settings (same initial weights and "
+  os << "# Table 2: UFP4 component ablation (RHT scope x SR)\n\nOurs: " << sweep.model << ", " << sweep.steps << " steps (experiments/archive/1600-steps/table2/proxy.toml; the "
+     << "full-UFP4 row is the ufp4 run of the Figure 8 campaign), " << sweep.seeds.size() << " seeds paired across settings (same initial weights and "
      << "batches); loss = mean training loss of the last K = " << k << " steps, mean over seeds with its 95% Student-t interval; delta = the "
      << "paired per-seed difference from the row it is measured against, with its interval. How to read intervals and verdicts: "
      << "`reports/README.md`. Paper: Dense 1.5B, E1M2, >100B tokens, mean LM loss (" << paper["source"].value_or<std::string>("") << ").\n\n";
-  os << "| setting | SR | fwd_y | bwd_dx | bwd_dw | epochs | loss (ours) | delta (ours) | final val loss (ours) | loss (paper) | delta (paper) |\n";
-  os << "|---|---|---|---|---|---|---|---|---|---|---|\n";
-  std::map<std::string, Interval> delta;
-  std::map<std::string, double> paper_delta, sd;
-  std::vector<std::string> sources;
-  std::set<std::string> listed;
-  for (auto&& key_node : *paper["order"].as_array()) {
-    const std::string row = key_node.value_or<std::string>("");
-    auto t = paper["rows"][row];
-    const std::string recipe = row_recipe(row), against = t["against"].value_or<std::string>("");
-    auto mark = [](bool b) { return b ? "x" : ""; };
-    auto rht = t["rht"].as_array();
-    const std::string head = "| " + t["setting"].value_or<std::string>("") + " | " + (t["sr"].value_or(false) ? "yes" : "no") + " | " +
-                             mark((*rht)[0].value_or(false)) + " | " + mark((*rht)[1].value_or(false)) + " | " + mark((*rht)[2].value_or(false)) + " | ";
-    if (!runs.count(recipe) || seeds.empty()) {
-      os << head << " | not run | | | | |\n";
-      continue;
-    }
-    const Interval loss = mean_interval(values(recipe, false));
-    sd[row] = loss.sd;
-    paper_delta[row] = t["delta"].value_or(NAN);
-    const bool base = row == against;
-    if (!base && runs.count(row_recipe(against))) delta[row] = paired_difference(values(recipe, false), values(row_recipe(against), false));
-    os << head << fmt("%.2f", runs[recipe].begin()->second.epochs) << " | " << format_interval(loss, "%.4f") << " | "
-       << (base ? "-" : delta.count(row) ? format_interval(delta[row], "%+.4f") : "?") << " | "
-       << format_interval(mean_interval(values(recipe, true)), "%.4f") << " | " << fmt("%.5f", t["loss"].value_or(NAN)) << " | "
-       << fmt("%+.5f", paper_delta[row]) << " |\n";
-    if (listed.insert(recipe).second)
-      for (int64_t s : seeds) sources.push_back(rel(runs[recipe][s].path) + " (commit " + runs[recipe][s].commit + ", " + runs[recipe][s].device + ")");
-  }
-  {
-    Figure f;
-    f.kind = Figure::Kind::kBars;
-    f.title = "Table 2: loss delta of each setting (negative = better), mean over seeds";
-    f.ylabel = "delta loss";
-    Series o, pp;
-    o.title = "ours";
-    pp.title = "paper";
-    for (auto&& key_node : *paper["order"].as_array()) {
-      const std::string row = key_node.value_or<std::string>("");
-      if (!delta.count(row)) continue;
-      f.categories.push_back(paper["rows"][row]["setting"].value_or(std::string(row)));
-      o.y.push_back(delta[row].mean);
-      pp.y.push_back(paper_delta[row]);
-    }
-    f.series = {o, pp};
-    os << "\n" << figure_markdown(figures, "table2", f);
-  }
-  // Verdicts: each claim a paired comparison of two settings (or several, all of which must hold).
-  os << "\n## Verdicts\n\n";
-  auto compare = [&](const std::string& a, const std::string& b) {  // loss(a) - loss(b), per seed
-    return paired_difference(values(row_recipe(a), false), values(row_recipe(b), false));
-  };
-  auto line = [&](const std::string& what, const Interval& d, double paper_effect) {
-    return what + ": " + format_interval(d, "%+.4f") + " nats (" + verdict_name(verdict(d, -1)) + "; detectable at " +
-           std::to_string(d.n) + " seeds: " + fmt("%.4f", minimal_detectable_difference(d.sd, d.n)) + "; paper " + fmt("%+.5f", paper_effect) + ")";
-  };
-  auto claim = [&](const std::string& text, const std::vector<std::pair<std::string, std::string>>& pairs) {
-    std::vector<std::string> parts;
-    int holds = 0, contradicted = 0;
-    for (const auto& [a, b] : pairs) {
-      if (!runs.count(row_recipe(a)) || !runs.count(row_recipe(b))) {
-        os << "- \"" << text << "\": needs the rows " << a << " and " << b << ".\n";
-        return;
-      }
-      const Interval d = compare(a, b);
-      const Verdict v = verdict(d, -1);
-      holds += v == Verdict::kHolds;
-      contradicted += v == Verdict::kContradicted;
-      const double pe = paper["rows"][a]["loss"].value_or(NAN) - paper["rows"][b]["loss"].value_or(NAN);
-      parts.push_back(line(paper["rows"][a]["setting"].value_or(a) + " minus " + paper["rows"][b]["setting"].value_or(b), d, pe));
-    }
-    const char* v = contradicted ? "contradicted" : holds == static_cast<int>(pairs.size()) ? "holds" : "inconclusive";
-    os << "- \"" << text << "\" — **" << v << "**.";
-    for (const auto& p : parts) os << "\n  - " << p;
-    os << "\n";
-  };
-  for (const PaperClaim& c : paper_claims(paper, root + "/reports/paper/table2.toml")) claim(c.text, c.pairs);
-  os << "- Seed-to-seed standard deviation of the loss:";
-  for (const auto& [row, v] : sd)
-    if (row != "full_sr") os << " " << row << " " << fmt("%.4f", v) << ";";
-  os << " nats. A claim holds when each of its paired intervals lies below zero, is contradicted when one lies above, and is "
-        "inconclusive otherwise.\n";
-  os << footer(regenerate_command("table2", dirs), sources);
+  Table2Rows rows;
+  os << table2_rows(paper, sweep, rows);
+  os << table2_figure(paper, rows, figures);
+  os << table2_verdicts(paper, root, sweep, rows);
+  os << footer(regenerate_command("table2", dirs), rows.sources);
   return os.str();
 }
 
@@ -323,22 +367,17 @@ std::string report_table3(const std::string& root, const std::vector<std::string
   }
   for (int64_t s : seeds) sources.insert(sources.begin(), rel(runs[base_recipe][s].path) + " (commit " + runs[base_recipe][s].commit + ", " + runs[base_recipe][s].device + ")");
   {
-    Figure f;
-    f.kind = Figure::Kind::kBars;
-    f.title = "Table 3: loss delta of each level against the E2M1 reference (negative = better), mean over seeds";
-    f.ylabel = "delta loss";
-    Series d;
-    d.title = "ours";
+    Figure f = bar_chart("Table 3: loss delta of each level against the E2M1 reference (negative = better), mean over seeds", "delta loss",
+                         {"ours"});
     for (auto&& fk : *paper["order"].as_array()) {
       const std::string factor = fk.value_or<std::string>("");
       for (auto&& [rk, lv] : *paper["factors"][factor]["labels"].as_table()) {
         const std::string recipe(rk.str());
         if (recipe == base_recipe || !runs.count(recipe) || seeds.empty()) continue;
         f.categories.push_back(factor + ": " + lv.value_or<std::string>(""));
-        d.y.push_back(paired_difference(loss(recipe), loss(base_recipe)).mean);
+        f.series[0].y.push_back(paired_difference(loss(recipe), loss(base_recipe)).mean);
       }
     }
-    f.series = {d};
     os << figure_markdown(figures, "table3", f);
   }
   os << "## Verdicts\n\n";
@@ -409,19 +448,13 @@ std::string report_figure10(const std::string& root, const std::vector<std::stri
   }
   if (sources.empty()) throw Error("figure10: no e2m1_rr runs found (train them with: make reproduce-figure-10)");
   {
-    Figure f;
-    f.kind = Figure::Kind::kBars;
-    f.title = "Figure 10: BF16-relative gap of the E2M1 reference and range-restricted E2M1 (mean over seeds)";
-    f.ylabel = "gap (%)";
-    Series a, b;
-    a.title = "e2m1_ref";
-    b.title = "e2m1_rr (max_fpx 2, full RHT)";
+    Figure f = bar_chart("Figure 10: BF16-relative gap of the E2M1 reference and range-restricted E2M1 (mean over seeds)", "gap (%)",
+                         {"e2m1_ref", "e2m1_rr (max_fpx 2, full RHT)"});
     for (const auto& [key, g] : bars) {
       f.categories.push_back(key);
-      a.y.push_back(g.first);
-      b.y.push_back(g.second);
+      f.series[0].y.push_back(g.first);
+      f.series[1].y.push_back(g.second);
     }
-    f.series = {a, b};
     os << "\n" << figure_markdown(figures, "figure10", f);
   }
   os << "\n## Verdicts\n\n";

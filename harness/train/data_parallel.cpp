@@ -260,11 +260,4 @@ std::string DataParallel::describe() const {
   return line;
 }
 
-double data_parallel_memory_gb(const ModelConfig& c, int64_t micro_batch, int gpus, bool sharded) {
-  const MemoryEstimate m = estimate_memory(c, micro_batch);
-  if (gpus <= 1 || !sharded) return m.total_gb();
-  const double shard_gb = static_cast<double>(count_params(c).total) * 4.0 / gpus / 1e9;
-  return m.weights_gb + m.grads_gb + m.optimizer_gb / gpus + shard_gb + m.activations_gb;
-}
-
 }  // namespace ufp4

@@ -106,10 +106,4 @@ class DataParallel {
   std::vector<Pending> pending_;
 };
 
-// The plan's memory a GPU for `gpus` data-parallel ranks of micro-batch `micro_batch` (estimate_memory's
-// terms, laid out as DataParallel holds them): FP32 weights, their BF16 copy, FP32 gradients and
-// activations whole on every rank; the AdamW moments whole (replicated) or split `gpus` ways with the
-// reduce-scattered gradient shard beside them (sharded, ZeRO-1). One GPU: estimate_memory's total.
-double data_parallel_memory_gb(const ModelConfig& c, int64_t micro_batch, int gpus, bool sharded);
-
 }  // namespace ufp4

@@ -2,12 +2,15 @@
 
 #include <cstdio>
 #include <iostream>
+#include <sstream>
 
 #include "common/error.h"
 #include "common/fs.h"
 #include "common/log.h"
+#include "harness/data/data.h"
 #include "harness/io/run_results.h"
-#include "harness/train/packing.h"
+#include "harness/plan/run_files.h"
+#include "harness/plan/packing.h"
 
 namespace ufp4 {
 
@@ -15,12 +18,11 @@ namespace {
 
 void train_here(const std::vector<RunPlan>& plans, const RunOptions& opt, RunQueueOutcome& q) {
   for (const auto& plan : plans) {
-    const RunManifest& m = plan.manifest;
     try {
       const RunResult r = run_training(plan, opt);
       if (r.status == RunStatus::kStopped) ++q.stopped;
       if (!r.results_path.empty()) q.finished.push_back(r.results_path);
-      if (r.status == RunStatus::kDiverged) q.failed.push_back(m.name + " (diverged)");
+      if (r.status == RunStatus::kDiverged) q.failed.push_back(plan.name + " (diverged)");
       if (r.signalled) break;  // a signal stops the queue, not only this run
     } catch (const Error&) {
       throw;  // bad input: the user must fix it
@@ -28,15 +30,15 @@ void train_here(const std::vector<RunPlan>& plans, const RunOptions& opt, RunQue
       if (opt.groups) throw;  // the ranks cannot go on to the next run apart
       std::string msg = e.what();
       if (auto nl = msg.find('\n'); nl != std::string::npos) msg = msg.substr(0, nl);
-      log_warn("run " + m.name + " failed: " + msg);
-      q.failed.push_back(m.name + " (" + msg + ")");
+      log_warn("run " + plan.name + " failed: " + msg);
+      q.failed.push_back(plan.name + " (" + msg + ")");
     }
   }
 }
 
 }  // namespace
 
-int resolve_per_gpu(const std::string& option, const std::vector<RunManifest>& runs) {
+int resolve_per_gpu(const std::string& option, const std::vector<RunPlan>& runs) {
   if (option != "auto") {
     int k = 0;
     try {
@@ -49,11 +51,32 @@ int resolve_per_gpu(const std::string& option, const std::vector<RunManifest>& r
     return k;
   }
   std::vector<std::string> models;
-  for (const auto& m : runs) models.push_back(m.model);
+  for (const auto& p : runs) models.push_back(p.model.name);
   std::string why;
   const int k = choose_per_gpu(models, repository_root() + "/results/bench/packing.csv", why);
   log_info("run: --per-gpu auto: " + why);
   return k;
+}
+
+void prepare_plans(std::vector<RunPlan>& plans, const std::shared_ptr<ProcessGroups>& groups) {
+  if (!groups || groups->world->rank() == 0)
+    for (const auto& p : plans) ensure_data(p.data_source);
+  if (groups) groups->world->barrier();
+  std::string ids;
+  for (auto& p : plans) {
+    settle_data(p);
+    check_trainable(p);
+    ids += p.name + " " + p.run_id + "\n";
+  }
+  if (!groups) return;
+  const std::string lead = groups->world->broadcast_bytes(ids, 0);
+  if (lead == ids) return;
+  std::istringstream a(lead), b(ids);
+  std::string theirs, mine;
+  while (std::getline(a, theirs) && std::getline(b, mine) && theirs == mine) {
+  }
+  throw Error("run: rank " + std::to_string(groups->world->rank()) + " planned other runs than rank 0 (rank 0: '" + theirs + "', here: '" + mine +
+              "'): every rank must see the same manifests, recipes and data");
 }
 
 RunQueueOutcome train_queue(const std::vector<RunPlan>& plans, const std::function<std::string(size_t)>& child_command, const RunQueueOptions& o) {
@@ -64,18 +87,18 @@ RunQueueOutcome train_queue(const std::vector<RunPlan>& plans, const std::functi
   }
   std::vector<ScheduledJob> jobs;
   for (size_t i = 0; i < plans.size(); ++i) {
-    const RunManifest& m = plans[i].manifest;
-    make_dirs(m.out_dir + "/logs");
-    jobs.push_back({m.name, child_command(i), m.out_dir + "/logs/" + m.name + ".log"});
+    const RunPlan& p = plans[i];
+    make_dirs(p.out_dir + "/logs");
+    jobs.push_back({p.name, child_command(i), p.out_dir + "/logs/" + p.name + ".log"});
   }
   ScheduleOptions s = o.schedule;
   s.gpus = o.gpus;
   const std::vector<JobResult> res = run_scheduled_jobs(jobs, s);
   for (size_t i = 0; i < plans.size(); ++i) {
-    const std::string found = find_results(plans[i].manifest, plans[i].run_id);
+    const std::string found = find_results(plans[i]);
     if (res[i].status == JobStatus::kDone && !found.empty()) q.finished.push_back(found);
     else if (res[i].status == JobStatus::kStopped || res[i].status == JobStatus::kNotStarted) ++q.stopped;
-    else q.failed.push_back(plans[i].manifest.name + " (" + (res[i].detail.empty() ? "no results" : res[i].detail) + ")");
+    else q.failed.push_back(plans[i].name + " (" + (res[i].detail.empty() ? "no results" : res[i].detail) + ")");
   }
   return q;
 }

@@ -25,9 +25,15 @@ struct RunQueueOutcome {
 };
 
 // `--per-gpu`: a number, or "auto" (the fastest measured for the runs' model in
-// results/bench/packing.csv of the checkout, harness/train/packing.h; 1 when not measured), logged.
+// results/bench/packing.csv of the checkout, harness/plan/packing.h; 1 when not measured), logged.
 // Throws Error for anything else.
-int resolve_per_gpu(const std::string& option, const std::vector<RunManifest>& runs);
+int resolve_per_gpu(const std::string& option, const std::vector<RunPlan>& runs);
+
+// The plans' data ready to train: rank 0 (or this process alone) prepares each data folder that needs
+// it while the other ranks wait, then every rank names the data by content (settle_data), checks each
+// plan can train, and, in a data-parallel run, checks its run ids against rank 0's: ranks that planned
+// different runs (another manifest, recipe or corpus on one node) stop before they train.
+void prepare_plans(std::vector<RunPlan>& plans, const std::shared_ptr<ProcessGroups>& groups);
 
 // `child_command(i)`: the shell command that trains plans[i] alone (gpus > 0).
 RunQueueOutcome train_queue(const std::vector<RunPlan>& plans, const std::function<std::string(size_t)>& child_command, const RunQueueOptions& o);

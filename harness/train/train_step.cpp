@@ -5,7 +5,7 @@
 
 namespace ufp4 {
 
-std::unique_ptr<torch::optim::AdamW> make_optimizer(Transformer& model, const RunManifest& m) {
+std::unique_ptr<torch::optim::AdamW> make_optimizer(Transformer& model, const OptimizerSection& m) {
   std::vector<torch::Tensor> decay, no_decay;
   for (const auto& p : model->named_parameters()) (p.value().dim() >= 2 ? decay : no_decay).push_back(p.value());
   std::vector<torch::optim::OptimizerParamGroup> groups;

@@ -7,13 +7,13 @@
 #include <functional>
 #include <memory>
 
-#include "harness/train/run_manifest.h"
+#include "harness/plan/run_plan.h"
 #include "models/transformer.h"
 
 namespace ufp4 {
 
 // AdamW over the model: weight decay on matrices (dim >= 2) only.
-std::unique_ptr<torch::optim::AdamW> make_optimizer(Transformer& model, const RunManifest& m);
+std::unique_ptr<torch::optim::AdamW> make_optimizer(Transformer& model, const OptimizerSection& o);
 
 struct StepStats {
   double loss = 0;       // mean LM loss over the micro-batches

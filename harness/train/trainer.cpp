@@ -25,14 +25,10 @@
 #include "harness/io/run_results.h"
 #include "harness/train/capture_file.h"
 #include "harness/train/determinism.h"
-#include "harness/train/run_files.h"
+#include "harness/plan/run_files.h"
+#include "harness/train/train_device.h"
 #include "harness/train/token_stream.h"
 #include "models/transformer.h"
-#ifdef UFP4_WITH_CUDA
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDACachingAllocator.h>
-#include <c10/cuda/CUDAFunctions.h>
-#endif
 
 namespace ufp4 {
 
@@ -43,62 +39,7 @@ void on_signal(int s) { g_signal = s; }
 
 }  // namespace
 
-double peak_flops(const torch::Device& d) {
-#ifdef UFP4_WITH_CUDA
-  if (d.is_cuda()) return peak_flops(at::cuda::getDeviceProperties(d.index() < 0 ? 0 : d.index())->name);
-#endif
-  return 0.0;
-}
-
-double peak_memory_gb(const torch::Device& d) {
-#ifdef UFP4_WITH_CUDA
-  if (d.is_cuda()) {
-    auto st = c10::cuda::CUDACachingAllocator::getDeviceStats(d.index() < 0 ? c10::cuda::current_device() : d.index());
-    return static_cast<double>(st.allocated_bytes[0].peak) / 1e9;
-  }
-#endif
-  return 0.0;
-}
-
-void use_local_gpu(int local_rank) {
-#ifdef UFP4_WITH_CUDA
-  if (torch::cuda::is_available()) c10::cuda::set_device(static_cast<c10::DeviceIndex>(local_rank % static_cast<int>(torch::cuda::device_count())));
-#else
-  (void)local_rank;
-#endif
-}
-
-void check_data_parallel_batch(const RunManifest& m, int world) {
-  if (m.batch % (world * m.micro_batch) == 0) return;
-  const std::string at = m.where.count("train.batch") ? m.where.at("train.batch") : m.path;
-  throw Error(at + ": train.batch: " + std::to_string(m.batch) + " sequences do not split over " + std::to_string(world) + " ranks in micro-batches of " +
-              std::to_string(m.micro_batch) + " (allowed: a multiple of " + std::to_string(world * m.micro_batch) + ")");
-}
-
-void ensure_data(const RunManifest& m) {
-  if (data_ready(m.data_path) || m.data_prepare.empty()) return;
-  DataPrepareOptions d;
-  d.out_dir = m.data_path;
-  d.ci_corpus = m.data_prepare == "ci";
-  d.tokenizer = m.tokenizer;
-  d.vocab_size = static_cast<int>(m.vocab_size);
-  make_dirs(m.data_path);
-  run_data_tool(d);
-}
-
 namespace {
-
-torch::Device choose_device(const RunManifest& m, const RunOptions& opt, std::string& device_name) {
-  const std::string dev = opt.device.empty() ? m.device : opt.device;
-  const bool cuda = torch::cuda::is_available();
-  if (dev == "cuda" && !cuda) throw Error(m.path + ": train.device: cuda requested but no CUDA device is available (allowed: auto, cpu, cuda)");
-  const torch::Device device = (dev == "cpu" || !cuda) ? torch::Device(torch::kCPU) : torch::Device(torch::kCUDA);
-  device_name = "cpu";
-#ifdef UFP4_WITH_CUDA
-  if (device.is_cuda()) device_name = at::cuda::getCurrentDeviceProperties()->name;
-#endif
-  return device;
-}
 
 // SIGINT/SIGTERM stop the loop at the next step boundary (with a checkpoint) while a run is in it.
 struct SignalScope {
@@ -142,39 +83,39 @@ void record_step(RunCurves& c, double elapsed_before, const QuantContext& ctx, i
 
 Trainer::Trainer(const RunPlan& plan, const torch::Device& device, std::string device_name, std::shared_ptr<ProcessGroups> groups,
                  const DataParallelOptions& dp)
-    : plan_(plan), m_(plan.manifest), device_(device), device_name_(std::move(device_name)), utc_start_(utc_now()), model_(nullptr),
-      groups_(std::move(groups)), train_(plan.data.train_shards, plan.model.seq_len, static_cast<uint64_t>(plan.manifest.seed)),
+    : plan_(plan), t_(plan.train), device_(device), device_name_(std::move(device_name)), utc_start_(utc_now()), model_(nullptr),
+      groups_(std::move(groups)), train_(plan.data.train_shards, plan.model.seq_len, static_cast<uint64_t>(plan.train.seed)),
       val_(plan.data.val_shards, plan.model.seq_len, 0, /*shuffle=*/false), best_(std::numeric_limits<double>::infinity()), smooth_(NAN) {
   train_.check_vocab(plan.model.vocab, plan.model.name);
   val_.check_vocab(plan.model.vocab, plan.model.name);
   // Determinism and the seed come first: they fix the initial weights drawn below.
-  set_deterministic(m_.deterministic);
-  torch::manual_seed(static_cast<uint64_t>(m_.seed));
+  set_deterministic(t_.deterministic);
+  torch::manual_seed(static_cast<uint64_t>(t_.seed));
   ctx_ = std::make_shared<QuantContext>();
   ctx_->recipe = plan.recipe;
-  ctx_->run_seed = static_cast<uint64_t>(m_.seed);
-  ctx_->recipe_rht_signs = m_.rht_signs == "recipe";
+  ctx_->run_seed = static_cast<uint64_t>(t_.seed);
+  ctx_->recipe_rht_signs = t_.recipe_rht_signs;
   if (groups_) {
     rank_ = groups_->data->rank();
     world_ = groups_->data->size();
   }
   // Operands are captured by one rank (rank 0's micro-batches) in a data-parallel run.
-  if (!m_.capture_steps.empty() && rank_ == 0)
-    ctx_->capture = std::make_shared<OperandCapture>(std::set<int64_t>(m_.capture_steps.begin(), m_.capture_steps.end()), m_.capture_layers,
-                                                     m_.capture_tokens);
+  if (!plan_.capture.steps.empty() && rank_ == 0)
+    ctx_->capture = std::make_shared<OperandCapture>(std::set<int64_t>(plan_.capture.steps.begin(), plan_.capture.steps.end()), plan_.capture.layers,
+                                                     plan_.capture.tokens);
   model_ = Transformer(plan.model, ctx_);
   model_->to(device_);
   model_->set_compute_dtype(device_.is_cuda() ? torch::kBFloat16 : torch::kFloat32);
-  optimizer_ = make_optimizer(model_, m_);
+  optimizer_ = make_optimizer(model_, plan.optimizer);
   if (groups_) {
-    check_data_parallel_batch(m_, world_);
+    check_data_parallel_batch(plan_, world_);
     dp_ = std::make_unique<DataParallel>(model_, *optimizer_, groups_->data, dp);
-    log_info("run " + m_.name + ": " + dp_->describe());
+    log_info("run " + plan_.name + ": " + dp_->describe());
   }
   if (device_.is_cuda()) {
-    graph_off_ = m_.cuda_graph ? StepGraph::obstacle(model_, device_, dp_ != nullptr) : "train.cuda_graph = false";
-    if (graph_off_.empty()) graph_ = std::make_unique<StepGraph>(model_, *optimizer_, m_.batch / m_.micro_batch, plan.model.seq_len, m_.grad_clip);
-    else if (rank_ == 0) log_info("run " + m_.name + ": steps uncaptured (no CUDA graph: " + graph_off_ + ")");
+    graph_off_ = t_.cuda_graph ? StepGraph::obstacle(model_, device_, dp_ != nullptr) : "train.cuda_graph = false";
+    if (graph_off_.empty()) graph_ = std::make_unique<StepGraph>(model_, *optimizer_, t_.micro_batches(), plan.model.seq_len, plan_.optimizer.grad_clip);
+    else if (rank_ == 0) log_info("run " + plan_.name + ": steps uncaptured (no CUDA graph: " + graph_off_ + ")");
   }
 }
 
@@ -231,10 +172,10 @@ void Trainer::save(const std::string& checkpoint) {
 StepStats Trainer::data_parallel_step() {
   // This rank's part of the global batch: the windows a single process would read at positions
   // [rank * local, (rank + 1) * local) of this step.
-  const int64_t local = m_.batch / world_;
+  const int64_t local = t_.batch / world_;
   train_.skip(rank_ * local);
-  const DataParallel::Result r = dp_->step([&] { return train_.next(m_.micro_batch).to(device_); }, local / m_.micro_batch,
-                                           m_.batch / m_.micro_batch, plan_.model.seq_len, m_.grad_clip, g_signal != 0);
+  const DataParallel::Result r = dp_->step([&] { return train_.next(t_.micro_batch).to(device_); }, local / t_.micro_batch,
+                                           t_.micro_batches(), plan_.model.seq_len, plan_.optimizer.grad_clip, g_signal != 0);
   train_.skip((world_ - 1 - rank_) * local);
   stop_agreed_ = r.stop;
   if (ctx_->telemetry) share_telemetry();
@@ -265,15 +206,15 @@ double Trainer::evaluate(bool whole_split) {
   const int64_t seq = plan_.model.seq_len;
   if (!whole_split) {
     double sum = 0;
-    for (int64_t b = 0; b < m_.eval_batches; ++b) {
-      torch::Tensor batch = val_.next(m_.micro_batch).to(device_);
+    for (int64_t b = 0; b < plan_.eval.batches; ++b) {
+      torch::Tensor batch = val_.next(t_.micro_batch).to(device_);
       sum += model_->loss(batch.slice(1, 0, seq), batch.slice(1, 1, seq + 1)).lm_loss.item<double>();
     }
-    return sum / m_.eval_batches;
+    return sum / plan_.eval.batches;
   }
   double sum = 0;
   for (int64_t done = 0; done < val_.windows();) {
-    const int64_t n = std::min(m_.micro_batch, val_.windows() - done);
+    const int64_t n = std::min(t_.micro_batch, val_.windows() - done);
     torch::Tensor batch = val_.next(n).to(device_);
     sum += model_->loss(batch.slice(1, 0, seq), batch.slice(1, 1, seq + 1)).lm_loss.item<double>() * static_cast<double>(n);
     done += n;
@@ -282,18 +223,18 @@ double Trainer::evaluate(bool whole_split) {
 }
 
 bool Trainer::step_once(int64_t step) {
-  const double lr = m_.lr_at(step);
+  const double lr = plan_.optimizer.lr_at(step);
   for (auto& g : optimizer_->param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
   ctx_->step = step;
-  ctx_->telemetry = m_.telemetry_every > 0 && step % m_.telemetry_every == 0;
+  ctx_->telemetry = plan_.capture.telemetry_every > 0 && step % plan_.capture.telemetry_every == 0;
   // This step's values only: an operand that saw no tokens (an idle expert) reads NaN, not the value
   // of an earlier step, which a resumed process would not have.
   if (ctx_->telemetry) ctx_->alpha.clear();
-  const auto next_batch = [&] { return train_.next(m_.micro_batch).to(device_); };
+  const auto next_batch = [&] { return train_.next(t_.micro_batch).to(device_); };
   const StepStats st = dp_      ? data_parallel_step()
                        : graph_ ? graph_->step(next_batch)
-                                : train_step(model_, *optimizer_, next_batch, m_.batch / m_.micro_batch, plan_.model.seq_len, m_.grad_clip);
-  if (ctx_->capture) write_capture(plan_.capture_dir, step, ctx_->capture->take());
+                                : train_step(model_, *optimizer_, next_batch, t_.micro_batches(), plan_.model.seq_len, plan_.optimizer.grad_clip);
+  if (ctx_->capture) write_capture(plan_.capture.dir, step, ctx_->capture->take());
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
   const int64_t tokens = (step + 1) * plan_.tokens_per_step;
   record_step(state_.curves, state_.elapsed_before, *ctx_, step, tokens, lr, st, elapsed);
@@ -307,32 +248,32 @@ bool Trainer::step_once(int64_t step) {
   if (rank_ == 0) progress_->update(step + 1, tokens, st.loss, extra);
   // Divergence: a non-finite loss, or one far above the best smoothed loss once past warmup.
   smooth_ = std::isnan(smooth_) ? st.loss : 0.9 * smooth_ + 0.1 * st.loss;
-  if (step >= m_.warmup) best_ = std::min(best_, smooth_);
-  if (std::isfinite(st.loss) && std::isfinite(st.grad_norm) && !(step >= m_.warmup && st.loss > m_.divergence_factor * best_)) return true;
+  if (step >= plan_.optimizer.warmup) best_ = std::min(best_, smooth_);
+  if (std::isfinite(st.loss) && std::isfinite(st.grad_norm) && !(step >= plan_.optimizer.warmup && st.loss > t_.divergence_factor * best_)) return true;
   diverged_ = true;
   diverged_step_ = step;
-  if (rank_ == 0) log_warn("run " + m_.name + ": diverged at step " + std::to_string(step) + " (loss " + std::to_string(st.loss) + ")");
+  if (rank_ == 0) log_warn("run " + plan_.name + ": diverged at step " + std::to_string(step) + " (loss " + std::to_string(st.loss) + ")");
   return false;
 }
 
 Trainer::Outcome Trainer::train(int64_t stop_after) {
   SignalScope signals;
-  Progress progress("run " + m_.name, m_.steps, 4.0);  // lines at most ~4 s apart: under 5 s with an evaluation between
+  Progress progress("run " + plan_.name, t_.steps, 4.0);  // lines at most ~4 s apart: under 5 s with an evaluation between
   progress.resume_from(start_, start_ * plan_.tokens_per_step);
   progress_ = &progress;
   t0_ = std::chrono::steady_clock::now();
-  for (int64_t step = start_; step < m_.steps; ++step) {
+  for (int64_t step = start_; step < t_.steps; ++step) {
     const bool ok = step_once(step);
     state_.step = step + 1;
     if (!ok) return Outcome::kDiverged;
-    if (m_.eval_every > 0 && ((step + 1) % m_.eval_every == 0 || step + 1 == m_.steps)) {
+    if (plan_.eval.every > 0 && ((step + 1) % plan_.eval.every == 0 || step + 1 == t_.steps)) {
       state_.curves.eval_step.push_back(static_cast<double>(step));
-      state_.curves.eval_loss.push_back(evaluate(step + 1 == m_.steps && m_.eval_final == "split"));
-      if (rank_ == 0) log_info("run " + m_.name + ": step " + std::to_string(step + 1) + " validation loss " + std::to_string(state_.curves.eval_loss.back()));
+      state_.curves.eval_loss.push_back(evaluate(step + 1 == t_.steps && plan_.eval.whole_split_at_end));
+      if (rank_ == 0) log_info("run " + plan_.name + ": step " + std::to_string(step + 1) + " validation loss " + std::to_string(state_.curves.eval_loss.back()));
     }
     // Data-parallel ranks stop on the step they agreed on (a signal may reach them at different steps).
-    const bool stop = (dp_ ? stop_agreed_ : g_signal != 0) || (stop_after >= 0 && step + 1 >= stop_after && step + 1 < m_.steps);
-    if ((m_.checkpoint_every > 0 && (step + 1) % m_.checkpoint_every == 0 && step + 1 < m_.steps) || stop) save(plan_.checkpoint_path);
+    const bool stop = (dp_ ? stop_agreed_ : g_signal != 0) || (stop_after >= 0 && step + 1 >= stop_after && step + 1 < t_.steps);
+    if ((plan_.checkpoint.every > 0 && (step + 1) % plan_.checkpoint.every == 0 && step + 1 < t_.steps) || stop) save(plan_.checkpoint.path);
     if (stop) return Outcome::kStopped;
   }
   return Outcome::kFinished;
@@ -341,12 +282,12 @@ Trainer::Outcome Trainer::train(int64_t stop_after) {
 RunResults Trainer::results() {
   RunResults r;
   const RunPlan& p = plan_;
-  r.run_name = m_.name;
+  r.run_name = plan_.name;
   r.run_id = p.run_id;
   r.run_identity = p.identity.text;
-  r.manifest = m_.resolved();
+  r.manifest = plan_.resolved_manifest;
   r.manifest_sha256 = sha256_hex(r.manifest);
-  r.manifest_path = m_.path;
+  r.manifest_path = plan_.manifest_path;
   r.model = p.model.name;
   r.model_sha256 = p.identity.model_sha256;
   r.recipe = p.recipe.name;
@@ -355,8 +296,8 @@ RunResults Trainer::results() {
   r.data_path = p.data.dir;
   r.data_manifest_sha256 = p.data.manifest_sha256;
   r.data_train_tokens = train_.tokens();
-  r.seed = m_.seed;
-  r.deterministic = m_.deterministic;
+  r.seed = t_.seed;
+  r.deterministic = t_.deterministic;
   r.world_size = world_;
   r.backend = groups_ ? groups_->backend() : "none";
   r.optimizer_sharding = dp_ ? (dp_->sharded() ? "zero1" : "replicated") : "none";
@@ -372,11 +313,6 @@ RunResults Trainer::results() {
   r.peak_memory_gb = peak_memory_gb(device_);
   r.curves = state_.curves;
   return r;
-}
-
-RunResult run_training(const RunManifest& m, const RunOptions& opt) {
-  ensure_data(m);
-  return run_training(plan_run(m), opt);
 }
 
 namespace {
@@ -414,15 +350,14 @@ void check_data_once(const std::string& dir) {
 // The same run (the same run id) already made in another folder: its results copied into this run's
 // place, checked again there, instead of training it twice. "" when there is none.
 std::string reuse_identical_run(const RunPlan& plan, const RunOptions& opt) {
-  const RunManifest& m = plan.manifest;
-  if (find_identical_run(plan.run_id, m.out_dir, "").empty()) return "";  // none at all: no device to ask for
+  if (find_identical_run(plan.run_id, plan.out_dir, "").empty()) return "";  // none at all: no device to ask for
   std::string device_name;
-  (void)choose_device(m, opt, device_name);  // made on this device: GPU models differ in bits
-  const std::string found = find_identical_run(plan.run_id, m.out_dir, device_name);
+  (void)choose_device(plan.train.device, opt.device, plan.manifest_path, device_name);  // made on this device: GPU models differ in bits
+  const std::string found = find_identical_run(plan.run_id, plan.out_dir, device_name);
   if (found.empty()) return "";
   write_text_atomically(plan.results_path, read_text_file(found));
-  if (read_run_results(plan.results_path, /*with_curves=*/false).run_id != plan.run_id) throw RuntimeError("run " + m.name + ": the copy of " + found + " does not check");
-  log_info("run " + m.name + ": the identical run (run id " + plan.run_id + ") is in " + found + ": copied to " + plan.results_path +
+  if (read_run_results(plan.results_path, /*with_curves=*/false).run_id != plan.run_id) throw RuntimeError("run " + plan.name + ": the copy of " + found + " does not check");
+  log_info("run " + plan.name + ": the identical run (run id " + plan.run_id + ") is in " + found + ": copied to " + plan.results_path +
            " instead of training it again (--force trains it)");
   return plan.results_path;
 }
@@ -430,23 +365,22 @@ std::string reuse_identical_run(const RunPlan& plan, const RunOptions& opt) {
 }  // namespace
 
 RunResult run_training(const RunPlan& plan, const RunOptions& opt) {
-  const RunManifest& m = plan.manifest;
   const std::shared_ptr<Communicator> comm = opt.groups ? opt.groups->data : nullptr;
   const bool lead = !comm || comm->rank() == 0;
   // Rank 0 holds the run's lock, looks at the files and decides; every rank follows its decision.
   std::unique_ptr<FileLock> lock;
   std::string decision, existing;
   if (lead) {
-    make_dirs(m.out_dir);
-    lock = take_run_lock(lock_path(m, plan.run_id), m.name);
-    if (const int n = remove_stale_temporaries(m.out_dir)) log_info("run " + m.name + ": removed " + std::to_string(n) + " temporary file(s) left by a killed process");
+    make_dirs(plan.out_dir);
+    lock = take_run_lock(plan.lock_path, plan.name);
+    if (const int n = remove_stale_temporaries(plan.out_dir)) log_info("run " + plan.name + ": removed " + std::to_string(n) + " temporary file(s) left by a killed process");
     std::vector<std::string> rejected;
-    existing = find_results(m, plan.run_id, &rejected);
-    for (const auto& why : rejected) log_warn("run " + m.name + ": ignored " + why);
-    if (existing.empty() && file_exists(plan.results_path)) set_aside(plan.results_path, m.name);
+    existing = find_results(plan, &rejected);
+    for (const auto& why : rejected) log_warn("run " + plan.name + ": ignored " + why);
+    if (existing.empty() && file_exists(plan.results_path)) set_aside(plan.results_path, plan.name);
     // Never for a run asked to train (--force) or to stop part way (--stop-after), nor over a checkpoint.
-    if (existing.empty() && !opt.force && opt.stop_after < 0 && !file_exists(plan.checkpoint_path)) existing = reuse_identical_run(plan, opt);
-    decision = !existing.empty() && !opt.force ? "skip" : file_exists(plan.checkpoint_path) ? "resume" : "start";
+    if (existing.empty() && !opt.force && opt.stop_after < 0 && !file_exists(plan.checkpoint.path)) existing = reuse_identical_run(plan, opt);
+    decision = !existing.empty() && !opt.force ? "skip" : file_exists(plan.checkpoint.path) ? "resume" : "start";
     if (decision != "skip") check_data_once(plan.data.dir);
   }
   if (comm) {
@@ -455,32 +389,32 @@ RunResult run_training(const RunPlan& plan, const RunOptions& opt) {
     existing = both.substr(both.find('\n') + 1);
   }
   if (decision == "skip") {
-    log_info("run " + m.name + ": results exist (" + existing + "), skipped");
+    log_info("run " + plan.name + ": results exist (" + existing + "), skipped");
     return {RunStatus::kSkipped, existing, 0};
   }
   std::string device_name;
-  const torch::Device device = choose_device(m, opt, device_name);
+  const torch::Device device = choose_device(plan.train.device, opt.device, plan.manifest_path, device_name);
   Trainer trainer(plan, device, device_name, opt.groups, opt.data_parallel);
   if (decision == "resume") {
-    trainer.resume(plan.checkpoint_path);
-    log_info("run " + m.name + ": resumed from " + plan.checkpoint_path + " at step " + std::to_string(trainer.steps_done()));
+    trainer.resume(plan.checkpoint.path);
+    log_info("run " + plan.name + ": resumed from " + plan.checkpoint.path + " at step " + std::to_string(trainer.steps_done()));
   }
   char intro[256];
-  std::snprintf(intro, sizeof intro, "run %s: %lld steps x %lld tokens = %.3g tokens, %.3g epochs of %lld training tokens; %s, %s", m.name.c_str(),
-                static_cast<long long>(m.steps), static_cast<long long>(plan.tokens_per_step), static_cast<double>(m.steps * plan.tokens_per_step),
-                plan.epochs, static_cast<long long>(plan.data_train_tokens), device_name.c_str(), m.deterministic ? "deterministic" : "not deterministic");
+  std::snprintf(intro, sizeof intro, "run %s: %lld steps x %lld tokens = %.3g tokens, %.3g epochs of %lld training tokens; %s, %s", plan.name.c_str(),
+                static_cast<long long>(plan.train.steps), static_cast<long long>(plan.tokens_per_step), static_cast<double>(plan.train.steps * plan.tokens_per_step),
+                plan.epochs, static_cast<long long>(plan.data_train_tokens), device_name.c_str(), plan.train.deterministic ? "deterministic" : "not deterministic");
   log_info(intro);
   const Trainer::Outcome outcome = trainer.train(opt.stop_after);
   if (outcome == Trainer::Outcome::kStopped) {
-    log_info("run " + m.name + ": stopped after step " + std::to_string(trainer.steps_done()) + "; checkpoint " + plan.checkpoint_path +
+    log_info("run " + plan.name + ": stopped after step " + std::to_string(trainer.steps_done()) + "; checkpoint " + plan.checkpoint.path +
              " (ufp4 run resumes it)");
     return {RunStatus::kStopped, "", trainer.steps_done(), g_signal != 0};
   }
   if (lead) write_run_results(plan.results_path, trainer.results());
   if (comm) comm->barrier();
-  trainer.remove_checkpoint(plan.checkpoint_path);  // only once the results are in place
+  trainer.remove_checkpoint(plan.checkpoint.path);  // only once the results are in place
   const bool diverged = outcome == Trainer::Outcome::kDiverged;
-  log_info("run " + m.name + ": " + (diverged ? "diverged" : "done") + " -> " + plan.results_path);
+  log_info("run " + plan.name + ": " + (diverged ? "diverged" : "done") + " -> " + plan.results_path);
   return {diverged ? RunStatus::kDiverged : RunStatus::kCompleted, plan.results_path, trainer.steps_done()};
 }
 

@@ -14,10 +14,8 @@
 #include "harness/dist/process_groups.h"
 #include "harness/train/checkpoint.h"
 #include "harness/train/data_parallel.h"
-#include "harness/train/device_peaks.h"
-#include "harness/train/run_manifest.h"
-#include "harness/train/run_files.h"
-#include "harness/train/run_plan.h"
+#include "harness/plan/device_peaks.h"
+#include "harness/plan/run_plan.h"
 #include "harness/train/step_graph.h"
 #include "harness/io/run_results.h"
 #include "harness/train/token_stream.h"
@@ -48,10 +46,9 @@ struct RunResult {
   bool signalled = false;  // kStopped by SIGINT/SIGTERM (not --stop-after): the caller starts no further run
 };
 
-// A run from its manifest: skips it when its results exist, prepares its data, plans it, trains it
-// (resuming its checkpoint), writes its results.
-RunResult run_training(const RunManifest& m, const RunOptions& opt);
-RunResult run_training(const RunPlan& plan, const RunOptions& opt);  // the data prepared, the plan made
+// A planned run whose data is prepared (ensure_data, settle_data, check_trainable): skips it when its
+// results exist, else trains it (resuming its checkpoint) and writes its results.
+RunResult run_training(const RunPlan& plan, const RunOptions& opt);
 
 // The training loop of one planned run, on one device: steps, evaluation, checkpoints, the stop on a
 // signal or divergence. It owns the model, optimizer and data stream; its curves become the results.
@@ -78,7 +75,7 @@ class Trainer {
   std::string shard_path(const std::string& checkpoint, int64_t step) const;
   void remove_shards(const std::string& checkpoint, int64_t keep_step) const;  // this rank's, but the one of keep_step
   const RunPlan& plan_;
-  const RunManifest& m_;
+  const TrainSection& t_;  // plan_.train
   torch::Device device_;
   std::string device_name_, utc_start_;
   std::shared_ptr<QuantContext> ctx_;
@@ -99,19 +96,5 @@ class Trainer {
   std::chrono::steady_clock::time_point t0_;
   Progress* progress_ = nullptr;  // while train() runs
 };
-
-// Dense BF16 tensor-core peak FLOP/s of a device (device_peaks.h; 0 when unknown or CPU), used for MFU;
-// peak memory the caching allocator handed out, GB (0 on CPU).
-double peak_flops(const torch::Device& d);
-double peak_memory_gb(const torch::Device& d);
-// A data-parallel rank's GPU: LOCAL_RANK modulo the GPUs it sees (two ranks may share one over Gloo).
-// Call before anything touches CUDA. Does nothing without CUDA.
-void use_local_gpu(int local_rank);
-// Throws ufp4::Error naming train.batch when the global batch does not split into `world` ranks of
-// whole micro-batches.
-void check_data_parallel_batch(const RunManifest& m, int world);
-
-// Prepares the manifest's data folder when it holds no data and the manifest says how.
-void ensure_data(const RunManifest& m);
 
 }  // namespace ufp4

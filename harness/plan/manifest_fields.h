@@ -8,7 +8,7 @@
 #include <variant>
 #include <vector>
 
-#include "harness/train/run_manifest.h"
+#include "harness/plan/run_manifest.h"
 
 namespace ufp4 {
 

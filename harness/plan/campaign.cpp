@@ -1,4 +1,4 @@
-#include "harness/train/campaign.h"
+#include "harness/plan/campaign.h"
 
 #include <dirent.h>
 
@@ -14,7 +14,7 @@
 #include "common/toml_util.h"
 #include "harness/data/data.h"
 #include "harness/io/run_results.h"
-#include "harness/train/run_files.h"
+#include "harness/plan/run_files.h"
 
 namespace ufp4 {
 
@@ -344,18 +344,18 @@ RunSet Campaign::resolve(bool pilot_only) const {
   set.registration = registration;
   set.seeds = seeds;
   std::set<std::string> in_set;
-  for (const auto& m : runs(pilot_only)) {
+  for (const auto& plan : plans(pilot_only)) {
     PlannedRun p;
-    p.name = m.name;
-    p.run_id = m.run_id();
-    p.model = m.model;
-    p.recipe = recipe_stem(m.recipe);
-    p.seed = m.seed;
-    p.steps = m.steps;
+    p.name = plan.name;
+    p.run_id = plan.run_id;
+    p.model = plan.model.name;
+    p.recipe = recipe_stem(plan.recipe_file);
+    p.seed = plan.train.seed;
+    p.steps = plan.train.steps;
     std::vector<std::string> rejected;
-    p.path = find_results(m, p.run_id, &rejected);
+    p.path = find_results(plan, &rejected);
     for (const auto& why : rejected) set.ignored.push_back(why);
-    if (p.path.empty()) p.path = read_result(m);
+    if (p.path.empty()) p.path = read_result(plan);
     if (!p.path.empty()) in_set.insert(p.path);
     set.runs.push_back(p);
   }
@@ -377,12 +377,15 @@ RunSet Campaign::resolve(bool pilot_only) const {
   return set;
 }
 
-std::string Campaign::read_result(const RunManifest& m) const {
-  for (const auto& dir : read_dirs) {
-    RunManifest there = m;
-    there.out_dir = dir;
-    if (std::string f = find_results(there); !f.empty()) return f;
-  }
+std::vector<RunPlan> Campaign::plans(bool pilot_only) const {
+  std::vector<RunPlan> out;
+  for (const auto& m : runs(pilot_only)) out.push_back(plan_run(m));
+  return out;
+}
+
+std::string Campaign::read_result(const RunPlan& p) const {
+  for (const auto& dir : read_dirs)
+    if (std::string f = find_results(dir, p.name, p.run_id); !f.empty()) return f;
   return "";
 }
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "harness/io/run_set.h"
-#include "harness/train/run_manifest.h"
+#include "harness/plan/run_plan.h"
 
 namespace ufp4 {
 
@@ -35,11 +35,12 @@ struct Campaign {
   // The runs: every manifest's runs x seeds 1..n of their model, n the pilot's size until the seeds
   // file sets it (or with pilot_only); seed by seed, so that a campaign cut short holds whole seeds.
   std::vector<RunManifest> runs(bool pilot_only = false) const;
+  std::vector<RunPlan> plans(bool pilot_only = false) const;  // the runs, each planned (plan_run)
   // The runs with the verified result each has in the results folder, and the folder's other result
   // files, named with why they are ignored.
   RunSet resolve(bool pilot_only = false) const;
-  // The verified result of run `m` in one of the folders this campaign reads; "" when none holds it.
-  std::string read_result(const RunManifest& m) const;
+  // The verified result of a run in one of the folders this campaign reads; "" when none holds it.
+  std::string read_result(const RunPlan& p) const;
 };
 
 // Every campaign file under `dir` (experiments/*/campaign.toml), in name order.

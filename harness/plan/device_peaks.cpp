@@ -1,4 +1,4 @@
-#include "harness/train/device_peaks.h"
+#include "harness/plan/device_peaks.h"
 
 namespace ufp4 {
 

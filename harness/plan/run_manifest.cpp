@@ -1,4 +1,4 @@
-#include "harness/train/run_manifest.h"
+#include "harness/plan/run_manifest.h"
 
 #include <cmath>
 #include <map>
@@ -13,7 +13,7 @@
 #include "common/sha256.h"
 #include "common/toml_util.h"
 #include "harness/data/data.h"
-#include "harness/train/manifest_fields.h"
+#include "harness/plan/manifest_fields.h"
 #include "models/model_config.h"
 #include "models/recipe.h"
 
@@ -165,7 +165,7 @@ RunManifest from_table(const toml::table& t, const std::string& path, const Sour
       r.field(st, f, m);
       if (f.name() == "model.name") {
         try {
-          model_config(m.model);
+          check_model_name(m.model);
         } catch (const Error& e) {
           if (auto n = st.get("name")) r.bad(*n, "model.name", e.what());
           throw;
@@ -322,73 +322,6 @@ std::string RunManifest::canonical(bool identity) const {
     first = false;
   }
   return os.str();
-}
-
-RunIdentity RunManifest::identity() const {
-  RunIdentity id;
-  Recipe r = Recipe::load(recipe);
-  id.recipe_sha256 = sha256_hex(r.content());
-  ModelConfig mc = model_config(model);
-  if (seq_len > 0) mc.seq_len = seq_len;
-  id.model_sha256 = sha256_hex(mc.canonical());
-  id.data_prepared = data_ready(data_path);
-  const std::string pin = pinned_data_manifest(data_path);
-  id.data_sha256 = id.data_prepared ? data_identity(data_path)
-                   : !pin.empty()   ? sha256_hex(read_text_file(pin))
-                                    : "not prepared (" + data_prepare + ", " + tokenizer + ", vocab " + std::to_string(vocab_size) + ")";
-  id.data_pinned = !id.data_prepared && !pin.empty();
-  id.text = canonical(true) + "\n[identity]\nrecipe_sha256 = \"" + id.recipe_sha256 + "\"\nmodel_sha256 = \"" + id.model_sha256 +
-            "\"\ndata_manifest_sha256 = \"" + id.data_sha256 + "\"\n";
-  return id;
-}
-
-std::string RunManifest::run_id() const { return sha256_hex(identity().text).substr(0, 16); }
-
-void RunManifest::check_resolvable() const {
-  try {
-    model_config(model);
-  } catch (const Error& e) {
-    throw Error(where.count("model.name") ? where.at("model.name") + ": model.name: " + e.what() : path + ": " + e.what());
-  }
-  try {
-    Recipe::load(recipe);
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    // An error inside the recipe file names that file's line; one about finding it names ours.
-    if (msg.rfind("recipe:", 0) == 0 && where.count("recipe.name")) throw Error(where.at("recipe.name") + ": recipe.name: " + msg.substr(8));
-    throw;
-  }
-}
-
-int64_t RunManifest::train_tokens() const {
-  ModelConfig mc = model_config(model);
-  return steps * batch * (seq_len > 0 ? seq_len : mc.seq_len);
-}
-
-void RunManifest::check_epochs(int64_t corpus_tokens) const {
-  const double epochs = corpus_tokens > 0 ? static_cast<double>(train_tokens()) / static_cast<double>(corpus_tokens) : INFINITY;
-  if (epochs <= max_epochs) return;
-  std::ostringstream os;
-  os.precision(3);
-  os << (where.count("train.steps") ? where.at("train.steps") : path + ":1") << ": train.steps: run " << name << " asks for "
-     << static_cast<double>(train_tokens()) << " tokens, " << epochs << " epochs of the " << corpus_tokens << " training tokens in "
-     << data_path << " (allowed: at most data.max_epochs = " << max_epochs
-     << "; repeating data turns pretraining into memorisation: use more data, fewer steps, or raise data.max_epochs, up to 4, and say why)";
-  throw Error(os.str());
-}
-
-double RunManifest::lr_at(int64_t step) const {
-  if (step < warmup) return lr * static_cast<double>(step + 1) / static_cast<double>(warmup);
-  const double pi = 3.14159265358979323846;
-  if (schedule == "cosine") {
-    double t = steps > warmup ? static_cast<double>(step - warmup) / static_cast<double>(steps - warmup) : 1.0;
-    return min_lr + 0.5 * (lr - min_lr) * (1 + std::cos(pi * std::min(1.0, t)));
-  }
-  // WSD: warmup, stable at lr, then linear decay to min_lr over the final decay_fraction of steps.
-  const int64_t decay_start = steps - static_cast<int64_t>(std::llround(decay_fraction * static_cast<double>(steps)));
-  if (step < decay_start) return lr;
-  double t = static_cast<double>(step - decay_start) / std::max<double>(1.0, static_cast<double>(steps - decay_start));
-  return lr + (min_lr - lr) * std::min(1.0, t);
 }
 
 }  // namespace ufp4

@@ -1,4 +1,4 @@
-#include "harness/train/run_files.h"
+#include "harness/plan/run_files.h"
 
 #include <dirent.h>
 #include <limits.h>
@@ -14,14 +14,13 @@
 
 namespace ufp4 {
 
-std::string results_path(const RunManifest& m, const std::string& run_id) { return m.out_dir + "/" + m.name + "-" + run_id + ".h5"; }
-std::string results_path(const RunManifest& m) { return results_path(m, m.run_id()); }
+std::string run_file_stem(const std::string& out_dir, const std::string& name, const std::string& run_id) { return out_dir + "/" + name + "-" + run_id; }
 
-std::string find_results(const RunManifest& m, const std::string& run_id, std::vector<std::string>* rejected) {
+std::string find_results(const std::string& out_dir, const std::string& name, const std::string& run_id, std::vector<std::string>* rejected) {
   std::vector<std::string> files;
-  const std::string own = results_path(m, run_id);
+  const std::string own = run_file_stem(out_dir, name, run_id) + ".h5";
   if (file_exists(own)) files.push_back(own);
-  walk_files(m.out_dir, "-" + run_id + ".h5", files);
+  walk_files(out_dir, "-" + run_id + ".h5", files);
   std::set<std::string> seen;
   for (const auto& f : files) {
     if (!seen.insert(f).second) continue;
@@ -34,7 +33,8 @@ std::string find_results(const RunManifest& m, const std::string& run_id, std::v
   }
   return "";
 }
-std::string find_results(const RunManifest& m) { return find_results(m, m.run_id()); }
+
+std::string find_results(const RunPlan& p, std::vector<std::string>* rejected) { return find_results(p.out_dir, p.name, p.run_id, rejected); }
 
 namespace {
 
@@ -88,10 +88,5 @@ std::string find_identical_run(const std::string& run_id, const std::string& exc
   }
   return "";
 }
-
-std::string checkpoint_path(const RunManifest& m, const std::string& run_id) { return m.out_dir + "/" + m.name + "-" + run_id + ".ckpt"; }
-std::string checkpoint_path(const RunManifest& m) { return checkpoint_path(m, m.run_id()); }
-
-std::string lock_path(const RunManifest& m, const std::string& run_id) { return m.out_dir + "/" + m.name + "-" + run_id + ".lock"; }
 
 }  // namespace ufp4

@@ -1,8 +1,9 @@
 // A run manifest: one TOML table per concern ([model], [recipe], [data], [train], [eval], [capture],
 // [outputs]), `extends = "other.toml"` with field-level override, and optionally [sweep] (fields with
 // lists of values: every combination) or [ablation.<factor>] (field, levels: each changed alone).
-// Validated before anything runs; errors read "file:line: key: message (allowed: ...)". The resolved
-// form (every field, defaults filled in) is hashed into the run id.
+// Validated before anything runs; errors read "file:line: key: message (allowed: ...)". A manifest only
+// parses and expands: what it names (model, recipe, data) is resolved once, by plan_run
+// (harness/plan/run_plan.h), which hashes the fields that change the result into the run id.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -11,18 +12,7 @@
 
 namespace ufp4 {
 
-// What makes two runs the same run, hashed into the run id: every manifest field that changes the
-// result, with the recipe, model and data named by their content (the resolved recipe without its
-// name, the model's configuration, the data manifest's SHA-256), not by name or path. Editing a
-// recipe file or re-preparing data gives a new id; the ufp4 version is recorded but not hashed.
-struct RunIdentity {
-  std::string text;  // what the id hashes
-  std::string recipe_sha256, model_sha256, data_sha256;
-  bool data_prepared = false;  // false: the id changes once the data exists (unless pinned)
-  bool data_pinned = false;    // not prepared here: named by the data manifest a campaign pinned (harness/data/data.h)
-};
-
-// The members hold the fields' values and defaults; harness/train/manifest_fields.cpp describes each
+// The members hold the fields' values and defaults; harness/plan/manifest_fields.cpp describes each
 // (type, allowed values, role in the run id, meaning) for the parser, the resolved form and the docs.
 struct RunManifest {
   std::string path;
@@ -70,17 +60,11 @@ struct RunManifest {
   // Every run of a manifest: the cartesian product of its [sweep] fields, and for [ablation] the base
   // plus each factor's levels changed alone (paper Appendix B style).
   static std::vector<RunManifest> expand(const std::string& path);
-  std::string resolved() const;                      // canonical TOML of every field (results' "manifest")
-  RunIdentity identity() const;                      // reads the recipe, model registry and data manifest
-  std::string run_id() const;                        // first 16 hex digits of SHA-256(identity().text)
-  double lr_at(int64_t step) const;
-  // Loads the recipe (and checks the model) as a run will; errors name the manifest's file:line.
-  void check_resolvable() const;
-  // Tokens the run trains on (steps x batch x sequence length).
-  int64_t train_tokens() const;
-  // Throws Error (file:line of train.steps) when the run would exceed data.max_epochs of a corpus of
-  // `corpus_tokens` training tokens.
-  void check_epochs(int64_t corpus_tokens) const;
+  std::string resolved() const;  // canonical TOML of every field (results' "manifest")
+  // The fields that make a run what it is, as canonical TOML: those that change the result, a field
+  // added later only where it differs from its default (so a new field moves no existing run id), and
+  // none that run_plan.h's identity names by content (recipe, data). plan_run hashes it into the run id.
+  std::string identity_fields() const { return canonical(true); }
 
  private:
   std::string canonical(bool identity) const;

@@ -1,4 +1,4 @@
-#include "harness/train/packing.h"
+#include "harness/plan/packing.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -1,0 +1,22 @@
+// A registered campaign (harness/plan/campaign.h) planned, run and checked: what `ufp4 campaign
+// plan|run|check` does. It trains through the run queue (harness/train/run_queue.h) and tests the
+// registered claims (harness/analysis/campaign_stats.h) to decide the seeds after the pilot.
+#pragma once
+#include <string>
+
+#include "harness/plan/campaign.h"
+#include "harness/train/run_queue.h"
+
+namespace ufp4 {
+
+// Its runs (run id, state), the seeds, the transition against the runs' length, files ignored,
+// and the missing runs side by side. Returns the exit code.
+int campaign_plan(const Campaign& c);
+// Trains the pilot's seeds, decides the seeds by the registered power rule once the pilot is in (after
+// its transition gate), then trains the rest; `only`: that one run here, into `out_dir` when given.
+int campaign_run(Campaign& c, const std::string& only, const std::string& out_dir, bool pilot_only, RunQueueOptions q);
+// Exit kExitRuntime unless every run has verified results and no other result file sits in the folder;
+// with `retrain_dir`, a sample retrained there and compared bit for bit.
+int campaign_check(const Campaign& c, const std::string& retrain_dir, bool all_recipes, const RunQueueOptions& q);
+
+}  // namespace ufp4
