@@ -147,46 +147,72 @@ std::string bins_section(const std::string& file, const std::string& fw) {
   return os.str();
 }
 
-}  // namespace
+// The inputs of the MLP's two linears: the tensors the paper gives numbers for.
+constexpr const char* kFc2Input = "linear_fc2/fwd_x";
+constexpr const char* kFc1Input = "linear_fc1/fwd_x";
 
-std::string report_analysis(const std::string& root, const std::string& tensors_h5, const std::vector<std::string>& chain_h5,
-                            const std::string& figures) {
-  toml::table paper = load_paper(root + "/reports/paper/analysis.toml");
+// What the sections of the analysis report share: the paper's numbers, the tensor analysis indexed by
+// (layer, family/what, grid, transform), and the notes and provenance sources the sections add to.
+struct AnalysisContext {
+  toml::table paper;
+  std::string figures;
+  std::map<std::string, std::string> ta;  // the tensor analysis's attributes
+  std::map<Key, double> sq, beff, gsq;    // per-tensor SQNR and B_eff, per-GEMM output SQNR
+  std::set<std::string> fams, gemm_keys, layers;
+  std::vector<std::string> notes, sources;
+};
+
+AnalysisContext load_tensor_analysis(const std::string& root, const std::string& tensors_h5, const std::string& figures) {
+  AnalysisContext ctx;
+  ctx.paper = load_paper(root + "/reports/paper/analysis.toml");
   if (!file_exists(tensors_h5)) throw Error("analysis: no tensor analysis at " + tensors_h5 + " (make reproduce-figure-4 creates it)");
   verify_h5_content(tensors_h5);
+  ctx.figures = figures;
   std::vector<Row> tr = read_rows(tensors_h5, "tensors"), gr = read_rows(tensors_h5, "gemms");
-  auto ta = read_h5_string_attrs(tensors_h5);
-  auto sq = index(tr, 1), beff = index(tr, 3), gsq = index(gr, 0);
-  std::set<std::string> fams, gemm_keys, layers;
-  for (const auto& r : tr) fams.insert(r.family + "/" + r.what), layers.insert(r.layer);
-  for (const auto& r : gr) gemm_keys.insert(r.family + "/" + r.what);
-  std::vector<std::string> notes, sources;
-  sources.push_back(rel(tensors_h5) + " (from " + rel(ta["capture"]) + "; capture commit " + ta["capture_git_commit"] + ", " + ta["capture_device"] +
-                   "; analysis commit " + ta["git_commit"] + ", " + ta["device"] + ")");
+  ctx.ta = read_h5_string_attrs(tensors_h5);
+  ctx.sq = index(tr, 1), ctx.beff = index(tr, 3), ctx.gsq = index(gr, 0);
+  for (const auto& r : tr) ctx.fams.insert(r.family + "/" + r.what), ctx.layers.insert(r.layer);
+  for (const auto& r : gr) ctx.gemm_keys.insert(r.family + "/" + r.what);
+  auto& ta = ctx.ta;
+  ctx.sources.push_back(rel(tensors_h5) + " (from " + rel(ta["capture"]) + "; capture commit " + ta["capture_git_commit"] + ", " + ta["capture_device"] +
+                        "; analysis commit " + ta["git_commit"] + ", " + ta["device"] + ")");
+  return ctx;
+}
 
-  std::ostringstream os;
+// The paper's number `key` for tensor `t` (reports/paper/analysis.toml); NaN where it gives none.
+double paper_number(AnalysisContext& ctx, const char* t, const char* key) { return ctx.paper[t][key].value_or(NAN); }
+
+void write_intro(std::ostream& os, AnalysisContext& ctx) {
   os << "# Shrinkage-bias analysis: Figures 2, 4-7, 12 and the attenuation chain\n\n"
-     << "Operands captured from our own training run (" << rel(ta["capture"]) << "), " << layers.size()
-     << " linears; each tensor quantized by " << ta["spec"] << ". SQNR = -10 log10 NMSE (Eq. 7), Delta SQNR = SQNR(H16) - SQNR(I), "
+     << "Operands captured from our own training run (" << rel(ctx.ta["capture"]) << "), " << ctx.layers.size()
+     << " linears; each tensor quantized by " << ctx.ta["spec"] << ". SQNR = -10 log10 NMSE (Eq. 7), Delta SQNR = SQNR(H16) - SQNR(I), "
      << "B_eff = exp(H) / K over the K = 8 magnitude buckets including zero (Eq. 6). Values are means ± standard deviation over "
-     << "layers. Paper: " << paper["source"].value_or<std::string>("") << ".\n\n";
+     << "layers. Paper: " << ctx.paper["source"].value_or<std::string>("") << ".\n\n";
+}
 
-  // ---- paper comparison ----
+// The paper gives one B_eff pair without naming its grid: it is set beside the grid whose measured
+// linear_fc2/fwd_x pair (I, H16) lies nearest to it, and the text says which.
+std::string nearest_beff_grid(AnalysisContext& ctx) {
+  auto P = [&](const char* t, const char* k) { return paper_number(ctx, t, k); };
+  std::string beff_grid = "e2m1";
+  double nearest = INFINITY;
+  for (const char* g : {"e2m1", "e1m2"}) {
+    const double dist = std::hypot(over_layers(ctx.beff, kFc2Input, g, "I").first - P("fc2_fwd_x", "beff_I"),
+                                   over_layers(ctx.beff, kFc2Input, g, "H16").first - P("fc2_fwd_x", "beff_H16"));
+    if (dist < nearest) nearest = dist, beff_grid = g;
+  }
+  return beff_grid;
+}
+
+void write_paper_comparison(std::ostream& os, AnalysisContext& ctx, const std::string& beff_grid) {
   os << "## Our numbers beside the paper's\n\n| tensor | quantity | ours | paper |\n|---|---|---|---|\n";
   auto prow = [&](const std::string& fw, const std::string& q, const std::string& ours, double p) {
     os << "| " << fw << " | " << q << " | " << ours << " | " << (std::isnan(p) ? std::string("-") : fmt("%.3f", p)) << " |\n";
   };
-  const std::string fc2 = "linear_fc2/fwd_x", fc1 = "linear_fc1/fwd_x";
-  auto P = [&](const char* t, const char* k) { return paper[t][k].value_or(NAN); };
-  // The paper gives one B_eff pair without naming its grid: it is set beside the grid whose measured
-  // linear_fc2/fwd_x pair (I, H16) lies nearest to it, and the text says which.
-  std::string beff_grid = "e2m1";
-  double nearest = INFINITY;
-  for (const char* g : {"e2m1", "e1m2"}) {
-    const double dist = std::hypot(over_layers(beff, fc2, g, "I").first - P("fc2_fwd_x", "beff_I"), over_layers(beff, fc2, g, "H16").first - P("fc2_fwd_x", "beff_H16"));
-    if (dist < nearest) nearest = dist, beff_grid = g;
-  }
-  for (const auto& [fw, t] : std::vector<std::pair<std::string, const char*>>{{fc2, "fc2_fwd_x"}, {fc1, "fc1_fwd_x"}}) {
+  auto P = [&](const char* t, const char* k) { return paper_number(ctx, t, k); };
+  const auto& sq = ctx.sq;
+  const auto& beff = ctx.beff;
+  for (const auto& [fw, t] : std::vector<std::pair<std::string, const char*>>{{kFc2Input, "fc2_fwd_x"}, {kFc1Input, "fc1_fwd_x"}}) {
     prow(fw, "SQNR E2M1, I (dB)", pm(over_layers(sq, fw, "e2m1", "I")), P(t, "e2m1_I"));
     prow(fw, "SQNR E2M1, H16 (dB)", pm(over_layers(sq, fw, "e2m1", "H16")), P(t, "e2m1_H16"));
     prow(fw, "SQNR E1M2, I (dB)", pm(over_layers(sq, fw, "e1m2", "I")), P(t, "e1m2_I"));
@@ -203,18 +229,21 @@ std::string report_analysis(const std::string& root, const std::string& tensors_
   os << "\nThe paper's B_eff pair (" << fmt("%.2f", P("fc2_fwd_x", "beff_I")) << " -> " << fmt("%.2f", P("fc2_fwd_x", "beff_H16"))
      << ") is shown beside our " << (beff_grid == "e1m2" ? "E1M2" : "E2M1")
      << " buckets, the grid whose measured linear_fc2/fwd_x pair lies nearest to it; the paper does not say which grid it counts.\n\n";
+}
 
-  // ---- verdicts ----
-  auto m = [&](const std::string& fw, const char* g, const char* t) { return over_layers(sq, fw, g, t).first; };
+void write_verdicts(std::ostream& os, AnalysisContext& ctx, const std::string& beff_grid) {
+  const std::string fc2 = kFc2Input, fc1 = kFc1Input;
+  const auto& gsq = ctx.gsq;
+  auto m = [&](const std::string& fw, const char* g, const char* t) { return over_layers(ctx.sq, fw, g, t).first; };
   os << "## Do the paper's directions hold on our tensors?\n\n";
   os << "- linear_fc2/fwd_x, E2M1 loses SQNR under RHT: " << verdict(true, m(fc2, "e2m1", "H16") < m(fc2, "e2m1", "I")) << "\n";
   os << "- linear_fc2/fwd_x, E1M2 gains SQNR under RHT: " << verdict(true, m(fc2, "e1m2", "H16") > m(fc2, "e1m2", "I")) << "\n";
   os << "- linear_fc2/fwd_x, E2M1 above E1M2 without RHT and below it with RHT: "
      << verdict(true, m(fc2, "e2m1", "I") > m(fc2, "e1m2", "I") && m(fc2, "e2m1", "H16") < m(fc2, "e1m2", "H16")) << "\n";
   os << "- linear_fc2/fwd_x, RHT raises the bucket ratio (" << beff_grid << ", the grid paired with the paper's): "
-     << verdict(true, over_layers(beff, fc2, beff_grid, "H16").first > over_layers(beff, fc2, beff_grid, "I").first) << "\n";
+     << verdict(true, over_layers(ctx.beff, fc2, beff_grid, "H16").first > over_layers(ctx.beff, fc2, beff_grid, "I").first) << "\n";
   const double d1e = m(fc1, "e2m1", "H16") - m(fc1, "e2m1", "I"), d1u = m(fc1, "e1m2", "H16") - m(fc1, "e1m2", "I");
-  const double calm = paper["fc1_fwd_x"]["well_behaved_db"].value_or(NAN);
+  const double calm = ctx.paper["fc1_fwd_x"]["well_behaved_db"].value_or(NAN);
   if (std::isnan(calm)) throw Error("reports/paper/analysis.toml: fc1_fwd_x.well_behaved_db is missing (a number, dB)");
   os << "- linear_fc1/fwd_x is well behaved (|Delta SQNR| < " << fmt("%g", calm) << " dB for both grids): "
      << verdict(true, std::fabs(d1e) < calm && std::fabs(d1u) < calm)
@@ -223,7 +252,7 @@ std::string report_analysis(const std::string& root, const std::string& tensors_
     const double de = over_layers(gsq, "linear_fc2/fwd_y", "e2m1", "H16").first - over_layers(gsq, "linear_fc2/fwd_y", "e2m1", "I").first;
     os << "- E2M1 loses output SQNR on linear_fc2 FPROP under RHT: " << verdict(true, de < 0) << " (" << fmt("%+.3f", de) << " dB)\n";
     int better = 0, total = 0;
-    for (const auto& k : gemm_keys) {
+    for (const auto& k : ctx.gemm_keys) {
       const double du = over_layers(gsq, k, "e1m2", "H16").first - over_layers(gsq, k, "e1m2", "I").first;
       const double d2 = over_layers(gsq, k, "e2m1", "H16").first - over_layers(gsq, k, "e2m1", "I").first;
       better += du > d2;
@@ -232,16 +261,19 @@ std::string report_analysis(const std::string& root, const std::string& tensors_
     os << "- E1M2 gains more from RHT than E2M1 on GEMM outputs: " << verdict(true, better * 2 > total) << " (" << better << " of " << total
        << " family/GEMM pairs)\n\n";
   }
+}
 
-  os << bins_section(tensors_h5, fc2);
-
-  // ---- Figure 2 ----
+// Figure 2 reads sq and beff with operator[], which adds a zero for a missing H16 entry; the sections
+// after it see those entries, as they always have.
+void write_figure2(std::ostream& os, AnalysisContext& ctx) {
   os << "## Figure 2: bucket-ratio change vs Delta SQNR\n\nEach point is one tensor of one layer.\n\n";
   Figure f2;
   f2.title = "Bucket ratio gain vs Delta SQNR (RHT-16)";
   f2.xlabel = "B_eff(H16) - B_eff(I)";
   f2.ylabel = "Delta SQNR (dB)";
   os << "| grid | points | mean B_eff gain | mean Delta SQNR (dB) | correlation |\n|---|---|---|---|---|\n";
+  auto& sq = ctx.sq;
+  auto& beff = ctx.beff;
   for (const char* g : {"e2m1", "e1m2"}) {
     Series s;
     s.title = g;
@@ -258,57 +290,62 @@ std::string report_analysis(const std::string& root, const std::string& tensors_
        << " |\n";
     f2.series.push_back(s);
   }
-  os << "\n" << figure_line(figures, "analysis-figure2", f2, notes);
+  os << "\n" << figure_line(ctx.figures, "analysis-figure2", f2, ctx.notes);
+}
 
-  // ---- Figures 4, 5 (tensors) and 6, 7 (GEMMs) ----
-  auto bars = [&](const char* fig, const char* grid, const std::map<Key, double>& src, const std::set<std::string>& keys, const std::string& what) {
-    Figure f;
-    f.kind = Figure::Kind::kBars;
-    f.title = std::string("Figure ") + fig + ": " + what + " SQNR, " + grid + ", without / with RHT-16";
-    f.ylabel = "SQNR (dB)";
-    Series a, b;
-    a.title = "I";
-    b.title = "H16";
-    os << "## Figure " << fig << ": " << what << " SQNR, " << grid << "\n\n| tensor | SQNR I (dB) | SQNR H16 (dB) | Delta (dB) |\n|---|---|---|---|\n";
-    for (const auto& k : keys) {
-      auto i = over_layers(src, k, grid, "I"), h = over_layers(src, k, grid, "H16");
-      os << "| " << k << " | " << pm(i) << " | " << pm(h) << " | " << fmt("%+.3f", h.first - i.first) << " |\n";
-      f.categories.push_back(k);
-      a.y.push_back(i.first);
-      b.y.push_back(h.first);
-    }
-    f.series = {a, b};
-    f.extra = "set yrange [*:*]";
-    os << "\n" << figure_line(figures, std::string("analysis-figure") + fig, f, notes);
-  };
-  bars("4", "e2m1", sq, fams, "per-tensor");
-  bars("5", "e1m2", sq, fams, "per-tensor");
-  bars("6", "e2m1", gsq, gemm_keys, "per-GEMM output");
-  bars("7", "e1m2", gsq, gemm_keys, "per-GEMM output");
+// Figures 4, 5 (tensors) and 6, 7 (GEMMs): SQNR per family without and with RHT-16, a table and a bar chart.
+void write_sqnr_bars(std::ostream& os, AnalysisContext& ctx, const char* fig, const char* grid, const std::map<Key, double>& src,
+                     const std::set<std::string>& keys, const std::string& what) {
+  Figure f;
+  f.kind = Figure::Kind::kBars;
+  f.title = std::string("Figure ") + fig + ": " + what + " SQNR, " + grid + ", without / with RHT-16";
+  f.ylabel = "SQNR (dB)";
+  Series a, b;
+  a.title = "I";
+  b.title = "H16";
+  os << "## Figure " << fig << ": " << what << " SQNR, " << grid << "\n\n| tensor | SQNR I (dB) | SQNR H16 (dB) | Delta (dB) |\n|---|---|---|---|\n";
+  for (const auto& k : keys) {
+    auto i = over_layers(src, k, grid, "I"), h = over_layers(src, k, grid, "H16");
+    os << "| " << k << " | " << pm(i) << " | " << pm(h) << " | " << fmt("%+.3f", h.first - i.first) << " |\n";
+    f.categories.push_back(k);
+    a.y.push_back(i.first);
+    b.y.push_back(h.first);
+  }
+  f.series = {a, b};
+  f.extra = "set yrange [*:*]";
+  os << "\n" << figure_line(ctx.figures, std::string("analysis-figure") + fig, f, ctx.notes);
+}
 
-  // ---- Figure 12 ----
-  os << "## Figure 12: Delta SQNR over layers and tensor families\n\n";
+// Rows: transformer blocks ("layers.N"), whatever sub-module holds the linear.
+std::string block_of(const std::string& l) {
+  size_t a = l.find('.');
+  size_t b = a == std::string::npos ? a : l.find('.', a + 1);
+  return b == std::string::npos ? l : l.substr(0, b);
+}
+
+// The transformer blocks of `layers`, in order of their layer number.
+std::vector<std::string> blocks_in_order(const std::set<std::string>& layers) {
   std::vector<std::string> lv(layers.begin(), layers.end());
   std::sort(lv.begin(), lv.end(), [](const std::string& a, const std::string& b) {
     auto num = [](const std::string& s) { size_t p = s.find_first_of("0123456789"); return p == std::string::npos ? -1 : std::atoi(s.c_str() + p); };
     return num(a) != num(b) ? num(a) < num(b) : a < b;
   });
-  // Rows: transformer blocks ("layers.N"), whatever sub-module holds the linear.
-  auto block_of = [](const std::string& l) {
-    size_t a = l.find('.');
-    size_t b = a == std::string::npos ? a : l.find('.', a + 1);
-    return b == std::string::npos ? l : l.substr(0, b);
-  };
   std::vector<std::string> blocks;
   for (const auto& l : lv)
     if (std::find(blocks.begin(), blocks.end(), block_of(l)) == blocks.end()) blocks.push_back(block_of(l));
+  return blocks;
+}
+
+void write_figure12(std::ostream& os, AnalysisContext& ctx) {
+  os << "## Figure 12: Delta SQNR over layers and tensor families\n\n";
+  const std::vector<std::string> blocks = blocks_in_order(ctx.layers);
   std::map<Key, double> by_block;  // (block, family/what, grid, transform)
-  for (const auto& [k, v] : sq) by_block[{block_of(std::get<0>(k)), std::get<1>(k), std::get<2>(k), std::get<3>(k)}] = v;
+  for (const auto& [k, v] : ctx.sq) by_block[{block_of(std::get<0>(k)), std::get<1>(k), std::get<2>(k), std::get<3>(k)}] = v;
   for (const char* g : {"e2m1", "e1m2"}) {
     Figure f;
     f.kind = Figure::Kind::kHeatmap;
     f.title = std::string("Delta SQNR (dB), ") + g + ": blue = RHT helps";
-    f.categories.assign(fams.begin(), fams.end());
+    f.categories.assign(ctx.fams.begin(), ctx.fams.end());
     os << "| " << g << " | " ;
     for (const auto& c : f.categories) os << c << " | ";
     os << "\n|---|";
@@ -327,55 +364,77 @@ std::string report_analysis(const std::string& root, const std::string& tensors_
       f.matrix.push_back(row);
       os << "\n";
     }
-    os << "\n" << figure_line(figures, std::string("analysis-figure12-") + g, f, notes);
+    os << "\n" << figure_line(ctx.figures, std::string("analysis-figure12-") + g, f, ctx.notes);
   }
+}
 
-  // ---- chain ----
+// One `ufp4 analyze chain` result: measured eta_K beside Eq. 5's prediction per grid and transform,
+// the two verdicts, and the figure named after the file.
+void write_chain_result(std::ostream& os, AnalysisContext& ctx, const std::string& c) {
+  if (!file_exists(c)) throw Error("analysis: no chain results at " + c + " (ufp4 analyze chain --out FILE)");
+  verify_h5_content(c);
+  auto a = read_h5_string_attrs(c);
+  ctx.sources.push_back(rel(c) + " (commit " + a["git_commit"] + ", " + a["device"] + ")");
+  os << "Weights: " << a["weights"] << "; input: " << a["input"] << ". eta_K = projection of the quantized chain's output on the "
+     << "exact output after K GEMMs; predicted = exp(-sum delta_k), delta_k = 1 - alpha_x alpha_w.\n\n";
+  os << "| grid | A | K | eta_K (measured) | exp(-sum delta) (Eq. 5) |\n|---|---|---|---|---|\n";
+  std::map<std::string, double> last;
+  Figure f;
+  f.title = "Attenuation: measured eta_K (points) and Eq. 5 (lines)";
+  f.xlabel = "K (stacked GEMMs)";
+  f.ylabel = "eta_K";
+  for (const char* g : {"e2m1", "e1m2"})
+    for (const char* t : {"I", "H16"}) {
+      ArrayF32 d = read_h5_f32(c, std::string("chain/") + g + "/" + t);
+      const size_t n = static_cast<size_t>(d.shape[0]);
+      Series meas, pred;
+      meas.title = std::string(g) + " " + t + " measured";
+      meas.style = "points";
+      pred.title = std::string(g) + " " + t + " Eq. 5";
+      pred.style = "lines";
+      for (size_t i = 0; i < n; ++i) {
+        meas.x.push_back(d.data[i * 4]), meas.y.push_back(d.data[i * 4 + 1]);
+        pred.x.push_back(d.data[i * 4]), pred.y.push_back(d.data[i * 4 + 2]);
+      }
+      os << "| " << g << " | " << t << " | " << n << " | " << fmt("%.4f", meas.y.back()) << " | " << fmt("%.4f", pred.y.back()) << " |\n";
+      last[std::string(g) + t] = meas.y.back();
+      f.series.push_back(meas);
+      f.series.push_back(pred);
+    }
+  os << "\n- E2M1 attenuates faster than E1M2 (lower eta_K, no RHT): **" << (last["e2m1I"] < last["e1m2I"] ? "yes" : "no") << "** ("
+     << fmt("%.4f", last["e2m1I"]) << " vs " << fmt("%.4f", last["e1m2I"]) << ")\n";
+  os << "- RHT amplifies E2M1's attenuation: **" << (last["e2m1H16"] < last["e2m1I"] ? "yes" : "no") << "** (" << fmt("%.4f", last["e2m1H16"])
+     << " vs " << fmt("%.4f", last["e2m1I"]) << ")\n\n";
+  std::string stem = c.substr(c.rfind('/') + 1);
+  stem = stem.substr(0, stem.rfind('.'));
+  os << figure_line(ctx.figures, "analysis-" + stem, f, ctx.notes);
+}
+
+}  // namespace
+
+std::string report_analysis(const std::string& root, const std::string& tensors_h5, const std::vector<std::string>& chain_h5,
+                            const std::string& figures) {
+  AnalysisContext ctx = load_tensor_analysis(root, tensors_h5, figures);
+  std::ostringstream os;
+  write_intro(os, ctx);
+  const std::string beff_grid = nearest_beff_grid(ctx);
+  write_paper_comparison(os, ctx, beff_grid);
+  write_verdicts(os, ctx, beff_grid);
+  os << bins_section(tensors_h5, kFc2Input);
+  write_figure2(os, ctx);
+  write_sqnr_bars(os, ctx, "4", "e2m1", ctx.sq, ctx.fams, "per-tensor");
+  write_sqnr_bars(os, ctx, "5", "e1m2", ctx.sq, ctx.fams, "per-tensor");
+  write_sqnr_bars(os, ctx, "6", "e2m1", ctx.gsq, ctx.gemm_keys, "per-GEMM output");
+  write_sqnr_bars(os, ctx, "7", "e1m2", ctx.gsq, ctx.gemm_keys, "per-GEMM output");
+  write_figure12(os, ctx);
+
   os << "## Signal attenuation through stacked quantized GEMMs (Eq. 5)\n\n";
   if (chain_h5.empty()) os << "No chain results given.\n\n";
-  for (const auto& c : chain_h5) {
-    if (!file_exists(c)) throw Error("analysis: no chain results at " + c + " (ufp4 analyze chain --out FILE)");
-    verify_h5_content(c);
-    auto a = read_h5_string_attrs(c);
-    sources.push_back(rel(c) + " (commit " + a["git_commit"] + ", " + a["device"] + ")");
-    os << "Weights: " << a["weights"] << "; input: " << a["input"] << ". eta_K = projection of the quantized chain's output on the "
-       << "exact output after K GEMMs; predicted = exp(-sum delta_k), delta_k = 1 - alpha_x alpha_w.\n\n";
-    os << "| grid | A | K | eta_K (measured) | exp(-sum delta) (Eq. 5) |\n|---|---|---|---|---|\n";
-    std::map<std::string, double> last;
-    Figure f;
-    f.title = "Attenuation: measured eta_K (points) and Eq. 5 (lines)";
-    f.xlabel = "K (stacked GEMMs)";
-    f.ylabel = "eta_K";
-    for (const char* g : {"e2m1", "e1m2"})
-      for (const char* t : {"I", "H16"}) {
-        ArrayF32 d = read_h5_f32(c, std::string("chain/") + g + "/" + t);
-        const size_t n = static_cast<size_t>(d.shape[0]);
-        Series meas, pred;
-        meas.title = std::string(g) + " " + t + " measured";
-        meas.style = "points";
-        pred.title = std::string(g) + " " + t + " Eq. 5";
-        pred.style = "lines";
-        for (size_t i = 0; i < n; ++i) {
-          meas.x.push_back(d.data[i * 4]), meas.y.push_back(d.data[i * 4 + 1]);
-          pred.x.push_back(d.data[i * 4]), pred.y.push_back(d.data[i * 4 + 2]);
-        }
-        os << "| " << g << " | " << t << " | " << n << " | " << fmt("%.4f", meas.y.back()) << " | " << fmt("%.4f", pred.y.back()) << " |\n";
-        last[std::string(g) + t] = meas.y.back();
-        f.series.push_back(meas);
-        f.series.push_back(pred);
-      }
-    os << "\n- E2M1 attenuates faster than E1M2 (lower eta_K, no RHT): **" << (last["e2m1I"] < last["e1m2I"] ? "yes" : "no") << "** ("
-       << fmt("%.4f", last["e2m1I"]) << " vs " << fmt("%.4f", last["e1m2I"]) << ")\n";
-    os << "- RHT amplifies E2M1's attenuation: **" << (last["e2m1H16"] < last["e2m1I"] ? "yes" : "no") << "** (" << fmt("%.4f", last["e2m1H16"])
-       << " vs " << fmt("%.4f", last["e2m1I"]) << ")\n\n";
-    std::string stem = c.substr(c.rfind('/') + 1);
-    stem = stem.substr(0, stem.rfind('.'));
-    os << figure_line(figures, "analysis-" + stem, f, notes);
-  }
-  for (const auto& n : notes) os << "- note: " << n << "\n";
+  for (const auto& c : chain_h5) write_chain_result(os, ctx, c);
+  for (const auto& n : ctx.notes) os << "- note: " << n << "\n";
   std::string cmd = "build/ufp4 report analysis --tensors " + rel(tensors_h5);
   for (const auto& c : chain_h5) cmd += " --chain " + rel(c);
-  os << footer(cmd, sources);
+  os << footer(cmd, ctx.sources);
   return os.str();
 }
 
