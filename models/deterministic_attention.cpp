@@ -4,7 +4,7 @@
 #include <cmath>
 #include <iostream>
 
-#include "kernels/attention_backward.h"
+#include "kernels/attention/attention_backward.h"
 #include "models/fused_ops.h"
 #ifdef UFP4_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -21,7 +21,7 @@ namespace {
 
 std::atomic<bool> cudnn_refused{false};  // set when cuDNN's forward threw once: every later call falls back
 
-// Our backward (kernels/attention_backward.h) into dq, dk, dv (any views of 16-byte rows) where it
+// Our backward (kernels/attention/attention_backward.h) into dq, dk, dv (any views of 16-byte rows) where it
 // applies: BF16, head dimension 64, S a multiple of 64, aligned rows; with rope_cos defined, dq and dk
 // rotated back by RoPE (the tables as fused_qkv_rope takes them). False: flash's is the caller's to run.
 bool own_backward(const torch::Tensor& dout_in, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& o,

@@ -3,7 +3,7 @@
 // attention, whose backward adds dQ with atomics); cuDNN's forward is deterministic and faster (0.32
 // against 0.44 ms at dense-113m's shape), and its output and log-sum-exp are what a backward reads
 // (dev/attention_chunked.py, results/bench/logs/attention-chunked.log). The backward is ours
-// (kernels/attention_backward.h: dQ summed in a fixed order) where it applies (BF16, head dimension 64,
+// (kernels/attention/attention_backward.h: dQ summed in a fixed order) where it applies (BF16, head dimension 64,
 // S a multiple of 64), else flash's deterministic one. On Hopper ours runs warpgroup MMAs and is the
 // faster (results/bench/step.h5: the rows with flash's backward beside ours, in one command).
 #pragma once

@@ -1,7 +1,7 @@
 #include "models/fused_ops.h"
 
 #include "common/error.h"
-#include "kernels/fused_ops.h"
+#include "kernels/fused/fused_kernels.h"
 #include "models/quant_ops.h"
 #ifdef UFP4_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -30,7 +30,7 @@ void run_op(const torch::Tensor& on, const IO& io, typename Launcher<IO>::type c
 }
 
 // The fused norm over rows x2 [rows, d] (contiguous) with FP32 weight w: y and the rows' r; with res2
-// defined, x2 + res2 goes to `sum` and is normalized instead (kernels/fused_ops.h, RmsNormIO).
+// defined, x2 + res2 goes to `sum` and is normalized instead (kernels/fused/fused_kernels.h, RmsNormIO).
 void rms_norm_forward_rows(const torch::Tensor& x2, const torch::Tensor& res2, const torch::Tensor& w, double eps, const torch::Tensor& sum,
                            const torch::Tensor& y, const torch::Tensor& r, const char* what) {
   const int64_t d = x2.size(1);

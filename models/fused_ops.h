@@ -1,4 +1,4 @@
-// Autograd ops over the fused kernels of kernels/fused_ops.h (CUDA, on the current stream) or their
+// Autograd ops over the fused kernels of kernels/fused/fused_kernels.h (CUDA, on the current stream) or their
 // CPU reference: RMSNorm (alone or with the residual add before it), mean cross entropy, SwiGLU and RoPE
 // (of one head group, or of a packed QKV projection), each one pass over memory a direction where
 // LibTorch's composition of the same maths makes many (about a fifth of a BF16 step of dense-113m).
@@ -48,7 +48,7 @@ bool fused_rms_norm_applies(const torch::Tensor& x);
 bool fused_cross_entropy_applies(const torch::Tensor& logits);
 bool fused_swiglu_applies(const torch::Tensor& gu);  // CUDA: h a multiple of 8
 
-// The MoE layer's combine (kernels/fused_ops.h): expert rows y [A, d] (bfloat16, expert-sorted) into
+// The MoE layer's combine (kernels/fused/fused_kernels.h): expert rows y [A, d] (bfloat16, expert-sorted) into
 // tokens [T, d] with weights w [T, k] (bfloat16): each token's weighted sum over its slots in order,
 // with the bits of LibTorch's composition (gather, k products, k - 1 sums), forward and rows' gradient;
 // the weights' gradient summed in the kernels' order. inverse, order: int64 [A] (Routing); kept: bool

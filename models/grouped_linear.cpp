@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "common/error.h"
-#include "kernels/padded_segments.h"
+#include "kernels/moe/padded_segments.h"
 #include "models/quant_ops.h"
 #include "models/weight_operands.h"
 #ifdef UFP4_WITH_CUDA
@@ -307,7 +307,7 @@ GroupedRows padded_segment_rows(const torch::Tensor& ends, int64_t rows, int64_t
   // A bound on the padded rows that needs no look at the counts: each expert adds at most align - 1.
   out.rows = rows + E * (align - 1);
 #ifdef UFP4_WITH_CUDA
-  // One launch (kernels/padded_segments.h) where the composition below takes about twenty small ones.
+  // One launch (kernels/moe/padded_segments.h) where the composition below takes about twenty small ones.
   if (ends.is_cuda() && ends.scalar_type() == torch::kInt32 && ends.is_contiguous() && E >= 1 && E <= kPaddedSegmentsMaxExperts) {
     const auto i32 = ends.options().dtype(torch::kInt32);
     out.lens = torch::empty({E}, i32);

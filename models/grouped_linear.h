@@ -30,7 +30,7 @@ namespace ufp4 {
 bool grouped_mm_available();
 
 // A grouped layout of token rows: expert e's segment ends at ends[e]; its operand is the first lens[e]
-// rows of the segment (kernels/quantize_segments.h). src[i]: the source row of padded row i, -1 for padding.
+// rows of the segment (kernels/moe/quantize_segments.h). src[i]: the source row of padded row i, -1 for padding.
 struct GroupedRows {
   torch::Tensor ends, lens, src;  // int32 [E], int32 [E], int64 [rows]
   int64_t rows = 0;
@@ -38,7 +38,7 @@ struct GroupedRows {
 
 // WGRAD's padded layout of routing ends [E] (int32) over `rows` expert-sorted rows: each expert's rows
 // start on a multiple of `align`, lens = its rows rounded up to a multiple of rht (0: its rows), src the
-// source row of each padded row or -1 (kernels/padded_segments.h). On the device in one launch (E up to
+// source row of each padded row or -1 (kernels/moe/padded_segments.h). On the device in one launch (E up to
 // 1024), elsewhere a LibTorch composition of the same integers.
 GroupedRows padded_segment_rows(const torch::Tensor& ends, int64_t rows, int64_t align, int64_t rht);
 

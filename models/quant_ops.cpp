@@ -5,13 +5,13 @@
 #include <utility>
 
 #include "common/error.h"
-#include "kernels/float_bits.h"
-#include "kernels/quantize.h"
-#include "kernels/quantize_pair.h"
-#include "kernels/quantize_segments.h"
+#include "kernels/numerics/float_bits.h"
+#include "kernels/quantize/quantize.h"
+#include "kernels/quantize/quantize_pair.h"
+#include "kernels/moe/quantize_segments.h"
 #ifdef UFP4_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
-#include "kernels/quantize_cuda.h"
+#include "kernels/quantize/quantize_cuda.h"
 #endif
 
 namespace ufp4 {

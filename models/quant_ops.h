@@ -3,7 +3,7 @@
 #pragma once
 #include <torch/torch.h>
 
-#include "kernels/quant_spec.h"
+#include "kernels/quantize/quant_spec.h"
 
 namespace ufp4 {
 
@@ -38,12 +38,12 @@ QuantizedTensor quantize(const torch::Tensor& x, const QuantSpec& spec, const Qu
 
 // Both layouts of x [rows, cols] (float32 or bfloat16) as BF16 dequantized values: rowwise with `row`
 // ([rows, cols]) and columnwise with `col` ([cols, rows], blocks along dim 0). The bits of two quantize()
-// calls; on CUDA one read of x where the pair kernel covers the call (kernels/quantize_pair.h).
+// calls; on CUDA one read of x where the pair kernel covers the call (kernels/quantize/quantize_pair.h).
 std::pair<torch::Tensor, torch::Tensor> quantize_pair(const torch::Tensor& x, const QuantSpec& row, const QuantSpec& col);
 // Whether quantize_pair reads x once for these specs (CUDA, the pair kernel's cases).
 bool quantize_pair_fused(const torch::Tensor& x, const QuantSpec& row, const QuantSpec& col);
 
-// Many FP32 weights' pairs in one launch (kernels/quantize_pair.h: PairTask): each weight [N, K] or
+// Many FP32 weights' pairs in one launch (kernels/quantize/quantize_pair.h: PairTask): each weight [N, K] or
 // [E, N, K] (E matrices), contiguous, on CUDA; for each, its rowwise operand (BF16, the weight's shape)
 // and its columnwise one (BF16 [K, N] or [E, K, N]), bit for bit quantize_pair's of each matrix.
 // Throws unless quantize_pair_batch_fused() holds for every weight.
@@ -62,7 +62,7 @@ struct SegmentKeys {
 // words two to an int64); copied without a host synchronisation. Callers may keep it across calls.
 torch::Tensor segment_key_table(const SegmentKeys& keys, torch::Device device);
 
-// Segmented quantization (kernels/quantize_segments.h, its layout) of x [rows, cols], float32 or
+// Segmented quantization (kernels/moe/quantize_segments.h, its layout) of x [rows, cols], float32 or
 // bfloat16 on CPU or CUDA: operand g quantized with `spec` and keys g of `key_table` (segment_key_table).
 // ends, lens: int32 [G] on x's device (lens undefined: whole segments). Returns the dequantized
 // [rows, cols] in out_dtype. CPU runs the oracle (tests); CUDA one launch, no host synchronisation.
@@ -77,7 +77,7 @@ torch::Tensor quantize_segments(const torch::Tensor& x, const QuantSpec& spec, c
                                 const torch::Tensor& src = torch::Tensor());
 
 // Both segmented operands of x [rows, cols] (BF16 or FP32; BF16 out) from one read where the pair kernel
-// covers the call (CUDA, kernels/quantize_segments.h's SegmentedPairIO): the rowwise operand with `row`
+// covers the call (CUDA, kernels/moe/quantize_segments.h's SegmentedPairIO): the rowwise operand with `row`
 // and row_keys over segments row_ends (whole segments), and the columnwise operand with `col` and col_keys
 // in the padded layout (col_ends, col_lens, src) gathered from x. The bits of the two quantize_segments
 // calls, which it makes where the kernel does not cover the call. gather (optional, int64 [rows]): the

@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "common/fs.h"
 #include "common/toml_util.h"
+#include "common/text.h"
 
 namespace ufp4 {
 
@@ -52,16 +53,10 @@ const std::set<std::string> kTopKeys = {"name", "description", "extends", "seed"
 const std::set<std::string> kOperandKeys = {"quantize", "grid", "max_fpx", "block", "scale", "rounding", "block_2d"};
 const std::set<std::string> kLayerKeys = {"bf16", "bf16_first_blocks", "bf16_last_blocks"};
 
-std::string join(const std::set<std::string>& s) {
-  std::string out;
-  for (const auto& k : s) out += (out.empty() ? "" : ", ") + k;
-  return out;
-}
-
 void check_keys(const std::string& file, const toml::table& t, const std::set<std::string>& allowed, const std::string& prefix) {
   for (auto&& [k, v] : t) {
     std::string key(k.str());
-    if (!allowed.count(key)) bad(file, v, prefix + key, "unknown key (allowed: " + join(allowed) + ")");
+    if (!allowed.count(key)) bad(file, v, prefix + key, "unknown key (allowed: " + join(allowed, ", ") + ")");
   }
 }
 

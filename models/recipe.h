@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/quant_spec.h"
+#include "kernels/quantize/quant_spec.h"
 
 namespace ufp4 {
 

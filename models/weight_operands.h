@@ -4,7 +4,7 @@
 // linear as the forward reaches it, that is a pair launch a linear (an expert linear: a segmented
 // launch a layout), dozens a step, on tensors of a few hundred kilobytes that do not fill the GPU. At
 // the start of a training forward the transformer hands every linear's weight to a WeightOperandScope:
-// it makes both operands of all the weights the batched pair kernel covers (kernels/quantize_pair.h,
+// it makes both operands of all the weights the batched pair kernel covers (kernels/quantize/quantize_pair.h,
 // PairTask) in one launch per set of equal specs, and holds them in the context
 // (QuantContext::weight_operands) until each linear takes its own out as it runs: bit for bit what it
 // would have made itself, since the specs are the layer's own (operand_spec). The rowwise operand then

@@ -18,7 +18,7 @@
 #include <stdexcept>
 
 #ifdef UFP4_WITH_CUDA
-#include "kernels/quantize_cuda.h"
+#include "kernels/quantize/quantize_cuda.h"
 #endif
 
 namespace ufp4::test {

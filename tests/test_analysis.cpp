@@ -6,7 +6,7 @@
 #include "common/error.h"
 #include "harness/analysis/analysis.h"
 #include "harness/io/array_io.h"
-#include "kernels/grid.h"
+#include "kernels/quantize/grid.h"
 #include "tests/catch.h"
 #include "tests/helpers.h"
 

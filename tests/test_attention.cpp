@@ -1,5 +1,5 @@
 // Causal attention in deterministic mode (models/deterministic_attention.h): cuDNN's forward with
-// flash's deterministic backward or, switched on, ours (kernels/attention_backward.h). On the GPU: near an FP64 reference,
+// flash's deterministic backward or, switched on, ours (kernels/attention/attention_backward.h). On the GPU: near an FP64 reference,
 // the same bits on every rerun, and what the model's attention runs in that mode; fed by the packed
 // RoPE as one op, the two ops' bits; our kernel near its CPU reference, and its RoPE'd dQ and dK the
 // fused RoPE's bits. Everywhere: where it applies, and the CPU reference near LibTorch's FP64 autograd.
@@ -9,8 +9,8 @@
 #include <limits>
 
 #include "harness/train/determinism.h"
-#include "kernels/attention_backward.h"
-#include "kernels/fused_ops.h"
+#include "kernels/attention/attention_backward.h"
+#include "kernels/fused/fused_kernels.h"
 #include "models/deterministic_attention.h"
 #include "models/fused_ops.h"
 #include "models/layers.h"

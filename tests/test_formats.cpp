@@ -3,8 +3,8 @@
 #include <cmath>
 #include <limits>
 
-#include "kernels/float_bits.h"
-#include "kernels/philox.h"
+#include "kernels/numerics/float_bits.h"
+#include "kernels/numerics/philox.h"
 #include "tests/catch.h"
 
 using namespace ufp4;

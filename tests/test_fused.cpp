@@ -1,6 +1,6 @@
 // Fused RMSNorm and cross entropy: the maths against LibTorch's composition (CPU, tolerance: a
 // different summation order), exp/log against double precision, and the CUDA kernels against the CPU
-// reference bit for bit (the reduction order is part of the contract, kernels/fused_ops.h).
+// reference bit for bit (the reduction order is part of the contract, kernels/fused/fused_kernels.h).
 #include <torch/torch.h>
 
 #include <array>
@@ -8,7 +8,7 @@
 #include <limits>
 
 #include "common/error.h"
-#include "kernels/fused_ops.h"
+#include "kernels/fused/fused_kernels.h"
 #include "models/fused_ops.h"
 #include "models/layers.h"
 #include "models/transformer.h"

@@ -1,7 +1,7 @@
 #include <cmath>
 
 #include "common/error.h"
-#include "kernels/grid.h"
+#include "kernels/quantize/grid.h"
 #include "tests/catch.h"
 
 using ufp4::Grid;

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/padded_segments.h"
+#include "kernels/moe/padded_segments.h"
 #include "models/grouped_linear.h"
 #include "models/moe.h"
 #include "tests/catch.h"

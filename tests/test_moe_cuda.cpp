@@ -132,7 +132,7 @@ TEST_CASE("MoE on the GPU: no host synchronisation in forward and backward; reru
 
 TEST_CASE("WGRAD's padded segments on the GPU: one launch, the composition's integers", "[moe][cuda]") {
   UFP4_NEED_GPU();
-  // The device path (kernels/padded_segments.h) against the CPU composition, bit for bit; 1024 experts is
+  // The device path (kernels/moe/padded_segments.h) against the CPU composition, bit for bit; 1024 experts is
   // the kernel's limit.
   for (const int64_t E : {1, 5, 32, 1024})
     for (const int64_t align : {16, 64})

@@ -9,12 +9,12 @@
 #include <random>
 
 #include "common/error.h"
-#include "kernels/float_bits.h"
-#include "kernels/kernel_path.h"
-#include "kernels/philox.h"
-#include "kernels/quantize_hot.h"
-#include "kernels/quantize_pair.h"
-#include "kernels/rounding.h"
+#include "kernels/numerics/float_bits.h"
+#include "kernels/quantize/kernel_path.h"
+#include "kernels/numerics/philox.h"
+#include "kernels/quantize/quantize_hot.h"
+#include "kernels/quantize/quantize_pair.h"
+#include "kernels/numerics/rounding.h"
 #include "models/quant_ops.h"
 #include "tests/catch.h"
 #include "tests/helpers.h"

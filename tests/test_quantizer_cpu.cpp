@@ -7,8 +7,8 @@
 #include <sstream>
 #include <vector>
 
-#include "kernels/quant_spec.h"
-#include "kernels/quantize.h"
+#include "kernels/quantize/quant_spec.h"
+#include "kernels/quantize/quantize.h"
 #include "tests/catch.h"
 #include "tests/helpers.h"
 

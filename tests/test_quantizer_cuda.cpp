@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "common/error.h"
-#include "kernels/quantize_pair.h"
+#include "kernels/quantize/quantize_pair.h"
 #include "models/quant_ops.h"
 #include "tests/catch.h"
 #include "tests/helpers.h"

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "kernels/quantize.h"
+#include "kernels/quantize/quantize.h"
 #include "models/quant_ops.h"
 #include "tests/catch.h"
 #include "tests/helpers.h"

@@ -1,12 +1,12 @@
-// Stochastic rounding: the decision rule exactly (8-bit draws, kernels/rounding.h), the reference
+// Stochastic rounding: the decision rule exactly (8-bit draws, kernels/numerics/rounding.h), the reference
 // against that rule element by element, and statistically: per bin, and the mean of many draws beats RTNE.
 #include <torch/torch.h>
 
 #include <cmath>
 #include <random>
 
-#include "kernels/philox.h"
-#include "kernels/rounding.h"
+#include "kernels/numerics/philox.h"
+#include "kernels/numerics/rounding.h"
 #include "models/quant_ops.h"
 #include "tests/catch.h"
 #include "tests/helpers.h"

@@ -1,4 +1,4 @@
-// The deterministic attention backward (kernels/attention_backward_cuda.cu): first against the CPU
+// The deterministic attention backward (kernels/attention/attention_backward_cuda.cu): first against the CPU
 // reference on small shapes (largest error against the largest gradient, beside what rounding the
 // reference itself to BF16 costs) and over repeated runs (bit-identical), then timed with CUDA
 // events at the proxies' attention shapes (forward output and log-sum-exp random but plausible).
@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "dev/cuda/check_cuda.cuh"
-#include "kernels/attention_backward.h"
-#include "kernels/float_bits.h"
+#include "kernels/attention/attention_backward.h"
+#include "kernels/numerics/float_bits.h"
 
 using namespace ufp4;
 

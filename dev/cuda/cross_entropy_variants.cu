@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/fused_ops.h"
+#include "kernels/fused/fused_kernels.h"
 #include "dev/cuda/check_cuda.cuh"
 
 namespace ufp4 {

@@ -1,6 +1,6 @@
 // Tuning variants of the hot kernel's columnwise stochastic-rounding path, timed beside the production
 // kernel (cuda_quantize_hot) in one run, each first checked bit for bit against it. Not part of the
-// library: the production kernel keeps only the variant that measured best (kernels/quantize_hot_cuda.cu).
+// library: the production kernel keeps only the variant that measured best (kernels/quantize/quantize_hot_cuda.cu).
 //
 //   cmake --build build --target dev && build/ufp4_dev_hot_col_sr [rows cols ...]
 //
@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "kernels/quant_spec.h"
-#include "kernels/quantize_cuda.h"
-#include "kernels/quantize_hot_col.cuh"
+#include "kernels/quantize/quant_spec.h"
+#include "kernels/quantize/quantize_cuda.h"
+#include "kernels/quantize/quantize_hot_col.cuh"
 
 namespace ufp4 {
 namespace {

@@ -15,8 +15,8 @@
 #include <random>
 #include <vector>
 
-#include "kernels/fused_device.cuh"
-#include "kernels/fused_ops.h"
+#include "kernels/fused/fused_device.cuh"
+#include "kernels/fused/fused_kernels.h"
 #include "dev/cuda/check_cuda.cuh"
 
 namespace ufp4 {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "harness/analysis/analysis.h"
-#include "kernels/grid.h"
+#include "kernels/quantize/grid.h"
 
 namespace ufp4 {
 

@@ -73,7 +73,7 @@ void refuse_nonfinite(const ArrayF32& a, const std::string& in) {
     }
   if (nan + inf > 0)
     throw Error("--in: " + in + " holds " + std::to_string(nan) + " NaN and " + std::to_string(inf) + " infinite values (the first at index " +
-                std::to_string(first) + "; allowed: finite values, or --allow-nonfinite to quantize them as kernels/quantize.h specifies)");
+                std::to_string(first) + "; allowed: finite values, or --allow-nonfinite to quantize them as kernels/quantize/quantize.h specifies)");
 }
 
 // One line of fidelity statistics against the (rotated) input: SQNR and NMSE (Eq. 7), alpha (Eq. 3)

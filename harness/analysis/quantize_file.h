@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "kernels/quant_spec.h"
+#include "kernels/quantize/quant_spec.h"
 #include "models/quant_ops.h"
 
 namespace ufp4 {

@@ -57,7 +57,7 @@ struct StepBenchOptions {
   std::vector<std::string> reference = {"eager", "compiled", "deterministic"};
   std::string python = "python3";
   bool nondeterministic = true;     // also time bf16 and ufp4 without deterministic mode (its cost)
-  // Deterministic mode's attention backward for every row: ours (kernels/attention_backward.h; the trainer's default) or flash's
+  // Deterministic mode's attention backward for every row: ours (kernels/attention/attention_backward.h; the trainer's default) or flash's
   // (models/deterministic_attention.h); the other is timed in rows of its own.
   bool own_attention_backward = true;
   // One routed MoE layer of these models, forward + backward on moe_layer_tokens tokens (impl "ufp4-moe-layer").

@@ -18,8 +18,8 @@
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 
-#include "kernels/float_bits.h"
-#include "kernels/quantize_cuda.h"
+#include "kernels/numerics/float_bits.h"
+#include "kernels/quantize/quantize_cuda.h"
 #endif
 
 namespace ufp4 {
@@ -174,7 +174,7 @@ void launch(const Case& c, Device& d) {
     return;
   }
   if (c.kind == "pair") {
-    // Both layouts of a dense linear's operand from one read (kernels/quantize_pair.h), the RHT on both.
+    // Both layouts of a dense linear's operand from one read (kernels/quantize/quantize_pair.h), the RHT on both.
     PairIO p;
     p.in = d.in;
     p.rows = R;

@@ -18,6 +18,7 @@
 #include "common/error.h"
 #include "common/fs.h"
 #include "common/log.h"
+#include "common/text.h"
 #include "harness/bench/bench.h"
 #include "harness/bench/row_columns.h"
 #include "harness/bench/step_timing.h"
@@ -39,12 +40,6 @@
 namespace ufp4 {
 
 namespace {
-
-std::string join(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
-  return s;
-}
 
 // One rank's figures for one model and recipe.
 struct RankFigures {
@@ -154,7 +149,7 @@ std::vector<ScalingBenchRow> run_scaling_benchmarks(const ScalingBenchOptions& o
   make_dirs(tmp);
   std::vector<ScalingBenchRow> rows;
   for (const int n : o.gpus) {
-    std::vector<std::string> argv = {executable_dir() + "/ufp4", "bench", "scaling", "--models", join(o.models), "--recipes", join(o.recipes),
+    std::vector<std::string> argv = {executable_dir() + "/ufp4", "bench", "scaling", "--models", join(o.models, ","), "--recipes", join(o.recipes, ","),
                                      "--batch", std::to_string(o.batch), "--micro-batch", std::to_string(o.micro_batch),
                                      "--seq", std::to_string(o.seq_len), "--warmup", std::to_string(o.warmup), "--steps", std::to_string(o.steps),
                                      "--device", o.device, "--backend", o.backend, "--bucket-mb", std::to_string(o.bucket_mb),

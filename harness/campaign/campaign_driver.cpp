@@ -35,7 +35,6 @@ void prepare_data(const Campaign& c, std::vector<RunPlan>& plans) {
   }
   for (auto& p : plans) {
     settle_data(p);
-    check_trainable(p);
   }
 }
 

@@ -8,24 +8,17 @@
 
 #include "common/error.h"
 #include "common/fs.h"
+#include "common/text.h"
 #include "harness/analysis/analysis_files.h"
 #include "harness/cli/cli.h"
 #include "harness/plan/run_manifest.h"
 #include "harness/plan/run_plan.h"
-#include "kernels/grid.h"
+#include "kernels/quantize/grid.h"
 #include "models/quant_ops.h"
 
 namespace ufp4 {
 
 namespace {
-
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  for (std::string item; std::getline(in, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
 
 int analyze_bias(const std::vector<std::string>& args) {
   std::string grid, densities, tensor, dataset;
@@ -49,7 +42,7 @@ int analyze_bias(const std::vector<std::string>& args) {
   if (!vm) return 0;
   opt.grid = Grid::parse(grid, max_fpx);
   if (densities != "none")
-    for (const auto& n : split_list(densities)) opt.densities.push_back(Density::named(n, nu));
+    for (const auto& n : split(densities, ',', /*skip_empty=*/true)) opt.densities.push_back(Density::named(n, nu));
   if (!tensor.empty()) opt.densities.push_back(tensor_density(tensor, dataset));
   run_bias_analysis(opt);
   return 0;
@@ -106,7 +99,7 @@ int analyze_tensors(const std::vector<std::string>& args) {
   opt.capture = capture_file(run, step);
   if (opt.out.empty()) opt.out = opt.capture.substr(0, opt.capture.size() - 3) + ".tensors.h5";
   opt.device = pick_device(device);
-  for (const auto& n : split_list(grids)) opt.grids.push_back(Grid::parse(n));
+  for (const auto& n : split(grids, ',', /*skip_empty=*/true)) opt.grids.push_back(Grid::parse(n));
   run_tensors_analysis(opt);
   return 0;
 }
@@ -135,7 +128,7 @@ int analyze_chain(const std::vector<std::string>& args) {
     throw Error("--input: '" + opt.input + "' is not allowed (allowed: gaussian, student-t, captured)");
   opt.device = pick_device(device);
   if (!capture.empty()) opt.capture = capture_file(capture, -1);
-  opt.grids = split_list(grids);
+  opt.grids = split(grids, ',', /*skip_empty=*/true);
   run_chain_analysis(opt);
   return 0;
 }

@@ -46,7 +46,7 @@ int cmd_quantize(const std::vector<std::string>& args) {
       ("out-dtype", po::value(&out_dtype)->default_value("f32"), "dequantized values in f32 or bf16 (stored as float32)")
       ("stats", po::bool_switch(), "print SQNR, NMSE, alpha and bucket ratio against the (rotated) input")
       ("bins", po::bool_switch(), "print Eq. 2 for every bin, measured: each level's share, mean error and parts of b_G and alpha - 1 (rowwise, 1xB)")
-      ("allow-nonfinite", po::bool_switch(), "quantize NaN and infinite inputs (their blocks as kernels/quantize.h specifies) instead of refusing them");
+      ("allow-nonfinite", po::bool_switch(), "quantize NaN and infinite inputs (their blocks as kernels/quantize/quantize.h specifies) instead of refusing them");
   auto vm = parse_command("quantize", "--in X --out Y [options]", d, args);
   if (!vm) return 0;
 

@@ -20,6 +20,7 @@
 #include "harness/train/run_queue.h"
 #include "harness/train/train_device.h"
 #include "harness/train/trainer.h"
+#include "models/quant_ops.h"
 
 namespace ufp4 {
 
@@ -67,6 +68,7 @@ int cmd_run(const std::vector<std::string>& args) {
     for (const auto& m : RunManifest::expand(p))
       if (only.empty() || m.name == only) plans.push_back(plan_run(m));
   if (plans.empty()) throw Error("run: no run named '" + only + "' in the given manifests");
+  if (!expect_id.empty() && (only.empty() || plans.size() != 1)) throw Error("run: --run-id goes with --only NAME (one run)");
   if (nproc > 0 || env.distributed())
     for (const auto& p : plans) check_data_parallel_batch(p, nproc > 0 ? nproc : env.world_size);
   if (nproc > 0) {
@@ -83,8 +85,8 @@ int cmd_run(const std::vector<std::string>& args) {
   }
   if (env.distributed()) {
     // Every rank trains on the same kind of device; CUDA ranks take GPU LOCAL_RANK (modulo the GPUs seen).
-    bool cuda = torch::cuda::is_available();
-    for (const auto& p : plans) cuda = cuda && (opt.device.empty() ? p.train.device : opt.device) != "cpu";
+    bool cuda = true;
+    for (const auto& p : plans) cuda = cuda && (opt.device.empty() ? pick_device(p.train.device, p.manifest_path + ": train.device") : pick_device(opt.device)).is_cuda();
     if (cuda) use_local_gpu(env.local_rank);
     if (env.rank != 0) set_log_level(LogLevel::kQuiet);  // rank 0 speaks for the run; warnings still show
     opt.groups = std::make_shared<ProcessGroups>(env, DistOptions{backend, std::chrono::seconds(dist_timeout)}, cuda);
@@ -96,7 +98,7 @@ int cmd_run(const std::vector<std::string>& args) {
   prepare_plans(plans, opt.groups);
   // A child of the scheduler trains the run its parent planned: a manifest, recipe or corpus changed
   // since then would train another run under the parent's name.
-  if (!expect_id.empty() && plans.size() == 1 && plans[0].run_id != expect_id)
+  if (!expect_id.empty() && plans[0].run_id != expect_id)
     throw Error("run: " + plans[0].name + " plans as run " + plans[0].run_id + ", not the run " + expect_id +
                 " it was started for: its manifest, recipe or data changed since the parent planned it");
   const bool lead = !opt.groups || opt.groups->world->rank() == 0;

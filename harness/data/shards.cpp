@@ -14,7 +14,7 @@
 #include "common/fs.h"
 #include "common/sha256.h"
 #include "common/toml_util.h"
-#include "kernels/philox.h"
+#include "kernels/numerics/philox.h"
 
 namespace ufp4 {
 

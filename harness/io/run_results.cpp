@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <variant>
 
 #include "common/error.h"
 #include "common/fs.h"
 #include "common/log.h"
+#include "common/text.h"
 #include "common/sha256.h"
 #include "harness/io/array_io.h"
 #include "harness/io/provenance.h"
@@ -17,16 +19,90 @@ namespace {
 // 3: the file carries content_sha256 (harness/io/array_io.h), checked by every read.
 constexpr int64_t kSchemaVersion = 3;
 
-std::string join_lines(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& k : v) s += k + "\n";
-  return s;
+// A RunResults member stored as the root attribute of the same name, with the value a file that lacks
+// it (an older schema) reads as; a text attribute that is empty reads as its absent value too. The
+// writer and the reader take these lists, in the order the writer writes them.
+struct MemberAttr {
+  const char* name;
+  std::variant<std::string RunResults::*, int64_t RunResults::*, bool RunResults::*, double RunResults::*> member;
+  double absent_number = 0;
+  const char* absent_text = "";
+};
+
+// What was run and how, written before the curves.
+const std::vector<MemberAttr>& run_attrs() {
+  static const std::vector<MemberAttr> a = {
+      {"run_name", &RunResults::run_name},
+      {"run_id", &RunResults::run_id},
+      {"run_identity", &RunResults::run_identity},
+      {"manifest", &RunResults::manifest},
+      {"manifest_sha256", &RunResults::manifest_sha256},
+      {"manifest_path", &RunResults::manifest_path},
+      {"model", &RunResults::model},
+      {"model_sha256", &RunResults::model_sha256},
+      {"recipe", &RunResults::recipe},
+      {"recipe_resolved", &RunResults::recipe_resolved},
+      {"recipe_sha256", &RunResults::recipe_sha256},
+      {"data_path", &RunResults::data_path},
+      {"data_manifest_sha256", &RunResults::data_manifest_sha256},
+      {"data_train_tokens", &RunResults::data_train_tokens, 0},
+      {"seed", &RunResults::seed, 1},
+      {"deterministic", &RunResults::deterministic, 0},
+      {"world_size", &RunResults::world_size, 1},
+      {"backend", &RunResults::backend, 0, "none"},
+      {"optimizer_sharding", &RunResults::optimizer_sharding, 0, "none"},
+      {"cuda_graph", &RunResults::cuda_graph, 0, "off"},
+      {"utc_start", &RunResults::utc_start},
+      {"utc_end", &RunResults::utc_end},  // written as now when the run sets none
+      {"device_name", &RunResults::device_name},
+      {"weights_sha256", &RunResults::weights_sha256},
+  };
+  return a;
 }
 
-std::vector<std::string> split_lines(const std::string& s) {
-  std::vector<std::string> out;
-  for (size_t at = 0, nl; (nl = s.find('\n', at)) != std::string::npos; at = nl + 1) out.push_back(s.substr(at, nl - at));
-  return out;
+// How it went, written after the summary of the curves.
+const std::vector<MemberAttr>& outcome_attrs() {
+  static const std::vector<MemberAttr> a = {
+      {"diverged", &RunResults::diverged, 0},
+      {"diverged_step", &RunResults::diverged_step, -1},
+      {"tokens_per_s", &RunResults::tokens_per_s, NAN},
+      {"mfu", &RunResults::mfu, NAN},
+      {"flops_per_token", &RunResults::flops_per_token, NAN},
+      {"peak_memory_gb", &RunResults::peak_memory_gb, NAN},
+  };
+  return a;
+}
+
+void write_member_attrs(H5Writer& w, const RunResults& r, const std::vector<MemberAttr>& attrs) {
+  for (const auto& a : attrs) {
+    if (auto text = std::get_if<std::string RunResults::*>(&a.member)) {
+      const std::string& v = r.**text;
+      w.attr(a.name, v.empty() && std::string(a.name) == "utc_end" ? utc_now() : v);
+    } else if (auto whole = std::get_if<int64_t RunResults::*>(&a.member)) {
+      w.attr(a.name, r.**whole);
+    } else if (auto flag = std::get_if<bool RunResults::*>(&a.member)) {
+      w.attr(a.name, static_cast<int64_t>(r.**flag));
+    } else {
+      w.attr(a.name, r.*std::get<double RunResults::*>(a.member));
+    }
+  }
+}
+
+void read_member_attrs(RunResults& r, const std::map<std::string, double>& numbers, const std::vector<MemberAttr>& attrs) {
+  for (const auto& a : attrs) {
+    const auto it = numbers.find(a.name);
+    const double number = it == numbers.end() ? a.absent_number : it->second;
+    if (auto text = std::get_if<std::string RunResults::*>(&a.member)) {
+      const std::string& v = r.attr(a.name);
+      r.**text = v.empty() ? a.absent_text : v;
+    } else if (auto whole = std::get_if<int64_t RunResults::*>(&a.member)) {
+      r.**whole = static_cast<int64_t>(number);
+    } else if (auto flag = std::get_if<bool RunResults::*>(&a.member)) {
+      r.**flag = static_cast<int64_t>(number) != 0;
+    } else {
+      r.*std::get<double RunResults::*>(a.member) = number;
+    }
+  }
 }
 
 }  // namespace
@@ -51,30 +127,7 @@ void write_run_results(const std::string& path, const RunResults& r) {
   H5Writer w(path);
   write_provenance(w);
   w.attr("schema_version", kSchemaVersion);
-  w.attr("run_name", r.run_name);
-  w.attr("run_id", r.run_id);
-  w.attr("run_identity", r.run_identity);
-  w.attr("manifest", r.manifest);
-  w.attr("manifest_sha256", r.manifest_sha256);
-  w.attr("manifest_path", r.manifest_path);
-  w.attr("model", r.model);
-  w.attr("model_sha256", r.model_sha256);
-  w.attr("recipe", r.recipe);
-  w.attr("recipe_resolved", r.recipe_resolved);
-  w.attr("recipe_sha256", r.recipe_sha256);
-  w.attr("data_path", r.data_path);
-  w.attr("data_manifest_sha256", r.data_manifest_sha256);
-  w.attr("data_train_tokens", r.data_train_tokens);
-  w.attr("seed", r.seed);
-  w.attr("deterministic", static_cast<int64_t>(r.deterministic));
-  w.attr("world_size", r.world_size);
-  w.attr("backend", r.backend);
-  w.attr("optimizer_sharding", r.optimizer_sharding);
-  w.attr("cuda_graph", r.cuda_graph);
-  w.attr("utc_start", r.utc_start);
-  w.attr("utc_end", r.utc_end.empty() ? utc_now() : r.utc_end);
-  w.attr("device_name", r.device_name);
-  w.attr("weights_sha256", r.weights_sha256);
+  write_member_attrs(w, r, run_attrs());
   const int64_t n = static_cast<int64_t>(c.step.size());
   auto put = [&](const std::string& name, const std::vector<double>& v, const std::string& unit) {
     w.write_f64(name, v.data(), {static_cast<int64_t>(v.size())});
@@ -96,7 +149,7 @@ void write_run_results(const std::string& path, const RunResults& r) {
     std::vector<double> a;
     for (const auto& row : c.alpha) a.insert(a.end(), row.begin(), row.end());
     w.write_f64("telemetry/alpha", a.data(), {static_cast<int64_t>(c.alpha.size()), static_cast<int64_t>(c.alpha_keys.size())});
-    w.attr("keys", join_lines(c.alpha_keys), "telemetry/alpha");
+    w.attr("keys", join(c.alpha_keys, "\n") + (c.alpha_keys.empty() ? "" : "\n"), "telemetry/alpha");  // a line a key
     w.attr("units", std::string("alpha (Eq. 3) of each quantized operand; rows: telemetry/alpha_step"), "telemetry/alpha");
     put("telemetry/alpha_step", c.alpha_step, "optimizer step");
   }
@@ -105,15 +158,10 @@ void write_run_results(const std::string& path, const RunResults& r) {
   w.attr("mean_loss_last_k", n ? r.tail_mean(k) : NAN);
   w.attr("last_k", k);
   w.attr("final_eval_loss", c.eval_loss.empty() ? NAN : c.eval_loss.back());
-  w.attr("diverged", static_cast<int64_t>(r.diverged));
-  w.attr("diverged_step", r.diverged_step);
   w.attr("steps_done", n);
   const double tokens_done = n ? c.tokens.back() : 0.0;
   w.attr("epochs", r.data_train_tokens > 0 ? tokens_done / static_cast<double>(r.data_train_tokens) : 0.0);
-  w.attr("tokens_per_s", r.tokens_per_s);
-  w.attr("mfu", r.mfu);
-  w.attr("flops_per_token", r.flops_per_token);
-  w.attr("peak_memory_gb", r.peak_memory_gb);
+  write_member_attrs(w, r, outcome_attrs());
   w.commit();
 }
 
@@ -157,42 +205,13 @@ RunResults read_run_results(const std::string& path, bool with_curves) {
   if (!r.content_verified && read_h5_numeric_attrs(path).count("schema_version") && read_h5_double_attr(path, "schema_version") >= 3)
     throw Error(path + ": a schema-3 results file without its content_sha256: the file was edited; remove it (a run trains it again)");
   const std::map<std::string, double> num = read_h5_numeric_attrs(path);
-  auto s = [&](const char* key) { return r.attr(key); };
   auto d = [&](const char* key, double missing) {
     auto it = num.find(key);
     return it == num.end() ? missing : it->second;
   };
   auto i = [&](const char* key, int64_t missing) { return static_cast<int64_t>(d(key, static_cast<double>(missing))); };
-  r.run_name = s("run_name");
-  r.run_id = s("run_id");
-  r.run_identity = s("run_identity");
-  r.manifest = s("manifest");
-  r.manifest_sha256 = s("manifest_sha256");
-  r.manifest_path = s("manifest_path");
-  r.model = s("model");
-  r.model_sha256 = s("model_sha256");
-  r.recipe = s("recipe");
-  r.recipe_resolved = s("recipe_resolved");
-  r.recipe_sha256 = s("recipe_sha256");
-  r.data_path = s("data_path");
-  r.data_manifest_sha256 = s("data_manifest_sha256");
-  r.utc_start = s("utc_start");
-  r.utc_end = s("utc_end");
-  r.device_name = s("device_name");
-  r.weights_sha256 = s("weights_sha256");
-  r.data_train_tokens = i("data_train_tokens", 0);
-  r.seed = i("seed", 1);
-  r.deterministic = i("deterministic", 0) != 0;
-  r.world_size = i("world_size", 1);
-  r.backend = s("backend").empty() ? "none" : s("backend");
-  r.optimizer_sharding = s("optimizer_sharding").empty() ? "none" : s("optimizer_sharding");
-  r.cuda_graph = s("cuda_graph").empty() ? "off" : s("cuda_graph");
-  r.diverged = i("diverged", 0) != 0;
-  r.diverged_step = i("diverged_step", -1);
-  r.tokens_per_s = d("tokens_per_s", NAN);
-  r.mfu = d("mfu", NAN);
-  r.flops_per_token = d("flops_per_token", NAN);
-  r.peak_memory_gb = d("peak_memory_gb", NAN);
+  read_member_attrs(r, num, run_attrs());
+  read_member_attrs(r, num, outcome_attrs());
   r.steps_done = i("steps_done", 0);
   r.last_k = i("last_k", 0);
   r.final_loss = d("final_loss", NAN);
@@ -210,7 +229,7 @@ RunResults read_run_results(const std::string& path, bool with_curves) {
            {"telemetry/alpha_step", &c.alpha_step}})
     if (has(col.first)) *col.second = read_h5_f64(path, col.first);
   if (has("telemetry/alpha")) {
-    c.alpha_keys = split_lines(read_h5_string_attrs(path, "telemetry/alpha")["keys"]);
+    c.alpha_keys = split(read_h5_string_attrs(path, "telemetry/alpha")["keys"], '\n');
     const std::vector<double> flat = read_h5_f64(path, "telemetry/alpha");
     const size_t width = c.alpha_keys.size();
     for (size_t row = 0; width && (row + 1) * width <= flat.size(); ++row)

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <sstream>
 
 #include "common/error.h"
@@ -44,6 +45,22 @@ TrainSection train_section(const RunManifest& m) {
 }
 
 
+// A prepared folder's description and training tokens, read once per folder and content in this
+// process: a campaign plans every run of its seeds against the same folder.
+struct PreparedData {
+  DataInfo info;
+  int64_t train_tokens = 0;
+};
+const PreparedData& prepared_data(const std::string& dir, const std::string& content) {
+  static std::map<std::string, PreparedData> read;
+  const std::string key = dir + "\n" + content;
+  if (auto it = read.find(key); it != read.end()) return it->second;
+  PreparedData d;
+  d.info = load_data_info(dir);
+  d.train_tokens = count_train_tokens(d.info);
+  return read.emplace(key, std::move(d)).first->second;
+}
+
 // The data's part of the identity and everything that follows from the run id: the data named by
 // content as it stands now (prepared here, pinned by a campaign, or not prepared yet), the id, the
 // files, and the epochs once the data exists.
@@ -64,8 +81,14 @@ void resolve_data(RunPlan& p) {
   p.checkpoint.path = stem + ".ckpt";
   p.lock_path = stem + ".lock";
   p.capture.dir = stem + ".capture";
-  p.data = id.data_prepared ? load_data_info(s.path) : DataInfo{};
-  p.data_train_tokens = id.data_prepared ? count_train_tokens(p.data) : 0;
+  if (id.data_prepared) {
+    const PreparedData& d = prepared_data(s.path, id.data_sha256);
+    p.data = d.info;
+    p.data_train_tokens = d.train_tokens;
+  } else {
+    p.data = DataInfo{};
+    p.data_train_tokens = 0;
+  }
   p.epochs = !id.data_prepared        ? -1
              : p.data_train_tokens > 0 ? static_cast<double>(p.train_tokens) / static_cast<double>(p.data_train_tokens)
                                        : INFINITY;
@@ -121,14 +144,10 @@ RunPlan plan_run(const RunManifest& m) {
   return p;
 }
 
-void settle_data(RunPlan& p) { resolve_data(p); }
+namespace {
 
 void check_trainable(const RunPlan& p) {
-  if (!p.data_prepared()) {
-    (void)load_data_info(p.data_source.path);  // its error names what the folder lacks
-    throw Error(p.manifest_path + ": data.path: " + p.data_source.path + " holds no prepared data (data.toml) and data.prepare does not say how to make it " +
-                "(allowed: prepare it with `ufp4 data prepare --out " + p.data_source.path + "`, or set data.prepare = \"ci\" or \"default\")");
-  }
+  if (!p.data_prepared()) (void)load_data_info(p.data_source.path);  // throws, naming what the folder lacks
   if (p.data.vocab > p.model.vocab && p.data.tokenizer != "external (llm.c shards)")
     throw Error(p.manifest_path + ": data vocabulary " + std::to_string(p.data.vocab) + " exceeds model " + p.model.name + "'s " +
                 std::to_string(p.model.vocab));
@@ -140,6 +159,13 @@ void check_trainable(const RunPlan& p) {
      << p.data_source.path << " (allowed: at most data.max_epochs = " << p.max_epochs
      << "; repeating data turns pretraining into memorisation: use more data, fewer steps, or raise data.max_epochs, up to 4, and say why)";
   throw Error(os.str());
+}
+
+}  // namespace
+
+void settle_data(RunPlan& p) {
+  resolve_data(p);
+  check_trainable(p);
 }
 
 void check_data_parallel_batch(const RunPlan& p, int world) {

@@ -101,11 +101,10 @@ OptimizerSection optimizer_section(const RunManifest& m);
 // nothing.
 RunPlan plan_run(const RunManifest& m);
 // After the data was prepared (ensure_data): names it by content again, and with it the run id, the
-// files and the epochs. The model and recipe are not read again.
+// files and the epochs (the model and recipe are not read again); then throws ufp4::Error, naming the
+// manifest, unless the plan can train: its data prepared, the data's vocabulary within the model's, and
+// the run within data.max_epochs.
 void settle_data(RunPlan& p);
-// Throws ufp4::Error, naming the manifest, unless the plan can train: its data prepared, the data's
-// vocabulary within the model's, and the run within data.max_epochs.
-void check_trainable(const RunPlan& p);
 // Throws ufp4::Error naming train.batch when the global batch does not split into `world` ranks of
 // whole micro-batches.
 void check_data_parallel_batch(const RunPlan& p, int world);

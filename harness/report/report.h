@@ -29,7 +29,6 @@ std::string footer(const std::string& command, const std::vector<std::string>& s
 // "build/ufp4 report NAME --results DIR ..." for the footer.
 std::string regenerate_command(const std::string& name, const std::vector<std::string>& dirs);
 std::string fmt(const char* printf_format, double v);  // one number, printf-formatted
-std::vector<std::string> split_fields(const std::string& s, char sep);  // "a|b|" -> {"a", "b"}
 
 // Draws `fig` as <figures>/<name>.svg and returns the Markdown that shows it (or says why it was skipped);
 // "" when figures is empty (report to stdout).

@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "common/fs.h"
+#include "common/text.h"
 #include "harness/io/array_io.h"
 #include "harness/report/plot.h"
 #include "harness/report/report.h"
@@ -26,19 +27,19 @@ struct KRow {
 
 std::vector<KRow> load_kernels(const std::string& path) {
   verify_h5_content(path);
-  const auto names = split_fields(read_h5_string_attrs(path, "kernels/time_us")["names"], '\n');
+  const auto names = split(read_h5_string_attrs(path, "kernels/time_us")["names"], '\n');
   const ArrayF32 t = read_h5_f32(path, "kernels/time_us"), sd = read_h5_f32(path, "kernels/time_us_sd"),
                  b = read_h5_f32(path, "kernels/bytes");
   std::vector<KRow> v;
   for (size_t i = 0; i < names.size() && i < t.data.size(); ++i) {
-    const auto f = split_fields(names[i], '/');
+    const auto f = split(names[i], '/');
     KRow r;
     if (f.size() == 2 && f[0] == "copy") r.kind = "copy";
     else if (f.size() == 6 && f[0] == "quantize") { r.kind = f[1]; r.grid = f[2]; r.rounding = f[3]; r.layout = f[4]; }
     else if (f.size() == 5 && f[0] == "quantize" && f[1] == "pair") { r.kind = "pair"; r.grid = f[2]; r.rounding = f[3]; r.layout = "pair"; }
     else continue;
     r.shape = f.back();
-    const auto d = split_fields(r.shape, 'x');
+    const auto d = split(r.shape, 'x');
     if (d.size() != 2) continue;
     r.rows = std::stoll(d[0]);
     r.cols = std::stoll(d[1]);
@@ -59,7 +60,7 @@ struct SRow {
 
 std::vector<SRow> load_steps(const std::string& path) {
   verify_h5_content(path);
-  const auto rows = split_fields(read_h5_string_attrs(path, "step/step_ms")["rows"], '\n');
+  const auto rows = split(read_h5_string_attrs(path, "step/step_ms")["rows"], '\n');
   const ArrayF32 ms = read_h5_f32(path, "step/step_ms"), sd = read_h5_f32(path, "step/step_ms_sd"),
                  tps = read_h5_f32(path, "step/tokens_per_s"), mfu = read_h5_f32(path, "step/mfu"),
                  mem = read_h5_f32(path, "step/peak_memory_gb"), batch = read_h5_f32(path, "step/batch"),
@@ -67,7 +68,7 @@ std::vector<SRow> load_steps(const std::string& path) {
   const std::string device = read_h5_string_attrs(path)["device"], source = path.substr(path.find_last_of('/') + 1);
   std::vector<SRow> v;
   for (size_t i = 0; i < rows.size() && i < ms.data.size(); ++i) {
-    const auto f = split_fields(rows[i], '|');
+    const auto f = split(rows[i], '|');
     if (f.size() < 3) continue;
     SRow r;
     r.model = f[0]; r.impl = f[1]; r.recipe = f[2]; r.note = f.size() > 3 ? f[3] : ""; r.device = device; r.source = source;
@@ -106,7 +107,7 @@ NcuStats load_ncu(const std::string& path, const std::string& name) {
     num.erase(std::remove(num.begin(), num.end(), ','), num.end());
     try { return std::stod(num); } catch (...) { return static_cast<double>(NAN); }
   };
-  const auto d = split_fields(name.substr(name.rfind('_') + 1), 'x');
+  const auto d = split(name.substr(name.rfind('_') + 1), 'x');
   const double elems = d.size() == 2 ? std::stod(d[0]) * std::stod(d[1]) : NAN;
   NcuStats s;
   s.us = metric("Duration");
@@ -160,7 +161,7 @@ std::string deterministic_attention_account(const std::string& model, double our
       "Deterministic mode's cost is attention's backward (the attention rows of the table above). cuDNN's fused backward, the fastest, "
       "adds dQ with atomics and LibTorch 2.11 offers no deterministic switch for it (logs/attention-backends.log); cuDNN's deterministic "
       "form (cudnn-frontend's set_deterministic_algorithm, which LibTorch does not call) writes dP to a batch x heads x S x S workspace, "
-      "1.6 GB a layer at dense-113m. Ours (`kernels/attention_backward.h`, 695e6c5): one warpgroup a (batch, KV head, 64 keys), the five "
+      "1.6 GB a layer at dense-113m. Ours (`kernels/attention/attention_backward.h`, 695e6c5): one warpgroup a (batch, KV head, 64 keys), the five "
       "products as 64 x 64 x 64 warpgroup MMAs, dV and dK in registers, dQ's terms staged in shared memory and added by bulk asynchronous "
       "reductions in a fixed order behind a counter a query block, three blocks an SM; reruns and resumed runs bit-identical "
       "(results/determinism/). Its whole backward at dense-113m's shape on contiguous inputs takes 1.15 ms on the H200 and 1.30 on the "
@@ -471,7 +472,7 @@ std::string pair_kernel_section(const std::vector<KRow>& rows, const KernelIndex
   }
   if (!pairs.str().empty())
     md << "## Pair kernel (a dense linear's operand)\n\nBoth layouts of one BF16 operand from one read, the RHT on both "
-       << "(`kernels/quantize_pair.h`: X for FPROP and WGRAD, dY for DGRAD and WGRAD), against the `fused` rowwise and columnwise "
+       << "(`kernels/quantize/quantize_pair.h`: X for FPROP and WGRAD, dY for DGRAD and WGRAD), against the `fused` rowwise and columnwise "
        << "kernels together (each reads the tensor). TB/s counts one read and two writes.\n\n| shape | grid | rounding | pair µs | "
        << "fused row + col µs | pair / (row + col) | pair TB/s |\n|---|---|---|---|---|---|---|\n" << pairs.str() << "\n";
   return md.str();
@@ -496,7 +497,7 @@ std::string segmented_section(const std::vector<KRow>& rows, const KernelIndex& 
   }
   if (!seg.str().empty())
     md << "## Segmented quantizer (the MoE experts' operands)\n\nOne launch quantizes G equal expert segments of a routed "
-       << "activation, each with its own SR seed and RHT signs (`kernels/quantize_segments.h`; RHT-16 fused), beside the "
+       << "activation, each with its own SR seed and RHT signs (`kernels/moe/quantize_segments.h`; RHT-16 fused), beside the "
        << "`fused` kernel on the same whole tensor with one set of keys. Columnwise: quantized along the tokens of each segment, "
        << "written token-major (WGRAD's layout)."
        << (std::any_of(rows.begin(), rows.end(), [](const KRow& r) { return r.layout == "pair"; })
@@ -687,7 +688,7 @@ std::string deterministic_cost_section(const std::vector<SRow>& rows, StepTimes&
     md << "### What deterministic mode costs, and where\n\nThe BF16 step with and without deterministic mode, and the model's "
        << "attention alone (`grouped_causal_attention`, `models/layers.h`: forward + backward at the step's batch and sequence), "
        << "with and without it. Deterministic mode leaves new memory unfilled (`harness/train/determinism.h`). In it attention runs "
-       << "cuDNN's fused forward with our deterministic backward (`models/deterministic_attention.h`, `kernels/attention_backward.h`: "
+       << "cuDNN's fused forward with our deterministic backward (`models/deterministic_attention.h`, `kernels/attention/attention_backward.h`: "
        << "warpgroup MMAs on Hopper, dQ's terms summed in a fixed order; LibTorch refuses cuDNN's fused backward, which accumulates dQ "
        << "with atomics): the attention rows show what that costs a layer, timed alone; `attention-flash-backward` and "
        << "`ufp4-flash-attention-backward` are the same with flash's deterministic backward. A step's two rows differ by less where other work "
@@ -721,7 +722,7 @@ std::string moe_ufp4_account(const std::string& model, double ufp4_ms, double bf
          "`results/bench/logs/bench-step-moe-repeats-11c4863.log`; at 1edb74d cuDNN's forward in deterministic "
          "attention made both steps faster by the same 1.1 to 1.2 ms, which raises the ratio: the difference "
          "between the two steps, the quantizers' work, is 6.8 ms as it was 6.7). The experts' operands are quantized for all experts at once "
-         "(the segmented kernels, `kernels/quantize_segments.h`) and their GEMMs run grouped, as the BF16 "
+         "(the segmented kernels, `kernels/moe/quantize_segments.h`) and their GEMMs run grouped, as the BF16 "
          "ones do; the difference is the quantizers' work. Each routed activation (X, dY) is read once for both "
          "of its operands (the segmented pair kernel: 16 x 128 tiles of WGRAD's padded layout, read "
          "through its row map, rounded rowwise and columnwise, eight tiles a block with the next tile "

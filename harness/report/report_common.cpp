@@ -124,14 +124,6 @@ std::string fmt(const char* printf_format, double v) {
   return b;
 }
 
-std::vector<std::string> split_fields(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string t;
-  while (std::getline(ss, t, sep)) out.push_back(t);
-  return out;
-}
-
 std::string figure_markdown(const std::string& figures, const std::string& name, const Figure& fig) {
   if (figures.empty()) return "";
   make_dirs(figures);

@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "common/fs.h"
+#include "common/text.h"
 #include "harness/io/array_io.h"
 #include "harness/io/run_results.h"
 #include "harness/report/report.h"
@@ -26,7 +27,7 @@ struct ScalingRow {
 
 std::vector<ScalingRow> load_scaling(const std::string& path) {
   verify_h5_content(path);
-  const auto names = split_fields(read_h5_string_attrs(path, "scaling/step_ms")["rows"], '\n');
+  const auto names = split(read_h5_string_attrs(path, "scaling/step_ms")["rows"], '\n');
   const ArrayF32 ms = read_h5_f32(path, "scaling/step_ms"), sd = read_h5_f32(path, "scaling/step_ms_sd"),
                  tps = read_h5_f32(path, "scaling/tokens_per_s"), mfu = read_h5_f32(path, "scaling/mfu"),
                  mem = read_h5_f32(path, "scaling/peak_memory_gb"), mem_min = read_h5_f32(path, "scaling/peak_memory_gb_min"),
@@ -35,7 +36,7 @@ std::vector<ScalingRow> load_scaling(const std::string& path) {
                  seq = read_h5_f32(path, "scaling/seq_len"), steps = read_h5_f32(path, "scaling/steps");
   std::vector<ScalingRow> v;
   for (size_t i = 0; i < names.size() && i < ms.data.size(); ++i) {
-    const auto f = split_fields(names[i], '|');
+    const auto f = split(names[i], '|');
     if (f.size() < 5) continue;
     ScalingRow r;
     r.model = f[0]; r.recipe = f[1]; r.backend = f[2]; r.sharding = f[3]; r.graph = f[4];

@@ -5,7 +5,7 @@
 // LibTorch refuses cuDNN's fused backward in this mode, which adds dQ with atomics. That is what the
 // mode still costs: about 2.1 ms instead of 1.2 ms a layer at dense-113m's shape (reports/bench.md).
 // index_add_ and scatter_add_ take their sort-based forms. Our own kernels use no floating-point atomics (fixed
-// reduction orders, kernels/fused_ops.h), and the SR and RHT streams are keyed by (seed, layer,
+// reduction orders, kernels/fused/fused_kernels.h), and the SR and RHT streams are keyed by (seed, layer,
 // step, GEMM, operand), so they are the same after a resume.
 //
 // LibTorch (2.2+) also fills every new tensor with NaN in this mode, by default, so that a program

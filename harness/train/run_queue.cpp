@@ -65,18 +65,24 @@ void prepare_plans(std::vector<RunPlan>& plans, const std::shared_ptr<ProcessGro
   std::string ids;
   for (auto& p : plans) {
     settle_data(p);
-    check_trainable(p);
     ids += p.name + " " + p.run_id + "\n";
   }
   if (!groups) return;
-  const std::string lead = groups->world->broadcast_bytes(ids, 0);
-  if (lead == ids) return;
-  std::istringstream a(lead), b(ids);
-  std::string theirs, mine;
-  while (std::getline(a, theirs) && std::getline(b, mine) && theirs == mine) {
+  // Every rank learns every rank's verdict, so that all of them stop with the same message.
+  Communicator& world = *groups->world;
+  const std::string lead = world.broadcast_bytes(ids, 0);
+  std::string mine;
+  if (lead != ids) {
+    std::istringstream a(lead), b(ids);
+    std::string theirs, here;
+    while (std::getline(a, theirs) && std::getline(b, here) && theirs == here) {
+    }
+    mine = "rank " + std::to_string(world.rank()) + " planned '" + here + "' where rank 0 planned '" + theirs + "'";
   }
-  throw Error("run: rank " + std::to_string(groups->world->rank()) + " planned other runs than rank 0 (rank 0: '" + theirs + "', here: '" + mine +
-              "'): every rank must see the same manifests, recipes and data");
+  std::string differ;
+  for (int r = 1; r < world.size(); ++r)
+    if (const std::string v = world.broadcast_bytes(mine, r); !v.empty()) differ += (differ.empty() ? "" : "; ") + v;
+  if (!differ.empty()) throw Error("run: the ranks planned different runs (" + differ + "): every rank must see the same manifests, recipes and data");
 }
 
 RunQueueOutcome train_queue(const std::vector<RunPlan>& plans, const std::function<std::string(size_t)>& child_command, const RunQueueOptions& o) {

@@ -30,8 +30,8 @@ struct RunQueueOutcome {
 int resolve_per_gpu(const std::string& option, const std::vector<RunPlan>& runs);
 
 // The plans' data ready to train: rank 0 (or this process alone) prepares each data folder that needs
-// it while the other ranks wait, then every rank names the data by content (settle_data), checks each
-// plan can train, and, in a data-parallel run, checks its run ids against rank 0's: ranks that planned
+// it while the other ranks wait, then every rank names the data by content and checks each plan can train
+// (settle_data), and, in a data-parallel run, checks its run ids against rank 0's: ranks that planned
 // different runs (another manifest, recipe or corpus on one node) stop before they train.
 void prepare_plans(std::vector<RunPlan>& plans, const std::shared_ptr<ProcessGroups>& groups);
 

@@ -2,7 +2,7 @@
 
 #include "common/error.h"
 #include "harness/data/data.h"
-#include "kernels/philox.h"
+#include "kernels/numerics/philox.h"
 
 namespace ufp4 {
 

@@ -46,7 +46,7 @@ struct RunResult {
   bool signalled = false;  // kStopped by SIGINT/SIGTERM (not --stop-after): the caller starts no further run
 };
 
-// A planned run whose data is prepared (ensure_data, settle_data, check_trainable): skips it when its
+// A planned run whose data is prepared (ensure_data, settle_data): skips it when its
 // results exist, else trains it (resuming its checkpoint) and writes its results.
 RunResult run_training(const RunPlan& plan, const RunOptions& opt);
 

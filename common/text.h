@@ -1,0 +1,25 @@
+// Text split at a separator and joined with one: the one form the command line's lists, reports'
+// rows, HDF5 string attributes and "allowed: ..." messages share.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace ufp4 {
+
+// The pieces between separators, as std::getline reads them: "a|b|" -> {"a", "b"}, "a||b" -> {"a", "", "b"},
+// "" -> {}. `skip_empty`: empty pieces left out ("a,,b" -> {"a", "b"}).
+std::vector<std::string> split(const std::string& s, char sep, bool skip_empty = false);
+
+// The items with `sep` between them: join({"a", "b"}, ", ") -> "a, b".
+template <class Items>
+std::string join(const Items& items, const std::string& sep) {
+  std::string out;
+  bool first = true;
+  for (const auto& item : items) {
+    out += (first ? "" : sep) + std::string(item);
+    first = false;
+  }
+  return out;
+}
+
+}  // namespace ufp4
