@@ -372,6 +372,10 @@ TEST_CASE("a campaign reads another campaign's runs by run id and trains only it
   auto again = test::run_binary("campaign run " + b);  // nothing to train: no child is started for a finished run
   CHECK(again.code == 0);
   CHECK(again.out.find("campaign b: 2 runs have results already") != std::string::npos);
+  // A child of the scheduler trains only the run its parent planned (--run-id), not what the campaign plans now.
+  auto stale = test::run_binary("campaign run " + b + " --only b_runs-ufp4-1 --run-id 0123456789abcdef --force");
+  CHECK(stale.code == 2);
+  CHECK(stale.out.find("not the run 0123456789abcdef it was started for") != std::string::npos);
   auto report = test::run_binary("report figure10 --campaign " + b + " --out " + d + "/b.md");
   INFO(report.out);
   REQUIRE(report.code == 0);

@@ -132,12 +132,22 @@ std::vector<RunPlan> runs_to_train(const Campaign& c, std::vector<RunPlan> ps, b
 
 
 
-// Trains the planned runs with the options; the children train one run each with --only.
-RunQueueOutcome train(const Campaign& c, std::vector<RunPlan> plans, RunQueueOptions q) {
+// `expect_id`: a child of the scheduler trains only the run its parent planned; a manifest, recipe or
+// corpus changed since then would train another run under the parent's name.
+void check_expected_run(const RunPlan& p, const std::string& expect_id) {
+  if (!expect_id.empty() && p.run_id != expect_id)
+    throw Error("campaign run: " + p.name + " plans as run " + p.run_id + ", not the run " + expect_id +
+                " it was started for: its manifest, recipe or data changed since the parent planned it");
+}
+
+// Trains the planned runs with the options; the children train one run each with --only and --run-id.
+RunQueueOutcome train(const Campaign& c, std::vector<RunPlan> plans, RunQueueOptions q, const std::string& expect_id = "") {
   prepare_data(c, plans);
+  for (const auto& p : plans) check_expected_run(p, expect_id);
   const std::string exe = shell_quote(executable_dir() + "/ufp4");
   return train_queue(plans, [&](size_t i) {
-    return exe + " campaign run " + shell_quote(c.path) + " --only " + shell_quote(plans[i].name) + (q.run.device.empty() ? "" : " --device " + shell_quote(q.run.device));
+    return exe + " campaign run " + shell_quote(c.path) + " --only " + shell_quote(plans[i].name) + " --run-id " + plans[i].run_id +
+           (q.run.device.empty() ? "" : " --device " + shell_quote(q.run.device));
   }, q);
 }
 
@@ -162,7 +172,7 @@ void decide_seeds(Campaign& c) {
 }  // namespace
 
 // `out_dir`: with --only, where the run goes instead of the campaign's folder (a retrained copy).
-int campaign_run(Campaign& c, const std::string& only, const std::string& out_dir, bool pilot_only, RunQueueOptions q) {
+int campaign_run(Campaign& c, const std::string& only, const std::string& out_dir, const std::string& expect_id, bool pilot_only, RunQueueOptions q) {
   if (!only.empty()) {  // one run, here: a child of the scheduler, or by hand
     std::vector<RunPlan> ps;
     for (const bool pilot : {false, true})
@@ -173,7 +183,7 @@ int campaign_run(Campaign& c, const std::string& only, const std::string& out_di
         }
     if (ps.empty()) throw Error("campaign run: no run named '" + only + "' in " + c.path);
     q.gpus = 0;
-    const RunQueueOutcome out = train(c, ps, q);
+    const RunQueueOutcome out = train(c, ps, q, expect_id);
     return out.exit_code();
   }
   const std::vector<RunPlan> pilot = runs_to_train(c, c.plans(/*pilot_only=*/true), q.run.force);
@@ -225,7 +235,7 @@ int retrain_and_compare(const Campaign& c, const RunSet& set, const std::string&
   const std::string exe = shell_quote(executable_dir() + "/ufp4");
   // A child retrains one run from the campaign's manifest with --out-dir (the run id ignores the folder).
   const RunQueueOutcome out = train_queue(plans, [&](size_t i) {
-    return exe + " campaign run " + shell_quote(c.path) + " --only " + shell_quote(plans[i].name) + " --force --out-dir " + shell_quote(dir) +
+    return exe + " campaign run " + shell_quote(c.path) + " --only " + shell_quote(plans[i].name) + " --run-id " + plans[i].run_id + " --force --out-dir " + shell_quote(dir) +
            (q.run.device.empty() ? "" : " --device " + shell_quote(q.run.device));
   }, q);
   int failures = static_cast<int>(out.failed.size());

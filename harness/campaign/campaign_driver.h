@@ -13,8 +13,9 @@ namespace ufp4 {
 // and the missing runs side by side. Returns the exit code.
 int campaign_plan(const Campaign& c);
 // Trains the pilot's seeds, decides the seeds by the registered power rule once the pilot is in (after
-// its transition gate), then trains the rest; `only`: that one run here, into `out_dir` when given.
-int campaign_run(Campaign& c, const std::string& only, const std::string& out_dir, bool pilot_only, RunQueueOptions q);
+// its transition gate), then trains the rest; `only`: that one run here, into `out_dir` when given,
+// refused unless it plans as `expect_id` when that is given (the scheduler's children).
+int campaign_run(Campaign& c, const std::string& only, const std::string& out_dir, const std::string& expect_id, bool pilot_only, RunQueueOptions q);
 // Exit kExitRuntime unless every run has verified results and no other result file sits in the folder;
 // with `retrain_dir`, a sample retrained there and compared bit for bit.
 int campaign_check(const Campaign& c, const std::string& retrain_dir, bool all_recipes, const RunQueueOptions& q);

@@ -13,7 +13,7 @@
 namespace ufp4 {
 
 int cmd_campaign(const std::vector<std::string>& args) {
-  std::string action, path, only, retrain, out_dir;
+  std::string action, path, only, retrain, out_dir, expect_id;
   int gpus = 0;
   std::string per_gpu = "auto";
   bool pilot_only = false, all_recipes = false;
@@ -28,6 +28,7 @@ int cmd_campaign(const std::vector<std::string>& args) {
       ("stop-grace", po::value(&q.schedule.stop_grace_seconds)->default_value(40), "run: seconds a stopped run may take to checkpoint before it is killed")
       ("device", po::value(&q.run.device), "override the manifests' device: auto, cpu, cuda")
       ("only", po::value(&only), "run: train only the run of this name, here")
+      ("run-id", po::value(&expect_id), "run --only: refuse unless the run plans as this run id (the scheduler's children)")
       ("force", po::bool_switch(&q.run.force), "run --only: train it again even when its results exist")
       ("out-dir", po::value(&out_dir), "run --only: write into this folder instead of the campaign's (a retrained copy)")
       ("pilot-only", po::bool_switch(&pilot_only), "run: stop after the pilot's seeds")
@@ -43,8 +44,9 @@ int cmd_campaign(const std::vector<std::string>& args) {
   q.gpus = gpus;
   if (gpus > 0) q.schedule.per_gpu = resolve_per_gpu(per_gpu, c.plans());
   if (!out_dir.empty() && only.empty()) throw Error("campaign: --out-dir goes with --only (one retrained run)");
+  if (!expect_id.empty() && only.empty()) throw Error("campaign: --run-id goes with --only (one run)");
   if (action == "plan") return campaign_plan(c);
-  if (action == "run") return campaign_run(c, only, out_dir, pilot_only, q);
+  if (action == "run") return campaign_run(c, only, out_dir, expect_id, pilot_only, q);
   if (action == "check") return campaign_check(c, retrain, all_recipes, q);
   throw Error("campaign: unknown action '" + action + "' (allowed: plan, run, check)");
 }
