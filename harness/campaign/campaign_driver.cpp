@@ -19,22 +19,19 @@ namespace ufp4 {
 
 namespace {
 
-// The data each run trains on, prepared here when a manifest says how, and compared with the manifest
-// the campaign pinned: a corpus prepared anew that differs gives every run a new id. Each plan then
-// names its data by content and must be trainable.
+// The data each run trains on, prepared here when a manifest says how (prepare_plans: each plan then names
+// its data by content and must be trainable), and compared with the manifest the campaign pinned: a
+// corpus prepared anew that differs gives every run a new id.
 void prepare_data(const Campaign& c, std::vector<RunPlan>& plans) {
+  prepare_plans(plans, nullptr);
   std::set<std::string> done;
   for (const auto& p : plans) {
     const std::string& dir = p.data_source.path;
     if (!done.insert(dir).second) continue;
-    ensure_data(p.data_source);
     const std::string pin = pinned_data_manifest(dir);
-    if (!pin.empty() && data_ready(dir) && data_identity(dir) != sha256_hex(read_text_file(pin)))
+    if (!pin.empty() && p.identity.data_sha256 != sha256_hex(read_text_file(pin)))
       log_warn("campaign " + c.name + ": " + dir + "/data.toml differs from the data manifest the campaign pinned (" + pin +
                "): its runs get new run ids and the committed results do not count for them");
-  }
-  for (auto& p : plans) {
-    settle_data(p);
   }
 }
 
@@ -132,18 +129,10 @@ std::vector<RunPlan> runs_to_train(const Campaign& c, std::vector<RunPlan> ps, b
 
 
 
-// `expect_id`: a child of the scheduler trains only the run its parent planned; a manifest, recipe or
-// corpus changed since then would train another run under the parent's name.
-void check_expected_run(const RunPlan& p, const std::string& expect_id) {
-  if (!expect_id.empty() && p.run_id != expect_id)
-    throw Error("campaign run: " + p.name + " plans as run " + p.run_id + ", not the run " + expect_id +
-                " it was started for: its manifest, recipe or data changed since the parent planned it");
-}
-
 // Trains the planned runs with the options; the children train one run each with --only and --run-id.
 RunQueueOutcome train(const Campaign& c, std::vector<RunPlan> plans, RunQueueOptions q, const std::string& expect_id = "") {
   prepare_data(c, plans);
-  for (const auto& p : plans) check_expected_run(p, expect_id);
+  for (const auto& p : plans) check_planned_as(p, expect_id, "campaign run");
   const std::string exe = shell_quote(executable_dir() + "/ufp4");
   return train_queue(plans, [&](size_t i) {
     return exe + " campaign run " + shell_quote(c.path) + " --only " + shell_quote(plans[i].name) + " --run-id " + plans[i].run_id +

@@ -98,9 +98,7 @@ int cmd_run(const std::vector<std::string>& args) {
   prepare_plans(plans, opt.groups);
   // A child of the scheduler trains the run its parent planned: a manifest, recipe or corpus changed
   // since then would train another run under the parent's name.
-  if (!expect_id.empty() && plans[0].run_id != expect_id)
-    throw Error("run: " + plans[0].name + " plans as run " + plans[0].run_id + ", not the run " + expect_id +
-                " it was started for: its manifest, recipe or data changed since the parent planned it");
+  check_planned_as(plans[0], expect_id, "run");
   const bool lead = !opt.groups || opt.groups->world->rank() == 0;
 
   RunQueueOptions q;

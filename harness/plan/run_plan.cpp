@@ -168,6 +168,12 @@ void settle_data(RunPlan& p) {
   check_trainable(p);
 }
 
+void check_planned_as(const RunPlan& p, const std::string& expect_id, const std::string& command) {
+  if (!expect_id.empty() && p.run_id != expect_id)
+    throw Error(command + ": " + p.name + " plans as run " + p.run_id + ", not the run " + expect_id +
+                " it was started for: its manifest, recipe or data changed since the parent planned it");
+}
+
 void check_data_parallel_batch(const RunPlan& p, int world) {
   const TrainSection& t = p.train;
   if (t.batch % (world * t.micro_batch) == 0) return;

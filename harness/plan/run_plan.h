@@ -105,6 +105,10 @@ RunPlan plan_run(const RunManifest& m);
 // manifest, unless the plan can train: its data prepared, the data's vocabulary within the model's, and
 // the run within data.max_epochs.
 void settle_data(RunPlan& p);
+// A child of the scheduler trains only the run its parent planned: throws ufp4::Error, prefixed with
+// `command`, when `expect_id` is given and the plan's run id is another (its manifest, recipe or data
+// changed since the parent planned it).
+void check_planned_as(const RunPlan& p, const std::string& expect_id, const std::string& command);
 // Throws ufp4::Error naming train.batch when the global batch does not split into `world` ranks of
 // whole micro-batches.
 void check_data_parallel_batch(const RunPlan& p, int world);
