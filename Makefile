@@ -87,7 +87,7 @@ reproduce-figure-8: build
 
 # Every committed campaign: its run set complete and verified (CPU), and on a GPU a sample of each
 # re-trained and compared bit for bit (`ufp4 campaign check --retrain`).
-CAMPAIGNS := experiments/figure8/campaign.toml experiments/figure10/campaign.toml
+CAMPAIGNS := experiments/figure8/campaign.toml experiments/figure10/campaign.toml experiments/table2/campaign.toml
 check-campaigns: build
 	@if [ "$(GPUS)" -lt 1 ]; then echo "make check-campaigns: re-trains runs on a GPU and nvidia-smi lists none here"; exit 2; fi
 	@for c in $(CAMPAIGNS); do $(BUILD)/ufp4 campaign check $$c --retrain build/check-campaigns --gpus $(GPUS) || exit 1; done
