@@ -102,6 +102,14 @@ define campaign
 	@echo "report written: reports/$(2).md"
 endef
 
+# The CI-scale experiment of $(1) from its folder (experiments/$(1)/ci.toml), then its report in build/ci/reports.
+define ci_experiment
+	$(BUILD)/ufp4 run experiments/$(1)/ci.toml
+	@mkdir -p build/ci/reports
+	$(BUILD)/ufp4 report $(1) --results build/ci/$(1) --out build/ci/reports/$(1).md > /dev/null
+	@echo "report written: build/ci/reports/$(1).md"
+endef
+
 # Table 2 at the decisive design (registered; run it before the factorial, which reads its runs), or
 # SCALE=ci: the CI-scale experiment from a folder.
 reproduce-table-2: build
@@ -122,10 +130,7 @@ reproduce-emulation: build
 # Table 3 at the decisive design (registered), or SCALE=ci: the CI-scale experiment from a folder.
 reproduce-table-3: build
 ifeq ($(SCALE),ci)
-	$(BUILD)/ufp4 run experiments/table3/ci.toml
-	@mkdir -p build/ci/reports
-	$(BUILD)/ufp4 report table3 --results build/ci/table3 --out build/ci/reports/table3.md > /dev/null
-	@echo "report written: build/ci/reports/table3.md"
+	$(call ci_experiment,table3)
 else
 	$(call campaign,table3,table3)
 endif
@@ -135,10 +140,7 @@ endif
 reproduce-figure-10: build
 	$(need_gpu)
 ifeq ($(SCALE),ci)
-	$(BUILD)/ufp4 run experiments/figure10/ci.toml
-	@mkdir -p build/ci/reports
-	$(BUILD)/ufp4 report figure10 --results build/ci/figure10 --out build/ci/reports/figure10.md > /dev/null
-	@echo "report written: build/ci/reports/figure10.md"
+	$(call ci_experiment,figure10)
 else
 	$(BUILD)/ufp4 campaign run experiments/figure10/campaign.toml --gpus $(GPUS)
 	$(BUILD)/ufp4 report figure10 --force > /dev/null

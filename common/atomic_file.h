@@ -12,14 +12,14 @@
 #include <cstdint>
 #include <string>
 
+#include "common/non_copyable.h"
+
 namespace ufp4 {
 
-class AtomicFile {
+class AtomicFile : NonCopyable {
  public:
   explicit AtomicFile(const std::string& path);  // creates the temporary; throws RuntimeError
   ~AtomicFile();                                 // removes the temporary unless committed
-  AtomicFile(const AtomicFile&) = delete;
-  AtomicFile& operator=(const AtomicFile&) = delete;
 
   // Appends bytes. The first failure is remembered and later writes are skipped, so writers that
   // cannot take an error mid-stream (LibTorch's serializer) run to their end; commit() reports it.

@@ -4,16 +4,16 @@
 #pragma once
 #include <string>
 
+#include "common/non_copyable.h"
+
 namespace ufp4 {
 
-class FileLock {
+class FileLock : NonCopyable {
  public:
   // Takes the lock without waiting: locked() tells whether it was free. Throws RuntimeError when the
   // file cannot be created.
   explicit FileLock(const std::string& path);
   ~FileLock();
-  FileLock(const FileLock&) = delete;
-  FileLock& operator=(const FileLock&) = delete;
   bool locked() const { return fd_ >= 0 && held_; }
   // Waits until the lock is free and takes it (after a failed try).
   void wait();

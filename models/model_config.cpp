@@ -13,16 +13,7 @@ namespace {
 
 ModelConfig dense(const std::string& name, int64_t d, int64_t layers, int64_t heads, int64_t kv, int64_t ffn, int64_t vocab,
                   const std::string& notes) {
-  ModelConfig c;
-  c.name = name;
-  c.d_model = d;
-  c.n_layers = layers;
-  c.n_heads = heads;
-  c.n_kv_heads = kv;
-  c.ffn_hidden = ffn;
-  c.vocab = vocab;
-  c.notes = notes;
-  return c;
+  return ModelConfig{name, notes, vocab, d, layers, heads, kv, ffn};  // in the order of ModelConfig's fields
 }
 
 ModelConfig moe(const std::string& name, int64_t d, int64_t layers, int64_t heads, int64_t kv, int64_t experts, int64_t top_k,

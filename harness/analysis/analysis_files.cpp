@@ -13,6 +13,7 @@
 #include "common/fs.h"
 #include "common/log.h"
 #include "harness/io/array_io.h"
+#include "harness/io/labelled_table.h"
 #include "harness/io/provenance.h"
 #include "models/quant_ops.h"
 
@@ -113,17 +114,16 @@ void print_bias_table(const BiasAnalysisOptions& opt, const std::vector<Bin>& bi
 
 void write_bias_file(const BiasAnalysisOptions& opt, const std::vector<Bin>& bins, const std::vector<BiasRow>& rows) {
   H5Writer w(opt.out);
-  std::vector<float> m;
-  std::string labels;
+  LabelledTable bias(8, "bias,bias_err,rel_bias,alpha,alpha_err,nmse,nmse_err,sqnr_db");
   for (const BiasRow& r : rows)
     for (const BiasMoments* x : {&r.integ, &r.mc}) {
       if (x == &r.mc && !r.has_mc) continue;
-      labels += r.density + "\t" + (r.rht ? "H16" : "I") + "\t" + (x == &r.integ ? "integration" : "monte_carlo") + "\n";
-      for (double v : {x->bias, x->bias_err, x->rel_bias, x->alpha, x->alpha_err, x->nmse, x->nmse_err, x->sqnr_db}) m.push_back(static_cast<float>(v));
+      // As FP32, as the committed bias files were written.
+      std::vector<double> v;
+      for (double y : {x->bias, x->bias_err, x->rel_bias, x->alpha, x->alpha_err, x->nmse, x->nmse_err, x->sqnr_db}) v.push_back(static_cast<float>(y));
+      bias.add({r.density, r.rht ? "H16" : "I", x == &r.integ ? "integration" : "monte_carlo"}, v);
     }
-  w.write_f32("bias", m.data(), {static_cast<int64_t>(m.size() / 8), 8});
-  w.attr("rows", labels, "bias");
-  w.attr("columns", std::string("bias,bias_err,rel_bias,alpha,alpha_err,nmse,nmse_err,sqnr_db"), "bias");
+  write_labelled_table(w, "bias", bias);
   std::vector<float> bt;
   for (const Bin& b : bins)
     for (float v : {b.level, b.left, b.right, b.bias}) bt.push_back(v);
@@ -169,11 +169,11 @@ void append_bins(const BiasDecomposition& d, std::vector<double>& out) {
   out.insert(out.end(), 6 * (9 - std::min<size_t>(9, d.bins.size())), NAN);
 }
 
-// The rows of the three datasets of a tensors file, with their tab-separated labels.
+// The three tables of a tensors file, a row a (layer, family, operand or GEMM, grid, transform).
 struct TensorTables {
-  std::vector<float> tensors, gemms;  // tensors: nmse, sqnr_db, alpha, bucket_ratio; gemms: sqnr_db
-  std::vector<double> bins;           // per tensor row: Eq. 2 for every bin (append_bins)
-  std::string tensor_rows, gemm_rows;
+  LabelledTable tensors{4, "nmse,sqnr_db,alpha,bucket_ratio"};
+  LabelledTable bins{9 * 6, kBinColumns};  // per tensor row: Eq. 2 for every bin (append_bins)
+  LabelledTable gemms{1, "sqnr_db"};
 };
 
 // One layer's operands (x and dy cut to `tokens` rows) under every grid, without and with RHT-16.
@@ -190,14 +190,15 @@ void measure_layer(const std::string& file, const CapturedLayer& L, const Tensor
       const std::string tr = std::string(rht ? "H16" : "I");
       for (auto [tname, tensor] : std::vector<std::pair<std::string, torch::Tensor>>{{"fwd_x", x}, {"fwd_w", w}, {"bwd_dy", dy}}) {
         TensorMetrics tmx = tensor_metrics(tensor, spec);
-        t.tensor_rows += L.name + "\t" + L.family + "\t" + tname + "\t" + g.name() + "\t" + tr + "\n";
-        for (double v : {tmx.nmse, tmx.sqnr_db, tmx.alpha, tmx.bucket_ratio}) t.tensors.push_back(static_cast<float>(v));
-        append_bins(decompose_bias(tensor, spec), t.bins);
+        const std::vector<std::string> labels = {L.name, L.family, tname, g.name(), tr};
+        t.tensors.add(labels, {tmx.nmse, tmx.sqnr_db, tmx.alpha, tmx.bucket_ratio});
+        std::vector<double> bins;
+        append_bins(decompose_bias(tensor, spec), bins);
+        t.bins.add(labels, bins);
       }
       GemmSqnr s = gemm_sqnr(x, w, dy, spec);
       for (auto [gname, v] : std::vector<std::pair<std::string, double>>{{"fwd_y", s.fwd_y}, {"bwd_dx", s.bwd_dx}, {"bwd_dw", s.bwd_dw}}) {
-        t.gemm_rows += L.name + "\t" + L.family + "\t" + gname + "\t" + g.name() + "\t" + tr + "\n";
-        t.gemms.push_back(static_cast<float>(v));
+        t.gemms.add({L.name, L.family, gname, g.name(), tr}, {v});
       }
     }
 }
@@ -205,16 +206,9 @@ void measure_layer(const std::string& file, const CapturedLayer& L, const Tensor
 void write_tensors_file(const TensorsAnalysisOptions& opt, const TensorTables& t, std::map<std::string, std::string>& capture_attrs) {
   const std::string& file = opt.capture;
   H5Writer wr(opt.out);
-  wr.write_f32("tensors", t.tensors.data(), {static_cast<int64_t>(t.tensors.size() / 4), 4});
-  wr.attr("rows", t.tensor_rows, "tensors");
-  wr.attr("columns", std::string("nmse,sqnr_db,alpha,bucket_ratio"), "tensors");
-  const int64_t nrows = static_cast<int64_t>(t.tensors.size() / 4);
-  wr.write_f64("bins", t.bins.data(), {nrows, 9 * 6});
-  wr.attr("rows", t.tensor_rows, "bins");
-  wr.attr("columns", std::string(kBinColumns), "bins");
-  wr.write_f32("gemms", t.gemms.data(), {static_cast<int64_t>(t.gemms.size()), 1});
-  wr.attr("rows", t.gemm_rows, "gemms");
-  wr.attr("columns", std::string("sqnr_db"), "gemms");
+  write_labelled_table(wr, "tensors", t.tensors);
+  write_labelled_table(wr, "bins", t.bins, /*fp64=*/true);
+  write_labelled_table(wr, "gemms", t.gemms);
   wr.attr("capture", file);
   wr.attr("capture_step", static_cast<int64_t>(read_h5_double_attr(file, "step")));
   wr.attr("capture_git_commit", capture_attrs["git_commit"]);
@@ -228,17 +222,9 @@ void write_tensors_file(const TensorsAnalysisOptions& opt, const TensorTables& t
 // Summary: per family and tensor, mean over layers.
 void print_tensors_summary(const TensorTables& t) {
   std::map<std::string, std::vector<double>> agg;  // "family/tensor grid A" -> sqnr values
-  std::istringstream in(t.tensor_rows);
-  size_t i = 0;
-  for (std::string line; std::getline(in, line); ++i) {
-    std::stringstream ls2(line);
-    std::string layer, fam, tn, gname, tr;
-    std::getline(ls2, layer, '\t');
-    std::getline(ls2, fam, '\t');
-    std::getline(ls2, tn, '\t');
-    std::getline(ls2, gname, '\t');
-    std::getline(ls2, tr, '\t');
-    agg[fam + "/" + tn + " " + gname + " " + tr].push_back(t.tensors[i * 4 + 1]);
+  for (size_t i = 0; i < t.tensors.rows(); ++i) {
+    const auto& l = t.tensors.labels[i];  // layer, family, tensor, grid, transform
+    agg[l[1] + "/" + l[2] + " " + l[3] + " " + l[4]].push_back(static_cast<float>(t.tensors.at(i, 1)));
   }
   std::printf("%-34s %10s\n", "tensor grid transform", "SQNR dB (mean over layers)");
   for (const auto& [k, v] : agg) {

@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "common/fs.h"
 #include "harness/io/array_io.h"
+#include "harness/io/fit_files.h"
 #include "harness/io/provenance.h"
 #include "harness/io/run_results.h"
 #include "models/model_config.h"
@@ -85,41 +86,14 @@ std::map<std::string, std::vector<LadderRun>> read_ladder(const std::vector<std:
 }
 
 void write_recipe_runs(H5Writer& w, const std::string& recipe, const std::vector<LadderRun>& runs) {
-  std::vector<float> pt, ru;
+  std::vector<FitRun> rows;
   for (const auto& r : runs)
-    for (double v : {r.p.compute, r.p.params, r.p.tokens, r.p.loss}) pt.push_back(static_cast<float>(v));
-  for (const auto& r : runs)
-    for (double v : {static_cast<double>(r.p.seed), r.non_embedding, r.epochs}) ru.push_back(static_cast<float>(v));
-  w.write_f32("points/" + recipe, pt.data(), {static_cast<int64_t>(runs.size()), 4});
-  w.attr("columns", std::string("compute_flops,active_params,tokens,loss"), "points/" + recipe);
-  // The same runs, row for row: what pairs them across recipes (seed) and their data accounting.
-  w.write_f32("runs/" + recipe, ru.data(), {static_cast<int64_t>(runs.size()), 3});
-  w.attr("columns", std::string("seed,non_embedding_params,epochs"), "runs/" + recipe);
-  std::string src, models;
-  for (const auto& r : runs) src += r.source + "\n", models += r.model + "\n";
-  w.attr("sources", src, "points/" + recipe);
-  w.attr("models", models, "runs/" + recipe);
+    rows.push_back({r.p.compute, r.p.params, r.p.tokens, r.p.loss, static_cast<double>(r.p.seed), r.non_embedding, r.epochs, r.model, r.source});
+  write_fit_runs(w, recipe, rows);
 }
 
-void write_fit(H5Writer& w, const std::string& g, const std::vector<std::string>& names, const FitResult& r) {
-  std::vector<float> est(r.params.begin(), r.params.end()), lo(r.lo.begin(), r.lo.end()), hi(r.hi.begin(), r.hi.end());
-  const int64_t np = static_cast<int64_t>(names.size());
-  w.write_f32(g + "/params", est.data(), {np});
-  w.write_f32(g + "/lo", lo.data(), {np});
-  w.write_f32(g + "/hi", hi.data(), {np});
-  std::vector<float> smp;
-  for (const auto& s : r.samples)
-    for (int64_t j = 0; j < np; ++j) smp.push_back(s.empty() ? NAN : static_cast<float>(s[static_cast<size_t>(j)]));
-  if (!smp.empty()) w.write_f32(g + "/samples", smp.data(), {static_cast<int64_t>(r.samples.size()), np});
-  std::string nm;
-  for (const auto& n : names) nm += (nm.empty() ? "" : ",") + n;
-  w.attr("names", nm, g + "/params");
-  w.attr("c0", r.c0, g + "/params");
-  w.attr("n0", r.n0, g + "/params");
-  w.attr("d0", r.d0, g + "/params");
-  w.attr("rmse", r.rmse, g + "/params");
-  w.attr("bootstrap_used", static_cast<int64_t>(r.bootstrap_used), g + "/params");
-  w.attr("bootstrap_skipped", static_cast<int64_t>(r.bootstrap_skipped), g + "/params");
+FittedForm fitted_form(const std::vector<std::string>& names, const FitResult& r) {
+  return {names, r.params, r.lo, r.hi, r.samples, r.c0, r.n0, r.d0, r.rmse, r.bootstrap_used, r.bootstrap_skipped};
 }
 
 // Every form for one recipe's points: written under <form>/<recipe> and printed a line each.
@@ -138,7 +112,7 @@ void fit_recipe(H5Writer& w, const std::string& recipe, const std::vector<FitPoi
       throw Error(recipe + ": " + e.what());
     }
     auto names = fit_param_names(form);
-    write_fit(w, fname + "/" + recipe, names, r);
+    write_fitted_form(w, fname, recipe, fitted_form(names, r));
     std::printf("%-10s %-10s n=%zu rmse=%.4f", recipe.c_str(), fname.c_str(), pts.size(), r.rmse);
     for (size_t j = 0; j < names.size(); ++j) std::printf("  %s=%.4g [%.4g, %.4g]", names[j].c_str(), r.params[j], r.lo[j], r.hi[j]);
     std::printf("  (bootstrap %d used, %d skipped)\n", r.bootstrap_used, r.bootstrap_skipped);

@@ -6,18 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "harness/io/bench_files.h"
+
 namespace ufp4 {
 
-// One kernel benchmark: name "copy/<R>x<C>" or "quantize/<kind>/<grid>/<rounding>/<layout>/<R>x<C>",
-// kind standalone (no RHT) | fused (RHT-16 inside the quantizer) | unfused (RHT kernel to a BF16
-// temporary, then the quantizer). Input BF16 [R, C]; output the dequantized BF16 operand.
-struct KernelBenchRow {
-  std::string name;
-  double time_us = 0, time_us_mean = 0, time_us_sd = 0;  // median / mean / sd over repetitions of the per-repetition mean
-  double bytes = 0;                                      // bytes read + written (each input once, each output once)
-  double flops = 0;                                      // RHT butterflies and scaling: see bench_kernels.cpp
-  int64_t repetitions = 0, iterations = 0;
-};
 
 struct KernelBenchOptions {
   std::string filter;        // Google Benchmark regex over names ("" = all)
@@ -30,21 +22,6 @@ struct KernelBenchOptions {
 std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o);
 void write_kernel_bench(const std::string& path, const std::vector<KernelBenchRow>& rows, const KernelBenchOptions& o);
 
-// One training-step measurement.
-struct StepBenchRow {
-  // "ufp4" (this harness, deterministic as the trainer runs), "ufp4-nondeterministic", "ufp4-libtorch-ops"
-  // (no fused ops), "ufp4-moe-layer" (one MoE layer forward + backward; batch 1, seq_len = its tokens),
-  // "attention" / "attention-nondeterministic" (the model's attention alone, forward + backward, with the
-  // run's attention backward), "attention-own-backward" / "attention-flash-backward" (the same with the
-  // other one), "ufp4-own-attention-backward" / "ufp4-flash-attention-backward" (the step with it) or
-  // "pytorch-{eager,compiled,compiled-cudagraphs}-[deterministic-]<optimizer>" (harness/bench/reference_step.py)
-  std::string impl;
-  std::string model, recipe;
-  int64_t batch = 0, seq_len = 0, steps = 0;
-  double step_ms = 0, step_ms_mean = 0, step_ms_sd = 0;  // median / mean / sd over timed steps
-  double tokens_per_s = 0, mfu = 0, peak_memory_gb = 0, loss = 0;
-  std::string note;    // versions of the reference, etc.
-};
 
 struct StepBenchOptions {
   std::vector<std::string> models = {"dense-113m", "moe-81m"};
@@ -82,14 +59,6 @@ struct ScalingBenchOptions {
   std::string rank_out;
 };
 
-struct ScalingBenchRow {
-  std::string model, recipe, backend, sharding, cuda_graph;
-  int64_t gpus = 0, batch = 0, micro_batch = 0, seq_len = 0, steps = 0;
-  double step_ms = 0, step_ms_sd = 0;           // the slowest rank's median (and its sd)
-  double tokens_per_s = 0, mfu = 0;             // the world's tokens/s; MFU over N GPUs' peak
-  double peak_memory_gb = 0, peak_memory_gb_min = 0, plan_memory_gb = 0;  // largest and smallest rank; the plan's estimate
-  double loss = 0;
-};
 
 // In the launcher: one launch of N ranks per world size; returns a row per (N, model, recipe). In a
 // rank (rank_out set): times every model and recipe, writes its file, returns nothing.

@@ -390,30 +390,10 @@ std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions&) {
 
 void write_kernel_bench(const std::string& path, const std::vector<KernelBenchRow>& rows, const KernelBenchOptions& o) {
   H5Writer w(path);
-  write_provenance(w);
-  w.attr("schema_version", static_cast<int64_t>(1));
-  w.attr("what", std::string("kernel benchmarks (Google Benchmark, manual time from CUDA events, L2 flushed before each repeat)"));
+  write_bench_header(w, std::string("kernel benchmarks (Google Benchmark, manual time from CUDA events, L2 flushed before each repeat)"));
   w.attr("iterations", static_cast<int64_t>(o.iterations));
   w.attr("repetitions", static_cast<int64_t>(o.repetitions));
-  std::string names;
-  std::vector<float> t, tm, sd, bytes, flops;
-  for (const auto& r : rows) {
-    names += r.name + "\n";
-    t.push_back(static_cast<float>(r.time_us));
-    tm.push_back(static_cast<float>(r.time_us_mean));
-    sd.push_back(static_cast<float>(r.time_us_sd));
-    bytes.push_back(static_cast<float>(r.bytes));
-    flops.push_back(static_cast<float>(r.flops));
-  }
-  const std::vector<int64_t> n = {static_cast<int64_t>(rows.size())};
-  w.write_f32("kernels/time_us", t.data(), n);
-  w.attr("units", std::string("microseconds, median over repetitions of the mean over iterations"), "kernels/time_us");
-  w.write_f32("kernels/time_us_mean", tm.data(), n);
-  w.write_f32("kernels/time_us_sd", sd.data(), n);
-  w.write_f32("kernels/bytes", bytes.data(), n);
-  w.attr("units", std::string("bytes read + written, each input once and each output once"), "kernels/bytes");
-  w.write_f32("kernels/flops", flops.data(), n);
-  w.attr("names", names, "kernels/time_us");
+  write_kernel_rows(w, rows);
   w.commit();
 }
 

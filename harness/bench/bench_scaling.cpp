@@ -20,7 +20,6 @@
 #include "common/log.h"
 #include "common/text.h"
 #include "harness/bench/bench.h"
-#include "harness/bench/row_columns.h"
 #include "harness/bench/step_timing.h"
 #include "harness/dist/launch_env.h"
 #include "harness/dist/local_launch.h"
@@ -49,21 +48,10 @@ struct RankFigures {
 
 RankFigures time_model(const std::string& model, const std::string& recipe, const ScalingBenchOptions& o, const torch::Device& device,
                        ProcessGroups* groups) {
-  const OptimizerSection adamw = optimizer_section(RunManifest{});  // the trainer's defaults (AdamW, clipping 1.0)
-  set_deterministic(true);
-  ModelConfig mc = model_config(model);
-  mc.seq_len = o.seq_len;
-  torch::manual_seed(1);
-  auto ctx = std::make_shared<QuantContext>();
-  ctx->recipe = Recipe::load(recipe);
-  ctx->run_seed = 1;
-  reset_peak_memory(device);
   RankFigures f;
   {
-    Transformer net(mc, ctx);
-    net->to(device);
-    net->set_compute_dtype(device.is_cuda() ? torch::kBFloat16 : torch::kFloat32);
-    auto opt = make_optimizer(net, adamw);
+    TimedModel m = make_timed_model(model, recipe, o.seq_len, /*deterministic=*/true, device);
+    auto& [mc, adamw, ctx, net, opt] = m;
     // Fixed random tokens, each rank its own: the step's cost does not depend on the text.
     const int rank = groups ? groups->data->rank() : 0, world = groups ? groups->data->size() : 1;
     torch::manual_seed(1000 + static_cast<uint64_t>(rank));
@@ -205,9 +193,7 @@ std::vector<ScalingBenchRow> run_scaling_benchmarks(const ScalingBenchOptions& o
 
 void write_scaling_bench(const std::string& path, const std::vector<ScalingBenchRow>& rows, const ScalingBenchOptions& o) {
   H5Writer w(path);
-  write_provenance(w);
-  w.attr("schema_version", static_cast<int64_t>(1));
-  w.attr("what", std::string("data-parallel scaling: N ranks on one machine, fixed per-GPU batch, the engine's DataParallel step (ZeRO-1, "
+  write_bench_header(w, std::string("data-parallel scaling: N ranks on one machine, fixed per-GPU batch, the engine's DataParallel step (ZeRO-1, "
                              "bucketed collectives overlapped with backward); N = 1 one process without data parallelism; CUDA events "
                              "per step after warm-up; a world's step is its slowest rank's median"));
   w.attr("warmup_steps", static_cast<int64_t>(o.warmup));
@@ -215,27 +201,7 @@ void write_scaling_bench(const std::string& path, const std::vector<ScalingBench
   const char* nvls = std::getenv("NCCL_NVLS_ENABLE");
   w.attr("nccl_nvls_enable", std::string(nvls ? nvls : "(unset)"));
   w.attr("mfu_peak_flops", peak_flops(pick_device(o.device)));
-  std::string names;
-  for (const auto& r : rows) names += r.model + "|" + r.recipe + "|" + r.backend + "|" + r.sharding + "|" + r.cuda_graph + "\n";
-  using R = ScalingBenchRow;
-  RowColumns<R>()
-      .f32("step_ms", [](const R& r) { return r.step_ms; }, "milliseconds per optimizer step: the slowest rank's median over timed steps")
-      .f32("step_ms_sd", [](const R& r) { return r.step_ms_sd; })
-      .f32("tokens_per_s", [](const R& r) { return r.tokens_per_s; }, "tokens a second of the whole world: gpus x batch x seq_len / step")
-      .f32("mfu", [](const R& r) { return r.mfu; })
-      .f32("peak_memory_gb", [](const R& r) { return r.peak_memory_gb; },
-           "GB (1e9 bytes) the caching allocator handed out at its peak, the largest over ranks")
-      .f32("peak_memory_gb_min", [](const R& r) { return r.peak_memory_gb_min; })
-      .f32("plan_memory_gb", [](const R& r) { return r.plan_memory_gb; }, "GB a GPU by the plan (data_parallel_memory_gb, ZeRO-1 for N > 1)")
-      .f32("loss", [](const R& r) { return r.loss; })
-      .i64("gpus", [](const R& r) { return r.gpus; })
-      .i64("batch", [](const R& r) { return r.batch; }, "sequences a GPU a step")
-      .i64("micro_batch", [](const R& r) { return r.micro_batch; })
-      .i64("seq_len", [](const R& r) { return r.seq_len; })
-      .i64("steps", [](const R& r) { return r.steps; })
-      .write(w, "scaling", rows);
-  w.attr("rows", names, "scaling/step_ms");
-  w.attr("row_format", std::string("model|recipe|backend|optimizer sharding|cuda graph"), "scaling/step_ms");
+  write_scaling_rows(w, rows);
   w.commit();
 }
 

@@ -15,7 +15,6 @@
 #include "common/fs.h"
 #include "common/log.h"
 #include "harness/bench/bench.h"
-#include "harness/bench/row_columns.h"
 #include "harness/bench/step_timing.h"
 #include "harness/io/array_io.h"
 #include "harness/io/provenance.h"
@@ -37,13 +36,7 @@ namespace {
 // A row of our timings: identity, median / mean / sd of the timed passes, tokens/s, peak memory.
 StepBenchRow timed_row(const std::string& impl, const std::string& model, const std::string& recipe, int64_t batch, int64_t seq_len,
                        int steps, const std::vector<double>& ms, const torch::Device& device) {
-  StepBenchRow r;
-  r.impl = impl;
-  r.model = model;
-  r.recipe = recipe;
-  r.batch = batch;
-  r.seq_len = seq_len;
-  r.steps = steps;
+  StepBenchRow r{impl, model, recipe, batch, seq_len, steps};  // in the order of StepBenchRow's fields
   const TimeStats st = time_stats(ms);
   r.step_ms = st.median;
   r.step_ms_mean = st.mean;
@@ -74,21 +67,9 @@ std::string fused_impl(const FusedOps& f) {
 // batch_weights false: each linear quantizes its own weight (what models/weight_operands.h buys).
 StepBenchRow bench_ours(const std::string& model, const std::string& recipe, const StepBenchOptions& o, const torch::Device& device,
                         const FusedOps& fused = FusedOps::all(true), bool deterministic = true, bool graph = true, bool batch_weights = true) {
-  const OptimizerSection adamw = optimizer_section(RunManifest{});  // the trainer's defaults (AdamW, clipping 1.0)
-  set_deterministic(deterministic);
-  ModelConfig mc = model_config(model);
-  mc.seq_len = o.seq_len;
-  torch::manual_seed(1);
-  auto ctx = std::make_shared<QuantContext>();
-  ctx->recipe = Recipe::load(recipe);
-  ctx->run_seed = 1;
-  ctx->batch_weight_operands = batch_weights;
-  reset_peak_memory(device);
-  Transformer net(mc, ctx);
-  net->to(device);
-  net->set_compute_dtype(device.is_cuda() ? torch::kBFloat16 : torch::kFloat32);
+  TimedModel m = make_timed_model(model, recipe, o.seq_len, deterministic, device, batch_weights);
+  auto& [mc, adamw, ctx, net, opt] = m;
   net->set_fused_ops(fused);
-  auto opt = make_optimizer(net, adamw);
   // Fixed random tokens: the step's cost does not depend on the text.
   torch::Tensor tokens = torch::randint(0, mc.vocab, {o.batch, o.seq_len + 1}, torch::TensorOptions().dtype(torch::kInt64)).to(device);
   double loss = 0;
@@ -211,13 +192,7 @@ std::optional<StepBenchRow> bench_reference(const std::string& model, const Step
   }
   toml::table t = toml::parse_file(out);
   std::remove(out.c_str());
-  StepBenchRow r;
-  r.impl = impl;
-  r.model = model;
-  r.recipe = "bf16";
-  r.batch = o.batch;
-  r.seq_len = o.seq_len;
-  r.steps = o.steps;
+  StepBenchRow r{impl, model, "bf16", o.batch, o.seq_len, o.steps};
   r.step_ms = t["step_ms_median"].value_or(0.0);
   r.step_ms_mean = t["step_ms_mean"].value_or(0.0);
   r.step_ms_sd = t["step_ms_sd"].value_or(0.0);
@@ -338,29 +313,11 @@ std::vector<StepBenchRow> run_step_benchmarks(const StepBenchOptions& o) {
 
 void write_step_bench(const std::string& path, const std::vector<StepBenchRow>& rows, const StepBenchOptions& o) {
   H5Writer w(path);
-  write_provenance(w);
-  w.attr("schema_version", static_cast<int64_t>(1));
-  w.attr("what", std::string("training-step benchmark: forward + backward + clipping + AdamW, CUDA events per step after warm-up"));
+  write_bench_header(w, std::string("training-step benchmark: forward + backward + clipping + AdamW, CUDA events per step after warm-up"));
   w.attr("warmup_steps", static_cast<int64_t>(o.warmup));
   w.attr("attention_backward", std::string(o.own_attention_backward ? "own" : "flash"));
   w.attr("mfu_peak_flops", peak_flops(torch::Device(torch::kCUDA)));
-  std::string names;
-  for (const auto& r : rows) names += r.model + "|" + r.impl + "|" + r.recipe + "|" + r.note + "\n";
-  using R = StepBenchRow;
-  RowColumns<R>()
-      .f32("step_ms", [](const R& r) { return r.step_ms; }, "milliseconds per optimizer step, median over timed steps")
-      .f32("step_ms_mean", [](const R& r) { return r.step_ms_mean; })
-      .f32("step_ms_sd", [](const R& r) { return r.step_ms_sd; })
-      .f32("tokens_per_s", [](const R& r) { return r.tokens_per_s; })
-      .f32("mfu", [](const R& r) { return r.mfu; }, "model FLOPs (train_flops_per_token) x tokens/s over the BF16 dense peak")
-      .f32("peak_memory_gb", [](const R& r) { return r.peak_memory_gb; })
-      .f32("loss", [](const R& r) { return r.loss; })
-      .i64("batch", [](const R& r) { return r.batch; })
-      .i64("seq_len", [](const R& r) { return r.seq_len; })
-      .i64("steps", [](const R& r) { return r.steps; })
-      .write(w, "step", rows);
-  w.attr("rows", names, "step/step_ms");
-  w.attr("row_format", std::string("model|impl|recipe|note"), "step/step_ms");
+  write_step_rows(w, rows);
   w.commit();
 }
 

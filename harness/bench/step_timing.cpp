@@ -5,6 +5,8 @@
 #include <tuple>
 
 #include "harness/report/report.h"
+#include "harness/train/determinism.h"
+#include "harness/train/train_step.h"
 #ifdef UFP4_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
@@ -56,6 +58,26 @@ void reset_peak_memory(const torch::Device& device) {
 #else
   (void)device;
 #endif
+}
+
+TimedModel make_timed_model(const std::string& model, const std::string& recipe, int64_t seq_len, bool deterministic,
+                            const torch::Device& device, bool batch_weights) {
+  TimedModel t;
+  t.adamw = optimizer_section(RunManifest{});  // the trainer's defaults (AdamW, clipping 1.0)
+  set_deterministic(deterministic);
+  t.config = model_config(model);
+  t.config.seq_len = seq_len;
+  torch::manual_seed(1);
+  t.ctx = std::make_shared<QuantContext>();
+  t.ctx->recipe = Recipe::load(recipe);
+  t.ctx->run_seed = 1;
+  t.ctx->batch_weight_operands = batch_weights;
+  reset_peak_memory(device);
+  t.net = Transformer(t.config, t.ctx);
+  t.net->to(device);
+  t.net->set_compute_dtype(device.is_cuda() ? torch::kBFloat16 : torch::kFloat32);
+  t.opt = make_optimizer(t.net, t.adamw);
+  return t;
 }
 
 }  // namespace ufp4

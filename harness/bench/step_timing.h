@@ -5,7 +5,14 @@
 #include <torch/torch.h>
 
 #include <functional>
+#include <memory>
+#include <string>
 #include <vector>
+
+#include "harness/plan/run_plan.h"
+#include "models/model_config.h"
+#include "models/quant_linear.h"
+#include "models/transformer.h"
 
 namespace ufp4 {
 
@@ -19,5 +26,20 @@ std::vector<double> time_passes(const torch::Device& device, int warmup, int ste
 
 // Frees the allocator's cached blocks and restarts its peak, so that peak_memory_gb() measures what follows.
 void reset_peak_memory(const torch::Device& device);
+
+// A model set up as the trainer trains it, for timing its steps: deterministic mode as asked, the
+// model at `seq_len` with weights from seed 1, a quantization context of `recipe` at run seed 1
+// (batch_weights: QuantContext::batch_weight_operands), on `device` in its compute dtype, and the
+// trainer's default optimizer (AdamW, clipping 1.0). The allocator's peak is reset before the model
+// is made, so peak_memory_gb() counts it.
+struct TimedModel {
+  ModelConfig config;
+  OptimizerSection adamw;
+  std::shared_ptr<QuantContext> ctx;
+  Transformer net{nullptr};
+  std::unique_ptr<torch::optim::AdamW> opt;
+};
+TimedModel make_timed_model(const std::string& model, const std::string& recipe, int64_t seq_len, bool deterministic,
+                            const torch::Device& device, bool batch_weights = true);
 
 }  // namespace ufp4

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "common/non_copyable.h"
+
 namespace ufp4 {
 
 struct ArrayF32 {
@@ -19,12 +21,10 @@ void write_npy(const std::string& path, const ArrayF32& a);
 
 // Builds the file in memory; commit() writes it crash-safely (common/atomic_file.h). Nothing is
 // written without commit().
-class H5Writer {
+class H5Writer : NonCopyable {
  public:
   explicit H5Writer(const std::string& path);
   ~H5Writer();
-  H5Writer(const H5Writer&) = delete;
-  H5Writer& operator=(const H5Writer&) = delete;
   void write_f32(const std::string& name, const float* data, const std::vector<int64_t>& shape);
   void write_f64(const std::string& name, const double* data, const std::vector<int64_t>& shape);
   void write_u8(const std::string& name, const uint8_t* data, const std::vector<int64_t>& shape);

@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "common/fs.h"
 #include "harness/io/array_io.h"
+#include "harness/io/labelled_table.h"
 #include "harness/report/plot.h"
 #include "harness/report/report.h"
 
@@ -26,25 +27,17 @@ struct Row {
   std::vector<double> v;
 };
 
+// The rows of a tensors-file table (harness/io/labelled_table.h), labelled layer, family, what, grid, transform.
 std::vector<Row> read_rows(const std::string& file, const std::string& ds) {
-  ArrayF32 a = read_h5_f32(file, ds);
-  const std::string rows = read_h5_string_attrs(file, ds)["rows"];
-  const size_t cols = a.shape.size() > 1 ? static_cast<size_t>(a.shape[1]) : 1;
+  const LabelledTable t = read_labelled_table(file, ds);
   std::vector<Row> out;
-  std::istringstream in(rows);
-  size_t i = 0;
-  for (std::string line; std::getline(in, line); ++i) {
-    Row r;
-    std::stringstream f(line);
-    std::getline(f, r.layer, '\t');
-    std::getline(f, r.family, '\t');
-    std::getline(f, r.what, '\t');
-    std::getline(f, r.grid, '\t');
-    std::getline(f, r.transform, '\t');
-    for (size_t c = 0; c < cols; ++c) r.v.push_back(a.data[i * cols + c]);
+  for (size_t i = 0; i < t.rows(); ++i) {
+    const auto& l = t.labels[i];
+    if (l.size() != 5) throw Error(file + ": " + ds + ": row " + std::to_string(i) + " has " + std::to_string(l.size()) + " labels (5 expected)");
+    Row r{l[0], l[1], l[2], l[3], l[4], {}};
+    for (int64_t c = 0; c < t.width; ++c) r.v.push_back(t.at(i, static_cast<size_t>(c)));
     out.push_back(r);
   }
-  if (out.size() * cols != a.data.size()) throw Error(file + ": " + ds + ": row labels do not match the data");
   return out;
 }
 
@@ -89,19 +82,8 @@ std::string figure_line(const std::string& figures, const std::string& name, con
 std::string bins_section(const std::string& file, const std::string& fw) {
   const std::vector<std::string> names = list_h5_datasets(file);
   if (std::find(names.begin(), names.end(), "bins") == names.end()) return "";
-  const std::vector<double> v = read_h5_f64(file, "bins");
-  std::vector<Row> rows;
-  {
-    std::istringstream in(read_h5_string_attrs(file, "bins")["rows"]);
-    for (std::string line; std::getline(in, line);) {
-      Row r;
-      std::stringstream f(line);
-      for (std::string* field : {&r.layer, &r.family, &r.what, &r.grid, &r.transform}) std::getline(f, *field, '\t');
-      rows.push_back(r);
-    }
-  }
-  if (rows.size() * 54 != v.size()) throw Error(file + ": bins: row labels do not match the data (9 bins x 6 numbers a row)");
-  for (size_t i = 0; i < rows.size(); ++i) rows[i].v.assign(v.begin() + static_cast<std::ptrdiff_t>(i * 54), v.begin() + static_cast<std::ptrdiff_t>((i + 1) * 54));
+  const std::vector<Row> rows = read_rows(file, "bins");
+  if (!rows.empty() && rows.front().v.size() != 54) throw Error(file + ": bins: rows of 9 bins x 6 numbers expected");
   // The mean over the rows of (family/what, grid, transform) of column `c` of bin `b`.
   auto mean = [&](const std::string& key, const std::string& grid, const std::string& tr, size_t b, size_t c) {
     std::vector<double> x;

@@ -8,6 +8,7 @@
 #include "common/fs.h"
 #include "common/text.h"
 #include "harness/io/array_io.h"
+#include "harness/io/bench_files.h"
 #include "harness/report/plot.h"
 #include "harness/report/report.h"
 #include "models/model_config.h"
@@ -19,6 +20,16 @@ namespace {
 // MFU as a percentage; n/a where the device had no known peak (device_peaks.h) or the row is CPU.
 std::string mfu_text(double mfu) { return mfu > 0 ? fmt("%.1f%%", 100 * mfu) : "n/a"; }
 
+// A section: its heading, its prose, then a table of `rows` (Markdown lines) under `columns`; nothing
+// when there are no rows.
+std::string table_section(const std::string& heading, const std::string& prose, const std::vector<std::string>& columns,
+                          const std::string& rows) {
+  if (rows.empty()) return "";
+  std::string header = "|", rule = "|";
+  for (const auto& c : columns) header += " " + c + " |", rule += "---|";
+  return heading + "\n\n" + prose + "\n\n" + header + "\n" + rule + "\n" + rows + "\n";
+}
+
 struct KRow {
   std::string kind, grid, rounding, layout, shape;
   int64_t rows = 0, cols = 0;
@@ -26,13 +37,9 @@ struct KRow {
 };
 
 std::vector<KRow> load_kernels(const std::string& path) {
-  verify_h5_content(path);
-  const auto names = split(read_h5_string_attrs(path, "kernels/time_us")["names"], '\n');
-  const ArrayF32 t = read_h5_f32(path, "kernels/time_us"), sd = read_h5_f32(path, "kernels/time_us_sd"),
-                 b = read_h5_f32(path, "kernels/bytes");
   std::vector<KRow> v;
-  for (size_t i = 0; i < names.size() && i < t.data.size(); ++i) {
-    const auto f = split(names[i], '/');
+  for (const KernelBenchRow& k : read_kernel_rows(path)) {
+    const auto f = split(k.name, '/');
     KRow r;
     if (f.size() == 2 && f[0] == "copy") r.kind = "copy";
     else if (f.size() == 6 && f[0] == "quantize") { r.kind = f[1]; r.grid = f[2]; r.rounding = f[3]; r.layout = f[4]; }
@@ -43,37 +50,28 @@ std::vector<KRow> load_kernels(const std::string& path) {
     if (d.size() != 2) continue;
     r.rows = std::stoll(d[0]);
     r.cols = std::stoll(d[1]);
-    r.us = t.data[i];
-    r.sd = sd.data[i];
-    r.bytes = b.data[i];
+    r.us = k.time_us;
+    r.sd = k.time_us_sd;
+    r.bytes = k.bytes;
     v.push_back(r);
   }
   if (v.empty()) throw Error(path + ": no kernel benchmarks in kernels/time_us");
   return v;
 }
 
-struct SRow {
-  std::string model, impl, recipe, note, device, source;  // source: the file's name (one command)
-  double ms = NAN, sd = NAN, tps = NAN, mfu = NAN, mem = NAN;
-  int64_t batch = 0, seq = 0, steps = 0;
+// A step row with the device and file it came from (one command a file).
+struct SRow : StepBenchRow {
+  std::string device, source;
 };
 
 std::vector<SRow> load_steps(const std::string& path) {
-  verify_h5_content(path);
-  const auto rows = split(read_h5_string_attrs(path, "step/step_ms")["rows"], '\n');
-  const ArrayF32 ms = read_h5_f32(path, "step/step_ms"), sd = read_h5_f32(path, "step/step_ms_sd"),
-                 tps = read_h5_f32(path, "step/tokens_per_s"), mfu = read_h5_f32(path, "step/mfu"),
-                 mem = read_h5_f32(path, "step/peak_memory_gb"), batch = read_h5_f32(path, "step/batch"),
-                 seq = read_h5_f32(path, "step/seq_len"), steps = read_h5_f32(path, "step/steps");
   const std::string device = read_h5_string_attrs(path)["device"], source = path.substr(path.find_last_of('/') + 1);
   std::vector<SRow> v;
-  for (size_t i = 0; i < rows.size() && i < ms.data.size(); ++i) {
-    const auto f = split(rows[i], '|');
-    if (f.size() < 3) continue;
+  for (const StepBenchRow& b : read_step_rows(path)) {
     SRow r;
-    r.model = f[0]; r.impl = f[1]; r.recipe = f[2]; r.note = f.size() > 3 ? f[3] : ""; r.device = device; r.source = source;
-    r.ms = ms.data[i]; r.sd = sd.data[i]; r.tps = tps.data[i]; r.mfu = mfu.data[i]; r.mem = mem.data[i];
-    r.batch = static_cast<int64_t>(batch.data[i]); r.seq = static_cast<int64_t>(seq.data[i]); r.steps = static_cast<int64_t>(steps.data[i]);
+    static_cast<StepBenchRow&>(r) = b;
+    r.device = device;
+    r.source = source;
     v.push_back(r);
   }
   return v;
@@ -470,11 +468,11 @@ std::string pair_kernel_section(const std::vector<KRow>& rows, const KernelIndex
     pairs << "| " << r.shape << " | " << r.grid << " | " << r.rounding << " | " << fmt("%.1f", r.us) << " | " << fmt("%.1f", two) << " | "
           << fmt("%.2f", r.us / two) << " | " << fmt("%.2f", r.bytes / (r.us * 1e-6) * 1e-12) << " |\n";
   }
-  if (!pairs.str().empty())
-    md << "## Pair kernel (a dense linear's operand)\n\nBoth layouts of one BF16 operand from one read, the RHT on both "
-       << "(`kernels/quantize/quantize_pair.h`: X for FPROP and WGRAD, dY for DGRAD and WGRAD), against the `fused` rowwise and columnwise "
-       << "kernels together (each reads the tensor). TB/s counts one read and two writes.\n\n| shape | grid | rounding | pair µs | "
-       << "fused row + col µs | pair / (row + col) | pair TB/s |\n|---|---|---|---|---|---|---|\n" << pairs.str() << "\n";
+  md << table_section("## Pair kernel (a dense linear's operand)",
+                      "Both layouts of one BF16 operand from one read, the RHT on both (`kernels/quantize/quantize_pair.h`: X for FPROP "
+                      "and WGRAD, dY for DGRAD and WGRAD), against the `fused` rowwise and columnwise kernels together (each reads the "
+                      "tensor). TB/s counts one read and two writes.",
+                      {"shape", "grid", "rounding", "pair µs", "fused row + col µs", "pair / (row + col)", "pair TB/s"}, pairs.str());
   return md.str();
 }
 
@@ -495,18 +493,17 @@ std::string segmented_section(const std::vector<KRow>& rows, const KernelIndex& 
         << fmt("%.1f", r.us) << " | " << fmt("%.1f", fused_us) << " | " << fmt("%.2f", r.us / fused_us) << " | "
         << fmt("%.2f", r.bytes / (r.us * 1e-6) * 1e-12) << " | " << fmt("%.0f%%", 100 * cu / r.us) << " |\n";
   }
-  if (!seg.str().empty())
-    md << "## Segmented quantizer (the MoE experts' operands)\n\nOne launch quantizes G equal expert segments of a routed "
-       << "activation, each with its own SR seed and RHT signs (`kernels/moe/quantize_segments.h`; RHT-16 fused), beside the "
-       << "`fused` kernel on the same whole tensor with one set of keys. Columnwise: quantized along the tokens of each segment, "
-       << "written token-major (WGRAD's layout)."
-       << (std::any_of(rows.begin(), rows.end(), [](const KRow& r) { return r.layout == "pair"; })
-               ? " Pair: both layouts from one read (the MoE layer's X and dY), its `fused µs` the segmented rowwise and "
-                 "columnwise rows together."
-               : "")
-       << "\n\n| shape | segments | grid | rounding | layout | segmented µs | fused µs | "
-       << "segmented / fused | segmented TB/s | / copy BW |\n|---|---|---|---|---|---|---|---|---|---|\n"
-       << seg.str() << "\n";
+  const std::string pair_note = std::any_of(rows.begin(), rows.end(), [](const KRow& r) { return r.layout == "pair"; })
+                                    ? " Pair: both layouts from one read (the MoE layer's X and dY), its `fused µs` the segmented rowwise and "
+                                      "columnwise rows together."
+                                    : "";
+  md << table_section("## Segmented quantizer (the MoE experts' operands)",
+                      "One launch quantizes G equal expert segments of a routed activation, each with its own SR seed and RHT signs "
+                      "(`kernels/moe/quantize_segments.h`; RHT-16 fused), beside the `fused` kernel on the same whole tensor with one set "
+                      "of keys. Columnwise: quantized along the tokens of each segment, written token-major (WGRAD's layout)." + pair_note,
+                      {"shape", "segments", "grid", "rounding", "layout", "segmented µs", "fused µs", "segmented / fused", "segmented TB/s",
+                       "/ copy BW"},
+                      seg.str());
   return md.str();
 }
 
@@ -552,21 +549,21 @@ std::vector<SRow> load_step_files(const std::string& dir, const std::string& spa
 StepTimes index_steps(const std::vector<SRow>& rows) {
   StepTimes s;
   for (const auto& r : rows) {
-    if (r.impl == "ufp4") s.recipe_ms[r.model][r.recipe] = r.ms, s.recipe_sd[r.model][r.recipe] = r.sd;
-    if (r.impl == "ufp4-libtorch-ops" && r.recipe == "bf16") s.libtorch_ops_ms[r.model] = r.ms;
-    if (r.impl == "ufp4-nondeterministic") s.nondet_ms[r.model][r.recipe] = r.ms, s.nondet_sd[r.model][r.recipe] = r.sd;
-    if (r.impl == "ufp4-uncaptured") s.uncaptured_ms[r.model][r.recipe] = r.ms;
-    if (r.impl == "ufp4" && r.recipe == "bf16") s.bf16_ms[r.model] = r.ms, s.bf16_sd[r.model] = r.sd;
+    if (r.impl == "ufp4") s.recipe_ms[r.model][r.recipe] = r.step_ms, s.recipe_sd[r.model][r.recipe] = r.step_ms_sd;
+    if (r.impl == "ufp4-libtorch-ops" && r.recipe == "bf16") s.libtorch_ops_ms[r.model] = r.step_ms;
+    if (r.impl == "ufp4-nondeterministic") s.nondet_ms[r.model][r.recipe] = r.step_ms, s.nondet_sd[r.model][r.recipe] = r.step_ms_sd;
+    if (r.impl == "ufp4-uncaptured") s.uncaptured_ms[r.model][r.recipe] = r.step_ms;
+    if (r.impl == "ufp4" && r.recipe == "bf16") s.bf16_ms[r.model] = r.step_ms, s.bf16_sd[r.model] = r.step_ms_sd;
     // The bars name the H200: a model measured on another GPU says which in its bar rows (CPU rows test the plumbing).
     if (r.impl == "ufp4" && r.device != "cpu" && !r.device.empty() && r.device.find("H200") == std::string::npos)
       s.device_note[r.model] = " (on an " + r.device + ")";
-    if (r.impl.rfind("pytorch-eager", 0) == 0) s.ref_ms[r.model] = s.ref_ms.count(r.model) ? std::min(s.ref_ms[r.model], r.ms) : r.ms;
-    if (r.impl == "pytorch-compiled-fused") s.compiled_plain_ms[r.model] = r.ms;
+    if (r.impl.rfind("pytorch-eager", 0) == 0) s.ref_ms[r.model] = s.ref_ms.count(r.model) ? std::min(s.ref_ms[r.model], r.step_ms) : r.step_ms;
+    if (r.impl == "pytorch-compiled-fused") s.compiled_plain_ms[r.model] = r.step_ms;
     const bool det_peer = r.impl.find("-deterministic-") != std::string::npos;
     if (r.impl.rfind("pytorch-compiled", 0) == 0 && !det_peer)  // the fastest compiled mode
-      if (!s.compiled_ms.count(r.model) || r.ms < s.compiled_ms[r.model]) s.compiled_ms[r.model] = r.ms, s.compiled_sd[r.model] = r.sd;
+      if (!s.compiled_ms.count(r.model) || r.step_ms < s.compiled_ms[r.model]) s.compiled_ms[r.model] = r.step_ms, s.compiled_sd[r.model] = r.step_ms_sd;
     if (r.impl.rfind("pytorch-compiled", 0) == 0 && det_peer)  // the fastest compiled mode in deterministic mode
-      if (!s.det_compiled_ms.count(r.model) || r.ms < s.det_compiled_ms[r.model]) s.det_compiled_ms[r.model] = r.ms;
+      if (!s.det_compiled_ms.count(r.model) || r.step_ms < s.det_compiled_ms[r.model]) s.det_compiled_ms[r.model] = r.step_ms;
   }
   return s;
 }
@@ -593,9 +590,9 @@ std::string step_table(const std::vector<SRow>& rows, StepTimes& s, const std::s
   for (const auto& r : rows) {
     if (r.impl == "ufp4-moe-layer" || r.impl.rfind("attention", 0) == 0) continue;  // their own tables below
     const double base = s.bf16_ms.count(r.model) ? s.bf16_ms[r.model] : NAN;
-    md << "| " << r.model << " | " << r.impl << " | " << r.recipe << " | " << r.batch << " x " << r.seq << " | " << fmt("%.2f", r.ms)
-       << " (" << fmt("%.2f", r.sd) << ") | " << fmt("%.0f", r.tps) << " | " << mfu_text(r.mfu) << " | "
-       << fmt("%.1f", r.mem) << " | " << fmt("%.3f", r.ms / base) << " |\n";
+    md << "| " << r.model << " | " << r.impl << " | " << r.recipe << " | " << r.batch << " x " << r.seq_len << " | " << fmt("%.2f", r.step_ms)
+       << " (" << fmt("%.2f", r.step_ms_sd) << ") | " << fmt("%.0f", r.tokens_per_s) << " | " << mfu_text(r.mfu) << " | "
+       << fmt("%.1f", r.peak_memory_gb) << " | " << fmt("%.3f", r.step_ms / base) << " |\n";
   }
   for (const auto& r : rows)
     if (!r.note.empty()) { md << "\nReference: " << r.note << ".\n"; break; }
@@ -614,12 +611,11 @@ std::string graph_gain_section(StepTimes& s) {
         graph_gain << "| " << m.first << " | " << rc.first << " | " << fmt("%.2f", replayed) << " | " << fmt("%.2f", rc.second) << " | "
                    << fmt("%.2f", rc.second - replayed) << " | " << fmt("%.3f", replayed / rc.second) << " |\n";
       }
-  if (!graph_gain.str().empty())
-    md << "### What the CUDA graph buys\n\nOur step replayed as a CUDA graph (the `ufp4` rows) against the same step launched "
-       << "kernel by kernel (`ufp4-uncaptured`), in the same command. The replay gives the same bits (the [cuda] test \"a CUDA-graph "
-       << "step equals the uncaptured step\"); what it saves is the host's launch time, which bounds the small models' steps.\n\n"
-       << "| model | recipe | replayed ms | uncaptured ms | saved ms | replayed / uncaptured |\n|---|---|---|---|---|---|\n"
-       << graph_gain.str() << "\n";
+  md << table_section("### What the CUDA graph buys",
+                      "Our step replayed as a CUDA graph (the `ufp4` rows) against the same step launched kernel by kernel "
+                      "(`ufp4-uncaptured`), in the same command. The replay gives the same bits (the [cuda] test \"a CUDA-graph step "
+                      "equals the uncaptured step\"); what it saves is the host's launch time, which bounds the small models' steps.",
+                      {"model", "recipe", "replayed ms", "uncaptured ms", "saved ms", "replayed / uncaptured"}, graph_gain.str());
   return md.str();
 }
 
@@ -630,14 +626,14 @@ std::string leave_one_out_section(const std::vector<SRow>& rows, StepTimes& s) {
   for (const auto& r : rows)
     if (r.recipe == "bf16" && s.bf16_ms.count(r.model) && (r.impl == "ufp4-libtorch-ops" || r.impl.rfind("ufp4-without-fused-", 0) == 0)) {
       const std::string what = r.impl == "ufp4-libtorch-ops" ? "all" : r.impl.substr(std::string("ufp4-without-fused-").size());
-      loo << "| " << r.model << " | " << what << " | " << fmt("%.2f", r.ms) << " | " << fmt("%.2f", s.bf16_ms[r.model]) << " | "
-          << fmt("%.2f", r.ms - s.bf16_ms[r.model]) << " |\n";
+      loo << "| " << r.model << " | " << what << " | " << fmt("%.2f", r.step_ms) << " | " << fmt("%.2f", s.bf16_ms[r.model]) << " | "
+          << fmt("%.2f", r.step_ms - s.bf16_ms[r.model]) << " |\n";
     }
-  if (!loo.str().empty())
-    md << "### What each fused kernel buys\n\nOur BF16 step (deterministic) with one fused kernel of `models/fused_ops.h` "
-       << "replaced by LibTorch's composition of the same maths, or all of them, against the step with all of them, in the "
-       << "same command: the difference is what that kernel saves a step.\n\n| model | fused kernel left out | step ms "
-       << "without it | with all | saved ms |\n|---|---|---|---|---|\n" << loo.str() << "\n";
+  md << table_section("### What each fused kernel buys",
+                      "Our BF16 step (deterministic) with one fused kernel of `models/fused_ops.h` replaced by LibTorch's composition "
+                      "of the same maths, or all of them, against the step with all of them, in the same command: the difference is "
+                      "what that kernel saves a step.",
+                      {"model", "fused kernel left out", "step ms without it", "with all", "saved ms"}, loo.str());
   return md.str();
 }
 
@@ -648,21 +644,20 @@ std::string moe_layer_section(const std::vector<SRow>& rows) {
   std::map<std::string, double> layer_bf16;
   std::ostringstream layers;
   for (const auto& r : rows)
-    if (r.impl == "ufp4-moe-layer" && r.recipe == "bf16") layer_bf16[r.source + "|" + r.model] = r.ms;
+    if (r.impl == "ufp4-moe-layer" && r.recipe == "bf16") layer_bf16[r.source + "|" + r.model] = r.step_ms;
   for (const auto& r : rows)
     if (r.impl == "ufp4-moe-layer") {
       const std::string key = r.source + "|" + r.model;
-      layers << "| " << r.model << " | " << r.recipe << " | " << r.seq << " | " << fmt("%.2f", r.ms) << " (" << fmt("%.2f", r.sd) << ") | "
-             << fmt("%.0f", r.tps) << " | " << mfu_text(r.mfu) << " | " << fmt("%.1f", r.mem) << " | "
-             << fmt("%.3f", layer_bf16.count(key) ? r.ms / layer_bf16[key] : NAN) << " | `" << r.source << "`, " << r.device << " |\n";
+      layers << "| " << r.model << " | " << r.recipe << " | " << r.seq_len << " | " << fmt("%.2f", r.step_ms) << " (" << fmt("%.2f", r.step_ms_sd) << ") | "
+             << fmt("%.0f", r.tokens_per_s) << " | " << mfu_text(r.mfu) << " | " << fmt("%.1f", r.peak_memory_gb) << " | "
+             << fmt("%.3f", layer_bf16.count(key) ? r.step_ms / layer_bf16[key] : NAN) << " | `" << r.source << "`, " << r.device << " |\n";
     }
-  if (!layers.str().empty())
-    md << "### One MoE layer at paper scale\n\nForward + backward of one routed MoE layer (FP32 router, top-k routing, grouped "
-       << "experts, shared experts, aux loss) on random BF16 activations, no optimizer, deterministic mode; median of the timed "
-       << "passes after warm-up (CUDA events). MFU counts active parameters: 6 x (router + (top-k + shared) x 3 x d x expert "
-       << "hidden) FLOPs a token, over the same peak; each file's rows from one command, against that command's bf16 row.\n\n"
-       << "| model | recipe | tokens | ms (sd) | tokens/s | MFU (active) | peak GB | vs bf16 | from |\n|---|---|---|---|---|---|---|---|---|\n"
-       << layers.str() << "\n";
+  md << table_section("### One MoE layer at paper scale",
+                      "Forward + backward of one routed MoE layer (FP32 router, top-k routing, grouped experts, shared experts, aux "
+                      "loss) on random BF16 activations, no optimizer, deterministic mode; median of the timed passes after warm-up "
+                      "(CUDA events). MFU counts active parameters: 6 x (router + (top-k + shared) x 3 x d x expert hidden) FLOPs a "
+                      "token, over the same peak; each file's rows from one command, against that command's bf16 row.",
+                      {"model", "recipe", "tokens", "ms (sd)", "tokens/s", "MFU (active)", "peak GB", "vs bf16", "from"}, layers.str());
   return md.str();
 }
 
@@ -671,8 +666,8 @@ std::string deterministic_cost_section(const std::vector<SRow>& rows, StepTimes&
   std::ostringstream md;
   std::map<std::string, std::pair<double, double>> attention_ms;  // model -> (deterministic, not)
   for (const auto& r : rows) {
-    if (r.impl == "attention") attention_ms[r.model].first = r.ms;
-    if (r.impl == "attention-nondeterministic") attention_ms[r.model].second = r.ms;
+    if (r.impl == "attention") attention_ms[r.model].first = r.step_ms;
+    if (r.impl == "attention-nondeterministic") attention_ms[r.model].second = r.step_ms;
   }
   std::ostringstream det_cost;
   for (const auto& kv : attention_ms) {
@@ -684,18 +679,17 @@ std::string deterministic_cost_section(const std::vector<SRow>& rows, StepTimes&
              << fmt("%.2f", step_delta) << " | " << fmt("%.3f", kv.second.first) << " | " << fmt("%.3f", kv.second.second) << " | "
              << fmt("%.0f", layers) << " | " << fmt("%.2f", attention_delta) << " |\n";
   }
-  if (!det_cost.str().empty())
-    md << "### What deterministic mode costs, and where\n\nThe BF16 step with and without deterministic mode, and the model's "
-       << "attention alone (`grouped_causal_attention`, `models/layers.h`: forward + backward at the step's batch and sequence), "
-       << "with and without it. Deterministic mode leaves new memory unfilled (`harness/train/determinism.h`). In it attention runs "
-       << "cuDNN's fused forward with our deterministic backward (`models/deterministic_attention.h`, `kernels/attention/attention_backward.h`: "
-       << "warpgroup MMAs on Hopper, dQ's terms summed in a fixed order; LibTorch refuses cuDNN's fused backward, which accumulates dQ "
-       << "with atomics): the attention rows show what that costs a layer, timed alone; `attention-flash-backward` and "
-       << "`ufp4-flash-attention-backward` are the same with flash's deterministic backward. A step's two rows differ by less where other work "
-       << "overlaps the attention, and by noise where the difference is within the steps' spread (sd in the step table)."
-       << "\n\n| model | bf16 step ms, deterministic | not | difference | attention ms, deterministic | not | layers | layers x "
-       << "attention difference |\n|---|---|---|---|---|---|---|---|\n"
-       << det_cost.str() << "\n";
+  md << table_section("### What deterministic mode costs, and where",
+                      "The BF16 step with and without deterministic mode, and the model's attention alone (`grouped_causal_attention`, "
+                      "`models/layers.h`: forward + backward at the step's batch and sequence), with and without it. Deterministic mode "
+                      "leaves new memory unfilled (`harness/train/determinism.h`). In it attention runs cuDNN's fused forward with our "
+                      "deterministic backward (`models/deterministic_attention.h`, `kernels/attention/attention_backward.h`: warpgroup "
+                      "MMAs on Hopper, dQ's terms summed in a fixed order; LibTorch refuses cuDNN's fused backward, which accumulates "
+                      "dQ with atomics): the attention rows show what that costs a layer, timed alone; `attention-flash-backward` and "
+                      "`ufp4-flash-attention-backward` are the same with flash's deterministic backward. A step's two rows differ by "
+                      "less where other work overlaps the attention, and by noise where the difference is within the steps' spread (sd "
+                      "in the step table).",
+                      {"model", "bf16 step ms, deterministic", "not", "difference", "attention ms, deterministic", "not", "layers", "layers x attention difference"}, det_cost.str());
   return md.str();
 }
 
@@ -754,21 +748,21 @@ void ufp4_bar(const std::vector<SRow>& rows, const std::string& model, double bf
               std::ostringstream& targets, UnmetFacts& unmet) {
   for (const auto& r : rows)
     if (r.model == model && r.impl == "ufp4" && r.recipe == "ufp4") {
-      const double ratio = r.ms / bf16, bar = moe ? t.moe_ufp4_max : t.step_ufp4_max;
+      const double ratio = r.step_ms / bf16, bar = moe ? t.moe_ufp4_max : t.step_ufp4_max;
       // The ratio's spread from the two rows' (sd of the timed steps, the rows independent).
-      const double sd = ratio_sd(r.ms, r.sd, bf16, s.bf16_sd[model]);
+      const double sd = ratio_sd(r.step_ms, r.step_ms_sd, bf16, s.bf16_sd[model]);
       const bool close = std::fabs(ratio - bar) <= sd;
       targets << "| ufp4 step / bf16 step, " << model << s.device_note[model] << " | <= " << fmt("%.2f", bar) << " | " << ratio_cells(ratio, sd, bar) << " |\n";
       if (!moe && ratio > bar) unmet.step.push_back(model);
       if (moe && (ratio > bar || close))
-        unmet.other.push_back(moe_ufp4_account(model, r.ms, bf16, ratio, sd, bar));
+        unmet.other.push_back(moe_ufp4_account(model, r.step_ms, bf16, ratio, sd, bar));
     }
 }
 
 double flash_backward_ms(const std::vector<SRow>& rows, const std::string& model) {
   double flash_ms = 0;  // the BF16 step with flash's deterministic attention backward, where timed
   for (const auto& r : rows)
-    if (r.model == model && r.impl == "ufp4-flash-attention-backward" && r.recipe == "bf16") flash_ms = r.ms;
+    if (r.model == model && r.impl == "ufp4-flash-attention-backward" && r.recipe == "bf16") flash_ms = r.step_ms;
   return flash_ms;
 }
 

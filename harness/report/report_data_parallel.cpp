@@ -12,43 +12,13 @@
 #include "common/fs.h"
 #include "common/text.h"
 #include "harness/io/array_io.h"
+#include "harness/io/bench_files.h"
 #include "harness/io/run_results.h"
 #include "harness/report/report.h"
 
 namespace ufp4 {
 
 namespace {
-
-struct ScalingRow {
-  std::string model, recipe, backend, sharding, graph;
-  int64_t gpus = 0, batch = 0, micro = 0, seq = 0, steps = 0;
-  double ms = NAN, sd = NAN, tps = NAN, mfu = NAN, mem = NAN, mem_min = NAN, plan = NAN;
-};
-
-std::vector<ScalingRow> load_scaling(const std::string& path) {
-  verify_h5_content(path);
-  const auto names = split(read_h5_string_attrs(path, "scaling/step_ms")["rows"], '\n');
-  const ArrayF32 ms = read_h5_f32(path, "scaling/step_ms"), sd = read_h5_f32(path, "scaling/step_ms_sd"),
-                 tps = read_h5_f32(path, "scaling/tokens_per_s"), mfu = read_h5_f32(path, "scaling/mfu"),
-                 mem = read_h5_f32(path, "scaling/peak_memory_gb"), mem_min = read_h5_f32(path, "scaling/peak_memory_gb_min"),
-                 plan = read_h5_f32(path, "scaling/plan_memory_gb"), gpus = read_h5_f32(path, "scaling/gpus"),
-                 batch = read_h5_f32(path, "scaling/batch"), micro = read_h5_f32(path, "scaling/micro_batch"),
-                 seq = read_h5_f32(path, "scaling/seq_len"), steps = read_h5_f32(path, "scaling/steps");
-  std::vector<ScalingRow> v;
-  for (size_t i = 0; i < names.size() && i < ms.data.size(); ++i) {
-    const auto f = split(names[i], '|');
-    if (f.size() < 5) continue;
-    ScalingRow r;
-    r.model = f[0]; r.recipe = f[1]; r.backend = f[2]; r.sharding = f[3]; r.graph = f[4];
-    r.ms = ms.data[i]; r.sd = sd.data[i]; r.tps = tps.data[i]; r.mfu = mfu.data[i];
-    r.mem = mem.data[i]; r.mem_min = mem_min.data[i]; r.plan = plan.data[i];
-    r.gpus = static_cast<int64_t>(gpus.data[i]); r.batch = static_cast<int64_t>(batch.data[i]);
-    r.micro = static_cast<int64_t>(micro.data[i]); r.seq = static_cast<int64_t>(seq.data[i]); r.steps = static_cast<int64_t>(steps.data[i]);
-    v.push_back(r);
-  }
-  if (v.empty()) throw Error(path + ": no rows in scaling/step_ms");
-  return v;
-}
 
 // Whether two runs agree bit for bit in every curve and in their final weights; else where they first part.
 std::string bit_difference(const RunResults& a, const RunResults& b) {
@@ -87,16 +57,16 @@ std::string efficiency_row(const DataParallelTargets& t, std::map<int64_t, doubl
 std::string scaling_section(const std::string& scaling_h5, const DataParallelTargets& t, std::vector<std::string>& sources,
                             std::ostringstream& rows) {
   std::ostringstream md;
-  const auto v = load_scaling(scaling_h5);
+  const auto v = read_scaling_rows(scaling_h5);
   auto a = read_h5_string_attrs(scaling_h5);
   sources.push_back(rel(scaling_h5) + ": " + a["device"] + ", commit " + a["git_commit"] + ", torch " + a["torch"] + ", CUDA " + a["cuda"] +
                     ", " + a["utc"]);
   std::map<std::pair<std::string, std::string>, double> one;  // (model, recipe) -> tokens/s on one GPU
   for (const auto& r : v)
-    if (r.gpus == 1) one[{r.model, r.recipe}] = r.tps;
+    if (r.gpus == 1) one[{r.model, r.recipe}] = r.tokens_per_s;
   std::set<int64_t> sizes;
   for (const auto& r : v) sizes.insert(r.gpus);
-  const ScalingRow& r0 = v.front();
+  const ScalingBenchRow& r0 = v.front();
   std::string backend = "none: one GPU only";
   for (const auto& r : v)
     if (r.gpus > 1) backend = r.backend;
@@ -104,11 +74,11 @@ std::string scaling_section(const std::string& scaling_h5, const DataParallelTar
      << "The engine's data-parallel step (`harness/train/data_parallel.h`: gradient buckets reduce-scattered while backward "
      << "still runs, the AdamW state split over the ranks (ZeRO-1), the updated weights all-gathered) on N GPUs of one machine, "
      << "one rank a GPU started by `ufp4 bench scaling` (backend " << backend << "), at a fixed batch a GPU: " << r0.batch
-     << " sequences of " << r0.seq << " tokens in micro-batches of " << r0.micro << ", random tokens, deterministic mode. "
+     << " sequences of " << r0.seq_len << " tokens in micro-batches of " << r0.micro_batch << ", random tokens, deterministic mode. "
      << "N = 1 is one process without data parallelism, as `ufp4 run` trains on one GPU (a CUDA graph where the trainer uses one). "
      << "Step: the slowest rank's median over " << r0.steps << " timed steps after warm-up (CUDA events). Efficiency: "
      << "tokens/s / (N x one GPU's tokens/s). Memory: the caching allocator's peak on the largest rank, beside the plan's "
-     << "estimate (`ufp4 plan --model M --gpus N --micro-batch " << r0.micro << "`: FP32 weights and a BF16 copy, FP32 "
+     << "estimate (`ufp4 plan --model M --gpus N --micro-batch " << r0.micro_batch << "`: FP32 weights and a BF16 copy, FP32 "
      << "gradients, AdamW moments split N ways with the reduce-scattered gradient shard, one micro-batch of activations). "
      << "World sizes measured: ";
   for (auto it = sizes.begin(); it != sizes.end(); ++it) md << (it == sizes.begin() ? "" : ", ") << *it;
@@ -117,14 +87,14 @@ std::string scaling_section(const std::string& scaling_h5, const DataParallelTar
   std::map<int64_t, double> worst_at;  // world size -> the bar's model's worst efficiency over recipes
   for (const auto& r : v) {
     const auto base = one.find({r.model, r.recipe});
-    const double eff = base != one.end() && base->second > 0 ? r.tps / (static_cast<double>(r.gpus) * base->second) : NAN;
+    const double eff = base != one.end() && base->second > 0 ? r.tokens_per_s / (static_cast<double>(r.gpus) * base->second) : NAN;
     if (r.model == t.efficiency_model && std::isfinite(eff))
       worst_at[r.gpus] = worst_at.count(r.gpus) ? std::min(worst_at[r.gpus], eff) : eff;
-    md << "| " << r.model << " | " << r.recipe << " | " << r.gpus << " | " << fmt("%.1f", r.ms) << " ± " << fmt("%.1f", r.sd) << " | "
-       << fmt("%.0f", r.tps) << " | " << (std::isfinite(eff) ? fmt("%.1f%%", 100 * eff) : "n/a") << " | "
-       << (r.mfu > 0 ? fmt("%.1f%%", 100 * r.mfu) : "n/a") << " | " << fmt("%.1f", r.mem)
-       << (r.gpus > 1 && std::fabs(r.mem - r.mem_min) > 0.05 ? " (smallest " + fmt("%.1f", r.mem_min) + ")" : "") << " | "
-       << fmt("%.1f", r.plan) << " |\n";
+    md << "| " << r.model << " | " << r.recipe << " | " << r.gpus << " | " << fmt("%.1f", r.step_ms) << " ± " << fmt("%.1f", r.step_ms_sd) << " | "
+       << fmt("%.0f", r.tokens_per_s) << " | " << (std::isfinite(eff) ? fmt("%.1f%%", 100 * eff) : "n/a") << " | "
+       << (r.mfu > 0 ? fmt("%.1f%%", 100 * r.mfu) : "n/a") << " | " << fmt("%.1f", r.peak_memory_gb)
+       << (r.gpus > 1 && std::fabs(r.peak_memory_gb - r.peak_memory_gb_min) > 0.05 ? " (smallest " + fmt("%.1f", r.peak_memory_gb_min) + ")" : "") << " | "
+       << fmt("%.1f", r.plan_memory_gb) << " |\n";
   }
   md << "\n";
   rows << efficiency_row(t, worst_at, sizes);

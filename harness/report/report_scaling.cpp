@@ -15,6 +15,7 @@
 #include "harness/analysis/fit.h"
 #include "harness/analysis/stats.h"
 #include "harness/io/array_io.h"
+#include "harness/io/fit_files.h"
 #include "harness/report/plot.h"
 #include "harness/report/report.h"
 #include "models/model_config.h"
@@ -38,26 +39,17 @@ struct PowerFit {
 
 PowerFit load_fit(const std::string& file, const std::string& recipe) {
   PowerFit f;
-  ArrayF32 p = read_h5_f32(file, "power/" + recipe + "/params");
-  f.p.assign(p.data.begin(), p.data.end());
-  f.c0 = read_h5_double_attr(file, "c0", "power/" + recipe + "/params");
-  f.rmse = read_h5_double_attr(file, "rmse", "power/" + recipe + "/params");
-  ArrayF32 s = read_h5_f32(file, "power/" + recipe + "/samples");
-  for (int64_t i = 0; i < s.shape[0]; ++i) {
-    std::vector<double> row(s.data.begin() + i * 3, s.data.begin() + i * 3 + 3);
-    f.boot.push_back(std::isnan(row[0]) ? std::vector<double>{} : row);
-  }
-  ArrayF32 pts = read_h5_f32(file, "points/" + recipe);
-  for (int64_t i = 0; i < pts.shape[0]; ++i) f.points.push_back({pts.data[i * 4], pts.data[i * 4 + 1], pts.data[i * 4 + 2], pts.data[i * 4 + 3]});
-  f.sources = read_h5_string_attrs(file, "points/" + recipe)["sources"];
-  const auto datasets = list_h5_datasets(file);
-  if (std::find(datasets.begin(), datasets.end(), "runs/" + recipe) != datasets.end()) {
-    ArrayF32 ru = read_h5_f32(file, "runs/" + recipe);
-    for (int64_t i = 0; i < ru.shape[0]; ++i) f.runs.push_back({ru.data[i * 3], ru.data[i * 3 + 1], ru.data[i * 3 + 2]});
-    std::istringstream in(read_h5_string_attrs(file, "runs/" + recipe)["models"]);
-    for (std::string line; std::getline(in, line);) f.models.push_back(line);
-    if (f.runs.size() != f.points.size() || f.models.size() != f.points.size())
-      throw Error(file + ": runs/" + recipe + " does not match points/" + recipe + " row for row");
+  const FittedForm power = read_fitted_form(file, "power", recipe);
+  f.p = power.params;
+  f.c0 = power.c0;
+  f.rmse = power.rmse;
+  f.boot = power.samples;
+  for (const FitRun& r : read_fit_runs(file, recipe)) {
+    f.points.push_back({r.compute_flops, r.active_params, r.tokens, r.loss});
+    f.sources += r.source + "\n";
+    if (r.model.empty()) continue;  // a file made before the runs/ rows
+    f.runs.push_back({r.seed, r.non_embedding_params, r.epochs});
+    f.models.push_back(r.model);
   }
   return f;
 }

@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "common/non_copyable.h"
 #include "harness/dist/communicator.h"
 #include "harness/train/checkpoint.h"
 #include "models/model_config.h"
@@ -44,12 +45,10 @@ struct DataParallelOptions {
   int64_t bucket_bytes = 25ll << 20;
 };
 
-class DataParallel {
+class DataParallel : NonCopyable {
  public:
   DataParallel(Transformer& model, torch::optim::AdamW& opt, std::shared_ptr<Communicator> comm, const DataParallelOptions& o);
   ~DataParallel();
-  DataParallel(const DataParallel&) = delete;
-  DataParallel& operator=(const DataParallel&) = delete;
 
   // Points the parameters (again) at the flat buffer, copying their values in: after construction,
   // and after a checkpoint was loaded into the model (loading replaces parameters' storage).

@@ -18,12 +18,13 @@
 #include <memory>
 #include <string>
 
+#include "common/non_copyable.h"
 #include "harness/train/train_step.h"
 #include "models/transformer.h"
 
 namespace ufp4 {
 
-class StepGraph {
+class StepGraph : NonCopyable {
  public:
   // Why this model's steps cannot be captured on `device` ("" when they can): not CUDA, a LibTorch
   // without CUDA graphs, data parallelism (its all-reduce hooks), per-step RHT signs (drawn on the
@@ -33,8 +34,6 @@ class StepGraph {
   // The model's context gets its device_step_offset for as long as this object lives.
   StepGraph(Transformer& model, torch::optim::AdamW& opt, int64_t accum, int64_t seq_len, double grad_clip, int warmup_steps = 2);
   ~StepGraph();
-  StepGraph(const StepGraph&) = delete;
-  StepGraph& operator=(const StepGraph&) = delete;
 
   // One optimizer step at the context's step, as train_step() does it: `accum` micro-batches from
   // next_batch() ([B, seq_len + 1] tokens), clipping, AdamW. Runs on the object's own stream, ordered
