@@ -9,6 +9,12 @@ mkdir -p "$LOGS"
 t0=$(date +%s)
 elapsed() { echo "$(( $(date +%s) - t0 )) s"; }
 # UFP4_BUILT=1: this call already built (two scripts started side by side must not build one folder at once).
+# On a warm node a carried .gpu-deps replaces the libraries `make gpu` unpacked there, and the binary no
+# longer starts: then it builds again (seconds: nothing to compile).
+if [ "${UFP4_BUILT:-0}" = 1 ] && ! build/ufp4 --version > /dev/null 2>&1; then
+  echo "build/ufp4 does not start on this node (a carried .gpu-deps replaced its libraries?): make gpu again"
+  UFP4_BUILT=0
+fi
 if [ "${UFP4_BUILT:-0}" != 1 ]; then
   make gpu > "$LOGS/build.log" 2>&1 || { tail -n 40 "$LOGS/build.log"; exit 1; }
   echo "build: $(elapsed)"
