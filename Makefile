@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CMAKE_ARGS ?=
 GEN := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 
-.PHONY: all build setup configure test test-quick test-gpu check-gpu check-campaigns demo bench reproduce-figure-11 reproduce-factorial reproduce-emulation report gpu-deps gpu clean help
+.PHONY: all build setup configure test test-quick test-gpu check-gpu check-campaigns demo bench reproduce-analysis reproduce-figure-11 reproduce-factorial reproduce-emulation report gpu-deps gpu clean help
 
 all: build
 
@@ -147,8 +147,9 @@ else
 	@echo "report written: reports/figure10.md"
 endif
 
-# Figures 2, 4-7, 12: the shrinkage-bias analysis of operands captured from the dense proxy (one report).
-reproduce-figure-2 reproduce-figure-4 reproduce-figure-5 reproduce-figure-6 reproduce-figure-7 reproduce-figure-12: build
+# Figures 2, 4-7, 12 and the mechanism's claims: the shrinkage-bias analysis of operands captured from
+# current-corpus runs as they train (tools/reproduce-analysis.sh; SCALE=ci: the CPU form).
+reproduce-analysis reproduce-figure-2 reproduce-figure-4 reproduce-figure-5 reproduce-figure-6 reproduce-figure-7 reproduce-figure-12: build
 	@bash tools/reproduce-analysis.sh $(BUILD) $(SCALE)
 
 # Figure 9: the MoE ladder at the decisive design (registered campaign: its claims, then the scaling-law

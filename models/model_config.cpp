@@ -64,6 +64,10 @@ const std::vector<ModelConfig>& registry() {
     v.push_back(dense("dense-ne2.4m", 192, 6, 3, 1, 512, v8, "dense proxy, 2.4M non-embedding parameters, vocab 8192"));
     v.push_back(dense("dense-ne3.7m", 256, 5, 4, 2, 704, v8, "dense proxy, 3.7M non-embedding parameters, vocab 8192"));
     v.push_back(dense("dense-ne6.6m", 320, 6, 5, 1, 896, v8, "dense proxy, 6.6M non-embedding parameters, vocab 8192"));
+    // The mechanism's proxies (harness/campaign/capture_analysis.h): 12 layers, deep enough for the
+    // analysis's trend over layers, at the campaigns' vocabulary and corpus.
+    v.push_back(dense("dense-ne8.5m", 256, 12, 4, 1, 704, v8, "mechanism proxy, 12 layers, 8.5M non-embedding parameters, vocab 8192"));
+    v.push_back(moe("moe-ne12m", 192, 12, 3, 1, 16, 2, 96, 1, v8, "mechanism proxy, 12 layers (first dense), 12M non-embedding parameters, vocab 8192"));
     // The MoE proxy of the sound design: fine-grained experts (hidden d/2) as the paper's MoE has
     // (hidden 1024 at d 2048), 16 routed top-2 plus one shared, first layer dense.
     v.push_back(moe("moe-ne2.6m", 128, 6, 2, 1, 16, 2, 64, 1, v8, "MoE proxy, 2.6M non-embedding parameters (0.9M active), vocab 8192"));

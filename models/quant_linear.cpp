@@ -2,6 +2,7 @@
 
 #include <fnmatch.h>
 
+#include <cstring>
 #include <tuple>
 
 #include "common/error.h"
@@ -127,13 +128,14 @@ void observe_operand(const torch::Tensor& t, const torch::Tensor& out, const Lay
   if (!(L.ctx->telemetry && o.quantize && !L.bf16) && !capture) return;
   const std::string key = L.name + "/" + gemm_key(g) + "." + operand_key(g, slot);
   torch::NoGradGuard ng;
-  torch::Tensor ref = columnwise ? t.t() : t;
+  const torch::Tensor raw = columnwise ? t.t() : t;
+  torch::Tensor ref = raw;
   if (touched && rht_size) ref = rht(t, spec, columnwise, torch::kFloat32);
   if (L.ctx->telemetry && o.quantize && !L.bf16) {
     torch::Tensor r = ref.to(torch::kFloat64), q = out.to(torch::kFloat64);
     L.ctx->alpha[key] = ((q * r).sum() / (r * r).sum()).item<double>();
   }
-  if (capture) L.ctx->capture->add(key, ref, out);
+  if (capture) L.ctx->capture->add(key, raw, ref, out);
 }
 
 }  // namespace
@@ -252,8 +254,8 @@ torch::Tensor QuantLinearImpl::forward(const torch::Tensor& x) { return quant_li
 
 // ---- capture ----------------------------------------------------------------------------------
 
-OperandCapture::OperandCapture(std::set<int64_t> steps, std::vector<std::string> layer_patterns, int64_t max_tokens)
-    : steps_(std::move(steps)), patterns_(std::move(layer_patterns)), max_tokens_(max_tokens) {}
+OperandCapture::OperandCapture(std::set<int64_t> steps, std::vector<std::string> layer_patterns, int64_t max_tokens, bool on_device)
+    : steps_(std::move(steps)), patterns_(std::move(layer_patterns)), max_tokens_(max_tokens), on_device_(on_device) {}
 
 bool OperandCapture::wants(int64_t step, const std::string& layer) const {
   if (!steps_.count(step)) return false;
@@ -263,24 +265,45 @@ bool OperandCapture::wants(int64_t step, const std::string& layer) const {
   return false;
 }
 
-void OperandCapture::add(const std::string& key, const torch::Tensor& before, const torch::Tensor& after) {
-  const bool same = before.data_ptr() == after.data_ptr() && before.sizes() == after.sizes() && before.strides() == after.strides();
-  // Tokens run along dim 0 of FPROP x and DGRAD dY, along dim 1 of the (transposed) WGRAD operands.
+// The first max_tokens tokens (along dim 0 of FPROP x and DGRAD dY, dim 1 of the transposed WGRAD
+// operands; weights whole), as FP32, contiguous, on the CPU unless on_device.
+torch::Tensor OperandCapture::keep(const std::string& key, const torch::Tensor& t) const {
   int token_dim = -1;
   auto ends = [&](const std::string& s) { return key.size() >= s.size() && key.compare(key.size() - s.size(), s.size(), s) == 0; };
   if (ends("/fprop.x") || ends("/dgrad.dy")) token_dim = 0;
   if (key.find("/wgrad.") != std::string::npos) token_dim = 1;
-  auto keep = [&](const torch::Tensor& t) {
-    torch::Tensor u = t.detach();
-    if (max_tokens_ > 0 && token_dim >= 0 && u.size(token_dim) > max_tokens_) u = u.narrow(token_dim, 0, max_tokens_);
-    return u.to(torch::kFloat32).cpu().contiguous();
+  torch::Tensor u = t.detach();
+  if (max_tokens_ > 0 && token_dim >= 0 && u.size(token_dim) > max_tokens_) u = u.narrow(token_dim, 0, max_tokens_);
+  u = u.to(torch::kFloat32);
+  u = (on_device_ ? u : u.cpu()).contiguous();
+  // A copy, never a view: FP32 master weights are updated in place before the step's operands are read.
+  return u.is_alias_of(t) ? u.clone() : u;
+}
+
+void OperandCapture::add(const std::string& key, const torch::Tensor& raw, const torch::Tensor& before, const torch::Tensor& after) {
+  auto same = [](const torch::Tensor& a, const torch::Tensor& b) {
+    return a.data_ptr() == b.data_ptr() && a.sizes() == b.sizes() && a.strides() == b.strides();
   };
-  pending_[key] = {keep(before), same ? torch::Tensor() : keep(after)};
+  if (observe_) {
+    if (!same(before, after)) observe_(key, keep(key, before), keep(key, after));
+    auto ends = [&](const char* s) { return key.size() >= std::strlen(s) && key.compare(key.size() - std::strlen(s), std::strlen(s), s) == 0; };
+    if (ends("/fprop.x") || ends("/fprop.w") || ends("/dgrad.dy")) raw_[key] = keep(key, raw);
+    return;
+  }
+  pending_[key] = {keep(key, before), same(before, after) ? torch::Tensor() : keep(key, after)};
+  if (!same(raw, before)) raw_[key] = keep(key, raw);
 }
 
 OperandCapture::Operands OperandCapture::take() {
   Operands out;
   out.swap(pending_);
+  raw_.clear();
+  return out;
+}
+
+std::map<std::string, torch::Tensor> OperandCapture::take_raw() {
+  std::map<std::string, torch::Tensor> out;
+  out.swap(raw_);
   return out;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -13,25 +14,41 @@
 
 namespace ufp4 {
 
-// Collects operands before and after quantization on chosen steps and layers, as FP32 CPU tensors.
-// Storing them is the caller's (the training engine writes one HDF5 file a step: harness/train/capture_file.h).
+// Collects operands before and after quantization on chosen steps and layers, as FP32 tensors (on the
+// CPU, or where they were made when `on_device`). Storing or analysing them is the caller's (the
+// training engine writes one HDF5 file a step, harness/train/capture_file.h, or hands them to a sink).
 class OperandCapture {
  public:
-  // "<layer>/<gemm>.<operand>" -> (before, after); after is undefined where the recipe left the operand as it was.
+  // "<layer>/<gemm>.<operand>" -> (before, after): before is the operand as the GEMM's quantizer reads it
+  // (rotated where the recipe rotates that GEMM); after is undefined where the recipe left it as it was.
   using Operands = std::map<std::string, std::pair<torch::Tensor, torch::Tensor>>;
   // max_tokens > 0 keeps the first max_tokens tokens of activations and gradients (weights whole).
-  OperandCapture(std::set<int64_t> steps, std::vector<std::string> layer_patterns, int64_t max_tokens = 0);
+  OperandCapture(std::set<int64_t> steps, std::vector<std::string> layer_patterns, int64_t max_tokens = 0, bool on_device = false);
   bool wants(int64_t step, const std::string& layer) const;
   bool at_step(int64_t step) const { return steps_.count(step) > 0; }
-  void add(const std::string& key, const torch::Tensor& before, const torch::Tensor& after);
+  // `raw`: the operand before any rotation (kept only where it differs from `before`).
+  void add(const std::string& key, const torch::Tensor& raw, const torch::Tensor& before, const torch::Tensor& after);
   const Operands& pending() const { return pending_; }
   Operands take();  // the operands gathered so far; clears
+  // The unrotated operands of the keys whose GEMM the recipe rotates, gathered so far; clears.
+  std::map<std::string, torch::Tensor> take_raw();
+
+  // Streaming, for an analysis that runs as the model trains (a step of a deep model at tens of
+  // thousands of tokens is too large to keep whole): each quantized operand goes to `observe` as it
+  // is made, nothing of it kept, and only the unrotated FPROP x, FPROP w and DGRAD dy of each layer
+  // are kept, for take_raw() (`before` and `after` as add() received them, token-cut).
+  using Observe = std::function<void(const std::string& key, const torch::Tensor& before, const torch::Tensor& after)>;
+  void stream_to(Observe observe) { observe_ = std::move(observe); }
 
  private:
+  torch::Tensor keep(const std::string& key, const torch::Tensor& t) const;
   std::set<int64_t> steps_;
   std::vector<std::string> patterns_;
   int64_t max_tokens_ = 0;
+  bool on_device_ = false;
+  Observe observe_;
   Operands pending_;
+  std::map<std::string, torch::Tensor> raw_;
 };
 
 // State shared by all quantized linears of one model in one run.

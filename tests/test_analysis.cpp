@@ -4,11 +4,14 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "common/fs.h"
 #include "harness/analysis/analysis.h"
 #include "harness/io/array_io.h"
+#include "harness/io/labelled_table.h"
 #include "kernels/quantize/grid.h"
 #include "tests/catch.h"
 #include "tests/helpers.h"
+#include "tests/run_helpers.h"
 
 using namespace ufp4;
 
@@ -261,4 +264,73 @@ TEST_CASE("analyze and report: bias --json, tensors and chain on a CI capture, t
   CHECK(r.out.find("| 2 | -0.1250 |") != std::string::npos);  // Eq. 2 at E2M1's level 2: the paper's number
   CHECK(r.out.find("### alpha > 1: the endpoint bin") != std::string::npos);
   CHECK(r.out.find("## Provenance") != std::string::npos);
+}
+
+TEST_CASE("analyze capture: training runs' operands analysed as they train, the tables a capture file gives", "[analysis]") {
+  const std::string dir = test::temp_dir();
+  const std::string m = test::tiny_manifest(dir, "ufp4", 8, "steps = 8\n[capture]\nsteps = [3, 7]\nlayers = [\"layers.*\"]\ntokens = 0\n");
+  auto a = test::run_cli("analyze capture " + m);
+  INFO(a.out);
+  REQUIRE(a.code == 0);
+  const RunPlan p = test::planned(RunManifest::load(m));
+  const std::string f7 = p.capture.dir + "/step7.tensors.h5";
+  REQUIRE(file_exists(p.capture.dir + "/step3.tensors.h5"));
+  REQUIRE(file_exists(f7));
+  // Provenance: what was trained, on which data, where in training.
+  auto attrs = read_h5_string_attrs(f7);
+  CHECK(attrs["recipe"] == "ufp4");
+  CHECK(attrs["run_id"] == p.run_id);
+  CHECK(attrs["data_manifest_sha256"] == p.data.manifest_sha256);
+  auto num = read_h5_numeric_attrs(f7);
+  CHECK(num["step"] == 7);
+  CHECK(num["seed"] == 1);
+  CHECK(num["epochs_at_step"] > 0);
+  // Eq. 2 for every bin on captured operands: per row the bins' parts sum to b_G measured alone (the scales
+  // table's FP32 column), their shares to 1; E4M3 and E8M0 scales move b_G off the FP32 scale's (their own bias).
+  const LabelledTable bins = read_labelled_table(f7, "bins"), scales = read_labelled_table(f7, "scales");
+  REQUIRE(bins.rows() > 0);
+  REQUIRE(bins.labels == scales.labels);
+  bool scale_moves = false;
+  for (size_t i = 0; i < bins.rows(); ++i) {
+    double bias = 0, share = 0;
+    for (size_t b = 0; b < 9; ++b)
+      if (!std::isnan(bins.at(i, b * 6 + 1))) share += bins.at(i, b * 6 + 1), bias += bins.at(i, b * 6 + 4);
+    CHECK(share == Approx(1).margin(1e-12));
+    CHECK(bias == Approx(scales.at(i, 0)).margin(1e-12));
+    scale_moves = scale_moves || std::fabs(scales.at(i, 8) - scales.at(i, 0)) > 1e-6;
+  }
+  CHECK(scale_moves);
+  // The recipe's own quantization of every GEMM operand of every captured linear (six each).
+  const LabelledTable own = read_labelled_table(f7, "recipe");
+  const LabelledTable tensors = read_labelled_table(f7, "tensors");
+  CHECK(own.rows() == 6 * tensors.rows() / 12);  // 12 tensor rows a linear: 3 operands x 2 grids x I, H16
+  for (size_t i = 0; i < own.rows(); ++i) CHECK(own.at(i, 1) > 0);  // SQNR in dB
+  // The same tables from a capture file of the same step: the run trained again with its operands written
+  // (the unrotated ones beside the rotated), then `analyze tensors` on the file.
+  REQUIRE(test::run_cli("run --force " + m).code == 0);
+  auto t = test::run_cli("analyze tensors " + p.capture.dir + "/capture_step7.h5 --tokens 128 --device cpu --out " + dir + "/t7.h5");
+  INFO(t.out);
+  REQUIRE(t.code == 0);
+  for (const char* table : {"tensors", "bins", "scales", "gemms"}) {
+    INFO(table);
+    const LabelledTable x = read_labelled_table(f7, table), y = read_labelled_table(dir + "/t7.h5", table);
+    CHECK(x.labels == y.labels);
+    CHECK(test::first_bit_mismatch(torch::tensor(x.values), torch::tensor(y.values)) == -1);
+  }
+  auto r = test::run_cli("report mechanism --results " + dir + "/runs --out " + dir + "/mechanism.md");
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  const std::string md = read_text_file(dir + "/mechanism.md");
+  CHECK(md.find("| tiny | linear_fc2 | ufp4 | 7 | ") != std::string::npos);  // Key Finding 2's row of the last step
+  for (const char* section : {"## Key Finding 2", "## Figures 4-7 and 12", "## The scale's own bias", "## alpha of each GEMM operand",
+                              "### alpha > 1: the endpoint bin", "## Over training", "## Provenance"})
+    CHECK(md.find(section) != std::string::npos);
+  CHECK(md.find("| " + p.run_id) == std::string::npos);  // ids are shown as code
+  CHECK(md.find("`" + p.run_id + "`") != std::string::npos);
+  auto again = test::run_cli("analyze capture " + m);
+  CHECK(again.out.find("every step analysed, skipped") != std::string::npos);
+  const std::string none = test::tiny_manifest(dir, "bf16", 4);
+  auto bad = test::run_cli("analyze capture " + none);
+  CHECK(bad.code == 2);
+  CHECK(bad.out.find("[capture] steps is empty") != std::string::npos);
 }

@@ -224,7 +224,7 @@ TEST_CASE("reproduce Table 1: the presets match the paper's Table 1 field for fi
   CHECK(r.out.find("| RHT scope | bwd_dw | bwd_dw only | fwd_y, bwd_dx, bwd_dw | fwd_y, bwd_dx, bwd_dw | yes |") != std::string::npos);
   Result bad = run_cli("report table9");
   CHECK(bad.code == 2);
-  CHECK(bad.out.find("allowed: table1, table2, table3, figure8, figure10, factorial, emulation, analysis, figure9") != std::string::npos);
+  CHECK(bad.out.find("allowed: table1, table2, table3, figure8, figure10, factorial, emulation, analysis, mechanism, figure9") != std::string::npos);
 }
 
 TEST_CASE("the report registry: every report `make report` renders is registered, and the help names them all", "[cli]") {

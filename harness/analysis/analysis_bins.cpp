@@ -39,18 +39,21 @@ BiasDecomposition decompose_bias(const torch::Tensor& x, const QuantSpec& spec) 
   QuantizeOptions opt;
   opt.want_codes = true;
   const QuantizedTensor qt = quantize(xf, spec, opt);
-  const torch::Tensor ref = (spec.rht ? rht(xf, spec) : xf).to(torch::kFloat64).abs().cpu();
-  const torch::Tensor deq = qt.dequant.to(torch::kFloat64).abs().cpu();
-  const torch::Tensor s = per_element(qt.scales.to(torch::kFloat64).cpu(), spec.block, xf.size(1));
-  const torch::Tensor amax = per_element(qt.amax.to(torch::kFloat64).cpu(), spec.block, xf.size(1));
+  // On the tensor's device: a captured operand of tens of thousands of tokens stays on the GPU.
+  const torch::Tensor ref = (spec.rht ? rht(xf, spec) : xf).to(torch::kFloat64).abs();
+  const torch::Tensor deq = qt.dequant.to(torch::kFloat64).abs();
+  const torch::Tensor s = per_element(qt.scales.to(torch::kFloat64), spec.block, xf.size(1));
+  const torch::Tensor amax = per_element(qt.amax.to(torch::kFloat64), spec.block, xf.size(1));
   const torch::Tensor live = s > 0;  // an all-zero block has no scale and no error
   const torch::Tensor t = torch::where(live, ref / torch::where(live, s, torch::ones_like(s)), torch::zeros_like(s));
   const torch::Tensor q = torch::where(live, deq / torch::where(live, s, torch::ones_like(s)), torch::zeros_like(s));
   const torch::Tensor is_max = live & (ref == amax);
   const std::vector<float> levels = spec.grid.levels();
-  const torch::Tensor lv = torch::tensor(std::vector<double>(levels.begin(), levels.end()), torch::kFloat64);
-  // The level each element decoded to: the nearest (decoding multiplies by a rounded scale).
-  const torch::Tensor level_of = (q.unsqueeze(-1) - lv).abs().argmin(-1);
+  // The level each element decoded to: the nearest (decoding multiplies by a rounded scale), found
+  // among the midpoints between levels (a tie, which a decoded value never is, goes to the lower one).
+  std::vector<double> mid;
+  for (size_t i = 0; i + 1 < levels.size(); ++i) mid.push_back((static_cast<double>(levels[i]) + levels[i + 1]) / 2);
+  const torch::Tensor level_of = torch::bucketize(q, torch::tensor(mid, torch::kFloat64).to(q.device()));
   // alpha is Eq. 3 on the (rotated) tensor, <A_hat, A> / ||A||^2: in grid units each element weighs s^2.
   const torch::Tensor err = q - t, s2 = s * s, terr = s2 * t * err;
   const double n = static_cast<double>(live.sum().item<int64_t>()), t2 = (s2 * t * t).sum().item<double>();

@@ -13,6 +13,7 @@
 #include "common/fs.h"
 #include "common/log.h"
 #include "harness/io/array_io.h"
+#include "harness/analysis/tensor_tables.h"
 #include "harness/io/labelled_table.h"
 #include "harness/io/provenance.h"
 #include "models/quant_ops.h"
@@ -20,15 +21,6 @@
 namespace ufp4 {
 
 namespace {
-
-QuantSpec analysis_spec(const Grid& g, bool rht) {
-  QuantSpec s;
-  s.grid = g;
-  s.block = 16;  // the paper's 1x16 blocks with FP32 single-level scales, RTNE
-  s.rht = rht ? 16 : 0;
-  s.rht_seed = 1;
-  return s;
-}
 
 // ---- bias ---------------------------------------------------------------------------------------
 
@@ -152,63 +144,30 @@ std::vector<CapturedLayer> captured_layers(const std::string& file) {
     const std::string suffix = "/fprop.x/before";
     if (!ends_with(ds, suffix)) continue;
     std::string name = ds.substr(0, ds.size() - suffix.size());
-    size_t dot = name.rfind('.');
-    out.push_back({name, dot == std::string::npos ? name : name.substr(dot + 1)});
+    out.push_back({name, layer_family(name)});
   }
   return out;
 }
 
-// Eq. 2 for every bin of one tensor (harness/analysis: decompose_bias), flattened into its row of the
-// "bins" dataset: for each grid level, then the block maxima, the six numbers of kBinColumns; a grid of
-// fewer than 8 levels is padded with NaN at the end, so every row has 9 bins.
-constexpr const char* kBinColumns =
-    "9 bins a row (the grid's levels ascending, then the block maxima; NaN padding at the end): level,share,mean_error,eq2,bias_part,alpha_part";
-void append_bins(const BiasDecomposition& d, std::vector<double>& out) {
-  for (const auto& b : d.bins)
-    for (double v : {b.level, b.share, b.mean_error, b.eq2, b.bias_contribution, b.alpha_contribution}) out.push_back(v);
-  out.insert(out.end(), 6 * (9 - std::min<size_t>(9, d.bins.size())), NAN);
+// A layer's unrotated operand from a capture file: "raw" where the recipe rotated that GEMM, else "before".
+torch::Tensor load_operand(const std::string& file, const std::vector<std::string>& datasets, const std::string& key, const torch::Device& dev) {
+  const bool rotated = std::find(datasets.begin(), datasets.end(), key + "/raw") != datasets.end();
+  return load(file, key + (rotated ? "/raw" : "/before"), dev);
 }
 
-// The three tables of a tensors file, a row a (layer, family, operand or GEMM, grid, transform).
-struct TensorTables {
-  LabelledTable tensors{4, "nmse,sqnr_db,alpha,bucket_ratio"};
-  LabelledTable bins{9 * 6, kBinColumns};  // per tensor row: Eq. 2 for every bin (append_bins)
-  LabelledTable gemms{1, "sqnr_db"};
-};
-
 // One layer's operands (x and dy cut to `tokens` rows) under every grid, without and with RHT-16.
-void measure_layer(const std::string& file, const CapturedLayer& L, const TensorsAnalysisOptions& opt, TensorTables& t) {
-  const torch::Device& dev = opt.device;
-  torch::Tensor x = load(file, L.name + "/fprop.x/before", dev), w = load(file, L.name + "/fprop.w/before", dev),
-                dy = load(file, L.name + "/dgrad.dy/before", dev);
+void measure_captured_layer(const std::string& file, const std::vector<std::string>& datasets, const CapturedLayer& L, const TensorsAnalysisOptions& opt,
+                            TensorTables& t) {
+  torch::Tensor x = load_operand(file, datasets, L.name + "/fprop.x", opt.device), w = load_operand(file, datasets, L.name + "/fprop.w", opt.device),
+                dy = load_operand(file, datasets, L.name + "/dgrad.dy", opt.device);
   const int64_t m = std::min<int64_t>(opt.tokens, x.size(0) / 16 * 16);
-  x = x.narrow(0, 0, m).contiguous();
-  dy = dy.narrow(0, 0, m).contiguous();
-  for (const Grid& g : opt.grids)
-    for (bool rht : {false, true}) {
-      QuantSpec spec = analysis_spec(g, rht);
-      const std::string tr = std::string(rht ? "H16" : "I");
-      for (auto [tname, tensor] : std::vector<std::pair<std::string, torch::Tensor>>{{"fwd_x", x}, {"fwd_w", w}, {"bwd_dy", dy}}) {
-        TensorMetrics tmx = tensor_metrics(tensor, spec);
-        const std::vector<std::string> labels = {L.name, L.family, tname, g.name(), tr};
-        t.tensors.add(labels, {tmx.nmse, tmx.sqnr_db, tmx.alpha, tmx.bucket_ratio});
-        std::vector<double> bins;
-        append_bins(decompose_bias(tensor, spec), bins);
-        t.bins.add(labels, bins);
-      }
-      GemmSqnr s = gemm_sqnr(x, w, dy, spec);
-      for (auto [gname, v] : std::vector<std::pair<std::string, double>>{{"fwd_y", s.fwd_y}, {"bwd_dx", s.bwd_dx}, {"bwd_dw", s.bwd_dw}}) {
-        t.gemms.add({L.name, L.family, gname, g.name(), tr}, {v});
-      }
-    }
+  measure_layer(L.name, L.family, x.narrow(0, 0, m).contiguous(), w, dy.narrow(0, 0, m).contiguous(), opt.grids, t);
 }
 
 void write_tensors_file(const TensorsAnalysisOptions& opt, const TensorTables& t, std::map<std::string, std::string>& capture_attrs) {
   const std::string& file = opt.capture;
   H5Writer wr(opt.out);
-  write_labelled_table(wr, "tensors", t.tensors);
-  write_labelled_table(wr, "bins", t.bins, /*fp64=*/true);
-  write_labelled_table(wr, "gemms", t.gemms);
+  write_tensor_tables(wr, t);
   wr.attr("capture", file);
   wr.attr("capture_step", static_cast<int64_t>(read_h5_double_attr(file, "step")));
   wr.attr("capture_git_commit", capture_attrs["git_commit"]);
@@ -320,12 +279,13 @@ void run_bias_analysis(const BiasAnalysisOptions& opt) {
 void run_tensors_analysis(const TensorsAnalysisOptions& opt) {
   const std::string& file = opt.capture;
   std::vector<CapturedLayer> ls = captured_layers(file);
+  const std::vector<std::string> datasets = list_h5_datasets(file);
   if (ls.empty()) throw Error(file + ": no captured operands (datasets <layer>/fprop.x/before)");
   auto attrs = read_h5_string_attrs(file);
   TensorTables t;
   size_t done = 0;
   for (const auto& L : ls) {
-    measure_layer(file, L, opt, t);
+    measure_captured_layer(file, datasets, L, opt, t);
     log_info("analyze tensors: " + std::to_string(++done) + "/" + std::to_string(ls.size()) + " " + L.name);
   }
   write_tensors_file(opt, t, attrs);

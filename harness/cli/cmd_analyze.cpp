@@ -1,6 +1,7 @@
 // `ufp4 analyze`: the shrinkage-bias measurements of the paper's §3 and §5.2.
 //   bias     per-bin table of a grid (Eq. 2) and b_G(P) for densities, by integration and Monte Carlo
 //   tensors  SQNR, Delta SQNR, alpha, bucket ratio of captured operands, and GEMM output SQNR
+//   capture  the same on the operands of training runs, analysed as they train
 //   chain    signal attenuation through stacked quantized GEMMs (Eq. 5)
 #include <cstdlib>
 #include <iostream>
@@ -10,6 +11,7 @@
 #include "common/fs.h"
 #include "common/text.h"
 #include "harness/analysis/analysis_files.h"
+#include "harness/campaign/capture_analysis.h"
 #include "harness/cli/cli.h"
 #include "harness/plan/run_manifest.h"
 #include "harness/plan/run_plan.h"
@@ -104,6 +106,37 @@ int analyze_tensors(const std::vector<std::string>& args) {
   return 0;
 }
 
+// ---- operands of training runs, analysed as they train ----------------------------------------
+
+int analyze_capture(const std::vector<std::string>& args) {
+  std::vector<std::string> manifests;
+  std::string grids, shard;
+  CaptureAnalysisOptions opt;
+  po::options_description d("options");
+  d.add_options()
+      ("manifest", po::value(&manifests)->multitoken(), "run manifests with [capture] steps (sweeps expanded)")
+      ("grids", po::value(&grids)->default_value("e2m1,e1m2"), "comma list of analysis grids")
+      ("device", po::value(&opt.device), "auto, cpu or cuda (default: the manifests')")
+      ("force", po::bool_switch(&opt.force), "analyse again where the step files exist")
+      ("shard", po::value(&shard), "I/N: the runs whose index i has i % N == I (one process a GPU; default 0/1)");
+  po::positional_options_description pos;
+  pos.add("manifest", -1);
+  auto vm = parse_command("analyze capture", "MANIFEST... [--grids e2m1,e1m2] [--shard I/N] [--force]", d, args, &pos);
+  if (!vm) return 0;
+  if (manifests.empty()) throw Error("analyze capture: MANIFEST is required (run manifests with [capture] steps)");
+  if (!shard.empty()) {
+    const auto parts = split(shard, '/');
+    char* end = nullptr;
+    if (parts.size() == 2) opt.shard = static_cast<int>(std::strtol(parts[0].c_str(), &end, 10)), opt.shards = static_cast<int>(std::strtol(parts[1].c_str(), &end, 10));
+    if (parts.size() != 2 || opt.shards < 1 || opt.shard < 0 || opt.shard >= opt.shards)
+      throw Error("--shard: '" + shard + "' is not allowed (allowed: I/N with 0 <= I < N)");
+  }
+  opt.manifests = manifests;
+  for (const auto& n : split(grids, ',', /*skip_empty=*/true)) opt.grids.push_back(Grid::parse(n));
+  for (const auto& f : run_capture_analysis(opt)) std::cout << f << "\n";
+  return 0;
+}
+
 // ---- attenuation chain --------------------------------------------------------------------------
 
 int analyze_chain(const std::vector<std::string>& args) {
@@ -136,17 +169,19 @@ int analyze_chain(const std::vector<std::string>& args) {
 }  // namespace
 
 int cmd_analyze(const std::vector<std::string>& args) {
-  const std::string allowed = "bias, tensors, chain";
+  const std::string allowed = "bias, tensors, capture, chain";
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     std::cout << "usage: ufp4 analyze <analysis> [options]\n\nanalyses:\n"
               << "  bias      per-bin bias of a grid (Eq. 2) and b_G(P) for densities, by integration and Monte Carlo\n"
               << "  tensors   SQNR, Delta SQNR (Eq. 7), alpha (Eq. 3), bucket ratio (Eq. 6) and GEMM output SQNR of captured operands\n"
+              << "  capture   the same measurements on the operands of training runs, analysed as they train (one file a captured step)\n"
               << "  chain     signal attenuation through stacked quantized GEMMs (Eq. 5)\n";
     return args.empty() ? 2 : 0;
   }
   std::vector<std::string> rest(args.begin() + 1, args.end());
   if (args[0] == "bias") return analyze_bias(rest);
   if (args[0] == "tensors") return analyze_tensors(rest);
+  if (args[0] == "capture") return analyze_capture(rest);
   if (args[0] == "chain") return analyze_chain(rest);
   throw Error("analyze: unknown analysis '" + args[0] + "' (allowed: " + allowed + ")");
 }

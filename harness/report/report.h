@@ -57,6 +57,9 @@ std::string report_figure10(const std::string& root, const std::vector<std::stri
 struct RunSet;
 std::string report_campaign(const RunSet& set, const std::string& figures);
 
+// The mechanism on current-corpus runs, claim by claim beside the paper (report_mechanism.cpp), from a
+// folder of `ufp4 analyze capture` step files.
+std::string report_mechanism(const std::string& root, const std::string& dir);
 // Shrinkage-bias analysis, Figures 2, 4-7, 12 and the attenuation chain (report_analysis.cpp).
 std::string report_analysis(const std::string& root, const std::string& tensors_h5, const std::vector<std::string>& chain_h5,
                             const std::string& figures);

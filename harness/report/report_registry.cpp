@@ -38,6 +38,8 @@ std::vector<ReportEntry> entries() {
       {"factorial", "its campaign's run set (experiments/factorial/campaign.toml)", "experiments/factorial/campaign.toml", {}, false, nullptr},
       {"emulation", "its campaign's run set (experiments/emulation/campaign.toml)", "experiments/emulation/campaign.toml", {}, false, nullptr},
       {"analysis", "--tensors (ufp4 analyze tensors) and --chain files (default: the archived capture)", "", {}, true, report_archived_analysis},
+      {"mechanism", "--results folder of `ufp4 analyze capture` step files (default: results/analysis/mechanism)", "", {}, false,
+       [](const ReportInputs& in) { return report_mechanism(in.root, in.dirs.empty() ? in.root + "/results/analysis/mechanism" : in.dirs.front()); }},
       {"figure9", "--fits (ufp4 fit; default: the archived ladder's; given: reports/figure9-fit.md); --campaign experiments/figure9/campaign.toml: the ladder's claims",
        "", {}, true,
        [](const ReportInputs& in) {

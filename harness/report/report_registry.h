@@ -28,7 +28,7 @@ struct ReportEntry {
   std::vector<std::string> archived_dirs;   // the archived campaign's folders (below the checkout)
   bool archived = false;                    // without a campaign, an archived report (reports/archive/, a banner)
   std::function<std::string(const ReportInputs&)> render;  // from folders, fits or captures (campaigns: report_campaign)
-  std::string own_inputs_name;  // its file name when rendered from inputs given here, where a campaign report takes
+  std::string own_inputs_name{};  // its file name when rendered from inputs given here, where a campaign report takes
                                 // reports/NAME.md ("": NAME)
 };
 

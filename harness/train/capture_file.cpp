@@ -6,7 +6,8 @@
 
 namespace ufp4 {
 
-std::string write_capture(const std::string& dir, int64_t step, const OperandCapture::Operands& operands) {
+std::string write_capture(const std::string& dir, int64_t step, const OperandCapture::Operands& operands,
+                          const std::map<std::string, torch::Tensor>& raw) {
   if (operands.empty()) return "";
   make_dirs(dir);
   const std::string path = dir + "/capture_step" + std::to_string(step) + ".h5";
@@ -18,8 +19,12 @@ std::string write_capture(const std::string& dir, int64_t step, const OperandCap
       w.write_f32(kv.first + (i == 0 ? "/before" : "/after"), t.data_ptr<float>(), std::vector<int64_t>(t.sizes().begin(), t.sizes().end()));
     }
   }
+  for (const auto& [key, t] : raw) {
+    const torch::Tensor c = t.cpu().contiguous();
+    w.write_f32(key + "/raw", c.data_ptr<float>(), std::vector<int64_t>(c.sizes().begin(), c.sizes().end()));
+  }
   w.attr("step", static_cast<int64_t>(step));
-  w.attr("layout", std::string("each operand in the layout its GEMM consumes: 'before' is the (rotated) unquantized operand"));
+  w.attr("layout", std::string("each operand in the layout its GEMM consumes: 'before' is the (rotated) unquantized operand, 'raw' the same before its rotation"));
   write_provenance(w);
   w.commit();
   return path;

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <limits>
 #include <sstream>
+#include <utility>
 #include <map>
 #include <set>
 
@@ -202,6 +203,12 @@ void Trainer::share_telemetry() {
 
 double Trainer::evaluate(bool whole_split) {
   torch::NoGradGuard ng;
+  // An evaluation at a captured step captures nothing: its forward operands are not the step's.
+  struct NoCapture {
+    std::shared_ptr<QuantContext> ctx;
+    std::shared_ptr<OperandCapture> kept;
+    ~NoCapture() { ctx->capture = kept; }
+  } no_capture{ctx_, std::exchange(ctx_->capture, nullptr)};
   val_.cursor = {};
   const int64_t seq = plan_.model.seq_len;
   if (!whole_split) {
@@ -222,6 +229,17 @@ double Trainer::evaluate(bool whole_split) {
   return sum / static_cast<double>(val_.windows());
 }
 
+void Trainer::set_capture_sink(CaptureSink sink) {
+  capture_sink_ = std::move(sink);
+  if (!ctx_->capture) return;
+  // The operands stay where they were made: the sink analyses them there.
+  ctx_->capture = std::make_shared<OperandCapture>(std::set<int64_t>(plan_.capture.steps.begin(), plan_.capture.steps.end()), plan_.capture.layers,
+                                                   plan_.capture.tokens, /*on_device=*/true);
+  ctx_->capture->stream_to([this](const std::string& key, const torch::Tensor& before, const torch::Tensor& after) {
+    if (capture_sink_.operand) capture_sink_.operand(ctx_->step, key, before, after);
+  });
+}
+
 bool Trainer::step_once(int64_t step) {
   const double lr = plan_.optimizer.lr_at(step);
   for (auto& g : optimizer_->param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
@@ -234,7 +252,15 @@ bool Trainer::step_once(int64_t step) {
   const StepStats st = dp_      ? data_parallel_step()
                        : graph_ ? graph_->step(next_batch)
                                 : train_step(model_, *optimizer_, next_batch, t_.micro_batches(), plan_.model.seq_len, plan_.optimizer.grad_clip);
-  if (ctx_->capture) write_capture(plan_.capture.dir, step, ctx_->capture->take());
+  if (ctx_->capture && capture_sink_ && ctx_->capture->at_step(step)) {
+    // The analysis's time is no training time: the clock that makes tokens/s and MFU skips it.
+    const auto s0 = std::chrono::steady_clock::now();
+    capture_sink_.step(step, ctx_->capture->take_raw());
+    t0_ += std::chrono::steady_clock::now() - s0;
+  } else if (ctx_->capture) {
+    auto raw = ctx_->capture->take_raw();
+    write_capture(plan_.capture.dir, step, ctx_->capture->take(), raw);
+  }
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
   const int64_t tokens = (step + 1) * plan_.tokens_per_step;
   record_step(state_.curves, state_.elapsed_before, *ctx_, step, tokens, lr, st, elapsed);
@@ -395,6 +421,7 @@ RunResult run_training(const RunPlan& plan, const RunOptions& opt) {
   std::string device_name;
   const torch::Device device = choose_device(plan.train.device, opt.device, plan.manifest_path, device_name);
   Trainer trainer(plan, device, device_name, opt.groups, opt.data_parallel);
+  if (opt.capture_sink) trainer.set_capture_sink(opt.capture_sink);
   if (decision == "resume") {
     trainer.resume(plan.checkpoint.path);
     log_info("run " + plan.name + ": resumed from " + plan.checkpoint.path + " at step " + std::to_string(trainer.steps_done()));

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "harness/dist/process_groups.h"
+#include "harness/train/capture_file.h"
 #include "harness/train/checkpoint.h"
 #include "harness/train/data_parallel.h"
 #include "harness/plan/device_peaks.h"
@@ -35,6 +36,8 @@ struct RunOptions {
   // writes the checkpoint's shared part and the results.
   std::shared_ptr<ProcessGroups> groups;
   DataParallelOptions data_parallel;
+  // Set: each captured step's operands go here, kept on the device, instead of to capture_step<N>.h5.
+  CaptureSink capture_sink;
 };
 
 enum class RunStatus { kCompleted, kSkipped, kStopped, kDiverged };
@@ -64,6 +67,8 @@ class Trainer {
   RunResults results();  // the results file's contents so far
   int64_t steps_done() const { return state_.step; }
   void remove_checkpoint(const std::string& checkpoint) const;  // the shared file (rank 0) and this rank's shards
+  // Captured steps go to `sink` (their operands kept on the device) instead of to files.
+  void set_capture_sink(CaptureSink sink);
 
  private:
   bool step_once(int64_t step);  // one optimizer step, recorded and shown; false when it diverged
@@ -85,6 +90,7 @@ class Trainer {
   std::unique_ptr<DataParallel> dp_;
   std::unique_ptr<StepGraph> graph_;  // CUDA-graph steps, when the manifest and the model allow them
   std::string graph_off_;             // why not, when not
+  CaptureSink capture_sink_;          // set_capture_sink
   int rank_ = 0, world_ = 1;
   bool stop_agreed_ = false;
   TokenStream train_, val_;  // val_: in order, from its first window at every evaluation

@@ -1,0 +1,375 @@
+// The shrinkage-bias mechanism measured on current-corpus training runs (`ufp4 analyze capture`: one
+// step file a captured step, harness/campaign/capture_analysis.h), claim by claim beside the paper's
+// numbers (reports/paper/analysis.toml): each quantity is the mean over a run's layers at a step, then
+// the mean, sd and 95% t interval over the seeds of the same model, training recipe and step.
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <sstream>
+#include <toml++/toml.h>
+
+#include "common/error.h"
+#include "common/fs.h"
+#include "harness/analysis/stats.h"
+#include "harness/io/array_io.h"
+#include "harness/io/labelled_table.h"
+#include "harness/report/report.h"
+
+namespace ufp4 {
+
+namespace {
+
+struct StepFile {
+  std::string path, run_name, run_id, model, recipe, data_sha, commit, device;
+  int64_t seed = 0, step = 0, steps = 0;
+  double epochs = NAN;
+  LabelledTable tensors, bins, scales, gemms, own;
+};
+
+StepFile load_step_file(const std::string& path) {
+  verify_h5_content(path);
+  StepFile f;
+  f.path = path;
+  auto a = read_h5_string_attrs(path);
+  auto n = read_h5_numeric_attrs(path);
+  if (!a.count("run_id") || !n.count("step")) throw Error(path + ": not a step file of `ufp4 analyze capture` (no run_id or step attribute)");
+  f.run_name = a["run_name"], f.run_id = a["run_id"], f.model = a["model"], f.recipe = a["recipe"], f.data_sha = a["data_manifest_sha256"];
+  f.commit = a["git_commit"], f.device = a["device"];
+  f.seed = static_cast<int64_t>(n["seed"]), f.step = static_cast<int64_t>(n["step"]), f.steps = static_cast<int64_t>(n["steps"]);
+  f.epochs = n["epochs_at_step"];
+  f.tensors = read_labelled_table(path, "tensors");
+  f.bins = read_labelled_table(path, "bins");
+  f.scales = read_labelled_table(path, "scales");
+  f.gemms = read_labelled_table(path, "gemms");
+  const auto datasets = list_h5_datasets(path);
+  if (std::find(datasets.begin(), datasets.end(), "recipe") != datasets.end()) f.own = read_labelled_table(path, "recipe");
+  return f;
+}
+
+// Rows are labelled layer, family, what, grid, transform. A selector matches family ("" any), what
+// ("" any), grid and transform.
+struct Select {
+  std::string family, what, grid, transform;
+  bool matches(const std::vector<std::string>& l) const {
+    return (family.empty() || l[1] == family) && (what.empty() || l[2] == what) && l[3] == grid && l[4] == transform;
+  }
+};
+
+// The mean over the matching rows of column `col` (NaN entries left out); NaN when none match.
+double row_mean(const LabelledTable& t, const Select& s, size_t col) {
+  double sum = 0;
+  size_t n = 0;
+  for (size_t i = 0; i < t.rows(); ++i)
+    if (s.matches(t.labels[i]) && !std::isnan(t.at(i, col))) sum += t.at(i, col), ++n;
+  return n ? sum / static_cast<double>(n) : NAN;
+}
+
+// The runs' files of one model, training recipe and step: one a seed.
+struct Cell {
+  std::string model, recipe;
+  int64_t step = 0;
+  bool end = false;  // the run's last step
+  std::vector<const StepFile*> seeds;
+};
+
+std::string interval_text(const Interval& i, const char* f = "%.2f") {
+  if (i.n == 0) return "-";
+  if (!i.defined()) return fmt(f, i.mean) + " (1 seed)";
+  return fmt(f, i.mean) + " ± " + fmt(f, i.sd) + " [" + fmt(f, i.lo) + ", " + fmt(f, i.hi) + "]";
+}
+
+// A quantity of each seed's file, over the cell's seeds.
+template <typename Of>
+Interval over_seeds(const Cell& c, Of of) {
+  std::vector<double> v;
+  for (const StepFile* f : c.seeds) v.push_back(of(*f));
+  return mean_interval(v);
+}
+
+struct Mechanism {
+  std::vector<StepFile> files;
+  std::vector<Cell> cells;  // by model, recipe, step
+  toml::table paper;
+  std::vector<Cell> end_cells() const {
+    std::vector<Cell> out;
+    for (const auto& c : cells)
+      if (c.end) out.push_back(c);
+    return out;
+  }
+};
+
+Mechanism load_mechanism(const std::string& root, const std::string& dir) {
+  Mechanism m;
+  std::vector<std::string> paths;
+  if (!is_dir(dir)) throw Error("report mechanism: no folder " + dir + " (make it with `ufp4 analyze capture experiments/analysis/mechanism_*.toml`)");
+  walk_files(dir, ".tensors.h5", paths);
+  std::sort(paths.begin(), paths.end());
+  for (const auto& p : paths) m.files.push_back(load_step_file(p));
+  if (m.files.empty()) throw Error("report mechanism: no step files (*.tensors.h5 of `ufp4 analyze capture`) in " + dir);
+  // One cell a model, training recipe, step and data: files of one seed twice (a run id of an earlier
+  // manifest or corpus left in the folder) would count as two seeds.
+  std::map<std::tuple<std::string, std::string, int64_t, std::string>, Cell> by;
+  for (const auto& f : m.files) {
+    Cell& c = by[{f.model, f.recipe, f.step, f.data_sha}];
+    for (const StepFile* other : c.seeds)
+      if (other->seed == f.seed)
+        throw Error("report mechanism: seed " + std::to_string(f.seed) + " of " + f.model + " " + f.recipe + " step " + std::to_string(f.step) + " twice: " +
+                    rel(other->path) + " and " + rel(f.path) + " (remove the stale run's capture folder)");
+    c.model = f.model, c.recipe = f.recipe, c.step = f.step, c.end = f.step == f.steps - 1;
+    c.seeds.push_back(&f);
+  }
+  std::set<std::string> data;
+  for (const auto& f : m.files) data.insert(f.data_sha);
+  if (data.size() > 1) throw Error("report mechanism: the captures in " + rel(dir) + " come from " + std::to_string(data.size()) + " corpora (data manifests); one is expected");
+  for (auto& [k, c] : by) m.cells.push_back(c);
+  m.paper = toml::parse_file(root + "/reports/paper/analysis.toml");
+  return m;
+}
+
+void write_provenance_table(std::ostream& os, const Mechanism& m) {
+  os << "## Provenance\n\nEvery capture, as its file records it: the run, what it trained on and where in training it was taken.\n\n"
+     << "| run | model | recipe | seed | run id | data manifest | step | epochs at the step | commit, device | file |\n"
+     << "|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& f : m.files)
+    os << "| " << f.run_name << " | " << f.model << " | " << f.recipe << " | " << f.seed << " | `" << f.run_id << "` | `" << f.data_sha.substr(0, 12)
+       << "…` | " << f.step << " of " << f.steps << " | " << fmt("%.3f", f.epochs) << " | " << f.commit << ", " << f.device << " | `" << rel(f.path) << "` |\n";
+  os << "\n";
+}
+
+constexpr size_t kSqnr = 1, kAlpha = 2, kBeff = 3;  // columns of the tensors table
+
+// Key Finding 2 on linear_fc2's input: E2M1 above E1M2 without RHT, below it with RHT-16, seed by seed.
+void write_ranking(std::ostream& os, const Mechanism& m) {
+  os << "## Key Finding 2: RHT reverses the ranking of the grids (linear_fc2/fwd_x)\n\n"
+     << "SQNR (dB) of linear_fc2's input (a MoE model's routed experts' apart, as experts.linear_fc2) under each grid without (I) and with RHT-16 (H16), the mean over layers, then over seeds "
+     << "(mean ± sd [95% t interval]). The claim holds for a run set when, seed by seed, E2M1 - E1M2 is positive without RHT and "
+     << "negative with it, each interval excluding zero; contradicted when an interval lies on the other side; else inconclusive.\n\n"
+     << "| model | family | trained with | step | E2M1 I | E1M2 I | E2M1 H16 | E1M2 H16 | E2M1 - E1M2, I | E2M1 - E1M2, H16 | verdict |\n"
+     << "|---|---|---|---|---|---|---|---|---|---|---|\n";
+  const std::string x = "fwd_x";
+  // A MoE model's fc2 inputs are its routed experts' (and its dense first layer's): each family its own row.
+  for (const std::string fc2 : {"linear_fc2", "experts.linear_fc2"})
+  for (const auto& c : m.cells) {
+    auto sq = [&](const char* g, const char* t) { return [=](const StepFile& f) { return row_mean(f.tensors, {fc2, x, g, t}, kSqnr); }; };
+    const Interval ei = over_seeds(c, sq("e2m1", "I")), ui = over_seeds(c, sq("e1m2", "I")), eh = over_seeds(c, sq("e2m1", "H16")),
+                   uh = over_seeds(c, sq("e1m2", "H16"));
+    if (std::isnan(ei.mean)) continue;  // a model without linear_fc2 captured
+    const Interval di = over_seeds(c, [&](const StepFile& f) { return sq("e2m1", "I")(f) - sq("e1m2", "I")(f); });
+    const Interval dh = over_seeds(c, [&](const StepFile& f) { return sq("e2m1", "H16")(f) - sq("e1m2", "H16")(f); });
+    const Verdict a = verdict(di, +1), b = verdict(dh, -1);
+    const Verdict v = a == Verdict::kHolds && b == Verdict::kHolds                   ? Verdict::kHolds
+                      : a == Verdict::kContradicted || b == Verdict::kContradicted ? Verdict::kContradicted
+                                                                                   : Verdict::kInconclusive;
+    os << "| " << c.model << " | " << fc2 << " | " << c.recipe << " | " << c.step << " | " << interval_text(ei) << " | " << interval_text(ui) << " | " << interval_text(eh)
+       << " | " << interval_text(uh) << " | " << interval_text(di) << " | " << interval_text(dh) << " | **" << verdict_name(v) << "** |\n";
+  }
+  auto P = [&](const char* k) { return m.paper["fc2_fwd_x"][k].value_or(NAN); };
+  os << "| paper | linear_fc2 | - | - | " << fmt("%.2f", P("e2m1_I")) << " | " << fmt("%.2f", P("e1m2_I")) << " | " << fmt("%.2f", P("e2m1_H16")) << " | "
+     << fmt("%.2f", P("e1m2_H16")) << " | " << fmt("%+.2f", P("e2m1_I") - P("e1m2_I")) << " | " << fmt("%+.2f", P("e2m1_H16") - P("e1m2_H16"))
+     << " | - |\n\n";
+}
+
+// Figures 4-7 and 12: Delta SQNR and B_eff per family and operand or GEMM, per grid, at each run's last step.
+void write_families(std::ostream& os, const Mechanism& m) {
+  os << "## Figures 4-7 and 12: what RHT-16 does to each family's tensors and GEMM outputs\n\n"
+     << "Delta SQNR = SQNR(H16) - SQNR(I) (dB) of each operand (fwd_x, fwd_w, bwd_dy) and each GEMM's output (fwd_y, bwd_dx, bwd_dw), "
+     << "and B_eff = exp(H) / 8 over E2M1's or E1M2's magnitude buckets (Eq. 6), the mean over layers at the run's last step, then over seeds. "
+     << "The paper's numbers where it gives them (linear_fc2 and linear_fc1 inputs).\n\n"
+     << "| model | trained with | family | tensor | Delta SQNR E2M1 | Delta SQNR E1M2 | B_eff E2M1 I -> H16 | B_eff E1M2 I -> H16 | paper Delta E2M1 / E1M2 |\n"
+     << "|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& c : m.end_cells()) {
+    std::set<std::pair<std::string, std::string>> keys;  // (family, what) of tensors and of GEMMs
+    for (const auto& l : c.seeds.front()->tensors.labels) keys.insert({l[1], l[2]});
+    for (const auto& l : c.seeds.front()->gemms.labels) keys.insert({l[1], l[2]});
+    for (const auto& [family, what] : keys) {
+      const bool gemm = what == "fwd_y" || what == "bwd_dx" || what == "bwd_dw";
+      auto delta = [&, family = family, what = what](const char* g) {
+        return over_seeds(c, [&](const StepFile& f) {
+          const LabelledTable& t = gemm ? f.gemms : f.tensors;
+          const size_t col = gemm ? 0 : kSqnr;
+          return row_mean(t, {family, what, g, "H16"}, col) - row_mean(t, {family, what, g, "I"}, col);
+        });
+      };
+      auto beff = [&, family = family, what = what](const char* g) -> std::string {
+        if (gemm) return "-";
+        const Interval i = over_seeds(c, [&](const StepFile& f) { return row_mean(f.tensors, {family, what, g, "I"}, kBeff); });
+        const Interval h = over_seeds(c, [&](const StepFile& f) { return row_mean(f.tensors, {family, what, g, "H16"}, kBeff); });
+        return fmt("%.3f", i.mean) + " -> " + fmt("%.3f", h.mean);
+      };
+      std::string paper = "-";
+      const std::string pkey = family == "linear_fc2" && what == "fwd_x" ? "fc2_fwd_x" : family == "linear_fc1" && what == "fwd_x" ? "fc1_fwd_x" : "";
+      if (!pkey.empty())
+        paper = fmt("%+.3f", m.paper[pkey]["delta_e2m1"].value_or(NAN)) + " / " + fmt("%+.3f", m.paper[pkey]["delta_e1m2"].value_or(NAN));
+      os << "| " << c.model << " | " << c.recipe << " | " << family << " | " << what << " | " << interval_text(delta("e2m1")) << " | "
+         << interval_text(delta("e1m2")) << " | " << beff("e2m1") << " | " << beff("e1m2") << " | " << paper << " |\n";
+    }
+  }
+  os << "\n";
+}
+
+// Key Finding 1 by bin: each level's part of b_G (Eq. 2 for every bin), pooled over every operand of every
+// linear at the last step, for runs trained in BF16 (the operands no recipe's rounding has shaped).
+void write_bins(std::ostream& os, const Mechanism& m) {
+  os << "## Key Finding 1: where the bias comes from, bin by bin\n\n"
+     << "Each grid level's share of the elements, its mean rounding error E[q - t | bin] (grid units) beside Eq. 2's prediction "
+     << "under a locally uniform density, and its part of b_G, the mean over every operand (fwd_x, fwd_w, bwd_dy) of every linear "
+     << "and layer at the last step, then over seeds; FP32 single-level scales, so each block's maximum (the last row) is exact. "
+     << "The interior levels (neither zero nor the top) carry the grid's own shrinkage: Key Finding 1 holds when E2M1's interior "
+     << "parts sum below zero and E1M2's interval contains zero or lies within a tenth of E2M1's.\n\n";
+  int shown = 0;
+  for (const auto& c : m.end_cells()) {
+    if (c.recipe != "bf16") continue;
+    ++shown;
+    std::map<std::string, Interval> interior;
+    for (const char* g : {"e2m1", "e1m2"})
+      for (const char* tr : {"I", "H16"}) {
+        os << "**" << c.model << ", " << g << ", " << tr << "** (" << c.seeds.size() << (c.seeds.size() == 1 ? " seed" : " seeds") << ")\n\n"
+           << "| level | Eq. 2 | share | mean error | part of b_G |\n|---|---|---|---|---|\n";
+        const Select s{"", "", g, tr};
+        const StepFile& first = *c.seeds.front();
+        size_t levels = 0;
+        for (size_t b = 0; b < 9; ++b)
+          if (!std::isnan(row_mean(first.bins, s, b * 6))) ++levels;
+        for (size_t b = 0; b < levels; ++b) {
+          auto col = [&](size_t k) { return over_seeds(c, [&](const StepFile& f) { return row_mean(f.bins, s, b * 6 + k); }); };
+          const bool top_row = b + 1 == levels;
+          os << "| " << (top_row ? "block maxima" : fmt("%g", col(0).mean)) << " | " << fmt("%+.4f", col(3).mean) << " | " << fmt("%.4f", col(1).mean)
+             << " | " << interval_text(col(2), "%+.4f") << " | " << interval_text(col(4), "%+.5f") << " |\n";
+        }
+        const Interval total = over_seeds(c, [&](const StepFile& f) { return row_mean(f.scales, s, 0); });
+        interior[std::string(g) + tr] = over_seeds(c, [&](const StepFile& f) {
+          double sum = 0;
+          for (size_t b = 1; b + 2 < levels; ++b) sum += row_mean(f.bins, s, b * 6 + 4);  // levels 1 .. top - 1
+          return sum;
+        });
+        os << "| b_G | | 1 | | " << interval_text(total, "%+.5f") << " |\n| interior levels | | | | " << interval_text(interior[std::string(g) + tr], "%+.5f")
+           << " |\n\n";
+      }
+    for (const char* tr : {"I", "H16"}) {
+      const Interval& e = interior[std::string("e2m1") + tr];
+      const Interval& u = interior[std::string("e1m2") + tr];
+      const bool holds = verdict(e, -1) == Verdict::kHolds && ((u.lo <= 0 && u.hi >= 0) || std::fabs(u.mean) < 0.1 * std::fabs(e.mean));
+      os << "- " << c.model << ", " << tr << ": E2M1's interior part " << interval_text(e, "%+.5f") << ", E1M2's " << interval_text(u, "%+.5f")
+         << ": Key Finding 1 **" << (holds ? "holds" : "does not hold as stated") << "**\n";
+    }
+    os << "\n";
+  }
+  if (shown == 0) os << "_No BF16-trained run among the captures._\n\n";
+}
+
+// The scale's own bias: b_G and alpha under FP32, E4M3 (with an FP32 tensor scale) and E8M0 block scales.
+void write_scales(std::ostream& os, const Mechanism& m) {
+  os << "## The scale's own bias\n\nb_G (grid units) and alpha of the same operands under FP32, E4M3 and E8M0 block scales, the mean over "
+     << "every operand of every linear at the last step, then over seeds (mean ± sd). A rounded scale moves every element, so "
+     << "b_G(E4M3) - b_G(FP32) is the scale's own part; the block maxima's part is shown beside each.\n\n"
+     << "| model | trained with | grid | A | b_G FP32 | b_G E4M3 | b_G E8M0 | block maxima's part, E4M3 / E8M0 | alpha FP32 | alpha E4M3 | alpha E8M0 |\n"
+     << "|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& c : m.end_cells())
+    for (const char* g : {"e2m1", "e1m2"})
+      for (const char* tr : {"I", "H16"}) {
+        auto col = [&](size_t k) { return over_seeds(c, [&](const StepFile& f) { return row_mean(f.scales, {"", "", g, tr}, k); }); };
+        auto pm = [](const Interval& i, const char* f) { return fmt(f, i.mean) + (i.defined() ? " ± " + fmt("%.5f", i.sd) : std::string(" (1 seed)")); };
+        os << "| " << c.model << " | " << c.recipe << " | " << g << " | " << tr << " | " << pm(col(0), "%+.5f") << " | " << pm(col(4), "%+.5f") << " | "
+           << pm(col(8), "%+.5f") << " | " << fmt("%+.5f", col(5).mean) << " / " << fmt("%+.5f", col(9).mean) << " | " << pm(col(2), "%.4f") << " | "
+           << pm(col(6), "%.4f") << " | " << pm(col(10), "%.4f") << " |\n";
+      }
+  os << "\n";
+}
+
+// alpha of every GEMM operand of every family as each quantized recipe trained, and the endpoint account of alpha > 1.
+void write_alpha(std::ostream& os, const Mechanism& m) {
+  os << "## alpha of each GEMM operand, as each recipe trained\n\nalpha = <A_hat, A> / ||A||^2 (Eq. 3) of each operand as the run's "
+     << "recipe rotated and quantized it, against its rotated original, the mean over layers at the last step, then over seeds; "
+     << "shrinkage = E[sign(a)(q - a)] / E[|a|].\n\n"
+     << "| model | recipe | family | operand | alpha | shrinkage | SQNR (dB) |\n|---|---|---|---|---|---|---|\n";
+  for (const auto& c : m.end_cells()) {
+    const StepFile& first = *c.seeds.front();
+    if (first.own.rows() == 0) continue;
+    std::set<std::pair<std::string, std::string>> keys;
+    for (const auto& l : first.own.labels) keys.insert({l[1], l[2]});
+    for (const auto& [family, operand] : keys) {
+      auto col = [&, family = family, operand = operand](size_t k) {
+        return over_seeds(c, [&](const StepFile& f) { return row_mean(f.own, {family, operand, c.recipe, "recipe"}, k); });
+      };
+      os << "| " << c.model << " | " << c.recipe << " | " << family << " | " << operand << " | " << interval_text(col(2), "%.4f") << " | "
+         << interval_text(col(3), "%+.4f") << " | " << interval_text(col(1), "%.2f") << " |\n";
+    }
+  }
+  os << "\n### alpha > 1: the endpoint bin\n\nUnder max scaling the top level's bin rounds up (Eq. 2's +l/2), the one bin that expands. "
+     << "For every family and operand whose alpha exceeds 1 under a grid (FP32 scales, the paper's setting), the top level's part of "
+     << "alpha - 1 and alpha - 1 without it, at the last step (mean over seeds): the account holds where removing that bin leaves "
+     << "alpha - 1 at or below zero.\n\n"
+     << "| model | trained with | family | tensor | grid | A | alpha - 1 | top level's part | alpha - 1 without it | account |\n"
+     << "|---|---|---|---|---|---|---|---|---|---|\n";
+  int rows = 0, held = 0;
+  for (const auto& c : m.end_cells()) {
+    std::set<std::pair<std::string, std::string>> keys;
+    for (const auto& l : c.seeds.front()->tensors.labels) keys.insert({l[1], l[2]});
+    for (const auto& [family, what] : keys)
+      for (const char* g : {"e2m1", "e1m2"})
+        for (const char* tr : {"I", "H16"}) {
+          const Select s{family, what, g, tr};
+          const Interval a = over_seeds(c, [&](const StepFile& f) { return row_mean(f.tensors, s, kAlpha) - 1; });
+          if (!(a.mean > 0)) continue;
+          const size_t top = 7;  // E2M1 and E1M2 have 8 magnitude levels each: the top level is bin 7, the block maxima bin 8
+          const Interval part = over_seeds(c, [&](const StepFile& f) { return row_mean(f.bins, s, top * 6 + 5); });
+          const double without = a.mean - part.mean;
+          ++rows, held += without <= 0;
+          os << "| " << c.model << " | " << c.recipe << " | " << family << " | " << what << " | " << g << " | " << tr << " | " << fmt("%+.5f", a.mean) << " | "
+             << fmt("%+.5f", part.mean) << " | " << fmt("%+.5f", without) << " | " << (without <= 0 ? "holds" : "**does not**") << " |\n";
+        }
+  }
+  if (rows == 0) os << "| (no operand has alpha > 1) | | | | | | | | | |\n";
+  os << "\nThe endpoint account holds for " << held << " of " << rows << " operands with alpha > 1.\n\n";
+}
+
+// Over training: the headline quantities at each captured step.
+void write_over_training(std::ostream& os, const Mechanism& m) {
+  os << "## Over training\n\nThe fc2 inputs at each captured step (mean over seeds; a MoE model's routed experts as experts.linear_fc2): "
+     << "Delta SQNR per grid, and b_G of E2M1 and E1M2 (FP32 scales, no RHT, every operand).\n\n"
+     << "| model | family | trained with | step | epochs | Delta SQNR E2M1 | Delta SQNR E1M2 | b_G E2M1 | b_G E1M2 |\n"
+     << "|---|---|---|---|---|---|---|---|---|\n";
+  for (const std::string fc2 : {"linear_fc2", "experts.linear_fc2"})
+  for (const auto& c : m.cells) {
+    auto d = [&](const char* g) {
+      return over_seeds(c, [&](const StepFile& f) {
+               return row_mean(f.tensors, {fc2, "fwd_x", g, "H16"}, kSqnr) - row_mean(f.tensors, {fc2, "fwd_x", g, "I"}, kSqnr);
+             }).mean;
+    };
+    if (std::isnan(d("e2m1"))) continue;
+    auto b = [&](const char* g) { return over_seeds(c, [&](const StepFile& f) { return row_mean(f.scales, {"", "", g, "I"}, 0); }).mean; };
+    os << "| " << c.model << " | " << fc2 << " | " << c.recipe << " | " << c.step << " | " << fmt("%.3f", c.seeds.front()->epochs) << " | " << fmt("%+.3f", d("e2m1"))
+       << " | " << fmt("%+.3f", d("e1m2")) << " | " << fmt("%+.5f", b("e2m1")) << " | " << fmt("%+.5f", b("e1m2")) << " |\n";
+  }
+  os << "\n";
+}
+
+}  // namespace
+
+std::string report_mechanism(const std::string& root, const std::string& dir) {
+  const Mechanism m = load_mechanism(root, dir);
+  std::set<std::string> models, recipes, data;
+  std::set<int64_t> seeds;
+  double epochs = 0;
+  for (const auto& f : m.files) models.insert(f.model), recipes.insert(f.recipe), seeds.insert(f.seed), data.insert(f.data_sha), epochs = std::max(epochs, f.epochs);
+  std::ostringstream os;
+  os << "# The shrinkage-bias mechanism on the runs we judge\n\n"
+     << "Operands captured from training runs (" << m.files.size() << " captured steps of " << models.size() << " model(s), " << recipes.size()
+     << " training recipe(s), " << seeds.size() << " seed(s), " << data.size() << " data manifest(s); the latest capture at "
+     << fmt("%.2f", epochs) << " epochs; `ufp4 analyze capture`), "
+     << "each analysed as it trained on its unrotated operands: 1x16 blocks, FP32 single-level max scaling (E4M3 and E8M0 beside it "
+     << "where named), RTNE, without (I) and with RHT-16 (H16) along each GEMM's reduction dimension. Means over layers, then mean ± "
+     << "sd [95% t interval] over seeds. Paper: " << m.paper["source"].value_or<std::string>("") << ".\n\n";
+  write_ranking(os, m);
+  write_families(os, m);
+  write_bins(os, m);
+  write_scales(os, m);
+  write_alpha(os, m);
+  write_over_training(os, m);
+  write_provenance_table(os, m);
+  os << "---\nregenerate: `ufp4 report mechanism --results " << rel(dir) << "`\n";
+  return os.str();
+}
+
+}  // namespace ufp4
