@@ -12,15 +12,18 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/error.h"
 #include "common/fs.h"
 #include "harness/dist/launch_env.h"
 #include "harness/dist/local_launch.h"
+#include "harness/dist/process_groups.h"
 #include "harness/io/array_io.h"
 #include "harness/io/run_results.h"
 #include "harness/plan/run_manifest.h"
+#include "harness/train/row_exchange_c10d.h"
 #include "harness/train/trainer.h"
 #include "tests/catch.h"
 #include "tests/run_helpers.h"
@@ -286,4 +289,79 @@ TEST_CASE("bench scaling on 1 and 2 Gloo ranks, and the report's data-parallel s
   CHECK(bad.code == 2);
   CHECK(bad.out.find("bench: --gpus: '0' is not a world size (allowed: integers >= 1)") != std::string::npos);
   CHECK(!file_exists(d + "/bad/scaling.h5"));
+}
+
+// Each of `n` Gloo ranks, as threads of this process over one TCP store, runs body(rank, group).
+void on_gloo_ranks(int n, const std::function<void(int, std::shared_ptr<Communicator>)>& body) {
+  const int port = free_local_port();
+  std::vector<std::thread> ranks;
+  std::vector<std::string> failed(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r)
+    ranks.emplace_back([&, r] {
+      try {
+        LaunchEnv env;
+        env.launcher = "torchrun";
+        env.rank = env.local_rank = r;
+        env.world_size = env.local_world_size = n;
+        env.master_port = port;
+        ProcessGroups groups(env, DistOptions{"gloo", std::chrono::seconds(60)}, /*cuda=*/false);
+        body(r, groups.world);
+      } catch (const std::exception& e) {
+        failed[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < n; ++r) {
+    INFO("rank " << r);
+    CHECK(failed[static_cast<size_t>(r)].empty());
+  }
+}
+
+TEST_CASE("expert parallelism's row exchange on 2 and 4 Gloo ranks: every row to its rank in rank order, each gradient back to its row", "[dist]") {
+  for (const int n : {2, 4}) {
+    INFO(n << " ranks");
+    // Rank s sends (s + d) % 3 rows to rank d; row j of that block holds (s, d, j) in its three columns.
+    auto block = [](int s, int d) { return static_cast<int64_t>((s + d) % 3); };
+    std::vector<std::string> problems(static_cast<size_t>(n));
+    std::vector<int64_t> received(static_cast<size_t>(n), -1);
+    on_gloo_ranks(n, [&](int r, std::shared_ptr<Communicator> group) {
+      const auto ex = row_exchange(group);
+      std::vector<int64_t> send, expect_recv;
+      std::vector<float> rows;
+      for (int d = 0; d < n; ++d) {
+        send.push_back(block(r, d));
+        expect_recv.push_back(block(d, r));
+        for (int64_t j = 0; j < block(r, d); ++j) rows.insert(rows.end(), {static_cast<float>(r), static_cast<float>(d), static_cast<float>(j)});
+      }
+      const std::vector<int64_t> recv = ex->exchange_counts(send);
+      if (recv != expect_recv) problems[static_cast<size_t>(r)] += "counts differ; ";
+      torch::Tensor in = torch::tensor(rows).view({-1, 3}).clone().requires_grad_(true);
+      torch::Tensor out = exchange_rows(in, send, recv, ex);
+      received[static_cast<size_t>(r)] = out.size(0);
+      // Arrived in source-rank order, each block whole and in order.
+      int64_t at = 0;
+      for (int s = 0; s < n; ++s)
+        for (int64_t j = 0; j < block(s, r); ++j, ++at)
+          if (!torch::equal(out[at], torch::tensor({static_cast<float>(s), static_cast<float>(r), static_cast<float>(j)})))
+            problems[static_cast<size_t>(r)] += "row " + std::to_string(at) + " misplaced; ";
+      // The gradient of row i at its destination is 10 x its position there: each source row gets back
+      // the position its row took on the rank it went to.
+      torch::Tensor weight = (torch::arange(out.size(0), torch::kFloat32) * 10).unsqueeze(1).expand({-1, 3});
+      (out * weight).sum().backward();
+      for (int64_t i = 0; i < in.size(0); ++i) {
+        const int d = static_cast<int>(in[i][1].item<float>());
+        const int64_t j = static_cast<int64_t>(in[i][2].item<float>());
+        int64_t position = 0;
+        for (int s = 0; s < r; ++s) position += block(s, d);
+        if (in.grad()[i][0].item<float>() != 10.0f * static_cast<float>(position + j)) problems[static_cast<size_t>(r)] += "gradient of row " + std::to_string(i) + "; ";
+      }
+    });
+    for (int r = 0; r < n; ++r) {
+      INFO("rank " << r);
+      CHECK(problems[static_cast<size_t>(r)].empty());
+      int64_t expect = 0;
+      for (int s = 0; s < n; ++s) expect += block(s, r);
+      CHECK(received[static_cast<size_t>(r)] == expect);
+    }
+  }
 }

@@ -54,6 +54,12 @@ class C10dCommunicator : public Communicator {
     return Pending([work, out, in]() mutable { work->wait(); }, who());
   }
 
+  Pending all_to_all(torch::Tensor out, torch::Tensor in, std::vector<int64_t> out_splits, std::vector<int64_t> in_splits) override {
+    TORCH_CHECK(static_cast<int>(out_splits.size()) == size_ && static_cast<int>(in_splits.size()) == size_, "all_to_all: one split a rank");
+    auto work = group_->alltoall_base(out, in, out_splits, in_splits);
+    return Pending([work, out, in]() mutable { work->wait(); }, who());
+  }
+
   void broadcast(torch::Tensor t, int root) override {
     std::vector<at::Tensor> v{t};
     c10d::BroadcastOptions o;

@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace ufp4 {
 
@@ -40,6 +41,9 @@ class Communicator {
   virtual Pending reduce_scatter_sum(torch::Tensor shard, torch::Tensor flat) = 0;
   // flat = the ranks' shards one after another; `shard` may be flat's own rank-th part.
   virtual Pending all_gather(torch::Tensor flat, torch::Tensor shard) = 0;
+  // Rows of `in` (dim 0) to every rank in rank order, in_splits[r] of them to rank r; `out` receives
+  // out_splits[r] rows from rank r, in rank order (expert parallelism's dispatch and combine).
+  virtual Pending all_to_all(torch::Tensor out, torch::Tensor in, std::vector<int64_t> out_splits, std::vector<int64_t> in_splits) = 0;
   virtual void broadcast(torch::Tensor t, int root) = 0;
   virtual void barrier() = 0;
   // Rank `root`'s bytes on every rank (small metadata: telemetry keys, decisions).
