@@ -191,12 +191,12 @@ bool grouped_mm_available() {
 
 GroupedLinearImpl::GroupedLinearImpl(int64_t experts, int64_t in_features, int64_t out_features, const std::string& prefix,
                                      const std::string& linear, const std::shared_ptr<QuantContext>& ctx, int64_t first_layer_id,
-                                     int64_t id_stride, int layer_index, int n_layers) {
+                                     int64_t id_stride, int layer_index, int n_layers, int64_t first_expert) {
   weight = register_parameter("weight", torch::empty({experts, out_features, in_features}));
   for (int64_t e = 0; e < experts; ++e) {
     auto L = std::make_shared<LayerQuant>();
-    L->name = prefix + ".experts." + std::to_string(e) + "." + linear;
-    L->layer_id = first_layer_id + e * id_stride;
+    L->name = prefix + ".experts." + std::to_string(first_expert + e) + "." + linear;
+    L->layer_id = first_layer_id + (first_expert + e) * id_stride;
     L->ctx = ctx;
     L->bf16 = ctx->recipe.layer_is_bf16(L->name, layer_index, n_layers);
     layers.push_back(std::move(L));

@@ -45,8 +45,11 @@ GroupedRows padded_segment_rows(const torch::Tensor& ends, int64_t rows, int64_t
 class GroupedLinearImpl : public torch::nn::Module {
  public:
   // Expert e's layer id is first_layer_id + e * id_stride (the ids per-expert QuantLinears would get).
+  // first_expert: the layer holds experts first_expert .. first_expert + experts - 1 of its MoE layer (expert
+  // parallelism: a rank's share), named and keyed by those global indices.
   GroupedLinearImpl(int64_t experts, int64_t in_features, int64_t out_features, const std::string& prefix, const std::string& linear,
-                    const std::shared_ptr<QuantContext>& ctx, int64_t first_layer_id, int64_t id_stride, int layer_index, int n_layers);
+                    const std::shared_ptr<QuantContext>& ctx, int64_t first_layer_id, int64_t id_stride, int layer_index, int n_layers,
+                    int64_t first_expert = 0);
   // LibTorch's Linear initialisation of slice e; the caller orders the draws across experts and linears.
   void init_expert(int64_t e);
   // x [A, K] in the expert-sorted layout of r -> [A, N]; rows past the last segment end are 0.

@@ -98,6 +98,23 @@ Routing route(const torch::Tensor& idx, const torch::Tensor& weights, int64_t ex
 
 torch::Tensor dispatch_rows(const Routing& r) { return r.order.div(r.top_k, "floor"); }
 
+torch::Tensor permute_rows(const torch::Tensor& x, const torch::Tensor& perm, const torch::Tensor& inverse) {
+  return PermuteRows::apply(x, perm, inverse);
+}
+
+Routing grouped_routing(const std::vector<int64_t>& counts, const torch::Device& device) {
+  Routing r;
+  r.experts = static_cast<int64_t>(counts.size());
+  r.top_k = 1;
+  const torch::Tensor c = torch::tensor(counts, torch::kInt64);
+  r.assigned = c.to(device);
+  r.ends = torch::cumsum(c, 0).to(torch::kInt32).to(device);
+  r.tokens = counts.empty() ? 0 : torch::cumsum(c, 0)[-1].item<int64_t>();
+  r.order = r.inverse = torch::arange(r.tokens, torch::TensorOptions().dtype(torch::kInt64).device(device));
+  r.weights = torch::ones({r.tokens, 1}, torch::TensorOptions().device(device));
+  return r;
+}
+
 torch::Tensor dispatch_tokens(const torch::Tensor& x, const Routing& r, bool fused) {
   return DispatchTokens::apply(x, dispatch_rows(r), r.inverse, r.top_k, fused);
 }

@@ -5,6 +5,8 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <vector>
+
 namespace ufp4 {
 
 struct Routing {
@@ -39,6 +41,14 @@ torch::Tensor dispatch_rows(const Routing& r);
 // the layout ordered by inverse). For a layer that reads the dispatched rows in place (GroupedLinearImpl::
 // forward_gathered) and returns their gradient.
 torch::Tensor dispatch_backward(const torch::Tensor& g, const torch::Tensor& inverse, int64_t k, bool fused);
+
+// Rows in a new order, row i of the result x[perm[i]]; the backward gathers back through `inverse`
+// (argsort of perm), no scatter.
+torch::Tensor permute_rows(const torch::Tensor& x, const torch::Tensor& perm, const torch::Tensor& inverse);
+
+// The routing of rows already grouped by expert, counts[e] rows of expert e one after another (an
+// expert-parallel rank's received rows): one slot a row, every row kept.
+Routing grouped_routing(const std::vector<int64_t>& counts, const torch::Device& device);
 
 // [A, d] expert outputs (dropped rows ignored) -> [T, d]: sum over each token's slots, in ascending
 // expert order, of weight * output. The backward gathers, no atomics. fused: one pass a direction
