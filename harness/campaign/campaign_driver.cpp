@@ -102,9 +102,8 @@ int campaign_plan(const Campaign& c) {
                 r.path.empty() ? "missing" : r.path.c_str());
   for (const auto& why : set.ignored) std::printf("ignored: %s\n", why.c_str());
   std::vector<std::pair<std::string, double>> missing;
-  const std::vector<RunPlan> ps = c.plans();
-  for (size_t i = 0; i < ps.size(); ++i)
-    if (set.runs[i].path.empty()) missing.emplace_back(ps[i].model.name, static_cast<double>(ps[i].train_tokens));
+  for (const auto& r : set.runs)
+    if (r.path.empty()) missing.emplace_back(r.model, static_cast<double>(r.train_tokens));
   if (const std::string packed = packed_estimate(missing, repository_root() + "/results/bench/packing.csv"); !packed.empty())
     std::printf("\nthe missing runs side by side (--gpus N, the packing table results/bench/packing.csv):\n%s", packed.c_str());
   print_transition(c, set);

@@ -12,7 +12,7 @@ namespace ufp4 {
 
 struct PlannedRun {
   std::string name, run_id, model, recipe;  // recipe: the name the manifest gives (a preset or a file's stem)
-  int64_t seed = 1, steps = 0;
+  int64_t seed = 1, steps = 0, train_tokens = 0;
   std::string path;  // the verified result holding this run id; "" when missing
 };
 

@@ -20,13 +20,6 @@ namespace ufp4 {
 
 namespace {
 
-// The name a campaign's claims use for a manifest's recipe: a preset's name, or an ablation file's stem.
-std::string recipe_stem(const std::string& recipe) {
-  std::string r = recipe.substr(recipe.find_last_of('/') + 1);
-  if (r.size() > 5 && r.compare(r.size() - 5, 5, ".toml") == 0) r.resize(r.size() - 5);
-  return r;
-}
-
 // A folder's name without "./" segments and trailing slashes, to compare two spellings of it.
 std::string normal_dir(std::string d) {
   while (d.rfind("./", 0) == 0) d = d.substr(2);
@@ -352,6 +345,7 @@ RunSet Campaign::resolve(bool pilot_only) const {
     p.recipe = recipe_stem(plan.recipe_file);
     p.seed = plan.train.seed;
     p.steps = plan.train.steps;
+    p.train_tokens = plan.train_tokens;
     std::vector<std::string> rejected;
     p.path = find_results(plan, &rejected);
     for (const auto& why : rejected) set.ignored.push_back(why);

@@ -191,7 +191,7 @@ void print_run_plans(const std::vector<std::string>& manifests, const std::strin
     const bool exists = !find_results(p).empty();
     const std::string state = exists ? "exist" : (file_exists(p.checkpoint.path) ? "partial" : "missing");
     if (!exists) missing_tokens.emplace_back(p.model.name, tokens);
-    const std::string recipe = p.recipe_file.substr(p.recipe_file.find_last_of('/') + 1);
+    const std::string recipe = recipe_stem(p.recipe_file);
     const double flops = tokens * train_flops_per_token(p.model);
     auto [sec, how] = speed.estimate(device, p.model.name, p.recipe.name, tokens, flops);
     const std::string est = sec < 0 ? "-" : how + Progress::format_duration(sec);

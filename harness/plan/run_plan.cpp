@@ -110,6 +110,12 @@ double OptimizerSection::lr_at(int64_t step) const {
   return lr + (min_lr - lr) * std::min(1.0, t);
 }
 
+std::string recipe_stem(const std::string& recipe_file) {
+  std::string r = recipe_file.substr(recipe_file.find_last_of('/') + 1);
+  if (r.size() > 5 && r.compare(r.size() - 5, 5, ".toml") == 0) r.resize(r.size() - 5);
+  return r;
+}
+
 OptimizerSection optimizer_section(const RunManifest& m) {
   return {m.lr, m.min_lr, m.weight_decay, m.beta1, m.beta2, m.eps, m.grad_clip, m.warmup, m.steps, m.schedule, m.decay_fraction};
 }

@@ -100,6 +100,10 @@ OptimizerSection optimizer_section(const RunManifest& m);
 // and typed sections. Throws ufp4::Error naming the manifest's file:line for a name that resolves to
 // nothing.
 RunPlan plan_run(const RunManifest& m);
+
+// The name a run's recipe goes by in tables and a campaign's claims: a preset's name, or a recipe file's
+// stem (ablations/ufp4_rht_dw.toml -> ufp4_rht_dw).
+std::string recipe_stem(const std::string& recipe_file);
 // After the data was prepared (ensure_data): names it by content again, and with it the run id, the
 // files and the epochs (the model and recipe are not read again); then throws ufp4::Error, naming the
 // manifest, unless the plan can train: its data prepared, the data's vocabulary within the model's, and
