@@ -56,7 +56,6 @@ const std::vector<ModelConfig>& registry() {
     v.push_back(dense("dense-113m", 768, 10, 12, 4, 2048, kProxyVocab, "dense proxy (~100M: the issue's training proxy)"));
     v.push_back(dense("dense-225m", 1024, 14, 16, 4, 2816, kProxyVocab, "dense proxy"));
     v.push_back(dense("dense-359m", 1280, 16, 20, 4, 3456, kProxyVocab, "dense proxy"));
-    // MoE proxy ladder: first layer dense, one shared expert.
     // Dense ladder named by non-embedding parameters (ParamCount::non_embedding, in millions).
     const int64_t v8 = kNonEmbeddingProxyVocab;
     v.push_back(dense("dense-ne0.8m", 128, 4, 2, 1, 384, v8, "dense proxy, 0.8M non-embedding parameters, vocab 8192"));
@@ -64,10 +63,6 @@ const std::vector<ModelConfig>& registry() {
     v.push_back(dense("dense-ne2.4m", 192, 6, 3, 1, 512, v8, "dense proxy, 2.4M non-embedding parameters, vocab 8192"));
     v.push_back(dense("dense-ne3.7m", 256, 5, 4, 2, 704, v8, "dense proxy, 3.7M non-embedding parameters, vocab 8192"));
     v.push_back(dense("dense-ne6.6m", 320, 6, 5, 1, 896, v8, "dense proxy, 6.6M non-embedding parameters, vocab 8192"));
-    // The mechanism's proxies (harness/campaign/capture_analysis.h): 12 layers, deep enough for the
-    // analysis's trend over layers, at the campaigns' vocabulary and corpus.
-    v.push_back(dense("dense-ne8.5m", 256, 12, 4, 1, 704, v8, "mechanism proxy, 12 layers, 8.5M non-embedding parameters, vocab 8192"));
-    v.push_back(moe("moe-ne12m", 192, 12, 3, 1, 16, 2, 96, 1, v8, "mechanism proxy, 12 layers (first dense), 12M non-embedding parameters, vocab 8192"));
     // The MoE proxy of the sound design: fine-grained experts (hidden d/2) as the paper's MoE has
     // (hidden 1024 at d 2048), 16 routed top-2 plus one shared, first layer dense.
     v.push_back(moe("moe-ne2.6m", 128, 6, 2, 1, 16, 2, 64, 1, v8, "MoE proxy, 2.6M non-embedding parameters (0.9M active), vocab 8192"));
@@ -77,6 +72,7 @@ const std::vector<ModelConfig>& registry() {
     v.push_back(moe("moe-ne1.5m", 96, 6, 2, 1, 16, 2, 48, 1, v8, "MoE ladder, 1.5M non-embedding parameters, vocab 8192"));
     v.push_back(moe("moe-ne4.0m", 160, 6, 2, 1, 16, 2, 80, 1, v8, "MoE ladder, 4.0M non-embedding parameters, vocab 8192"));
     v.push_back(moe("moe-ne5.8m", 192, 6, 3, 1, 16, 2, 96, 1, v8, "MoE ladder, 5.8M non-embedding parameters, vocab 8192"));
+    // MoE proxy ladder: first layer dense, one shared expert.
     v.push_back(moe("moe-23m", 256, 4, 4, 2, 16, 2, 128, 1, kProxyVocab, "MoE proxy"));
     v.push_back(moe("moe-39m", 320, 6, 5, 1, 16, 2, 192, 1, kProxyVocab, "MoE proxy"));
     v.push_back(moe("moe-81m", 384, 8, 6, 2, 32, 4, 192, 1, kProxyVocab, "MoE proxy"));
@@ -89,6 +85,10 @@ const std::vector<ModelConfig>& registry() {
     ModelConfig tm = moe("tiny-moe", 64, 3, 4, 2, 8, 2, 32, 1, 256, "CPU tests");
     tm.seq_len = 64;
     v.push_back(tm);
+    // The mechanism's proxies (harness/campaign/capture_analysis.h): 12 layers, deep enough for the
+    // analysis's trend over layers, at the campaigns' vocabulary and corpus.
+    v.push_back(dense("dense-ne8.5m", 256, 12, 4, 1, 704, v8, "mechanism proxy, 12 layers, 8.5M non-embedding parameters, vocab 8192"));
+    v.push_back(moe("moe-ne12m", 192, 12, 3, 1, 16, 2, 96, 1, v8, "mechanism proxy, 12 layers (first dense), 12M non-embedding parameters, vocab 8192"));
     return v;
   }();
   return r;
