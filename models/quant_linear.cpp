@@ -2,10 +2,10 @@
 
 #include <fnmatch.h>
 
-#include <cstring>
 #include <tuple>
 
 #include "common/error.h"
+#include "common/fs.h"
 #include "models/quant_ops.h"
 #include "models/weight_operands.h"
 
@@ -269,8 +269,7 @@ bool OperandCapture::wants(int64_t step, const std::string& layer) const {
 // operands; weights whole), as FP32, contiguous, on the CPU unless on_device.
 torch::Tensor OperandCapture::keep(const std::string& key, const torch::Tensor& t) const {
   int token_dim = -1;
-  auto ends = [&](const std::string& s) { return key.size() >= s.size() && key.compare(key.size() - s.size(), s.size(), s) == 0; };
-  if (ends("/fprop.x") || ends("/dgrad.dy")) token_dim = 0;
+  if (ends_with(key, "/fprop.x") || ends_with(key, "/dgrad.dy")) token_dim = 0;
   if (key.find("/wgrad.") != std::string::npos) token_dim = 1;
   torch::Tensor u = t.detach();
   if (max_tokens_ > 0 && token_dim >= 0 && u.size(token_dim) > max_tokens_) u = u.narrow(token_dim, 0, max_tokens_);
@@ -286,8 +285,7 @@ void OperandCapture::add(const std::string& key, const torch::Tensor& raw, const
   };
   if (observe_) {
     if (!same(before, after)) observe_(key, keep(key, before), keep(key, after));
-    auto ends = [&](const char* s) { return key.size() >= std::strlen(s) && key.compare(key.size() - std::strlen(s), std::strlen(s), s) == 0; };
-    if (ends("/fprop.x") || ends("/fprop.w") || ends("/dgrad.dy")) raw_[key] = keep(key, raw);
+    if (ends_with(key, "/fprop.x") || ends_with(key, "/fprop.w") || ends_with(key, "/dgrad.dy")) raw_[key] = keep(key, raw);
     return;
   }
   pending_[key] = {keep(key, before), same(before, after) ? torch::Tensor() : keep(key, after)};

@@ -27,10 +27,11 @@ constexpr const char* kScaleColumns =
     "alpha - 1: bias_fp32,bias_max_fp32,alpha_fp32,alpha_max_fp32,bias_nvfp4,bias_max_nvfp4,alpha_nvfp4,alpha_max_nvfp4,bias_mx,bias_max_mx,"
     "alpha_mx,alpha_max_mx";
 
-std::vector<double> scale_row(const torch::Tensor& tensor, const Grid& g, bool rht) {
+// `fp32`: the tensor's decomposition under FP32 scales, made for its bins already.
+std::vector<double> scale_row(const BiasDecomposition& fp32, const torch::Tensor& tensor, const Grid& g, bool rht) {
   std::vector<double> out;
   for (const ScaleKind k : kScales) {
-    const BiasDecomposition d = decompose_bias(tensor, analysis_spec(g, rht, k));
+    const BiasDecomposition d = k == ScaleKind::kFp32 ? fp32 : decompose_bias(tensor, analysis_spec(g, rht, k));
     const BinContribution& top = d.bins.back();  // the block maxima
     for (double v : {d.bias, top.bias_contribution, d.alpha, top.alpha_contribution}) out.push_back(v);
   }
@@ -63,8 +64,9 @@ void measure_layer(const std::string& layer, const std::string& family, const to
         const TensorMetrics m = tensor_metrics(tensor, spec);
         const std::vector<std::string> labels = {layer, family, name, g.name(), tr};
         t.tensors.add(labels, {m.nmse, m.sqnr_db, m.alpha, m.bucket_ratio});
-        t.bins.add(labels, bin_row(decompose_bias(tensor, spec)));
-        t.scales.add(labels, scale_row(tensor, g, rht));
+        const BiasDecomposition fp32 = decompose_bias(tensor, spec);
+        t.bins.add(labels, bin_row(fp32));
+        t.scales.add(labels, scale_row(fp32, tensor, g, rht));
       }
       const GemmSqnr s = gemm_sqnr(x, w, dy, spec);
       for (const auto& [name, v] : std::vector<std::pair<std::string, double>>{{"fwd_y", s.fwd_y}, {"bwd_dx", s.bwd_dx}, {"bwd_dw", s.bwd_dw}})

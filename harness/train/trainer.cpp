@@ -101,9 +101,7 @@ Trainer::Trainer(const RunPlan& plan, const torch::Device& device, std::string d
     world_ = groups_->data->size();
   }
   // Operands are captured by one rank (rank 0's micro-batches) in a data-parallel run.
-  if (!plan_.capture.steps.empty() && rank_ == 0)
-    ctx_->capture = std::make_shared<OperandCapture>(std::set<int64_t>(plan_.capture.steps.begin(), plan_.capture.steps.end()), plan_.capture.layers,
-                                                     plan_.capture.tokens);
+  if (!plan_.capture.steps.empty() && rank_ == 0) ctx_->capture = new_capture(/*on_device=*/false);
   model_ = Transformer(plan.model, ctx_);
   model_->to(device_);
   model_->set_compute_dtype(device_.is_cuda() ? torch::kBFloat16 : torch::kFloat32);
@@ -229,12 +227,15 @@ double Trainer::evaluate(bool whole_split) {
   return sum / static_cast<double>(val_.windows());
 }
 
+std::shared_ptr<OperandCapture> Trainer::new_capture(bool on_device) const {
+  return std::make_shared<OperandCapture>(std::set<int64_t>(plan_.capture.steps.begin(), plan_.capture.steps.end()), plan_.capture.layers,
+                                          plan_.capture.tokens, on_device);
+}
+
 void Trainer::set_capture_sink(CaptureSink sink) {
   capture_sink_ = std::move(sink);
   if (!ctx_->capture) return;
-  // The operands stay where they were made: the sink analyses them there.
-  ctx_->capture = std::make_shared<OperandCapture>(std::set<int64_t>(plan_.capture.steps.begin(), plan_.capture.steps.end()), plan_.capture.layers,
-                                                   plan_.capture.tokens, /*on_device=*/true);
+  ctx_->capture = new_capture(/*on_device=*/true);  // the operands stay where they were made: the sink analyses them there
   ctx_->capture->stream_to([this](const std::string& key, const torch::Tensor& before, const torch::Tensor& after) {
     if (capture_sink_.operand) capture_sink_.operand(ctx_->step, key, before, after);
   });

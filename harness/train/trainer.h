@@ -72,6 +72,7 @@ class Trainer {
 
  private:
   bool step_once(int64_t step);  // one optimizer step, recorded and shown; false when it diverged
+  std::shared_ptr<OperandCapture> new_capture(bool on_device) const;  // of the plan's [capture] steps and layers
   // Mean next-token loss over the first eval.batches micro-batches of the validation split, or over
   // every window of it (the last micro-batch partial), each token weighted alike.
   double evaluate(bool whole_split);
