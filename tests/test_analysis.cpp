@@ -333,4 +333,8 @@ TEST_CASE("analyze capture: training runs' operands analysed as they train, the 
   auto bad = test::run_cli("analyze capture " + none);
   CHECK(bad.code == 2);
   CHECK(bad.out.find("[capture] steps is empty") != std::string::npos);
+  const std::string late = test::tiny_manifest(dir, "bf16", 4, "steps = 4\n[capture]\nsteps = [9]\nlayers = [\"layers.*\"]\n");
+  auto past = test::run_cli("analyze capture " + late);
+  CHECK(past.code == 2);
+  CHECK(past.out.find("[capture] steps: 9 is not a step of the run (allowed: 0 to 3)") != std::string::npos);
 }

@@ -15,7 +15,10 @@ SCALE=${2:-proxy}
 UFP4="$BUILD/ufp4"
 case "$SCALE" in
   proxy)
-    gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+    # The GPUs of CUDA_VISIBLE_DEVICES when it is set (a command beside this one may hold the others), else all.
+    if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then IFS=, read -ra devs <<< "$CUDA_VISIBLE_DEVICES"
+    else mapfile -t devs < <(nvidia-smi -L 2>/dev/null | grep '^GPU' | sed 's/^GPU \([0-9]*\):.*/\1/'); fi
+    gpus=${#devs[@]}
     [ "$gpus" -ge 1 ] || { echo "reproduce-analysis: SCALE=proxy trains on GPUs and nvidia-smi lists none here (SCALE=ci runs on the CPU)" >&2; exit 2; }
     # The data once, before the shards start (they would each prepare it).
     [ -f data/python-8k/data.toml ] || "$UFP4" data prepare --out data/python-8k --vocab-size 8192 > /dev/null
@@ -23,7 +26,7 @@ case "$SCALE" in
     n=$(( gpus * ${SHARDS_PER_GPU:-1} ))
     pids=()
     for i in $(seq 0 $(( n - 1 ))); do
-      CUDA_VISIBLE_DEVICES=$(( i % gpus )) "$UFP4" analyze capture experiments/analysis/mechanism_dense.toml experiments/analysis/mechanism_moe.toml \
+      CUDA_VISIBLE_DEVICES=${devs[$(( i % gpus ))]} "$UFP4" analyze capture experiments/analysis/mechanism_dense.toml experiments/analysis/mechanism_moe.toml \
         --shard "$i/$n" > "logs/analysis-shard$i.log" 2>&1 &
       pids+=($!)
     done

@@ -119,6 +119,13 @@ void train_analysing(const RunPlan& p, const CaptureAnalysisOptions& o, const st
   if (r.status == RunStatus::kDiverged) throw RuntimeError("analyze capture: " + p.name + " diverged");
 }
 
+void check_captured_steps(const RunPlan& p) {
+  if (p.capture.steps.empty()) throw Error(p.manifest_path + ": [capture] steps is empty (analyze capture analyses captured steps)");
+  for (const int64_t s : p.capture.steps)
+    if (s < 0 || s >= p.train.steps)
+      throw Error(p.manifest_path + ": [capture] steps: " + std::to_string(s) + " is not a step of the run (allowed: 0 to " + std::to_string(p.train.steps - 1) + ")");
+}
+
 }  // namespace
 
 std::vector<std::string> run_capture_analysis(const CaptureAnalysisOptions& o) {
@@ -127,15 +134,13 @@ std::vector<std::string> run_capture_analysis(const CaptureAnalysisOptions& o) {
   for (const auto& m : o.manifests)
     for (const auto& r : RunManifest::expand(m))
       if (static_cast<int>(index++ % static_cast<size_t>(o.shards)) == o.shard) plans.push_back(plan_run(r));
+  // Every run's captured steps checked before any data is prepared (minutes on a fresh node).
+  for (const RunPlan& p : plans) check_captured_steps(p);
   prepare_plans(plans, nullptr);
   std::vector<Grid> grids = o.grids;
   if (grids.empty()) grids = {Grid::from_name("e2m1"), Grid::from_name("e1m2")};
   std::vector<std::string> files;
   for (const RunPlan& p : plans) {
-    if (p.capture.steps.empty()) throw Error(p.manifest_path + ": [capture] steps is empty (analyze capture analyses captured steps)");
-    for (const int64_t s : p.capture.steps)
-      if (s < 0 || s >= p.train.steps)
-        throw Error(p.manifest_path + ": [capture] steps: " + std::to_string(s) + " is not a step of the run (allowed: 0 to " + std::to_string(p.train.steps - 1) + ")");
     if (!o.force && all_steps_analysed(p)) {
       log_info("analyze capture: " + p.name + ": every step analysed, skipped");
     } else {
