@@ -9,7 +9,8 @@
 
 namespace ufp4 {
 
-TransformerImpl::TransformerImpl(const ModelConfig& c, std::shared_ptr<QuantContext> ctx_) : config(c), ctx(std::move(ctx_)) {
+TransformerImpl::TransformerImpl(const ModelConfig& c, std::shared_ptr<QuantContext> ctx_, std::shared_ptr<RowExchange> experts_over)
+    : config(c), ctx(std::move(ctx_)) {
   c.validate();
   int64_t id = 0;
   embedding = register_module("embedding", torch::nn::Embedding(c.vocab, c.d_model));
@@ -22,7 +23,7 @@ TransformerImpl::TransformerImpl(const ModelConfig& c, std::shared_ptr<QuantCont
     norm2.push_back(register_module(r + "norm2", RMSNorm(c.d_model)));
     attention.push_back(register_module(r + "attention", Attention(c, p + ".attention", ctx, id, i)));
     if (c.moe_layer(i)) {
-      moe.push_back(register_module(r + "moe", Moe(c, p + ".mlp", ctx, id, i)));
+      moe.push_back(register_module(r + "moe", Moe(c, p + ".mlp", ctx, id, i, experts_over)));
       mlp.push_back(nullptr);
     } else {
       mlp.push_back(register_module(r + "mlp", Mlp(c.d_model, c.ffn_hidden, p + ".mlp", ctx, id, i, n)));
@@ -56,6 +57,13 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) {
   h = n;
   if (lm_head) return lm_head(h);
   return torch::nn::functional::linear(h, embedding->weight.to(h.scalar_type()));
+}
+
+std::vector<torch::Tensor> TransformerImpl::routed_expert_weights() const {
+  std::vector<torch::Tensor> w;
+  for (const auto& m : moe)
+    if (m) w.insert(w.end(), {m->fc1->weight, m->fc2->weight});
+  return w;
 }
 
 std::vector<WeightUse> TransformerImpl::weight_uses() const {

@@ -27,7 +27,8 @@ struct FusedOps {
 
 class TransformerImpl : public torch::nn::Module {
  public:
-  TransformerImpl(const ModelConfig& c, std::shared_ptr<QuantContext> ctx);
+  // experts_over: expert parallelism's group (models/moe.h); every MoE layer keeps only this rank's experts.
+  TransformerImpl(const ModelConfig& c, std::shared_ptr<QuantContext> ctx, std::shared_ptr<RowExchange> experts_over = nullptr);
   torch::Tensor forward(const torch::Tensor& tokens);  // [B, S] int64 -> logits [B, S, V] (compute dtype)
   TransformerOutput loss(const torch::Tensor& tokens, const torch::Tensor& targets);
   // Activations run in this dtype (BF16 on GPU, FP32 on CPU); parameters stay FP32 (master weights).
@@ -41,6 +42,8 @@ class TransformerImpl : public torch::nn::Module {
   // Every quantized linear's weight and layers, for the forward's batched weight operands
   // (models/weight_operands.h); expert linears where their weight's GEMMs run grouped.
   std::vector<WeightUse> weight_uses() const;
+  // The routed experts' weights (two a MoE layer): what expert parallelism splits over ranks.
+  std::vector<torch::Tensor> routed_expert_weights() const;
 
   ModelConfig config;
   std::shared_ptr<QuantContext> ctx;

@@ -69,7 +69,7 @@ RankFigures time_model(const std::string& model, const std::string& recipe, cons
     if (groups) {
       DataParallelOptions dpo;
       dpo.bucket_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20));
-      dp = std::make_unique<DataParallel>(net, *opt, groups->data, dpo);
+      dp = std::make_unique<DataParallel>(net, *opt, gradient_groups(net, groups->data, nullptr), dpo);
     } else if (StepGraph::obstacle(net, device, false).empty()) {
       graph = std::make_unique<StepGraph>(net, *opt, accum, mc.seq_len, 1.0);
     }

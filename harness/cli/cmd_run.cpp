@@ -2,7 +2,8 @@
 // Manifests with [sweep] or [ablation] expand into several runs; `--gpus N` runs them concurrently,
 // one child process per GPU slot (CUDA_VISIBLE_DEVICES), and a failed run does not stop the others.
 // Data parallelism: under torchrun or srun (harness/dist/launch_env.h), or with `--nproc-per-node N`
-// (which starts the N ranks itself), every rank trains each run with the others, one after another.
+// (which starts the N ranks itself), every rank trains each run with the others, one after another;
+// with `--ep E` (or train.expert_parallel) a MoE model's routed experts are split over blocks of E ranks.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -27,7 +28,7 @@ namespace ufp4 {
 int cmd_run(const std::vector<std::string>& args) {
   std::vector<std::string> manifests;
   std::string only, expect_id;
-  int gpus = 0, nproc = 0, dist_timeout = 900;
+  int gpus = 0, nproc = 0, dist_timeout = 900, ep = 0;
   std::string per_gpu = "auto";
   double bucket_mb = 25;
   bool replicate_optimizer = false;
@@ -50,14 +51,16 @@ int cmd_run(const std::vector<std::string>& args) {
       ("backend", po::value(&backend)->default_value("auto"), "data-parallel collectives: auto (nccl on CUDA, gloo on CPU), nccl, gloo")
       ("dist-timeout", po::value(&dist_timeout)->default_value(900), "seconds a rank waits for the others before every rank fails")
       ("replicate-optimizer", po::bool_switch(&replicate_optimizer), "data parallel: every rank keeps the whole AdamW state (default: sharded, ZeRO-1)")
-      ("bucket-mb", po::value(&bucket_mb)->default_value(25), "data parallel: gradient bucket size, MB");
+      ("bucket-mb", po::value(&bucket_mb)->default_value(25), "data parallel: gradient bucket size, MB")
+      ("ep", po::value(&ep)->default_value(0), "expert parallelism: ranks that split a MoE model's routed experts, a divisor of the ranks and the experts (overrides train.expert_parallel; 0: the manifest's)");
   po::positional_options_description pos;
   pos.add("manifests", -1);
   auto vm = parse_command("run", "MANIFEST ... [--gpus N] [--force]", d, args, &pos);
   if (!vm) return 0;
   if (manifests.empty()) throw Error("run: give at least one manifest");
   if (gpus < 0) throw Error("run: --gpus must be >= 0");
-  if (nproc < 0 || dist_timeout < 1 || !(bucket_mb > 0)) throw Error("run: --nproc-per-node must be >= 0, --dist-timeout >= 1 and --bucket-mb > 0");
+  if (nproc < 0 || dist_timeout < 1 || !(bucket_mb > 0) || ep < 0)
+    throw Error("run: --nproc-per-node must be >= 0, --dist-timeout >= 1, --bucket-mb > 0 and --ep >= 0");
   const LaunchEnv env = read_launch_env();
   if ((nproc > 0 || env.distributed()) && gpus > 0)
     throw Error("run: --gpus runs independent runs side by side; data-parallel ranks (--nproc-per-node, torchrun, srun) train each run together: use one");
@@ -69,8 +72,12 @@ int cmd_run(const std::vector<std::string>& args) {
       if (only.empty() || m.name == only) plans.push_back(plan_run(m));
   if (plans.empty()) throw Error("run: no run named '" + only + "' in the given manifests");
   if (!expect_id.empty() && (only.empty() || plans.size() != 1)) throw Error("run: --run-id goes with --only NAME (one run)");
-  if (nproc > 0 || env.distributed())
-    for (const auto& p : plans) check_data_parallel_batch(p, nproc > 0 ? nproc : env.world_size);
+  const int world = nproc > 0 ? nproc : env.distributed() ? env.world_size : 1;
+  for (auto& p : plans) {
+    if (ep > 0) p.train.expert_parallel = ep;
+    if (world > 1) check_data_parallel_batch(p, world);
+    check_expert_parallel(p, world);
+  }
   if (nproc > 0) {
     // Prepare the data once, here, and check every plan (bad input fails here, before any rank starts),
     // then start the ranks with this command minus --nproc-per-node.

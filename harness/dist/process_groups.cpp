@@ -71,4 +71,25 @@ std::shared_ptr<Communicator> ProcessGroups::new_group(const std::string& name, 
   }
 }
 
+ExpertGroups ProcessGroups::expert_groups(int ep) {
+  const auto it = expert_groups_.find(ep);
+  if (it != expert_groups_.end()) return it->second;
+  const int W = env_.world_size;
+  if (ep < 1 || W % ep != 0)
+    throw Error("expert parallelism over " + std::to_string(ep) + " ranks: it does not divide the " + std::to_string(W) + " ranks (allowed: a divisor of the ranks)");
+  ExpertGroups g;
+  const std::string size = std::to_string(ep);
+  for (int block = 0; block < W / ep; ++block) {
+    std::vector<int> ranks;
+    for (int p = 0; p < ep; ++p) ranks.push_back(block * ep + p);
+    if (auto c = new_group("experts" + size + "_" + std::to_string(block), ranks)) g.experts = c;
+  }
+  for (int p = 0; p < ep; ++p) {
+    std::vector<int> ranks;
+    for (int block = 0; block < W / ep; ++block) ranks.push_back(block * ep + p);
+    if (auto c = new_group("experts_data" + size + "_" + std::to_string(p), ranks)) g.experts_data = c;
+  }
+  return expert_groups_[ep] = g;
+}
+
 }  // namespace ufp4

@@ -7,6 +7,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,6 +22,13 @@ struct DistOptions {
   std::chrono::seconds timeout{900};      // a collective waiting longer fails every rank
 };
 
+// Expert parallelism over `ep` ranks: each block of ep consecutive ranks splits one replica's experts
+// (`experts`: their tokens' all-to-all), and the ranks at the same place in every block hold the same
+// experts (`experts_data`: their gradients' sum).
+struct ExpertGroups {
+  std::shared_ptr<Communicator> experts, experts_data;
+};
+
 class ProcessGroups {
  public:
   // Connects to the other ranks of `env` (blocks until all have come, up to the timeout). `cuda`:
@@ -29,6 +37,9 @@ class ProcessGroups {
   // A group of the given world ranks, named uniquely across the run; nullptr on a rank outside it.
   // Every rank must call it, in the same order (the store's keys are per name).
   std::shared_ptr<Communicator> new_group(const std::string& name, const std::vector<int>& ranks);
+  // This rank's expert groups for `ep` ranks an expert group (made on the first call for that size,
+  // which every rank makes, in the same order); an Error when ep does not divide the ranks.
+  ExpertGroups expert_groups(int ep);
   const LaunchEnv& env() const { return env_; }
   const std::string& backend() const { return backend_; }
   std::shared_ptr<Communicator> world, data;
@@ -39,6 +50,7 @@ class ProcessGroups {
   DistOptions opts_;
   bool cuda_;
   c10::intrusive_ptr<c10d::Store> store_;
+  std::map<int, ExpertGroups> expert_groups_;
 };
 
 // The backends this build can make: "gloo" and/or "nccl".

@@ -49,6 +49,7 @@ const std::vector<MemberAttr>& run_attrs() {
       {"seed", &RunResults::seed, 1},
       {"deterministic", &RunResults::deterministic, 0},
       {"world_size", &RunResults::world_size, 1},
+      {"expert_parallel", &RunResults::expert_parallel, 1},
       {"backend", &RunResults::backend, 0, "none"},
       {"optimizer_sharding", &RunResults::optimizer_sharding, 0, "none"},
       {"cuda_graph", &RunResults::cuda_graph, 0, "off"},

@@ -30,7 +30,7 @@ struct RunResults {
   bool deterministic = true;
   // How it ran: processes, their collective backend ("none" for one process) and how the AdamW state
   // was held ("none", "replicated" or "zero1": harness/train/data_parallel.h).
-  int64_t world_size = 1;
+  int64_t world_size = 1, expert_parallel = 1;  // expert_parallel: ranks an expert group (1: none)
   std::string backend = "none", optimizer_sharding = "none";
   std::string cuda_graph = "off";  // how the last process ran its steps (harness/train/step_graph.h describe())
   // How it went.

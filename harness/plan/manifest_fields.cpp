@@ -49,6 +49,9 @@ const std::vector<ManifestField>& manifest_fields() {
       {"train", "deterministic", &M::deterministic, kId, 0, 0, {}, "bit-identical reruns and resumes on one GPU model; false only when asked"},
       {"train", "cuda_graph", &M::cuda_graph, kOp, 0, 0, {},
        "on a GPU, replay the training step as a CUDA graph where it can be (the same bits as uncaptured; the log says why not)"},
+      {"train", "expert_parallel", &M::expert_parallel, kOp, 1, 4096, {},
+       "ranks that split a MoE model's routed experts (divides the ranks and the experts; 1: every rank holds every expert); `ufp4 run --ep N` overrides it. "
+       "Like the number of ranks it moves the bits (summation order) and is recorded in the results"},
       {"eval", "every", &M::eval_every, kId, 0, kSteps, {}, "steps between validation losses (0: none)"},
       {"eval", "batches", &M::eval_batches, kId, 1, kSize, {}, "validation batches per evaluation"},
       {"eval", "final", &M::eval_final, kId, 0, 0, {"batches", "split"},

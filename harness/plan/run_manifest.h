@@ -41,6 +41,7 @@ struct RunManifest {
   bool deterministic = true;        // bit-identical GPU runs (harness/train/determinism.h); false only when asked
   bool cuda_graph = true;           // replay the step as a CUDA graph where it can be (harness/train/step_graph.h): the same bits
   std::string rht_signs = "per_seed";  // per_seed | recipe (models/quant_linear.h rht_sign_seed)
+  int64_t expert_parallel = 1;      // ranks that split the routed experts (harness/train/data_parallel.h); --ep overrides
   // [eval]
   int64_t eval_every = 50, eval_batches = 4;
   std::string eval_final = "batches";  // batches | split: the last evaluation over every window of the validation split

@@ -41,7 +41,7 @@ Recipe resolve_recipe(const RunManifest& m) {
 }
 
 TrainSection train_section(const RunManifest& m) {
-  return {m.steps, m.batch, m.micro_batch, m.seed, m.divergence_factor, m.device, m.deterministic, m.cuda_graph, m.rht_signs == "recipe"};
+  return {m.steps, m.batch, m.micro_batch, m.seed, m.divergence_factor, m.device, m.deterministic, m.cuda_graph, m.rht_signs == "recipe", m.expert_parallel};
 }
 
 
@@ -185,6 +185,18 @@ void check_data_parallel_batch(const RunPlan& p, int world) {
   if (t.batch % (world * t.micro_batch) == 0) return;
   throw Error(at_key(p, "train.batch") + ": " + std::to_string(t.batch) + " sequences do not split over " + std::to_string(world) +
               " ranks in micro-batches of " + std::to_string(t.micro_batch) + " (allowed: a multiple of " + std::to_string(world * t.micro_batch) + ")");
+}
+
+void check_expert_parallel(const RunPlan& p, int world) {
+  const int64_t ep = p.train.expert_parallel;
+  if (ep <= 1) return;
+  const std::string at = at_key(p, "train.expert_parallel") + ": " + std::to_string(ep) + " ranks";
+  if (!p.model.is_moe()) throw Error(at + ": " + p.model.name + " has no routed experts (allowed: 1, or a MoE model)");
+  if (p.model.n_experts % ep != 0)
+    throw Error(at + " do not split " + p.model.name + "'s " + std::to_string(p.model.n_experts) + " experts (allowed: a divisor of the experts)");
+  if (world % ep != 0)
+    throw Error(at + " do not divide the run's " + std::to_string(world) + " rank(s) (allowed: a divisor of the ranks; launch with --nproc-per-node, torchrun or srun)");
+  if (!p.capture.steps.empty()) throw Error(at + ": [capture] is not allowed with expert parallelism (a rank sees only its own experts' operands)");
 }
 
 }  // namespace ufp4

@@ -39,6 +39,7 @@ struct TrainSection {
   std::string device;              // auto | cpu | cuda
   bool deterministic = true, cuda_graph = true;
   bool recipe_rht_signs = false;   // the recipe's RHT signs for every seed (rht_signs = "recipe")
+  int64_t expert_parallel = 1;     // ranks an expert group: each holds 1/expert_parallel of the routed experts
 };
 
 // AdamW and its learning-rate schedule.
@@ -116,5 +117,8 @@ void check_planned_as(const RunPlan& p, const std::string& expect_id, const std:
 // Throws ufp4::Error naming train.batch when the global batch does not split into `world` ranks of
 // whole micro-batches.
 void check_data_parallel_batch(const RunPlan& p, int world);
+// Throws ufp4::Error naming train.expert_parallel unless its ranks divide `world` and the model's
+// routed experts (a MoE model), and the run captures no operands (a rank holds only its experts).
+void check_expert_parallel(const RunPlan& p, int world);
 
 }  // namespace ufp4

@@ -173,6 +173,7 @@ void save_checkpoint(const std::string& path, Transformer& model, torch::optim::
   state.write("elapsed", torch::tensor(s.curves.time_s.empty() ? s.elapsed_before : s.curves.time_s.back(), torch::kFloat64));
   state.write("world_size", torch::tensor(s.world_size, torch::kInt64));
   state.write("sharded_optimizer", torch::tensor(static_cast<int64_t>(s.sharded_optimizer), torch::kInt64));
+  state.write("expert_parallel", torch::tensor(s.expert_parallel, torch::kInt64));
   root.write("model", model_ar);
   root.write("optimizer", opt_ar);
   root.write("state", state);
@@ -215,6 +216,8 @@ LoopState load_checkpoint(const std::string& path, Transformer& model, torch::op
   if (state.try_read("world_size", t)) s.world_size = t.item<int64_t>();
   torch::Tensor sh;
   if (state.try_read("sharded_optimizer", sh)) s.sharded_optimizer = sh.item<int64_t>() != 0;
+  torch::Tensor ep;
+  if (state.try_read("expert_parallel", ep)) s.expert_parallel = ep.item<int64_t>();
   if (s.step != stamp.step) throw Error(path + ": damaged checkpoint (stamped step " + std::to_string(stamp.step) + ", holds step " + std::to_string(s.step) + ")");
   return s;
 }

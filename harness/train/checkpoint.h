@@ -25,6 +25,7 @@ struct LoopState {
   // written before data parallelism read as one process.
   int64_t world_size = 1;
   bool sharded_optimizer = false;
+  int64_t expert_parallel = 1;  // ranks an expert group (its experts in files of their own: expert_shard.h)
 };
 
 // What a checkpoint file says of itself: which run wrote it, after how many steps, and what it is

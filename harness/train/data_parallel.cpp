@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <set>
 
 #include "common/error.h"
 #include "harness/train/checkpoint.h"
@@ -19,49 +20,47 @@ int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 }  // namespace
 
-DataParallel::DataParallel(Transformer& model, torch::optim::AdamW& opt, std::shared_ptr<Communicator> comm, const DataParallelOptions& o)
-    : model_(model), opt_(opt), comm_(std::move(comm)), o_(o) {
+std::vector<GradientGroup> gradient_groups(Transformer& model, std::shared_ptr<Communicator> world, std::shared_ptr<Communicator> experts_data) {
+  if (!experts_data) return {{model->parameters(), std::move(world)}};
+  std::set<const void*> expert;
+  for (const auto& w : model->routed_expert_weights()) expert.insert(w.unsafeGetTensorImpl());
+  GradientGroup dense{{}, std::move(world)}, experts{{}, std::move(experts_data)};
+  for (const auto& p : model->parameters()) (expert.count(p.unsafeGetTensorImpl()) ? experts : dense).params.push_back(p);
+  if (experts.params.empty()) throw Error(model->config.name + ": expert parallelism needs routed experts (a MoE model); this model has none");
+  return {dense, experts};
+}
+
+DataParallel::DataParallel(Transformer& model, torch::optim::AdamW& opt, std::vector<GradientGroup> groups, const DataParallelOptions& o)
+    : model_(model), opt_(opt), groups_(std::move(groups)), o_(o) {
+  if (groups_.empty() || !groups_.front().comm) throw RuntimeError("data parallel: no group of ranks");
+  comm_ = groups_.front().comm;
+  if (groups_.size() > 1 && !o_.shard_optimizer)
+    throw Error("--replicate-optimizer: not with expert parallelism (each rank holds only its experts, so none can clip by the global norm alone; "
+                "allowed: the sharded optimizer, the default)");
   params_ = model_->parameters();
   if (params_.empty()) throw RuntimeError("data parallel: the model has no parameters");
-  std::map<const void*, size_t> group_of;
+  std::map<const void*, size_t> group_of, in_group;
   for (size_t g = 0; g < opt_.param_groups().size(); ++g)
     for (const auto& p : opt_.param_groups()[g].params()) group_of[p.unsafeGetTensorImpl()] = g;
-  const auto options = params_.front().options();
-  const int64_t W = comm_->size(), rank = comm_->rank();
+  for (size_t g = 0; g < groups_.size(); ++g)
+    for (const auto& p : groups_[g].params) in_group[p.unsafeGetTensorImpl()] = g;
   param_offset_.assign(params_.size(), 0);
   param_bucket_.assign(params_.size(), 0);
   param_group_.assign(params_.size(), 0);
-  // Buckets in reverse registration order, each at most bucket_bytes (or one parameter), padded so
-  // that it splits into W equal shards of a multiple of 16 elements (aligned collectives).
-  int64_t offset = 0;
-  Bucket cur;
-  int64_t cur_elems = 0;
-  auto close = [&]() {
-    if (cur.params.empty()) return;
-    cur.offset = offset;
-    cur.size = round_up(cur_elems, W * 16);
-    cur.shard = cur.size / W;
-    offset += cur.size;
-    buckets_.push_back(cur);
-    cur = Bucket();
-    cur_elems = 0;
-  };
-  for (size_t k = params_.size(); k-- > 0;) {
+  std::vector<size_t> gradient_group(params_.size(), 0);
+  for (size_t k = 0; k < params_.size(); ++k) {
     const torch::Tensor& p = params_[k];
     if (p.scalar_type() != torch::kFloat32 || p.device() != params_.front().device())
       throw RuntimeError("data parallel: every parameter must be FP32 on one device");
     if (!group_of.count(p.unsafeGetTensorImpl())) throw RuntimeError("data parallel: a parameter is in no optimizer group");
+    if (!in_group.count(p.unsafeGetTensorImpl())) throw RuntimeError("data parallel: a parameter is in no gradient group");
     param_group_[k] = group_of.at(p.unsafeGetTensorImpl());
-    if (!cur.params.empty() && (cur_elems + p.numel()) * 4 > o_.bucket_bytes) close();
-    param_offset_[k] = cur_elems;  // relative to the bucket until the bucket's offset is known
-    param_bucket_[k] = buckets_.size();
-    cur.params.push_back(k);
-    cur_elems += p.numel();
+    gradient_group[k] = in_group.at(p.unsafeGetTensorImpl());
   }
-  close();
-  for (size_t k = 0; k < params_.size(); ++k) param_offset_[k] += buckets_[param_bucket_[k]].offset;
-  flat_param_ = torch::zeros({offset}, options);
-  flat_grad_ = torch::zeros({offset}, options);
+  const int64_t total = make_buckets(gradient_group);
+  const auto options = params_.front().options();
+  flat_param_ = torch::zeros({total}, options);
+  flat_grad_ = torch::zeros({total}, options);
   if (o_.shard_optimizer) {
     int64_t shard_total = 0;
     for (auto& b : buckets_) {
@@ -72,7 +71,7 @@ DataParallel::DataParallel(Transformer& model, torch::optim::AdamW& opt, std::sh
     exp_avg_ = torch::zeros({shard_total}, options);
     exp_avg_sq_ = torch::zeros({shard_total}, options);
     for (const auto& b : buckets_) {
-      const int64_t s0 = b.offset + rank * b.shard;
+      const int64_t s0 = b.offset + comm_of(b).rank() * b.shard;
       for (size_t k : b.params) {
         const int64_t lo = std::max(param_offset_[k], s0), hi = std::min(param_offset_[k] + params_[k].numel(), s0 + b.shard);
         if (lo >= hi) continue;
@@ -95,6 +94,42 @@ DataParallel::DataParallel(Transformer& model, torch::optim::AdamW& opt, std::sh
   }
 }
 
+// Buckets in reverse registration order (the order backward produces gradients), one open bucket a
+// gradient group, each at most bucket_bytes (or one parameter) and padded so that it splits into its
+// group's W ranks' equal shards of a multiple of 16 elements (aligned collectives); a bucket's place
+// in the flat buffers is the order in which it closed. Returns the buffers' length.
+int64_t DataParallel::make_buckets(const std::vector<size_t>& gradient_group) {
+  std::vector<Bucket> open(groups_.size());
+  std::vector<int64_t> elems(groups_.size(), 0);
+  int64_t offset = 0;
+  auto close = [&](size_t g) {
+    Bucket& b = open[g];
+    if (b.params.empty()) return;
+    const int64_t W = groups_[g].comm->size();
+    b.group = g;
+    b.offset = offset;
+    b.size = round_up(elems[g], W * 16);
+    b.shard = b.size / W;
+    for (size_t k : b.params) {
+      param_offset_[k] += offset;
+      param_bucket_[k] = buckets_.size();
+    }
+    offset += b.size;
+    buckets_.push_back(b);
+    open[g] = Bucket();
+    elems[g] = 0;
+  };
+  for (size_t k = params_.size(); k-- > 0;) {
+    const size_t g = gradient_group[k];
+    if (!open[g].params.empty() && (elems[g] + params_[k].numel()) * 4 > o_.bucket_bytes) close(g);
+    param_offset_[k] = elems[g];  // relative to the bucket until it closes
+    open[g].params.push_back(k);
+    elems[g] += params_[k].numel();
+  }
+  for (size_t g = 0; g < groups_.size(); ++g) close(g);
+  return offset;
+}
+
 DataParallel::~DataParallel() {
   for (size_t k = 0; k < accumulators_.size(); ++k) accumulators_[k]->del_post_hook(hook_keys_[k]);
 }
@@ -108,7 +143,10 @@ void DataParallel::rebind_parameters(bool broadcast) {
     p.set_data(view);
     p.mutable_grad() = flat_grad_.narrow(0, param_offset_[k], p.numel()).view(p.sizes());
   }
-  if (broadcast) comm_->broadcast(flat_param_, 0);
+  if (!broadcast) return;
+  if (groups_.size() == 1) comm_->broadcast(flat_param_, 0);
+  else
+    for (const auto& b : buckets_) comm_of(b).broadcast(flat_param_.narrow(0, b.offset, b.size), 0);
 }
 
 void DataParallel::on_gradient_ready(size_t param) {
@@ -123,8 +161,8 @@ void DataParallel::issue_ready_buckets(bool all) {
     Bucket& b = buckets_[next_bucket_];
     if (!all && b.ready < b.params.size()) return;
     torch::Tensor grads = flat_grad_.narrow(0, b.offset, b.size);
-    pending_.push_back(o_.shard_optimizer ? comm_->reduce_scatter_sum(grad_shard_.narrow(0, b.shard_offset, b.shard), grads)
-                                          : comm_->all_reduce_sum(grads));
+    pending_.push_back(o_.shard_optimizer ? comm_of(b).reduce_scatter_sum(grad_shard_.narrow(0, b.shard_offset, b.shard), grads)
+                                          : comm_of(b).all_reduce_sum(grads));
     ++next_bucket_;
   }
 }
@@ -172,7 +210,7 @@ DataParallel::Result DataParallel::step(const std::function<torch::Tensor()>& ne
   sharded_adamw();
   std::vector<Pending> gathers;
   for (const auto& b : buckets_)
-    gathers.push_back(comm_->all_gather(flat_param_.narrow(0, b.offset, b.size), flat_param_.narrow(0, b.offset + comm_->rank() * b.shard, b.shard)));
+    gathers.push_back(comm_of(b).all_gather(flat_param_.narrow(0, b.offset, b.size), flat_param_.narrow(0, b.offset + comm_of(b).rank() * b.shard, b.shard)));
   for (auto& g : gathers) g.wait();
   return r;
 }
@@ -257,7 +295,10 @@ std::string DataParallel::describe() const {
   std::snprintf(line, sizeof line, "data parallel: %d ranks over %s, %zu buckets of <= %.3g MB, AdamW state %s: %.3f GB a rank", comm_->size(),
                 comm_->backend().c_str(), buckets_.size(), static_cast<double>(o_.bucket_bytes) / (1 << 20),
                 o_.shard_optimizer ? "sharded (ZeRO-1)" : "replicated", optimizer_state_gb());
-  return line;
+  std::string s = line;
+  if (groups_.size() > 1)
+    s += "; the experts' gradients summed over the " + std::to_string(groups_[1].comm->size()) + " rank(s) that hold the same experts";
+  return s;
 }
 
 }  // namespace ufp4

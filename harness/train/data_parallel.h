@@ -16,6 +16,15 @@
 //    state (8 of the 16 bytes a parameter costs) and the update's work.
 //  - replicated: each bucket is all-reduced and every rank runs the single-process update.
 //
+// Expert parallelism: a MoE model's routed experts are split over the ranks of an expert group, so
+// their gradients are summed over a smaller group, the ranks that hold the same experts (one a
+// replica of the model), while every other parameter's are summed over all ranks. Each such set of
+// parameters is a GradientGroup with its own buckets and communicator; the buckets of all groups
+// live in the same flat buffers and are issued in one fixed order. Every element of every parameter
+// lies in exactly one rank's shard, so the sum over all ranks of the squared shards is the global
+// gradient norm. Only with sharded AdamW (the replicated update would need the norm of experts it
+// does not hold).
+//
 // Bits: at a given world size, backend and bucket size, reruns are bit-identical (fixed bucket
 // order, fixed collective algorithms, the data and the SR/RHT keys independent of the rank layout).
 // Against one process with the same global batch the curve is close, not bit-equal: a process sums
@@ -45,14 +54,25 @@ struct DataParallelOptions {
   int64_t bucket_bytes = 25ll << 20;
 };
 
+// Parameters whose gradients `comm`'s ranks sum (and whose AdamW state they shard).
+struct GradientGroup {
+  std::vector<torch::Tensor> params;
+  std::shared_ptr<Communicator> comm;
+};
+
+// The model's parameters split by who sums them: the routed experts' over `experts_data` (the ranks
+// that hold the same experts), every other over `world`; one group over `world` without experts_data.
+std::vector<GradientGroup> gradient_groups(Transformer& model, std::shared_ptr<Communicator> world, std::shared_ptr<Communicator> experts_data);
+
 class DataParallel : NonCopyable {
  public:
-  DataParallel(Transformer& model, torch::optim::AdamW& opt, std::shared_ptr<Communicator> comm, const DataParallelOptions& o);
+  // groups: the first one's communicator spans every rank (it carries the loss, the stop votes and the norm).
+  DataParallel(Transformer& model, torch::optim::AdamW& opt, std::vector<GradientGroup> groups, const DataParallelOptions& o);
   ~DataParallel();
 
   // Points the parameters (again) at the flat buffer, copying their values in: after construction,
   // and after a checkpoint was loaded into the model (loading replaces parameters' storage).
-  // broadcast: rank 0's values go to every rank.
+  // broadcast: the values of rank 0 of each group's communicator go to its other ranks.
   void rebind_parameters(bool broadcast);
 
   struct Result {
@@ -74,8 +94,9 @@ class DataParallel : NonCopyable {
 
  private:
   struct Bucket {
-    int64_t offset = 0, size = 0, shard = 0, shard_offset = 0;  // in elements; size = W * shard (padded)
+    int64_t offset = 0, size = 0, shard = 0, shard_offset = 0;  // in elements; size = W * shard (padded), W its group's ranks
     std::vector<size_t> params;
+    size_t group = 0;  // its GradientGroup
     size_t ready = 0;
   };
   struct Piece {  // a parameter's part inside this rank's shard of one bucket
@@ -85,10 +106,13 @@ class DataParallel : NonCopyable {
   void on_gradient_ready(size_t param);
   void issue_ready_buckets(bool all);
   void sharded_adamw();
+  int64_t make_buckets(const std::vector<size_t>& gradient_group);
+  Communicator& comm_of(const Bucket& b) const { return *groups_[b.group].comm; }
 
   Transformer& model_;
   torch::optim::AdamW& opt_;
-  std::shared_ptr<Communicator> comm_;
+  std::vector<GradientGroup> groups_;
+  std::shared_ptr<Communicator> comm_;  // groups_[0]'s: every rank
   DataParallelOptions o_;
   std::vector<torch::Tensor> params_;
   std::vector<int64_t> param_offset_;

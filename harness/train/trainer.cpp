@@ -26,6 +26,8 @@
 #include "harness/io/run_results.h"
 #include "harness/train/capture_file.h"
 #include "harness/train/determinism.h"
+#include "harness/train/expert_shard.h"
+#include "harness/train/row_exchange_c10d.h"
 #include "harness/plan/run_files.h"
 #include "harness/train/train_device.h"
 #include "harness/train/token_stream.h"
@@ -51,17 +53,6 @@ struct SignalScope {
     std::signal(SIGTERM, old_term);
   }
 };
-
-// SHA-256 of the FP32 master weights, parameter by parameter in registration order, with names.
-std::string weights_sha256(Transformer& model) {
-  Sha256 h;
-  for (const auto& p : model->named_parameters()) {
-    torch::Tensor t = p.value().detach().to(torch::kCPU, torch::kFloat32).contiguous();
-    h.update(p.key());
-    h.update(t.data_ptr(), static_cast<size_t>(t.numel()) * 4);
-  }
-  return h.hex();
-}
 
 void record_step(RunCurves& c, double elapsed_before, const QuantContext& ctx, int64_t step, int64_t tokens, double lr, const StepStats& st,
                  double elapsed) {
@@ -100,15 +91,21 @@ Trainer::Trainer(const RunPlan& plan, const torch::Device& device, std::string d
     rank_ = groups_->data->rank();
     world_ = groups_->data->size();
   }
+  ExpertGroups eg;
+  if (t_.expert_parallel > 1) {
+    check_expert_parallel(plan_, world_);
+    eg = groups_->expert_groups(static_cast<int>(t_.expert_parallel));
+    experts_ = eg.experts;
+  }
   // Operands are captured by one rank (rank 0's micro-batches) in a data-parallel run.
   if (!plan_.capture.steps.empty() && rank_ == 0) ctx_->capture = new_capture(/*on_device=*/false);
-  model_ = Transformer(plan.model, ctx_);
+  model_ = Transformer(plan.model, ctx_, experts_ ? row_exchange(experts_) : nullptr);
   model_->to(device_);
   model_->set_compute_dtype(device_.is_cuda() ? torch::kBFloat16 : torch::kFloat32);
   optimizer_ = make_optimizer(model_, plan.optimizer);
   if (groups_) {
     check_data_parallel_batch(plan_, world_);
-    dp_ = std::make_unique<DataParallel>(model_, *optimizer_, groups_->data, dp);
+    dp_ = std::make_unique<DataParallel>(model_, *optimizer_, gradient_groups(model_, groups_->data, eg.experts_data), dp);
     log_info("run " + plan_.name + ": " + dp_->describe());
   }
   if (device_.is_cuda()) {
@@ -122,11 +119,24 @@ std::string Trainer::shard_path(const std::string& checkpoint, int64_t step) con
   return checkpoint + ".zero1-rank" + std::to_string(rank_) + "of" + std::to_string(world_) + "-step" + std::to_string(step);
 }
 
+std::string Trainer::experts_path(const std::string& checkpoint, int64_t step) const {
+  return checkpoint + ".experts-rank" + std::to_string(experts_->rank()) + "of" + std::to_string(experts_->size()) + "-step" + std::to_string(step);
+}
+
+// The first replica's ranks write the experts shards (every replica holds the same experts).
+bool Trainer::writes_experts() const { return experts_ && rank_ < experts_->size(); }
+
 void Trainer::remove_shards(const std::string& checkpoint, int64_t keep_step) const {
+  if (dp_ && dp_->sharded()) remove_files_of(checkpoint, ".zero1-rank" + std::to_string(rank_) + "of", keep_step >= 0 ? shard_path(checkpoint, keep_step) : "");
+  if (writes_experts())
+    remove_files_of(checkpoint, ".experts-rank" + std::to_string(experts_->rank()) + "of", keep_step >= 0 ? experts_path(checkpoint, keep_step) : "");
+}
+
+void Trainer::remove_files_of(const std::string& checkpoint, const std::string& tag, const std::string& keep_path) const {
   namespace fs = std::filesystem;
   const fs::path ck(checkpoint);
-  const std::string prefix = ck.filename().string() + ".zero1-rank" + std::to_string(rank_) + "of";
-  const std::string keep = keep_step >= 0 ? fs::path(shard_path(checkpoint, keep_step)).filename().string() : "";
+  const std::string prefix = ck.filename().string() + tag;
+  const std::string keep = keep_path.empty() ? "" : fs::path(keep_path).filename().string();
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(ck.parent_path().empty() ? fs::path(".") : ck.parent_path(), ec)) {
     const std::string name = e.path().filename().string();
@@ -136,16 +146,18 @@ void Trainer::remove_shards(const std::string& checkpoint, int64_t keep_step) co
 
 void Trainer::remove_checkpoint(const std::string& checkpoint) const {
   if (rank_ == 0) remove_tree(checkpoint);
-  if (dp_ && dp_->sharded()) remove_shards(checkpoint, -1);
+  remove_shards(checkpoint, -1);
 }
 
 void Trainer::resume(const std::string& checkpoint) {
   state_ = load_checkpoint(checkpoint, model_, *optimizer_, device_, plan_.run_id);
   const bool sharded = dp_ && dp_->sharded();
-  if (state_.world_size != world_ || state_.sharded_optimizer != sharded)
+  if (state_.world_size != world_ || state_.sharded_optimizer != sharded || state_.expert_parallel != t_.expert_parallel)
     throw RuntimeError(checkpoint + ": written by " + std::to_string(state_.world_size) + " rank(s)" + (state_.sharded_optimizer ? " with a sharded optimizer" : "") +
+                       (state_.expert_parallel > 1 ? ", experts over " + std::to_string(state_.expert_parallel) + " ranks" : "") +
                        "; resume it the same way (ranks: " + std::to_string(state_.world_size) + ", --shard-optimizer " +
-                       (state_.sharded_optimizer ? "on" : "off") + "), or remove it to start over");
+                       (state_.sharded_optimizer ? "on" : "off") + ", --ep " + std::to_string(state_.expert_parallel) + "), or remove it to start over");
+  if (experts_) load_expert_shard(experts_path(checkpoint, state_.step), model_, *experts_, device_, {"experts shard", plan_.run_id, state_.step});
   if (dp_) {
     dp_->rebind_parameters(/*broadcast=*/false);  // loading replaced the parameters' storage
     if (sharded) dp_->load_shard(shard_path(checkpoint, state_.step), {"optimizer shard", plan_.run_id, state_.step});
@@ -161,11 +173,13 @@ void Trainer::save(const std::string& checkpoint) {
   state_.cursor = train_.cursor;
   state_.world_size = world_;
   state_.sharded_optimizer = dp_ && dp_->sharded();
+  state_.expert_parallel = t_.expert_parallel;
   if (state_.sharded_optimizer) dp_->save_shard(shard_path(checkpoint, state_.step), {"optimizer shard", plan_.run_id, state_.step});
+  if (writes_experts()) save_expert_shard(experts_path(checkpoint, state_.step), model_, *experts_, {"experts shard", plan_.run_id, state_.step});
   if (dp_) dp_->comm().barrier();
   if (rank_ == 0) save_checkpoint(checkpoint, model_, *optimizer_, state_, plan_.run_id);
   if (dp_) dp_->comm().barrier();
-  if (state_.sharded_optimizer) remove_shards(checkpoint, state_.step);
+  remove_shards(checkpoint, state_.step);
 }
 
 StepStats Trainer::data_parallel_step() {
@@ -185,17 +199,23 @@ StepStats Trainer::data_parallel_step() {
 }
 
 // A single process records the alpha values of the step's last micro-batch; in a data-parallel run
-// the last rank ran it, so its values (keys and all: an idle expert has none) go to every rank.
+// the last rank ran it, so its values (keys and all: an idle expert has none) go to every rank. With
+// expert parallelism a rank has values only for the experts it holds: every rank's values go to
+// every rank, a later rank's replacing an earlier's (so the last rank's for all but the experts, and
+// each expert's from the last replica, which ran the rows of its block's last micro-batches).
 void Trainer::share_telemetry() {
   std::ostringstream os;
   os.precision(17);
   for (const auto& kv : ctx_->alpha) os << kv.first << '\t' << kv.second << '\n';
-  std::istringstream is(dp_->comm().broadcast_bytes(os.str(), world_ - 1));
+  const std::string mine = os.str();
   ctx_->alpha.clear();
-  std::string line;
-  while (std::getline(is, line)) {
-    const size_t tab = line.find('\t');
-    if (tab != std::string::npos) ctx_->alpha[line.substr(0, tab)] = std::stod(line.substr(tab + 1));
+  for (int from = experts_ ? 0 : world_ - 1; from < world_; ++from) {
+    std::istringstream is(dp_->comm().broadcast_bytes(mine, from));
+    std::string line;
+    while (std::getline(is, line)) {
+      const size_t tab = line.find('\t');
+      if (tab != std::string::npos) ctx_->alpha[line.substr(0, tab)] = std::stod(line.substr(tab + 1));
+    }
   }
 }
 
@@ -326,12 +346,14 @@ RunResults Trainer::results() {
   r.seed = t_.seed;
   r.deterministic = t_.deterministic;
   r.world_size = world_;
+  r.expert_parallel = t_.expert_parallel;
   r.backend = groups_ ? groups_->backend() : "none";
   r.optimizer_sharding = dp_ ? (dp_->sharded() ? "zero1" : "replicated") : "none";
   r.cuda_graph = graph_ ? graph_->describe() : device_.is_cuda() ? "off: " + graph_off_ : "off: not a CUDA device";
   r.utc_start = utc_start_;
   r.device_name = device_name_;
-  r.weights_sha256 = weights_sha256(model_);
+  // Collective with expert parallelism (every rank's experts); else rank 0's alone writes it.
+  if (experts_ || rank_ == 0) r.weights_sha256 = weights_sha256(model_, experts_.get());
   r.diverged = diverged_;
   r.diverged_step = diverged_step_;
   r.tokens_per_s = tokens_per_s_;
@@ -438,7 +460,8 @@ RunResult run_training(const RunPlan& plan, const RunOptions& opt) {
              " (ufp4 run resumes it)");
     return {RunStatus::kStopped, "", trainer.steps_done(), g_signal != 0};
   }
-  if (lead) write_run_results(plan.results_path, trainer.results());
+  const RunResults results = trainer.results();  // every rank: the weights' hash gathers the experts of expert parallelism
+  if (lead) write_run_results(plan.results_path, results);
   if (comm) comm->barrier();
   trainer.remove_checkpoint(plan.checkpoint.path);  // only once the results are in place
   const bool diverged = outcome == Trainer::Outcome::kDiverged;

@@ -79,7 +79,10 @@ class Trainer {
   StepStats data_parallel_step();  // this rank's part of the global batch, gradients summed over ranks
   void share_telemetry();          // the alpha values of the step's last micro-batch, from the rank that ran it
   std::string shard_path(const std::string& checkpoint, int64_t step) const;
-  void remove_shards(const std::string& checkpoint, int64_t keep_step) const;  // this rank's, but the one of keep_step
+  std::string experts_path(const std::string& checkpoint, int64_t step) const;  // this expert rank's experts (expert_shard.h)
+  bool writes_experts() const;
+  void remove_shards(const std::string& checkpoint, int64_t keep_step) const;  // this rank's, but the ones of keep_step
+  void remove_files_of(const std::string& checkpoint, const std::string& tag, const std::string& keep_path) const;
   const RunPlan& plan_;
   const TrainSection& t_;  // plan_.train
   torch::Device device_;
@@ -88,6 +91,7 @@ class Trainer {
   Transformer model_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   std::shared_ptr<ProcessGroups> groups_;
+  std::shared_ptr<Communicator> experts_;  // expert parallelism's group (train.expert_parallel > 1)
   std::unique_ptr<DataParallel> dp_;
   std::unique_ptr<StepGraph> graph_;  // CUDA-graph steps, when the manifest and the model allow them
   std::string graph_off_;             // why not, when not
