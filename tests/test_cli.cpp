@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <sstream>
 
@@ -91,6 +92,31 @@ TEST_CASE("bad usage exits 2 with one line naming what is wrong", "[cli]") {
   Result pl = run_cli("plan --model gpt5");
   CHECK(pl.code == 2);
   CHECK(pl.out.find("allowed: dense-1.5b, moe-7.9b, moe-124b") != std::string::npos);
+}
+
+TEST_CASE("ufp4 plan --model MOE --gpus N: every expert-parallel layout of the ranks and experts, EP 1 as data parallelism, the smallest EP that fits", "[cli]") {
+  Result r = run_cli("plan --model moe-7.9b --gpus 4");
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  std::istringstream in(r.out);
+  std::map<int, double> gb;  // EP -> GB a GPU
+  double zero1 = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (const size_t at = line.find(" GB with ZeRO-1"); at != std::string::npos) zero1 = std::stod(line.substr(line.rfind(' ', at - 1) + 1));
+    std::istringstream row(line);
+    int ep = 0, dp = 0;
+    long long experts = 0;
+    double g = 0;
+    if (row >> ep >> dp >> experts >> g && ep * dp == 4) gb[ep] = g;
+  }
+  CHECK(gb.size() == 3);  // EP 1, 2, 4: the divisors of 4 that divide 64 experts
+  CHECK(gb[1] == Approx(zero1).margin(0.005));  // EP 1 is data parallelism with ZeRO-1
+  CHECK(gb[4] < gb[2]);
+  CHECK(gb[2] < gb[1]);
+  const std::string pick = gb[2] <= 80 && gb[1] > 80 ? "layout: EP 2 x DP 2 (the least all-to-all that fits 80 GB)" : "?";
+  CHECK(r.out.find(pick) != std::string::npos);
+  Result big = run_cli("plan --model moe-124b --gpus 8");
+  CHECK(big.out.find("layout: none fits 141 GB on 8 GPUs") != std::string::npos);
 }
 
 TEST_CASE("ufp4 quantize: .npy and .h5 outputs equal the library call", "[cli]") {

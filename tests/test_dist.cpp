@@ -12,10 +12,12 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/atomic_file.h"
 #include "common/error.h"
 #include "common/fs.h"
 #include "harness/dist/launch_env.h"
@@ -525,4 +527,36 @@ TEST_CASE("expert parallelism: a layout that does not fit is one line naming tra
   refused(dense + " --nproc-per-node 2 --ep 2", "2 ranks: tiny has no routed experts (allowed: 1, or a MoE model)");
   const std::string captured = tiny_moe("bf16", 4, "[capture]\nsteps = [1]\nlayers = [\"layers.*\"]\n");
   refused(captured + " --nproc-per-node 2 --ep 2", "2 ranks: [capture] is not allowed with expert parallelism");
+}
+
+TEST_CASE("the README's expert-parallel launches on the CPU, as written: ufp4's own launcher and four Slurm tasks give the same bits", "[dist]") {
+  const std::string root = UFP4_SOURCE_DIR;
+  const std::string readme = read_text_file(root + "/README.md");
+  std::vector<std::string> launches;
+  std::istringstream in(readme);
+  for (std::string line; std::getline(in, line);)
+    if (line.find("experiments/dist/ep_tiny_moe.toml") != std::string::npos && line.rfind("#", 0) != 0) launches.push_back(line);
+  REQUIRE(launches.size() == 2);
+  REQUIRE(launches[0].rfind("build/ufp4 run ", 0) == 0);
+  REQUIRE(launches[1].rfind("for i in 0 1 2 3; do SLURM_PROCID=$i ", 0) == 0);
+  const std::string out = root + "/build/ci/ep";  // the manifest's outputs.dir, from the checkout
+  remove_tree(out);
+  std::vector<RunResults> made;
+  for (std::string line : launches) {
+    const std::string bin = UFP4_BINARY;
+    for (size_t at = 0; (at = line.find("build/ufp4 ", at)) != std::string::npos; at += bin.size()) line.replace(at, 10, bin);
+    const Shell r = sh("cd " + root + " && " + line);
+    INFO(line << "\n" << r.out);
+    REQUIRE(r.code == 0);
+    std::vector<std::string> files;
+    walk_files(out, ".h5", files);
+    REQUIRE(files.size() == 1);
+    made.push_back(read_run_results(files[0]));
+    CHECK(made.back().world_size == 4);
+    CHECK(made.back().expert_parallel == 2);
+  }
+  CHECK(made[0].curves.loss == made[1].curves.loss);
+  CHECK(made[0].curves.eval_loss == made[1].curves.eval_loss);
+  CHECK(made[0].weights_sha256 == made[1].weights_sha256);
+  remove_tree(out);
 }

@@ -56,31 +56,48 @@ BiasDecomposition decompose_bias(const torch::Tensor& x, const QuantSpec& spec) 
   const torch::Tensor level_of = torch::bucketize(q, torch::tensor(mid, torch::kFloat64).to(q.device()));
   // alpha is Eq. 3 on the (rotated) tensor, <A_hat, A> / ||A||^2: in grid units each element weighs s^2.
   const torch::Tensor err = q - t, s2 = s * s, terr = s2 * t * err;
-  const double n = static_cast<double>(live.sum().item<int64_t>()), t2 = (s2 * t * t).sum().item<double>();
+  // Every element's bin: its level, the block maxima apart (bin L), a dead block's elements in none.
+  const int64_t L = static_cast<int64_t>(levels.size());
+  const torch::Tensor bin = torch::where(is_max, torch::full_like(level_of, L), level_of).masked_fill(~live, L + 1);
+  // Per bin: count, sum of errors, sum of alpha's terms; then the totals. One fixed reduction each (the
+  // same bits on every rerun, no atomics), and one copy to the host for all of them.
+  std::vector<torch::Tensor> sums;
+  for (int64_t b = 0; b <= L; ++b) {
+    const torch::Tensor in = bin == b;
+    sums.push_back(in.sum().to(torch::kFloat64));
+    sums.push_back(torch::where(in, err, 0.0).sum());
+    sums.push_back(torch::where(in, terr, 0.0).sum());
+  }
+  sums.push_back(live.sum().to(torch::kFloat64));
+  sums.push_back((s2 * t * t).sum());
+  sums.push_back(torch::where(live, err, 0.0).sum());
+  sums.push_back((s2 * q * t).sum());
+  const torch::Tensor host = torch::stack(sums).cpu();
+  const double* v = host.data_ptr<double>();
+  const size_t totals = static_cast<size_t>(3 * (L + 1));
+  const double n = v[totals], t2 = v[totals + 1];
   if (!(n > 0) || !(t2 > 0)) throw Error("decompose_bias: the tensor is all zeros");
   BiasDecomposition d;
   d.grid = spec.grid.name();
   d.elements = static_cast<int64_t>(n);
-  d.bias = err.masked_select(live).sum().item<double>() / n;
-  d.alpha = (s2 * q * t).sum().item<double>() / t2;
-  auto row = [&](const torch::Tensor& mask, double level, double eq2, bool block_max) {
-    BinContribution b;
-    b.level = level;
-    b.block_max = block_max;
-    b.eq2 = eq2;
-    const double count = static_cast<double>(mask.sum().item<int64_t>());
-    b.share = count / n;
-    b.mean_error = count > 0 ? err.masked_select(mask).sum().item<double>() / count : NAN;
-    b.bias_contribution = err.masked_select(mask).sum().item<double>() / n;
-    b.alpha_contribution = terr.masked_select(mask).sum().item<double>() / t2;
-    d.bias_sum += b.bias_contribution;
-    d.alpha_sum += b.alpha_contribution;
-    d.bins.push_back(b);
-  };
-  for (size_t i = 0; i < levels.size(); ++i) row(live & ~is_max & (level_of == static_cast<int64_t>(i)), levels[i], eq2_prediction(levels, i), false);
-  // Under FP32 scales a block's maximum decodes to g_max exactly; a rounded scale (E8M0, E4M3) moves it,
-  // which is the scale's own bias, apart from the grid's: no Eq. 2 prediction then.
-  row(is_max, spec.grid.gmax(), spec.scale == ScaleKind::kFp32 ? 0.0 : NAN, true);
+  d.bias = v[totals + 2] / n;
+  d.alpha = v[totals + 3] / t2;
+  for (int64_t b = 0; b <= L; ++b) {
+    const double count = v[3 * b], err_sum = v[3 * b + 1], terr_sum = v[3 * b + 2];
+    BinContribution c;
+    c.block_max = b == L;
+    c.level = c.block_max ? spec.grid.gmax() : levels[static_cast<size_t>(b)];
+    // Under FP32 scales a block's maximum decodes to g_max exactly; a rounded scale (E8M0, E4M3) moves it,
+    // which is the scale's own bias, apart from the grid's: no Eq. 2 prediction then.
+    c.eq2 = !c.block_max ? eq2_prediction(levels, static_cast<size_t>(b)) : spec.scale == ScaleKind::kFp32 ? 0.0 : NAN;
+    c.share = count / n;
+    c.mean_error = count > 0 ? err_sum / count : NAN;
+    c.bias_contribution = err_sum / n;
+    c.alpha_contribution = terr_sum / t2;
+    d.bias_sum += c.bias_contribution;
+    d.alpha_sum += c.alpha_contribution;
+    d.bins.push_back(c);
+  }
   return d;
 }
 

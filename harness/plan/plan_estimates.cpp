@@ -119,16 +119,46 @@ std::string reuse_reason(const RunPlan& p) {
   return "new: no earlier result of this name in " + p.out_dir;
 }
 
+// Expert parallelism on `gpus` ranks (harness/train/data_parallel.h, `ufp4 run --ep E`): every EP that
+// divides both the ranks and the experts, the routed experts split over EP ranks and their AdamW moments
+// over the GPUs / EP ranks that hold the same experts, every other parameter whole on each rank with its
+// moments split over all ranks (ZeRO-1, with the rank's FP32 gradient shard); FP32 and BF16 weights, FP32
+// gradients (as data_parallel_memory_gb at EP 1). The all-to-all counts each
+// token's top-k copies of its d_model BF16 activations out and back (dispatch, combine), forward and
+// backward, less the share that stays on the rank. The recommendation: the smallest EP that fits 80 GB
+// (the least all-to-all), else 141 GB, else none.
+void print_expert_layouts(const ModelConfig& c, int gpus, int64_t micro_batch) {
+  const MemoryEstimate m = estimate_memory(c, micro_batch);
+  const double gb = 1e9;
+  const int64_t moe_layers = c.n_layers - c.dense_layers;
+  const double expert_params = static_cast<double>(moe_layers) * c.n_experts * 3.0 * c.d_model * c.expert_hidden;
+  const double other = static_cast<double>(count_params(c).total) - expert_params;
+  const double tok = static_cast<double>(micro_batch) * c.seq_len;
+  std::printf("  expert parallel on %d GPUs (ufp4 run --ep E; ZeRO-1, micro-batch %lld a GPU, activations %.2f GB, no recompute):\n", gpus,
+              static_cast<long long>(micro_batch), m.activations_gb);
+  std::printf("    %6s %6s %14s %12s %12s %s\n", "EP", "DP", "experts a GPU", "GB a GPU", "all-to-all", "fits 80 / 141 GB");
+  int fit80 = 0, fit141 = 0;
+  for (int ep = 1; ep <= gpus; ++ep) {
+    if (gpus % ep != 0 || c.n_experts % ep != 0) continue;
+    const int dp = gpus / ep;  // ranks that hold the same experts
+    const double per_gpu = (other * (6.0 + 4.0 + 12.0 / gpus) + expert_params / ep * (6.0 + 4.0 + 12.0 / dp)) / gb + m.activations_gb;
+    const double a2a = tok * c.top_k * c.d_model * 2.0 * 2.0 * 2.0 * moe_layers * (ep - 1.0) / ep / gb;
+    if (per_gpu <= 80 && !fit80) fit80 = ep;
+    if (per_gpu <= 141 && !fit141) fit141 = ep;
+    std::printf("    %6d %6d %14lld %12.2f %9.2f GB %s / %s\n", ep, dp, static_cast<long long>(c.n_experts / ep), per_gpu, a2a,
+                per_gpu <= 80 ? "yes" : "no", per_gpu <= 141 ? "yes" : "no");
+  }
+  if (fit80) std::printf("    layout: EP %d x DP %d (the least all-to-all that fits 80 GB)\n", fit80, gpus / fit80);
+  else if (fit141) std::printf("    layout: EP %d x DP %d (fits 141 GB, not 80 GB)\n", fit141, gpus / fit141);
+  else std::printf("    layout: none fits 141 GB on %d GPUs (more GPUs, activation recompute or sharded weights would be needed)\n", gpus);
+}
+
 // `plan --model NAME --gpus N`: memory per GPU under data parallelism with replicated and with sharded
 // (ZeRO-1) AdamW state, as `ufp4 run` on N ranks holds them (harness/train/data_parallel.h: FP32
 // weights and gradients whole on every rank, the AdamW moments split N ways), the time for `tokens`
 // at N x the measured tokens/s of one GPU (linear scaling: no communication counted, a lower bound),
-// and for a MoE model the expert-parallel layout it would need: experts split over an EP group, the
-// other parameters data-parallel.
+// and for a MoE model its expert-parallel layouts (print_expert_layouts).
 void print_cluster_plan(const ModelConfig& c, int gpus, int64_t micro_batch, double tokens, const SpeedIndex& speed, const std::string& device) {
-  const ParamCount p = count_params(c);
-  const MemoryEstimate m = estimate_memory(c, micro_batch);
-  const double gb = 1e9, n = static_cast<double>(p.total);
   const double replicated = data_parallel_memory_gb(c, micro_batch, gpus, false);
   const double zero1 = data_parallel_memory_gb(c, micro_batch, gpus, true);
   std::printf("\n  %d GPUs, data parallel (micro-batch %lld a GPU): %.2f GB a GPU with replicated AdamW state, %.2f GB with ZeRO-1 "
@@ -143,26 +173,7 @@ void print_cluster_plan(const ModelConfig& c, int gpus, int64_t micro_batch, dou
                 est.second.empty() ? "this model, ufp4" : est.second == "~" ? "this model, another recipe" : "FLOPs at the median MFU measured");
   else
     std::printf("    %.3g tokens: no time estimate (nothing measured on %s)\n", tokens, device.c_str());
-  if (!c.is_moe()) return;
-  // Expert parallelism: the largest EP that divides both the experts and the GPUs.
-  int ep = 1;
-  for (int e = 1; e <= gpus; ++e)
-    if (gpus % e == 0 && c.n_experts % e == 0) ep = e;
-  const int64_t moe_layers = c.n_layers - c.dense_layers;
-  const double expert_params = static_cast<double>(moe_layers) * c.n_experts * 3.0 * c.d_model * c.expert_hidden;
-  const double other = n - expert_params;
-  const int dp_experts = gpus / ep;  // ranks holding the same experts
-  // Per GPU: the other parameters whole, 1/EP of the experts; FP32 + BF16 weights, FP32 grads, AdamW
-  // moments split over the ranks that hold the same parameters (ZeRO-1).
-  const double per_gpu = (other * (6.0 + 4.0 + 8.0 / gpus) + expert_params / ep * (6.0 + 4.0 + 8.0 / dp_experts)) / gb + m.activations_gb;
-  // All-to-all per step and GPU: each token's top-k copies of its d_model BF16 activations leave and come
-  // back (dispatch, combine) in the forward and again in the backward, minus the part that stays local.
-  const double tok = static_cast<double>(micro_batch) * c.seq_len;
-  const double a2a = tok * c.top_k * c.d_model * 2.0 * 2.0 * 2.0 * moe_layers * (ep - 1.0) / ep / gb;
-  std::printf("  expert parallel: EP %d x DP %d: %lld experts a GPU (of %lld), %.2f GB a GPU with ZeRO-1; all-to-all %.2f GB a GPU per "
-              "micro-batch (%lld MoE layers, top-%lld, BF16, forward and backward)\n",
-              ep, dp_experts, static_cast<long long>(c.n_experts / ep), static_cast<long long>(c.n_experts), per_gpu, a2a,
-              static_cast<long long>(moe_layers), static_cast<long long>(c.top_k));
+  if (c.is_moe()) print_expert_layouts(c, gpus, micro_batch);
 }
 
 }  // namespace
