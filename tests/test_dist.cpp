@@ -261,6 +261,22 @@ TEST_CASE("bench scaling on 1 and 2 Gloo ranks, and the report's data-parallel s
   CHECK(rows.find("tiny|bf16|none|none|") == 0);
   CHECK(rows.find("\ntiny|bf16|gloo|zero1|off: data parallel") != std::string::npos);
   CHECK(!read_h5_string_attrs(h5)["git_commit"].empty());
+  // Expert parallelism: the tiny MoE model's step with its experts over 2 ranks, and one MoE layer the same
+  // way, in expert_parallel.h5 (scaling.h5 stays the data-parallel measurement).
+  for (const std::string unit : {"step", "MoE layer"}) {
+    const std::string out = unit == "step" ? d : d + "/layer";
+    const Shell ep = sh(ufp4 + " bench scaling --gpus 1,2 --ep 2 --models tiny-moe --recipes bf16 --batch 4 --micro-batch 2 --seq 64 --warmup 1 " +
+                        "--steps 2 --device cpu --out-dir " + out + (unit == "step" ? "" : " --moe-layer"));
+    INFO(ep.out);
+    REQUIRE(ep.code == 0);
+    const std::string eh5 = out + "/expert_parallel.h5";
+    const std::string ep_rows = read_h5_string_attrs(eh5, "scaling/step_ms")["rows"];
+    CHECK(ep_rows.find("|1 GPU|" + unit + "\n") != std::string::npos);
+    CHECK(ep_rows.find("tiny-moe|bf16|gloo|" + std::string(unit == "step" ? "zero1" : "none")) != std::string::npos);
+    CHECK(ep_rows.find("|EP 2 x DP 1|" + unit + "\n") != std::string::npos);
+    for (const float v : read_h5_f32(eh5, "scaling/tokens_per_s").data) CHECK(v > 0);
+    CHECK(read_h5_numeric_attrs(eh5)["expert_parallel"] == 2);
+  }
 
   // One rank with seeds 1-3, two ranks with seed 1 twice: the correctness section's inputs.
   const std::string runs = d + "/data-parallel";
@@ -285,6 +301,8 @@ TEST_CASE("bench scaling on 1 and 2 Gloo ranks, and the report's data-parallel s
   CHECK(md.find("## Data-parallel scaling") != std::string::npos);
   CHECK(md.find("| tiny | bf16 | 2 | ") != std::string::npos);
   CHECK(md.find("## Data-parallel correctness") != std::string::npos);
+  CHECK(md.find("## Expert parallelism") != std::string::npos);
+  CHECK(md.find("| tiny-moe | bf16 | step | 2 | EP 2 x DP 1 | ") != std::string::npos);
   CHECK(md.find("| data-parallel efficiency, dense-1.5b on 4 GPUs (each recipe) | >= 90% | not measured: the largest world here is 2 GPUs | **not run** |") !=
         std::string::npos);
   // bf16 on the CPU: two ranks stay within FP32 rounding of one process, far inside the seed spread.
@@ -527,6 +545,7 @@ TEST_CASE("expert parallelism: a layout that does not fit is one line naming tra
   refused(dense + " --nproc-per-node 2 --ep 2", "2 ranks: tiny has no routed experts (allowed: 1, or a MoE model)");
   const std::string captured = tiny_moe("bf16", 4, "[capture]\nsteps = [1]\nlayers = [\"layers.*\"]\n");
   refused(captured + " --nproc-per-node 2 --ep 2", "2 ranks: [capture] is not allowed with expert parallelism");
+  refused(moe + " --nproc-per-node 2 --ep 2 --replicate-optimizer", "2 ranks with --replicate-optimizer: not allowed");
 }
 
 TEST_CASE("the README's expert-parallel launches on the CPU, as written: ufp4's own launcher and four Slurm tasks give the same bits", "[dist]") {

@@ -55,6 +55,11 @@ struct ScalingBenchOptions {
   std::string device = "auto";
   std::string backend = "auto";  // auto (NCCL on GPUs) | nccl | gloo
   double bucket_mb = 25;         // gradient bucket size (DataParallelOptions::bucket_bytes)
+  // Expert parallelism for MoE models: at N ranks the experts split over gcd(ep, N) ranks (ufp4 run --ep).
+  int ep = 1;
+  // Time one routed MoE layer (layer 1) forward and backward on batch x seq tokens a rank instead of the
+  // model's training step: a model too large to train here, at its real shapes.
+  bool moe_layer = false;
   // Set by the launcher for its ranks: where a rank writes its figures (@RANK@ becomes its rank).
   std::string rank_out;
 };

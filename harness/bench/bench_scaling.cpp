@@ -9,9 +9,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <numeric>
 #include <sstream>
 
 #include "common/atomic_file.h"
@@ -28,6 +30,7 @@
 #include "harness/io/provenance.h"
 #include "harness/plan/plan_estimates.h"
 #include "harness/train/data_parallel.h"
+#include "harness/train/row_exchange_c10d.h"
 #include "harness/train/determinism.h"
 #include "harness/train/step_graph.h"
 #include "harness/train/train_step.h"
@@ -46,11 +49,24 @@ struct RankFigures {
   std::string cuda_graph;
 };
 
+// The ranks the model's experts split over at this world size (1: none; a dense model, or no --ep).
+int expert_ranks(const std::string& model, const ScalingBenchOptions& o, int world) {
+  const ModelConfig mc = model_config(model);
+  const int ep = mc.is_moe() ? std::gcd(o.ep, world) : 1;
+  if (mc.n_experts % ep != 0 && mc.is_moe())
+    throw Error("bench scaling: --ep " + std::to_string(o.ep) + ": " + model + "'s " + std::to_string(mc.n_experts) + " experts do not split over " +
+                std::to_string(ep) + " ranks (allowed: a divisor of the experts)");
+  return ep;
+}
+
 RankFigures time_model(const std::string& model, const std::string& recipe, const ScalingBenchOptions& o, const torch::Device& device,
                        ProcessGroups* groups) {
   RankFigures f;
   {
-    TimedModel m = make_timed_model(model, recipe, o.seq_len, /*deterministic=*/true, device);
+    const int ep = expert_ranks(model, o, groups ? groups->data->size() : 1);
+    const ExpertGroups eg = ep > 1 ? groups->expert_groups(ep) : ExpertGroups{};
+    TimedModel m = make_timed_model(model, recipe, o.seq_len, /*deterministic=*/true, device, /*batch_weights=*/true,
+                                    eg.experts ? row_exchange(eg.experts) : nullptr);
     auto& [mc, adamw, ctx, net, opt] = m;
     // Fixed random tokens, each rank its own: the step's cost does not depend on the text.
     const int rank = groups ? groups->data->rank() : 0, world = groups ? groups->data->size() : 1;
@@ -69,7 +85,7 @@ RankFigures time_model(const std::string& model, const std::string& recipe, cons
     if (groups) {
       DataParallelOptions dpo;
       dpo.bucket_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20));
-      dp = std::make_unique<DataParallel>(net, *opt, gradient_groups(net, groups->data, nullptr), dpo);
+      dp = std::make_unique<DataParallel>(net, *opt, gradient_groups(net, groups->data, eg.experts_data), dpo);
     } else if (StepGraph::obstacle(net, device, false).empty()) {
       graph = std::make_unique<StepGraph>(net, *opt, accum, mc.seq_len, 1.0);
     }
@@ -90,6 +106,34 @@ RankFigures time_model(const std::string& model, const std::string& recipe, cons
   return f;
 }
 
+// One routed MoE layer of `model` (layer 1), its experts split over the ranks' expert groups, forward
+// and backward on batch x seq random BF16 rows a rank, no optimizer (bench_step.cpp's MoE layer, over ranks).
+RankFigures time_moe_layer(const std::string& model, const std::string& recipe, const ScalingBenchOptions& o, const torch::Device& device,
+                           ProcessGroups* groups) {
+  RankFigures f;
+  {
+    if (!model_config(model).is_moe()) throw Error("bench scaling --moe-layer: " + model + " is not a MoE model");
+    const int rank = groups ? groups->data->rank() : 0;
+    const int ep = expert_ranks(model, o, groups ? groups->data->size() : 1);
+    const ExpertGroups eg = ep > 1 ? groups->expert_groups(ep) : ExpertGroups{};
+    TimedMoeLayer m = make_timed_moe_layer(model, recipe, device, eg.experts ? row_exchange(eg.experts) : nullptr);
+    const auto act = device.is_cuda() ? torch::kBFloat16 : torch::kFloat32;
+    torch::manual_seed(1000 + static_cast<uint64_t>(rank));  // each rank its own rows
+    const torch::TensorOptions on = torch::TensorOptions().device(device);
+    torch::Tensor x = (torch::randn({o.batch, o.seq_len, m.config.d_model}, on) * 0.5).to(act).requires_grad_(true);
+    const torch::Tensor g = (torch::randn({o.batch, o.seq_len, m.config.d_model}, on) * 1e-3).to(act);
+    const std::vector<double> ms = time_passes(device, o.warmup, o.steps, [&](int s) { m.pass(x, g, s); });
+    const TimeStats st = time_stats(ms);
+    f.step_ms = st.median;
+    f.step_ms_sd = st.sd;
+    f.peak_memory_gb = peak_memory_gb(device);
+    f.cuda_graph = "off: one layer";
+    if (groups) groups->data->barrier();
+  }
+  reset_peak_memory(device);
+  return f;
+}
+
 // A launched rank (or the one process of N = 1): every model and recipe, its figures to `out`.
 void run_rank(const ScalingBenchOptions& o, std::string out) {
   const LaunchEnv env = read_launch_env();
@@ -104,7 +148,7 @@ void run_rank(const ScalingBenchOptions& o, std::string out) {
   t << "rank = " << env.rank << "\nworld_size = " << env.world_size << "\nbackend = \"" << (groups ? groups->backend() : "none") << "\"\n";
   for (const auto& model : o.models)
     for (const auto& recipe : o.recipes) {
-      const RankFigures f = time_model(model, recipe, o, device, groups.get());
+      const RankFigures f = o.moe_layer ? time_moe_layer(model, recipe, o, device, groups.get()) : time_model(model, recipe, o, device, groups.get());
       char line[256];
       std::snprintf(line, sizeof line, "bench scaling: %d rank(s) %-11s %-5s rank 0: %8.2f ms a step, peak %.1f GB", env.world_size, model.c_str(),
                     recipe.c_str(), f.step_ms, f.peak_memory_gb);
@@ -141,7 +185,9 @@ std::vector<ScalingBenchRow> run_scaling_benchmarks(const ScalingBenchOptions& o
                                      "--batch", std::to_string(o.batch), "--micro-batch", std::to_string(o.micro_batch),
                                      "--seq", std::to_string(o.seq_len), "--warmup", std::to_string(o.warmup), "--steps", std::to_string(o.steps),
                                      "--device", o.device, "--backend", o.backend, "--bucket-mb", std::to_string(o.bucket_mb),
+                                     "--ep", std::to_string(o.ep),
                                      "--rank-out", tmp + "/world" + std::to_string(n) + "-rank@RANK@.toml"};
+    if (o.moe_layer) argv.push_back("--moe-layer");
     log_info("bench scaling: " + std::to_string(n) + " rank(s)");
     const int rc = launch_local_ranks(n, argv, std::chrono::seconds(30));
     if (rc != 0) throw RuntimeError("bench scaling: the " + std::to_string(n) + "-rank run failed (exit " + std::to_string(rc) + ")");
@@ -156,7 +202,10 @@ std::vector<ScalingBenchRow> run_scaling_benchmarks(const ScalingBenchOptions& o
         row.recipe = recipe;
         row.gpus = n;
         row.backend = backend;
-        row.sharding = n > 1 ? "zero1" : "none";
+        row.sharding = n > 1 && !o.moe_layer ? "zero1" : "none";
+        const int ep = expert_ranks(model, o, n);
+        row.layout = n == 1 ? "1 GPU" : ep > 1 ? "EP " + std::to_string(ep) + " x DP " + std::to_string(n / ep) : "DP " + std::to_string(n);
+        row.unit = o.moe_layer ? "MoE layer" : "step";
         row.batch = o.batch;
         row.micro_batch = o.micro_batch;
         row.seq_len = o.seq_len;
@@ -177,11 +226,13 @@ std::vector<ScalingBenchRow> run_scaling_benchmarks(const ScalingBenchOptions& o
         }
         const ModelConfig mc = [&] { ModelConfig c = model_config(model); c.seq_len = o.seq_len; return c; }();
         row.tokens_per_s = static_cast<double>(n * o.batch * o.seq_len) / (row.step_ms * 1e-3);
-        row.mfu = device.is_cuda() ? row.tokens_per_s * train_flops_per_token(mc) / (peak_flops(device) * n) : 0.0;
-        row.plan_memory_gb = data_parallel_memory_gb(mc, o.micro_batch, n, true);
+        const double flops = o.moe_layer ? TimedMoeLayer{mc, nullptr, nullptr}.flops_per_token() : train_flops_per_token(mc);
+        row.mfu = device.is_cuda() ? row.tokens_per_s * flops / (peak_flops(device) * n) : 0.0;
+        row.plan_memory_gb = o.moe_layer ? NAN : expert_parallel_memory_gb(mc, o.micro_batch, n, ep);
         char line[256];
-        std::snprintf(line, sizeof line, "bench scaling: %d rank(s) %-11s %-5s %8.2f ms a step  %10.0f tok/s  MFU %5.1f%%  peak %.1f GB a GPU (plan %.1f)",
-                      n, model.c_str(), recipe.c_str(), row.step_ms, row.tokens_per_s, 100 * row.mfu, row.peak_memory_gb, row.plan_memory_gb);
+        std::snprintf(line, sizeof line, "bench scaling: %d rank(s) %-11s %-5s %-12s %8.2f ms a %s  %10.0f tok/s  MFU %5.1f%%  peak %.1f GB a GPU (plan %.1f)",
+                      n, model.c_str(), recipe.c_str(), row.layout.c_str(), row.step_ms, o.moe_layer ? "layer pass" : "step", row.tokens_per_s, 100 * row.mfu,
+                      row.peak_memory_gb, row.plan_memory_gb);
         log_info(line);
         rows.push_back(row);
         ++i;
@@ -195,8 +246,11 @@ void write_scaling_bench(const std::string& path, const std::vector<ScalingBench
   H5Writer w(path);
   write_bench_header(w, std::string("data-parallel scaling: N ranks on one machine, fixed per-GPU batch, the engine's DataParallel step (ZeRO-1, "
                              "bucketed collectives overlapped with backward); N = 1 one process without data parallelism; CUDA events "
-                             "per step after warm-up; a world's step is its slowest rank's median"));
+                             "per step after warm-up; a world's step is its slowest rank's median") +
+                         (o.ep > 1 ? "; MoE models' experts split over gcd(ep, N) ranks (expert parallelism)" : "") +
+                         (o.moe_layer ? "; timed: one routed MoE layer's forward and backward, no optimizer" : ""));
   w.attr("warmup_steps", static_cast<int64_t>(o.warmup));
+  w.attr("expert_parallel", static_cast<int64_t>(o.ep));
   w.attr("bucket_mb", o.bucket_mb);
   const char* nvls = std::getenv("NCCL_NVLS_ENABLE");
   w.attr("nccl_nvls_enable", std::string(nvls ? nvls : "(unset)"));

@@ -95,32 +95,15 @@ StepBenchRow bench_ours(const std::string& model, const std::string& recipe, con
 // o.moe_layer_tokens tokens of random BF16 activations, no optimizer: the layer alone, at paper scale.
 // MFU counts the active parameters: 6 x (router + (top-k + shared) experts' SwiGLU) FLOPs per token.
 StepBenchRow bench_moe_layer(const std::string& model, const std::string& recipe, const StepBenchOptions& o, const torch::Device& device) {
-  set_deterministic(true);
-  const ModelConfig mc = model_config(model);
-  if (!mc.is_moe()) throw Error("--moe-layers: " + model + " is not a MoE model");
-  torch::manual_seed(1);
-  auto ctx = std::make_shared<QuantContext>();
-  ctx->recipe = Recipe::load(recipe);
-  ctx->run_seed = 1;
-  reset_peak_memory(device);
-  int64_t id = 0;
-  Moe layer(mc, "layers.1.mlp", ctx, id, 1);
-  layer->to(device);
+  if (!model_config(model).is_moe()) throw Error("--moe-layers: " + model + " is not a MoE model");
+  TimedMoeLayer m = make_timed_moe_layer(model, recipe, device);
   const auto act = device.is_cuda() ? torch::kBFloat16 : torch::kFloat32;
   const int64_t T = o.moe_layer_tokens;
-  torch::Tensor x = (torch::randn({1, T, mc.d_model}, torch::TensorOptions().device(device)) * 0.5).to(act).requires_grad_(true);
-  torch::Tensor g = (torch::randn({1, T, mc.d_model}, torch::TensorOptions().device(device)) * 1e-3).to(act);
-  const std::vector<double> ms = time_passes(device, o.warmup, o.steps, [&](int s) {
-    ctx->step = s;
-    for (auto& p : layer->parameters()) p.mutable_grad() = torch::Tensor();
-    x.mutable_grad() = torch::Tensor();
-    torch::Tensor y = layer->forward(x);
-    ((y * g).sum() + layer->aux_loss).backward();
-  });
-  StepBenchRow r = timed_row("ufp4-moe-layer", model, ctx->recipe.name, 1, T, o.steps, ms, device);
-  const double d = static_cast<double>(mc.d_model), h = static_cast<double>(mc.expert_hidden);
-  const double active = d * static_cast<double>(mc.n_experts) + static_cast<double>(mc.top_k + mc.n_shared_experts) * 3.0 * d * h;
-  r.mfu = device.is_cuda() ? r.tokens_per_s * 6.0 * active / peak_flops(device) : 0.0;
+  torch::Tensor x = (torch::randn({1, T, m.config.d_model}, torch::TensorOptions().device(device)) * 0.5).to(act).requires_grad_(true);
+  torch::Tensor g = (torch::randn({1, T, m.config.d_model}, torch::TensorOptions().device(device)) * 1e-3).to(act);
+  const std::vector<double> ms = time_passes(device, o.warmup, o.steps, [&](int s) { m.pass(x, g, s); });
+  StepBenchRow r = timed_row("ufp4-moe-layer", model, m.ctx->recipe.name, 1, T, o.steps, ms, device);
+  r.mfu = device.is_cuda() ? r.tokens_per_s * m.flops_per_token() / peak_flops(device) : 0.0;
   return r;
 }
 

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <tuple>
 
+#include "common/error.h"
 #include "harness/report/report.h"
 #include "harness/train/determinism.h"
 #include "harness/train/train_step.h"
@@ -61,7 +62,7 @@ void reset_peak_memory(const torch::Device& device) {
 }
 
 TimedModel make_timed_model(const std::string& model, const std::string& recipe, int64_t seq_len, bool deterministic,
-                            const torch::Device& device, bool batch_weights) {
+                            const torch::Device& device, bool batch_weights, std::shared_ptr<RowExchange> experts_over) {
   TimedModel t;
   t.adamw = optimizer_section(RunManifest{});  // the trainer's defaults (AdamW, clipping 1.0)
   set_deterministic(deterministic);
@@ -73,11 +74,41 @@ TimedModel make_timed_model(const std::string& model, const std::string& recipe,
   t.ctx->run_seed = 1;
   t.ctx->batch_weight_operands = batch_weights;
   reset_peak_memory(device);
-  t.net = Transformer(t.config, t.ctx);
+  t.net = Transformer(t.config, t.ctx, std::move(experts_over));
   t.net->to(device);
   t.net->set_compute_dtype(device.is_cuda() ? torch::kBFloat16 : torch::kFloat32);
   t.opt = make_optimizer(t.net, t.adamw);
   return t;
+}
+
+TimedMoeLayer make_timed_moe_layer(const std::string& model, const std::string& recipe, const torch::Device& device,
+                                   std::shared_ptr<RowExchange> experts_over) {
+  TimedMoeLayer t;
+  set_deterministic(true);
+  t.config = model_config(model);
+  if (!t.config.is_moe()) throw Error("MoE layer benchmark: " + model + " is not a MoE model");
+  torch::manual_seed(1);
+  t.ctx = std::make_shared<QuantContext>();
+  t.ctx->recipe = Recipe::load(recipe);
+  t.ctx->run_seed = 1;
+  reset_peak_memory(device);
+  int64_t id = 0;
+  t.layer = Moe(t.config, "layers.1.mlp", t.ctx, id, 1, std::move(experts_over));
+  t.layer->to(device);
+  return t;
+}
+
+void TimedMoeLayer::pass(const torch::Tensor& x, const torch::Tensor& g, int step) {
+  ctx->step = step;
+  for (auto& p : layer->parameters()) p.mutable_grad() = torch::Tensor();
+  x.mutable_grad() = torch::Tensor();
+  const torch::Tensor y = layer->forward(x);
+  ((y * g).sum() + layer->aux_loss).backward();
+}
+
+double TimedMoeLayer::flops_per_token() const {
+  const double d = static_cast<double>(config.d_model), h = static_cast<double>(config.expert_hidden);
+  return 6.0 * (d * static_cast<double>(config.n_experts) + static_cast<double>(config.top_k + config.n_shared_experts) * 3.0 * d * h);
 }
 
 }  // namespace ufp4

@@ -39,7 +39,22 @@ struct TimedModel {
   Transformer net{nullptr};
   std::unique_ptr<torch::optim::AdamW> opt;
 };
+// experts_over: expert parallelism's group (models/moe.h), for a MoE model split over ranks.
 TimedModel make_timed_model(const std::string& model, const std::string& recipe, int64_t seq_len, bool deterministic,
-                            const torch::Device& device, bool batch_weights = true);
+                            const torch::Device& device, bool batch_weights = true, std::shared_ptr<RowExchange> experts_over = nullptr);
+
+// One routed MoE layer of `model` (layer 1, after the first dense layer) for timing: deterministic mode,
+// seed 1, on `device`, the peak-memory counter reset; its experts over `experts_over`'s ranks when given.
+struct TimedMoeLayer {
+  ModelConfig config;
+  std::shared_ptr<QuantContext> ctx;
+  Moe layer{nullptr};
+  // One timed pass: the forward of x (requires grad) and the backward of (y . g) + the balance loss.
+  void pass(const torch::Tensor& x, const torch::Tensor& g, int step);
+  // 6 x (router + (top-k + shared) experts' SwiGLU) FLOPs a token: its active parameters.
+  double flops_per_token() const;
+};
+TimedMoeLayer make_timed_moe_layer(const std::string& model, const std::string& recipe, const torch::Device& device,
+                                   std::shared_ptr<RowExchange> experts_over = nullptr);
 
 }  // namespace ufp4

@@ -50,6 +50,8 @@ int cmd_bench(const std::vector<std::string>& args) {
       ("gpus", po::value(&gpus)->default_value("1,2"), "scaling: comma list of world sizes (ranks on this machine, one a GPU)")
       ("backend", po::value(&co.backend)->default_value("auto"), "scaling: auto (NCCL on GPUs, Gloo on CPU) | nccl | gloo")
       ("bucket-mb", po::value(&co.bucket_mb)->default_value(25), "scaling: gradient bucket size, MiB")
+      ("ep", po::value(&co.ep)->default_value(1), "scaling: expert parallelism for MoE models, the experts split over gcd(ep, N) of N ranks (ufp4 run --ep)")
+      ("moe-layer", po::bool_switch(&co.moe_layer), "scaling: time one routed MoE layer (forward and backward, batch x seq tokens a rank) instead of the training step")
       ("rank-out", po::value(&co.rank_out), "scaling: (set by the launcher for its ranks) where a rank writes its figures")
       ("seq", po::value(&so.seq_len)->default_value(2048), "step: tokens per sequence")
       ("warmup", po::value(&so.warmup)->default_value(3), "step: untimed steps first")
@@ -93,12 +95,14 @@ int cmd_bench(const std::vector<std::string>& args) {
     co.device = device;
     if (co.backend != "auto" && co.backend != "nccl" && co.backend != "gloo")
       throw Error("bench: --backend: '" + co.backend + "' is not allowed (allowed: auto, nccl, gloo)");
-    if (!(co.bucket_mb > 0)) throw Error("bench: --bucket-mb must be > 0");
+    if (!(co.bucket_mb > 0) || co.ep < 1) throw Error("bench: --bucket-mb must be > 0 and --ep >= 1");
     const auto rows = run_scaling_benchmarks(co);
     if (!co.rank_out.empty()) return 0;  // a rank: the launcher writes the file
     make_dirs(out_dir);
-    write_scaling_bench(out_dir + "/scaling.h5", rows, co);
-    log_info("bench scaling: " + std::to_string(rows.size()) + " rows -> " + out_dir + "/scaling.h5");
+    // Expert parallelism's rows in a file of their own: scaling.h5 stays the data-parallel measurement.
+    const std::string file = out_dir + (co.ep > 1 || co.moe_layer ? "/expert_parallel.h5" : "/scaling.h5");
+    write_scaling_bench(file, rows, co);
+    log_info("bench scaling: " + std::to_string(rows.size()) + " rows -> " + file);
     return 0;
   }
   if (!vm->count("models")) models = "dense-20m:1024,dense-35m:1024,dense-113m,moe-81m";

@@ -77,6 +77,9 @@ int cmd_run(const std::vector<std::string>& args) {
     if (ep > 0) p.train.expert_parallel = ep;
     if (world > 1) check_data_parallel_batch(p, world);
     check_expert_parallel(p, world);
+    if (replicate_optimizer && p.train.expert_parallel > 1)
+      throw Error(p.manifest_path + ": train.expert_parallel: " + std::to_string(p.train.expert_parallel) +
+                  " ranks with --replicate-optimizer: not allowed (each rank holds only its experts; allowed: the sharded optimizer, the default)");
   }
   if (nproc > 0) {
     // Prepare the data once, here, and check every plan (bad input fails here, before any rank starts),
@@ -118,7 +121,8 @@ int cmd_run(const std::vector<std::string>& args) {
   const RunQueueOutcome out = train_queue(plans, [&](size_t i) {
     const RunPlan& p = plans[i];
     return exe + " run " + shell_quote(p.manifest_path) + " --only " + shell_quote(p.name) + " --run-id " + p.run_id + (opt.force ? " --force" : "") +
-           (opt.device.empty() ? "" : " --device " + shell_quote(opt.device)) + (opt.stop_after >= 0 ? " --stop-after " + std::to_string(opt.stop_after) : "");
+           (opt.device.empty() ? "" : " --device " + shell_quote(opt.device)) + (opt.stop_after >= 0 ? " --stop-after " + std::to_string(opt.stop_after) : "") +
+           (ep > 0 ? " --ep " + std::to_string(ep) : "");
   }, q);
   if (lead) print_queue_outcome(out, plans.size(), "run");
   return out.exit_code();

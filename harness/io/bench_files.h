@@ -40,6 +40,9 @@ struct StepBenchRow {
 // Data-parallel scaling: one row a (world size, model, recipe).
 struct ScalingBenchRow {
   std::string model, recipe, backend, sharding, cuda_graph;
+  // "" (files before expert parallelism), "1 GPU", "DP N" or "EP e x DP d"; and what was timed: "" or
+  // "step" (the training step), or "MoE layer" (one routed MoE layer's forward and backward, no optimizer).
+  std::string layout, unit;
   int64_t gpus = 0, batch = 0, micro_batch = 0, seq_len = 0, steps = 0;
   double step_ms = 0, step_ms_sd = 0;           // the slowest rank's median (and its sd)
   double tokens_per_s = 0, mfu = 0;             // the world's tokens/s; MFU over N GPUs' peak

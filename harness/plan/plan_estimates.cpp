@@ -26,6 +26,14 @@ double data_parallel_memory_gb(const ModelConfig& c, int64_t micro_batch, int gp
   return m.weights_gb + m.grads_gb + m.optimizer_gb / gpus + shard_gb + m.activations_gb;
 }
 
+double expert_parallel_memory_gb(const ModelConfig& c, int64_t micro_batch, int gpus, int ep) {
+  const int64_t moe_layers = c.n_layers - c.dense_layers;
+  const double expert_params = c.is_moe() ? static_cast<double>(moe_layers) * c.n_experts * 3.0 * c.d_model * c.expert_hidden : 0.0;
+  const double other = static_cast<double>(count_params(c).total) - expert_params;
+  const double dp = static_cast<double>(gpus) / ep;  // ranks that hold the same experts
+  return (other * (6.0 + 4.0 + 12.0 / gpus) + expert_params / ep * (6.0 + 4.0 + 12.0 / dp)) / 1e9 + estimate_memory(c, micro_batch).activations_gb;
+}
+
 namespace {
 
 std::string human(double v) {
@@ -120,10 +128,7 @@ std::string reuse_reason(const RunPlan& p) {
 }
 
 // Expert parallelism on `gpus` ranks (harness/train/data_parallel.h, `ufp4 run --ep E`): every EP that
-// divides both the ranks and the experts, the routed experts split over EP ranks and their AdamW moments
-// over the GPUs / EP ranks that hold the same experts, every other parameter whole on each rank with its
-// moments split over all ranks (ZeRO-1, with the rank's FP32 gradient shard); FP32 and BF16 weights, FP32
-// gradients (as data_parallel_memory_gb at EP 1). The all-to-all counts each
+// divides both the ranks and the experts, with its memory a GPU (expert_parallel_memory_gb). The all-to-all counts each
 // token's top-k copies of its d_model BF16 activations out and back (dispatch, combine), forward and
 // backward, less the share that stays on the rank. The recommendation: the smallest EP that fits 80 GB
 // (the least all-to-all), else 141 GB, else none.
@@ -131,17 +136,15 @@ void print_expert_layouts(const ModelConfig& c, int gpus, int64_t micro_batch) {
   const MemoryEstimate m = estimate_memory(c, micro_batch);
   const double gb = 1e9;
   const int64_t moe_layers = c.n_layers - c.dense_layers;
-  const double expert_params = static_cast<double>(moe_layers) * c.n_experts * 3.0 * c.d_model * c.expert_hidden;
-  const double other = static_cast<double>(count_params(c).total) - expert_params;
   const double tok = static_cast<double>(micro_batch) * c.seq_len;
   std::printf("  expert parallel on %d GPUs (ufp4 run --ep E; ZeRO-1, micro-batch %lld a GPU, activations %.2f GB, no recompute):\n", gpus,
               static_cast<long long>(micro_batch), m.activations_gb);
-  std::printf("    %6s %6s %14s %12s %12s %s\n", "EP", "DP", "experts a GPU", "GB a GPU", "all-to-all", "fits 80 / 141 GB");
+  std::printf("    %6s %6s %14s %12s %12s %s\n", "EP", "DP", "experts a GPU", "GB a GPU", "a2a/micro-b.", "fits 80 / 141 GB");
   int fit80 = 0, fit141 = 0;
   for (int ep = 1; ep <= gpus; ++ep) {
     if (gpus % ep != 0 || c.n_experts % ep != 0) continue;
     const int dp = gpus / ep;  // ranks that hold the same experts
-    const double per_gpu = (other * (6.0 + 4.0 + 12.0 / gpus) + expert_params / ep * (6.0 + 4.0 + 12.0 / dp)) / gb + m.activations_gb;
+    const double per_gpu = expert_parallel_memory_gb(c, micro_batch, gpus, ep);
     const double a2a = tok * c.top_k * c.d_model * 2.0 * 2.0 * 2.0 * moe_layers * (ep - 1.0) / ep / gb;
     if (per_gpu <= 80 && !fit80) fit80 = ep;
     if (per_gpu <= 141 && !fit141) fit141 = ep;

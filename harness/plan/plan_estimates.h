@@ -16,6 +16,11 @@ namespace ufp4 {
 // activations whole on every rank; the AdamW moments whole (replicated) or split `gpus` ways with the
 // reduce-scattered gradient shard beside them (sharded, ZeRO-1). One GPU: estimate_memory's total.
 double data_parallel_memory_gb(const ModelConfig& c, int64_t micro_batch, int gpus, bool sharded);
+// GB a GPU when a MoE model's routed experts are split over `ep` of the `gpus` ranks (ufp4 run --ep):
+// every other parameter whole on each rank with its AdamW moments and gradient shard split over all
+// ranks (ZeRO-1), the experts' over the gpus / ep ranks that hold the same experts; FP32 and BF16
+// weights, FP32 gradients, one micro-batch of activations. At ep 1: data_parallel_memory_gb (sharded).
+double expert_parallel_memory_gb(const ModelConfig& c, int64_t micro_batch, int gpus, int ep);
 
 // `plan MANIFEST...`, printed. `device_name`: estimate for this device ("" for this machine's).
 void print_run_plans(const std::vector<std::string>& manifests, const std::string& device_name);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <tuple>
 #include <set>
 #include <sstream>
 
@@ -98,6 +99,37 @@ std::string scaling_section(const std::string& scaling_h5, const DataParallelTar
   }
   md << "\n";
   rows << efficiency_row(t, worst_at, sizes);
+  return md.str();
+}
+
+// "## Expert parallelism": `ufp4 bench scaling --ep E [--moe-layer]` (expert_parallel.h5): MoE models with
+// their experts split over ranks, the training step or one MoE layer, beside one GPU where it was measured.
+std::string expert_parallel_section(const std::string& h5, std::vector<std::string>& sources) {
+  const auto v = read_scaling_rows(h5);
+  auto a = read_h5_string_attrs(h5);
+  sources.push_back(rel(h5) + ": " + a["device"] + ", commit " + a["git_commit"] + ", torch " + a["torch"] + ", CUDA " + a["cuda"] + ", " + a["utc"]);
+  std::map<std::tuple<std::string, std::string, std::string>, double> one;  // (model, recipe, unit) -> tokens/s on one GPU
+  for (const auto& r : v)
+    if (r.gpus == 1) one[{r.model, r.recipe, r.unit}] = r.tokens_per_s;
+  std::ostringstream md;
+  md << "## Expert parallelism\n\n"
+     << "MoE models with their routed experts split over the ranks of an expert group (`ufp4 bench scaling --ep E`, as `ufp4 run --ep E` "
+     << "trains: the tokens' rows exchanged by all-to-all, the experts' gradients summed over the ranks that hold the same experts, "
+     << "everything else data-parallel with ZeRO-1), one rank a GPU, random tokens, deterministic mode; timed: the training step, or one "
+     << "routed MoE layer's forward and backward at the model's real shapes (no optimizer; `--moe-layer`), batch x sequence tokens a rank. "
+     << "Efficiency: tokens/s / (N x one GPU's tokens/s) where one GPU was measured. MFU counts the active parameters. Plan: `ufp4 plan "
+     << "--model M --gpus N` at the row's layout (a step only).\n\n"
+     << "| model | recipe | timed | GPUs | layout | ms | tokens/s | efficiency | MFU | peak GB a GPU | plan GB a GPU |\n"
+     << "|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& r : v) {
+    const auto base = one.find({r.model, r.recipe, r.unit});
+    const double eff = base != one.end() && base->second > 0 ? r.tokens_per_s / (static_cast<double>(r.gpus) * base->second) : NAN;
+    md << "| " << r.model << " | " << r.recipe << " | " << (r.unit.empty() ? "step" : r.unit) << " | " << r.gpus << " | " << r.layout << " | "
+       << fmt("%.1f", r.step_ms) << " ± " << fmt("%.1f", r.step_ms_sd) << " | " << fmt("%.0f", r.tokens_per_s) << " | "
+       << (std::isfinite(eff) ? fmt("%.1f%%", 100 * eff) : "n/a") << " | " << (r.mfu > 0 ? fmt("%.1f%%", 100 * r.mfu) : "n/a") << " | "
+       << fmt("%.1f", r.peak_memory_gb) << " | " << (std::isfinite(r.plan_memory_gb) ? fmt("%.1f", r.plan_memory_gb) : "-") << " |\n";
+  }
+  md << "\n";
   return md.str();
 }
 
@@ -212,6 +244,9 @@ DataParallelReport report_data_parallel(const std::string& scaling_h5, const std
   DataParallelReport out;
   std::ostringstream md, rows;
   if (file_exists(scaling_h5)) md << scaling_section(scaling_h5, t, out.sources, rows);
+  const size_t slash = scaling_h5.find_last_of('/');
+  const std::string ep_h5 = (slash == std::string::npos ? std::string(".") : scaling_h5.substr(0, slash)) + "/expert_parallel.h5";
+  if (file_exists(ep_h5)) md << expert_parallel_section(ep_h5, out.sources);
 
   // Correctness: runs grouped by recipe; one GPU (seeds) against N GPUs (reruns of one seed).
   const std::map<std::string, std::vector<RunResults>> by_recipe = correctness_runs(correctness_dir);

@@ -155,8 +155,8 @@ void Trainer::resume(const std::string& checkpoint) {
   if (state_.world_size != world_ || state_.sharded_optimizer != sharded || state_.expert_parallel != t_.expert_parallel)
     throw RuntimeError(checkpoint + ": written by " + std::to_string(state_.world_size) + " rank(s)" + (state_.sharded_optimizer ? " with a sharded optimizer" : "") +
                        (state_.expert_parallel > 1 ? ", experts over " + std::to_string(state_.expert_parallel) + " ranks" : "") +
-                       "; resume it the same way (ranks: " + std::to_string(state_.world_size) + ", --shard-optimizer " +
-                       (state_.sharded_optimizer ? "on" : "off") + ", --ep " + std::to_string(state_.expert_parallel) + "), or remove it to start over");
+                       "; resume it the same way (ranks: " + std::to_string(state_.world_size) + (state_.sharded_optimizer ? "" : ", --replicate-optimizer") +
+                       ", --ep " + std::to_string(state_.expert_parallel) + "), or remove it to start over");
   if (experts_) load_expert_shard(experts_path(checkpoint, state_.step), model_, *experts_, device_, {"experts shard", plan_.run_id, state_.step});
   if (dp_) {
     dp_->rebind_parameters(/*broadcast=*/false);  // loading replaced the parameters' storage
@@ -201,15 +201,16 @@ StepStats Trainer::data_parallel_step() {
 // A single process records the alpha values of the step's last micro-batch; in a data-parallel run
 // the last rank ran it, so its values (keys and all: an idle expert has none) go to every rank. With
 // expert parallelism a rank has values only for the experts it holds: every rank's values go to
-// every rank, a later rank's replacing an earlier's (so the last rank's for all but the experts, and
-// each expert's from the last replica, which ran the rows of its block's last micro-batches).
+// the ranks of the last block (which hold every expert once) go to every rank, a later rank's replacing
+// an earlier's: the last rank's for all but the experts, each expert's from the rank of the last block
+// that holds it (the rows of that block's last micro-batches; an expert idle there has none).
 void Trainer::share_telemetry() {
   std::ostringstream os;
   os.precision(17);
   for (const auto& kv : ctx_->alpha) os << kv.first << '\t' << kv.second << '\n';
   const std::string mine = os.str();
   ctx_->alpha.clear();
-  for (int from = experts_ ? 0 : world_ - 1; from < world_; ++from) {
+  for (int from = world_ - (experts_ ? experts_->size() : 1); from < world_; ++from) {
     std::istringstream is(dp_->comm().broadcast_bytes(mine, from));
     std::string line;
     while (std::getline(is, line)) {
