@@ -264,12 +264,12 @@ TEST_CASE("bench scaling on 1 and 2 Gloo ranks, and the report's data-parallel s
   // Expert parallelism: the tiny MoE model's step with its experts over 2 ranks, and one MoE layer the same
   // way, in expert_parallel.h5 (scaling.h5 stays the data-parallel measurement).
   for (const std::string unit : {"step", "MoE layer"}) {
-    const std::string out = unit == "step" ? d : d + "/layer";
+    const std::string out = d;
     const Shell ep = sh(ufp4 + " bench scaling --gpus 1,2 --ep 2 --models tiny-moe --recipes bf16 --batch 4 --micro-batch 2 --seq 64 --warmup 1 " +
                         "--steps 2 --device cpu --out-dir " + out + (unit == "step" ? "" : " --moe-layer"));
     INFO(ep.out);
     REQUIRE(ep.code == 0);
-    const std::string eh5 = out + "/expert_parallel.h5";
+    const std::string eh5 = out + (unit == "step" ? "/expert_parallel.h5" : "/expert_parallel_layer.h5");
     const std::string ep_rows = read_h5_string_attrs(eh5, "scaling/step_ms")["rows"];
     CHECK(ep_rows.find("|1 GPU|" + unit + "\n") != std::string::npos);
     CHECK(ep_rows.find("tiny-moe|bf16|gloo|" + std::string(unit == "step" ? "zero1" : "none")) != std::string::npos);
@@ -303,6 +303,7 @@ TEST_CASE("bench scaling on 1 and 2 Gloo ranks, and the report's data-parallel s
   CHECK(md.find("## Data-parallel correctness") != std::string::npos);
   CHECK(md.find("## Expert parallelism") != std::string::npos);
   CHECK(md.find("| tiny-moe | bf16 | step | 2 | EP 2 x DP 1 | ") != std::string::npos);
+  CHECK(md.find("| tiny-moe | bf16 | MoE layer | 2 | EP 2 x DP 1 | ") != std::string::npos);
   CHECK(md.find("| data-parallel efficiency, dense-1.5b on 4 GPUs (each recipe) | >= 90% | not measured: the largest world here is 2 GPUs | **not run** |") !=
         std::string::npos);
   // bf16 on the CPU: two ranks stay within FP32 rounding of one process, far inside the seed spread.

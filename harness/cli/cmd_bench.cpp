@@ -99,8 +99,9 @@ int cmd_bench(const std::vector<std::string>& args) {
     const auto rows = run_scaling_benchmarks(co);
     if (!co.rank_out.empty()) return 0;  // a rank: the launcher writes the file
     make_dirs(out_dir);
-    // Expert parallelism's rows in a file of their own: scaling.h5 stays the data-parallel measurement.
-    const std::string file = out_dir + (co.ep > 1 || co.moe_layer ? "/expert_parallel.h5" : "/scaling.h5");
+    // Expert parallelism's rows in files of their own (the step's, one MoE layer's): scaling.h5 stays the
+    // data-parallel measurement.
+    const std::string file = out_dir + (co.moe_layer ? "/expert_parallel_layer.h5" : co.ep > 1 ? "/expert_parallel.h5" : "/scaling.h5");
     write_scaling_bench(file, rows, co);
     log_info("bench scaling: " + std::to_string(rows.size()) + " rows -> " + file);
     return 0;

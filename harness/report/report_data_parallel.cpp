@@ -102,12 +102,16 @@ std::string scaling_section(const std::string& scaling_h5, const DataParallelTar
   return md.str();
 }
 
-// "## Expert parallelism": `ufp4 bench scaling --ep E [--moe-layer]` (expert_parallel.h5): MoE models with
+// "## Expert parallelism": `ufp4 bench scaling --ep E [--moe-layer]` (expert_parallel.h5, expert_parallel_layer.h5): MoE models with
 // their experts split over ranks, the training step or one MoE layer, beside one GPU where it was measured.
-std::string expert_parallel_section(const std::string& h5, std::vector<std::string>& sources) {
-  const auto v = read_scaling_rows(h5);
-  auto a = read_h5_string_attrs(h5);
-  sources.push_back(rel(h5) + ": " + a["device"] + ", commit " + a["git_commit"] + ", torch " + a["torch"] + ", CUDA " + a["cuda"] + ", " + a["utc"]);
+std::string expert_parallel_section(const std::vector<std::string>& files, std::vector<std::string>& sources) {
+  std::vector<ScalingBenchRow> v;
+  for (const auto& h5 : files) {
+    const auto rows = read_scaling_rows(h5);
+    v.insert(v.end(), rows.begin(), rows.end());
+    auto a = read_h5_string_attrs(h5);
+    sources.push_back(rel(h5) + ": " + a["device"] + ", commit " + a["git_commit"] + ", torch " + a["torch"] + ", CUDA " + a["cuda"] + ", " + a["utc"]);
+  }
   std::map<std::tuple<std::string, std::string, std::string>, double> one;  // (model, recipe, unit) -> tokens/s on one GPU
   for (const auto& r : v)
     if (r.gpus == 1) one[{r.model, r.recipe, r.unit}] = r.tokens_per_s;
@@ -245,8 +249,11 @@ DataParallelReport report_data_parallel(const std::string& scaling_h5, const std
   std::ostringstream md, rows;
   if (file_exists(scaling_h5)) md << scaling_section(scaling_h5, t, out.sources, rows);
   const size_t slash = scaling_h5.find_last_of('/');
-  const std::string ep_h5 = (slash == std::string::npos ? std::string(".") : scaling_h5.substr(0, slash)) + "/expert_parallel.h5";
-  if (file_exists(ep_h5)) md << expert_parallel_section(ep_h5, out.sources);
+  const std::string dir = slash == std::string::npos ? std::string(".") : scaling_h5.substr(0, slash);
+  std::vector<std::string> ep_files;
+  for (const char* f : {"/expert_parallel.h5", "/expert_parallel_layer.h5"})
+    if (file_exists(dir + f)) ep_files.push_back(dir + f);
+  if (!ep_files.empty()) md << expert_parallel_section(ep_files, out.sources);
 
   // Correctness: runs grouped by recipe; one GPU (seeds) against N GPUs (reruns of one seed).
   const std::map<std::string, std::vector<RunResults>> by_recipe = correctness_runs(correctness_dir);
