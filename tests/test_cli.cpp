@@ -14,6 +14,7 @@
 #include "common/fs.h"
 #include "common/toml_util.h"
 #include "harness/io/array_io.h"
+#include "harness/io/bench_files.h"
 #include "harness/io/run_results.h"
 #include <hdf5.h>
 #include "models/quant_ops.h"
@@ -310,6 +311,21 @@ TEST_CASE("ufp4 bench step on CPU writes step.h5 with provenance and report benc
   const bool unmet = md.substr(at, md.find('\n', at) - at).find("not met") != std::string::npos;
   CHECK((md.find("### ufp4 step / bf16 step, tiny") != std::string::npos) == unmet);
   if (unmet) CHECK(md.find("What would close it", md.find("### ufp4 step / bf16 step, tiny")) != std::string::npos);
+  // The fake-quant peer's bar (a peer row of another file of the folder, as a GPU command writes it; its time
+  // made up here: the plumbing, not a measurement): our ufp4 step over the compiled fake-quant ufp4 step.
+  {
+    const double ours = read_h5_f32(dir + "/step.h5", "step/step_ms").data[1];
+    StepBenchRow peer{"pytorch-fakequant-compiled-fused", "tiny", "ufp4", 1, 32, 2};
+    peer.step_ms = 4 * ours;
+    H5Writer w(dir + "/step-fakequant.h5");
+    write_bench_header(w, "test");
+    write_step_rows(w, {peer});
+    w.commit();
+  }
+  REQUIRE(run_cli("report bench --results " + dir + " --out " + dir + "/bench.md").code == 0);
+  const std::string fq = read_text_file(dir + "/bench.md");
+  std::snprintf(bar, sizeof bar, "%.2f", targets["step"]["ufp4_over_pytorch_fakequant_compiled_max"].value_or(0.0));
+  CHECK(fq.find("| ufp4 step / PyTorch fake-quant ufp4 step, compiled, tiny | <= " + std::string(bar) + " | 0.250 (sd ") != std::string::npos);
   // The kernel suite needs a CUDA build and a GPU: a one-line error otherwise.
   if (!torch::cuda::is_available()) {
     Result k = run_cli("bench kernels --out-dir " + dir);

@@ -142,11 +142,12 @@ StepBenchRow bench_attention(const std::string& model, const StepBenchOptions& o
   return r;
 }
 
-// harness/bench/reference_step.py: the same BF16 model (dense or MoE) in plain PyTorch, eager or
-// compiled, with fused or foreach AdamW; it writes its timings as TOML. nullopt when it failed.
-// compile_mode: "" (eager), "default" or "reduce-overhead" (torch.compile with CUDA graphs).
+// harness/bench/reference_step.py: the same model (dense or MoE) in plain PyTorch, eager or compiled,
+// with fused or foreach AdamW, in BF16 or with a 4-bit recipe as plain fake quantization; it writes its
+// timings as TOML. nullopt when it failed. compile_mode: "" (eager), "default" or "reduce-overhead"
+// (torch.compile with CUDA graphs).
 std::optional<StepBenchRow> bench_reference(const std::string& model, const StepBenchOptions& o, const std::string& compile_mode,
-                                            const char* optimizer, bool deterministic = false) {
+                                            const char* optimizer, bool deterministic = false, const std::string& recipe = "bf16") {
   const bool compiled = !compile_mode.empty();
   const ModelConfig mc = model_config(model);
   const std::string out = "/tmp/ufp4-reference-step-" + std::to_string(::getpid()) + ".toml";
@@ -158,14 +159,16 @@ std::optional<StepBenchRow> bench_reference(const std::string& model, const Step
   char cmd[2048];
   std::snprintf(cmd, sizeof cmd,
                 "%s %s/harness/bench/reference_step.py --d-model %lld --layers %lld --heads %lld --kv-heads %lld --ffn %lld --vocab %lld "
-                "--seq %lld --batch %lld --warmup %d --steps %d --optimizer %s --norm-eps 1e-6 --rope-theta %g%s%s%s%s --out %s",
+                "--seq %lld --batch %lld --warmup %d --steps %d --optimizer %s --norm-eps 1e-6 --rope-theta %g%s%s%s%s --recipe %s --out %s",
                 o.python.c_str(), UFP4_SOURCE_DIR, static_cast<long long>(mc.d_model), static_cast<long long>(mc.n_layers),
                 static_cast<long long>(mc.n_heads), static_cast<long long>(mc.n_kv_heads), static_cast<long long>(mc.ffn_hidden),
                 static_cast<long long>(mc.vocab), static_cast<long long>(o.seq_len), static_cast<long long>(o.batch), o.warmup, o.steps,
                 optimizer, mc.rope_theta, mc.tied_embeddings ? " --tied" : "", moe,
-                compiled ? (" --compile --compile-mode " + compile_mode).c_str() : "", deterministic ? " --deterministic" : "", out.c_str());
-  const std::string impl = std::string(!compiled ? "pytorch-eager-" : compile_mode == "default" ? "pytorch-compiled-" : "pytorch-compiled-cudagraphs-") +
-                           (deterministic ? "deterministic-" : "") + optimizer;
+                compiled ? (" --compile --compile-mode " + compile_mode).c_str() : "", deterministic ? " --deterministic" : "", recipe.c_str(),
+                out.c_str());
+  const std::string impl = std::string(recipe == "bf16" ? "pytorch-" : "pytorch-fakequant-") +
+                           (!compiled ? "eager-" : compile_mode == "default" ? "compiled-" : "compiled-cudagraphs-") + (deterministic ? "deterministic-" : "") +
+                           optimizer;
   log_info("bench step: PyTorch reference " + model + " " + impl);
   const int rc = std::system(cmd);
   if (rc != 0 || !file_exists(out)) {
@@ -175,7 +178,7 @@ std::optional<StepBenchRow> bench_reference(const std::string& model, const Step
   }
   toml::table t = toml::parse_file(out);
   std::remove(out.c_str());
-  StepBenchRow r{impl, model, "bf16", o.batch, o.seq_len, o.steps};
+  StepBenchRow r{impl, model, recipe, o.batch, o.seq_len, o.steps};
   r.step_ms = t["step_ms_median"].value_or(0.0);
   r.step_ms_mean = t["step_ms_mean"].value_or(0.0);
   r.step_ms_sd = t["step_ms_sd"].value_or(0.0);
@@ -289,6 +292,15 @@ std::vector<StepBenchRow> run_step_benchmarks(const StepBenchOptions& o) {
         for (const char* mode : {"default", "reduce-overhead"}) runs.push_back({mode, "fused", det});
     for (const auto& run : runs)
       if (auto r = bench_reference(mname, om, run.mode, run.optimizer, run.deterministic)) report(*r);
+    // The fake-quant peers of the 4-bit recipes of --recipes (reference_step.py --recipe): eager and
+    // compiled (torch.compile's default mode), fused AdamW, as a researcher would time them.
+    for (const std::string rc : {"e2m1_ref", "ufp4"}) {
+      if (std::find(o.recipes.begin(), o.recipes.end(), rc) == o.recipes.end()) continue;
+      if (eager)
+        if (auto r = bench_reference(mname, om, "", "fused", false, rc)) report(*r);
+      if (compiled)
+        if (auto r = bench_reference(mname, om, "default", "fused", false, rc)) report(*r);
+    }
   }
   use_own_attention_backward(own_before);
   return rows;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The BF16 transformer of models/transformer.cpp (dense or MoE) written in plain PyTorch, eager or
+"""The transformer of models/transformer.cpp (dense or MoE; BF16, or a 4-bit recipe as fake quantization) in plain PyTorch, eager or
 under torch.compile (default or reduce-overhead, i.e. CUDA graphs), for timing only: `ufp4 bench step` runs it in the same call as its own steps and
 compares step times.
 
@@ -29,6 +29,113 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
+# --- Fake quantization, as a researcher writes it (--recipe e2m1_ref | ufp4): quantize then dequantize in
+# torch ops, 1 x 16 blocks with FP32 max scales, RHT-16 as a 16 x 16 matmul with random signs, stochastic
+# rounding with torch.rand, and an autograd Function for the three GEMMs of every linear. The recipes of
+# models/recipes/: e2m1_ref = E2M1, RHT on WGRAD only, SR on dY (DGRAD and WGRAD); ufp4 = the same on the
+# E1M2 grid with RHT on all three GEMMs. Embedding, router and LM head stay BF16. For timing only.
+GRIDS = {"e2m1": [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], "e1m2": [0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75]}
+RECIPES = {"e2m1_ref": ("e2m1", {"fprop": False, "dgrad": False, "wgrad": True}),
+           "ufp4": ("e1m2", {"fprop": True, "dgrad": True, "wgrad": True})}
+
+
+class FakeQuant:
+    def __init__(self, grid, device, seed=1234):
+        self.levels = torch.tensor(GRIDS[grid], device=device)
+        self.mids = (self.levels[1:] + self.levels[:-1]) / 2
+        self.gmax = GRIDS[grid][-1]
+        h = torch.ones(1, 1)
+        while h.shape[0] < 16:
+            h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
+        g = torch.Generator().manual_seed(seed)
+        signs = torch.randint(0, 2, (16,), generator=g).float() * 2 - 1
+        self.rot = (torch.diag(signs) @ h / 4.0).to(device)
+
+    def __call__(self, x, rht=False, sr=False):
+        """x in blocks of 16 along its last dim (rotated first with rht), dequantized in x's dtype. Both
+        operands of a GEMM rotate alike along its reduction, so their product needs no inverse."""
+        shape = x.shape
+        b = x.float().reshape(-1, 16)
+        if rht:
+            b = b @ self.rot
+        scale = b.abs().amax(-1, keepdim=True) / self.gmax
+        scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+        t = b / scale
+        a = t.abs()
+        if sr:
+            i = torch.bucketize(a, self.levels, right=True).clamp(1, len(self.levels) - 1)
+            lo, hi = self.levels[i - 1], self.levels[i]
+            q = torch.where(torch.rand_like(a) < (a - lo) / (hi - lo), hi, lo)
+        else:
+            q = self.levels[torch.bucketize(a, self.mids)]
+        return (torch.sign(t) * q * scale).reshape(shape).to(x.dtype)
+
+
+class FakeQuantGemms(torch.autograd.Function):
+    """y = x w^T with every GEMM's operands fake-quantized along its reduction: FPROP over K, DGRAD over
+    N (dY with SR), WGRAD over the tokens (dY with SR)."""
+
+    @staticmethod
+    @torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.bfloat16)
+    def forward(ctx, x, w, fq, rht):
+        x2 = x.reshape(-1, x.shape[-1])
+        ctx.save_for_backward(x2, w)
+        ctx.fq, ctx.rht, ctx.shape = fq, rht, x.shape
+        y = fq(x2, rht["fprop"]) @ fq(w, rht["fprop"]).t()
+        return y.reshape(*x.shape[:-1], w.shape[0])
+
+    @staticmethod
+    @torch.amp.custom_bwd(device_type="cuda")
+    def backward(ctx, dy):
+        x2, w = ctx.saved_tensors
+        fq, rht = ctx.fq, ctx.rht
+        dy2 = dy.reshape(-1, dy.shape[-1]).to(x2.dtype)
+        dx = fq(dy2, rht["dgrad"], sr=True) @ fq(w.t().contiguous(), rht["dgrad"]).t()
+        dw = fq(dy2.t().contiguous(), rht["wgrad"], sr=True) @ fq(x2.t().contiguous(), rht["wgrad"]).t()
+        return dx.reshape(ctx.shape), dw, None, None
+
+
+class FakeQuantLinear(nn.Linear):
+    def __init__(self, d_in, d_out, fq, rht):
+        super().__init__(d_in, d_out, bias=False)
+        self.fq, self.rht = fq, rht
+
+    def forward(self, x):
+        return FakeQuantGemms.apply(x, self.weight, self.fq, self.rht)
+
+
+class FakeQuantExperts(torch.autograd.Function):
+    """The routed experts' GEMM ys = xs w_e^T over tokens sorted by expert (offs: cumulative ends), with
+    FPROP and DGRAD as grouped GEMMs of fake-quantized operands and WGRAD expert by expert, each expert's
+    tokens padded to whole blocks of 16."""
+
+    @staticmethod
+    @torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.bfloat16)
+    def forward(ctx, xs, w, offs, fq, rht):
+        ctx.save_for_backward(xs, w, offs)
+        ctx.fq, ctx.rht = fq, rht
+        return torch._grouped_mm(fq(xs, rht["fprop"]), fq(w, rht["fprop"]).transpose(1, 2), offs=offs)
+
+    @staticmethod
+    @torch.amp.custom_bwd(device_type="cuda")
+    def backward(ctx, dy):
+        xs, w, offs = ctx.saved_tensors
+        fq, rht = ctx.fq, ctx.rht
+        dy = dy.to(xs.dtype)
+        dx = torch._grouped_mm(fq(dy, rht["dgrad"], sr=True), fq(w.transpose(1, 2).contiguous(), rht["dgrad"]).transpose(1, 2), offs=offs)
+        dw = torch.zeros_like(w)
+        start = 0
+        for e, end in enumerate(offs.tolist()):
+            n = end - start
+            if n > 0:
+                pad = (-n) % 16
+                de = F.pad(dy[start:end].t(), (0, pad))
+                xe = F.pad(xs[start:end].t(), (0, pad))
+                dw[e] = fq(de.contiguous(), rht["wgrad"], sr=True) @ fq(xe.contiguous(), rht["wgrad"]).t()
+            start = end
+        return dx, dw, None, None, None
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim, eps):
         super().__init__()
@@ -46,17 +153,23 @@ def rotate(x, cos, sin):
     return torch.cat([a * c - b * s, b * c + a * s], -1)
 
 
+def linear(d_in, d_out, a):
+    """A BF16 linear, or a fake-quantized one under --recipe."""
+    return nn.Linear(d_in, d_out, bias=False) if a.fq is None else FakeQuantLinear(d_in, d_out, a.fq, a.rht)
+
+
 class Moe(nn.Module):
     def __init__(self, a):
         super().__init__()
         d, h, e = a.d_model, a.expert_ffn, a.experts
         self.k, self.e = a.top_k, e
+        self.fq, self.rht = a.fq, a.rht
         self.router = nn.Parameter(torch.randn(e, d) / math.sqrt(d))
         self.w1 = nn.Parameter(torch.randn(e, 2 * h, d) / math.sqrt(d))
         self.w2 = nn.Parameter(torch.randn(e, d, h) / math.sqrt(h))
         self.shared = None
         if a.shared:
-            self.shared = nn.ModuleList([nn.Linear(d, 2 * h * a.shared, bias=False), nn.Linear(h * a.shared, d, bias=False)])
+            self.shared = nn.ModuleList([linear(d, 2 * h * a.shared, a), linear(h * a.shared, d, a)])
 
     def forward(self, x):
         shape = x.shape
@@ -72,8 +185,12 @@ class Moe(nn.Module):
         token = order // self.k
         offs = torch.cumsum(counts, 0).to(torch.int32)
         xs = x[token].to(torch.bfloat16)
-        g, u = torch._grouped_mm(xs, self.w1.to(torch.bfloat16).transpose(1, 2), offs=offs).chunk(2, -1)
-        ys = torch._grouped_mm(F.silu(g) * u, self.w2.to(torch.bfloat16).transpose(1, 2), offs=offs)
+        if self.fq is None:
+            g, u = torch._grouped_mm(xs, self.w1.to(torch.bfloat16).transpose(1, 2), offs=offs).chunk(2, -1)
+            ys = torch._grouped_mm(F.silu(g) * u, self.w2.to(torch.bfloat16).transpose(1, 2), offs=offs)
+        else:
+            g, u = FakeQuantExperts.apply(xs, self.w1, offs, self.fq, self.rht).chunk(2, -1)
+            ys = FakeQuantExperts.apply((F.silu(g) * u).contiguous(), self.w2, offs, self.fq, self.rht)
         ys = ys * w.flatten()[order].unsqueeze(1).to(ys.dtype)
         out = torch.zeros_like(x, dtype=ys.dtype).index_add_(0, token, ys)
         if self.shared is not None:
@@ -88,12 +205,12 @@ class Block(nn.Module):
         self.h, self.kv, self.hd = a.heads, a.kv_heads, a.d_model // a.heads
         self.sdpa_gqa = a.gqa == "sdpa" and a.kv_heads != a.heads
         self.norm1, self.norm2 = RMSNorm(a.d_model, a.norm_eps), RMSNorm(a.d_model, a.norm_eps)
-        self.qkv = nn.Linear(a.d_model, (a.heads + 2 * a.kv_heads) * self.hd, bias=False)
-        self.proj = nn.Linear(a.heads * self.hd, a.d_model, bias=False)
+        self.qkv = linear(a.d_model, (a.heads + 2 * a.kv_heads) * self.hd, a)
+        self.proj = linear(a.heads * self.hd, a.d_model, a)
         self.moe = Moe(a) if moe else None
         if not moe:
-            self.fc1 = nn.Linear(a.d_model, 2 * a.ffn, bias=False)
-            self.fc2 = nn.Linear(a.ffn, a.d_model, bias=False)
+            self.fc1 = linear(a.d_model, 2 * a.ffn, a)
+            self.fc2 = linear(a.ffn, a.d_model, a)
 
     def forward(self, x, cos, sin):
         B, S, _ = x.shape
@@ -164,6 +281,8 @@ def main():
     p.add_argument("--rope-theta", type=float, default=10000.0)
     p.add_argument("--tied", action="store_true")
     p.add_argument("--deterministic", action="store_true", help="deterministic algorithms, as our training step runs")
+    p.add_argument("--recipe", choices=["bf16"] + sorted(RECIPES), default="bf16",
+                   help="bf16, or a 4-bit recipe as plain fake quantization (FakeQuant, FakeQuantGemms)")
     p.add_argument("--out", required=True)
     a = p.parse_args()
     if not torch.cuda.is_available():
@@ -179,6 +298,10 @@ def main():
     dev = torch.device("cuda")
     if a.gqa == "sdpa" and "enable_gqa" not in (F.scaled_dot_product_attention.__doc__ or ""):
         a.gqa = "repeat"  # this torch has no enable_gqa
+    a.fq, a.rht = None, None
+    if a.recipe != "bf16":
+        grid, a.rht = RECIPES[a.recipe]
+        a.fq = FakeQuant(grid, dev)
     torch.manual_seed(1)
     model = Transformer(a).to(dev)
     forward = torch.compile(model, mode=a.compile_mode) if a.compile else model
@@ -215,7 +338,7 @@ def main():
         f.write(f'torch = "{torch.__version__}"\npython = "{platform.python_version()}"\n')
         f.write(f'device = "{torch.cuda.get_device_name(0)}"\noptimizer = "{a.optimizer}"\ncompiled = {str(a.compile).lower()}\n')
         f.write(f'compile_mode = "{a.compile_mode if a.compile else ""}"\ngqa = "{a.gqa}"\n')
-        f.write(f'deterministic = {str(a.deterministic).lower()}\n')
+        f.write(f'deterministic = {str(a.deterministic).lower()}\nrecipe = "{a.recipe}"\n')
     return 0
 
 

@@ -28,7 +28,8 @@ struct StepBenchRow {
   // "attention" / "attention-nondeterministic" (the model's attention alone, forward + backward, with the
   // run's attention backward), "attention-own-backward" / "attention-flash-backward" (the same with the
   // other one), "ufp4-own-attention-backward" / "ufp4-flash-attention-backward" (the step with it) or
-  // "pytorch-{eager,compiled,compiled-cudagraphs}-[deterministic-]<optimizer>" (harness/bench/reference_step.py)
+  // "pytorch-[fakequant-]{eager,compiled,compiled-cudagraphs}-[deterministic-]<optimizer>" (harness/bench/reference_step.py;
+  // fakequant: the row's 4-bit recipe written as plain fake quantization)
   std::string impl;
   std::string model, recipe;
   int64_t batch = 0, seq_len = 0, steps = 0;

@@ -130,7 +130,7 @@ std::string provenance_line(const std::string& path) {
 // The bars the benchmarks are held to (reports/targets.toml).
 struct BenchTargets {
   double bw_min, fs_max, uf_min, sr_min, step_ufp4_max, det_max, eager_max, compiled_max;
-  double moe_ufp4_max, moe_eager_max, moe_compiled_max;
+  double moe_ufp4_max, moe_eager_max, moe_compiled_max, fakequant_max;
   DataParallelTargets data_parallel;
 };
 
@@ -146,7 +146,7 @@ BenchTargets load_targets(const std::string& root) {
           get("kernels", "sr_over_rtne_throughput_min"),   get("step", "ufp4_over_bf16_max"),
           get("step", "deterministic_over_nondeterministic_max"), get("step", "bf16_over_pytorch_eager_max"),
           get("step", "bf16_over_pytorch_compiled_max"), get("step", "moe_ufp4_over_bf16_max"), get("step", "moe_bf16_over_pytorch_eager_max"),
-          get("step", "moe_bf16_over_pytorch_compiled_max"),
+          get("step", "moe_bf16_over_pytorch_compiled_max"), get("step", "ufp4_over_pytorch_fakequant_compiled_max"),
           DataParallelTargets{get("data_parallel", "efficiency_min"), static_cast<int>(get("data_parallel", "efficiency_gpus")),
                               t["data_parallel"]["efficiency_model"].value_or(std::string("dense-1.5b"))}};
 }
@@ -199,6 +199,7 @@ struct StepTimes {
   std::map<std::string, std::map<std::string, double>> nondet_sd, recipe_sd;  // their rows' sd, and our rows'
   std::map<std::string, std::map<std::string, double>> uncaptured_ms;  // model -> recipe -> ms launched kernel by kernel
   std::map<std::string, std::map<std::string, double>> recipe_ms;  // model -> recipe -> ms (our rows)
+  std::map<std::string, std::map<std::string, double>> fakequant_ms, fakequant_sd;  // model -> recipe -> the compiled fake-quant peer
 };
 
 // The report as it is put together: its Markdown, the rows of its Targets table (spliced in at @@TARGETS@@)
@@ -562,6 +563,9 @@ StepTimes index_steps(const std::vector<SRow>& rows) {
     const bool det_peer = r.impl.find("-deterministic-") != std::string::npos;
     if (r.impl.rfind("pytorch-compiled", 0) == 0 && !det_peer)  // the fastest compiled mode
       if (!s.compiled_ms.count(r.model) || r.step_ms < s.compiled_ms[r.model]) s.compiled_ms[r.model] = r.step_ms, s.compiled_sd[r.model] = r.step_ms_sd;
+    if (r.impl.rfind("pytorch-fakequant-compiled", 0) == 0 &&
+        (!s.fakequant_ms[r.model].count(r.recipe) || r.step_ms < s.fakequant_ms[r.model][r.recipe]))
+      s.fakequant_ms[r.model][r.recipe] = r.step_ms, s.fakequant_sd[r.model][r.recipe] = r.step_ms_sd;
     if (r.impl.rfind("pytorch-compiled", 0) == 0 && det_peer)  // the fastest compiled mode in deterministic mode
       if (!s.det_compiled_ms.count(r.model) || r.step_ms < s.det_compiled_ms[r.model]) s.det_compiled_ms[r.model] = r.step_ms;
   }
@@ -578,6 +582,9 @@ std::string step_table(const std::vector<SRow>& rows, StepTimes& s, const std::s
      << "`harness/bench/reference_step.py`: the same BF16 model in plain PyTorch (autocast), eager (fused or foreach AdamW) or "
      << "under `torch.compile` (fused AdamW; `pytorch-compiled`: the default mode, `pytorch-compiled-cudagraphs`: reduce-overhead, "
      << "which replays CUDA graphs; `-deterministic-` in the name: in deterministic mode, as our step runs, the like-for-like peer); grouped-query attention through SDPA's `enable_gqa`; its MoE sorts the tokens by expert and runs the experts as `torch._grouped_mm`. "
+     << "`pytorch-fakequant` rows: the same model with a 4-bit recipe written as a researcher would, quantize-dequantize in torch ops "
+     << "(1 x 16 blocks, FP32 max scales, RHT-16 as a 16 x 16 matmul, SR with `torch.rand`, an autograd Function for the three GEMMs "
+     << "of every linear; the routed experts' WGRAD expert by expert), eager or compiled. "
      << "`ufp4-libtorch-ops`: our step with RMSNorm, SwiGLU and the loss as LibTorch compositions instead of the fused kernels "
      << "(`models/fused_ops.h`), what the fusion buys. `ufp4` rows run in deterministic mode, as training does "
      << "(`harness/train/determinism.h`), and replay the step as a CUDA graph where the model allows one, as training does "
@@ -854,6 +861,20 @@ void compiled_bars(const std::vector<SRow>& rows, const std::string& model, doub
   }
 }
 
+// Our 4-bit steps against the same recipe written as plain fake quantization under torch.compile
+// (reference_step.py --recipe): the ufp4 bar for dense models, the e2m1_ref and MoE ratios reported.
+void fakequant_bars(const std::string& model, bool moe, const BenchTargets& t, StepTimes& s, std::ostringstream& targets) {
+  for (const auto& [recipe, peer] : s.fakequant_ms[model]) {
+    if (!s.recipe_ms[model].count(recipe)) continue;
+    const double ours = s.recipe_ms[model][recipe], ratio = ours / peer;
+    const double sd = ratio_sd(ours, s.recipe_sd[model][recipe], peer, s.fakequant_sd[model][recipe]);
+    const bool judged = recipe == "ufp4" && !moe;
+    targets << "| " << recipe << " step / PyTorch fake-quant " << recipe << " step, compiled, " << model << s.device_note[model] << " | "
+            << (judged ? "<= " + fmt("%.2f", t.fakequant_max) : std::string("-")) << " | "
+            << (judged ? ratio_cells(ratio, sd, t.fakequant_max) : fmt("%.3f", ratio) + " (sd " + fmt("%.3f", sd) + ") | (reported)") << " |\n";
+  }
+}
+
 // The step bars of the Targets table, model by model, and what the "not met" section says of those that fail.
 void step_targets(const std::vector<SRow>& rows, const BenchTargets& t, StepTimes& s, std::ostringstream& targets, UnmetFacts& unmet) {
   for (const auto& kv : s.bf16_ms) {
@@ -865,6 +886,7 @@ void step_targets(const std::vector<SRow>& rows, const BenchTargets& t, StepTime
     deterministic_bars(model, moe, flash_ms, t, s, targets, unmet);
     eager_bar(model, bf16, moe, t, s, targets, unmet);
     compiled_bars(rows, model, bf16, moe, flash_ms, t, s, targets, unmet);
+    fakequant_bars(model, moe, t, s, targets);
   }
 }
 
