@@ -7,8 +7,8 @@ Same architecture and dtype flow as ours: FP32 master weights, BF16 activations 
 embedding output cast to BF16), RMSNorm in FP32, rotate-half RoPE, grouped-query attention through
 scaled_dot_product_attention (causal; SDPA's own enable_gqa where torch has it, --gqa), SwiGLU with one fused gate/up projection, untied LM head,
 cross entropy in FP32; AdamW (weight decay on matrices), gradient clipping at 1.0, loss read every
-step. MoE layers (all but the first `--dense-layers`) as a plain PyTorch MoE is written today: FP32
-router and softmax, top-k renormalized, the (token, slot) pairs sorted by expert, one gather, the
+step. MoE layers (all but the first `--dense-layers`) as a plain PyTorch MoE is written today: the router
+on FP32 activations (its product in BF16 under autocast) and an FP32 softmax, top-k renormalized, the (token, slot) pairs sorted by expert, one gather, the
 experts' SwiGLU as two torch._grouped_mm calls on stacked weights, an index_add_ combine, the
 load-balancing loss, and a shared expert as a dense MLP. Writes its timings as TOML to --out.
 
@@ -55,6 +55,7 @@ class FakeQuant:
         """x in blocks of 16 along its last dim (rotated first with rht), dequantized in x's dtype. Both
         operands of a GEMM rotate alike along its reduction, so their product needs no inverse."""
         shape = x.shape
+        assert shape[-1] % 16 == 0, f"fake quantization in blocks of 16: a last dimension of {shape[-1]}"
         b = x.float().reshape(-1, 16)
         if rht:
             b = b @ self.rot
@@ -91,7 +92,8 @@ class FakeQuantGemms(torch.autograd.Function):
         fq, rht = ctx.fq, ctx.rht
         dy2 = dy.reshape(-1, dy.shape[-1]).to(x2.dtype)
         dx = fq(dy2, rht["dgrad"], sr=True) @ fq(w.t().contiguous(), rht["dgrad"]).t()
-        dw = fq(dy2.t().contiguous(), rht["wgrad"], sr=True) @ fq(x2.t().contiguous(), rht["wgrad"]).t()
+        pad = (-dy2.shape[0]) % 16  # the tokens in whole blocks of 16 (zeros add nothing to the product)
+        dw = fq(F.pad(dy2.t(), (0, pad)).contiguous(), rht["wgrad"], sr=True) @ fq(F.pad(x2.t(), (0, pad)).contiguous(), rht["wgrad"]).t()
         return dx.reshape(ctx.shape), dw, None, None
 
 
@@ -107,7 +109,8 @@ class FakeQuantLinear(nn.Linear):
 class FakeQuantExperts(torch.autograd.Function):
     """The routed experts' GEMM ys = xs w_e^T over tokens sorted by expert (offs: cumulative ends), with
     FPROP and DGRAD as grouped GEMMs of fake-quantized operands and WGRAD expert by expert, each expert's
-    tokens padded to whole blocks of 16."""
+    tokens padded to whole blocks of 16. The loop reads offs on the host, as such code does: under
+    torch.compile the experts' Function is not traced (a graph break) and runs eagerly."""
 
     @staticmethod
     @torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.bfloat16)

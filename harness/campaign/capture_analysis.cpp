@@ -1,5 +1,6 @@
 #include "harness/campaign/capture_analysis.h"
 
+#include <chrono>
 #include <cstdio>
 #include <map>
 #include <utility>
@@ -52,6 +53,7 @@ LabelledTable recipe_table() {
 // rows gathered while the step ran, written to its step file. A layer (an idle or nearly idle expert)
 // with fewer than 16 tokens, a block, is left out and said.
 void analyse_step(const RunPlan& p, const std::vector<Grid>& grids, int64_t step, std::map<std::string, torch::Tensor> unrotated, LabelledTable own) {
+  const auto started = std::chrono::steady_clock::now();
   TensorTables t;
   size_t layers = 0;
   std::vector<std::string> skipped;
@@ -89,8 +91,10 @@ void analyse_step(const RunPlan& p, const std::vector<Grid>& grids, int64_t step
                              "E4M3 and E8M0), RTNE, without (I) and with RHT-16 (H16) along each GEMM's reduction dimension; recipe: the run's own"));
   write_provenance(w);
   w.commit();
+  char took[48];
+  std::snprintf(took, sizeof took, " in %.1f s", std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   log_info("analyze capture: " + p.name + " step " + std::to_string(step) + ": " + std::to_string(layers) + " layers" +
-           (skipped.empty() ? "" : " (" + std::to_string(skipped.size()) + " left out: fewer than 16 tokens)") + " -> " + step_file(p, step));
+           (skipped.empty() ? "" : " (" + std::to_string(skipped.size()) + " left out: fewer than 16 tokens)") + took + " -> " + step_file(p, step));
 }
 
 // Trains the run with its captured steps analysed as they come. The step's last micro-batch is the one
