@@ -219,15 +219,7 @@ OperandRecipe make_operand(const toml::table* defaults, const toml::table* own, 
   return o;
 }
 
-std::string grid_label(const OperandRecipe& o) {
-  std::string n = o.spec.grid.name();
-  if (n == "e2m1") return "E2M1 (max 6)";
-  if (n.rfind("e2m1_max", 0) == 0) return "E2M1 (max " + n.substr(8) + ")";
-  if (n == "e1m2") return "E1M2 (uniform)";
-  if (n == "int4") return "INT4 (uniform)";
-  if (n == "int4_tc") return "INT4 two's complement";
-  return n;
-}
+std::string grid_label(const OperandRecipe& o) { return o.spec.grid.label(); }
 
 std::string scale_label(ScaleKind k) {
   switch (k) {

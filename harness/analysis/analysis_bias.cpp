@@ -103,7 +103,7 @@ using Moments = std::array<double, kMoments>;
 struct Rounder {
   std::vector<double> level, mid;  // magnitude levels and decision points between them
   explicit Rounder(const Grid& g) {
-    if (!g.symmetric()) throw Error("analyze bias: grid '" + g.name() + "' is not sign-magnitude (allowed: e2m1, e1m2, int4, custom magnitudes)");
+    if (!g.symmetric()) throw Error("analyze bias: grid '" + g.name() + "' is not sign-magnitude (allowed: " + Grid::builtin_list(true) + ", custom magnitudes)");
     const GridParams& p = g.params();
     for (int i = 0; i < p.n; ++i) level.push_back(p.level[i]);
     for (int i = 0; i + 1 < p.n; ++i) mid.push_back(p.mid[i]);

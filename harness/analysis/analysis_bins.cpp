@@ -31,7 +31,7 @@ torch::Tensor per_element(const torch::Tensor& per_block, int block, int64_t col
 }  // namespace
 
 BiasDecomposition decompose_bias(const torch::Tensor& x, const QuantSpec& spec) {
-  if (!spec.grid.symmetric()) throw Error("decompose_bias: grid " + spec.grid.name() + " is not sign-magnitude (allowed: e2m1, e1m2, int4)");
+  if (!spec.grid.symmetric()) throw Error("decompose_bias: grid " + spec.grid.name() + " is not sign-magnitude (allowed: " + Grid::builtin_list(true) + ")");
   if (spec.block_2d) throw Error("decompose_bias: 2D blocks are not decomposed (allowed: 1xB blocks)");
   if (x.dim() != 2) throw Error("decompose_bias: expects a 2-D tensor (blocks along dim 1)");
   torch::NoGradGuard ng;

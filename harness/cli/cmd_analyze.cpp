@@ -28,7 +28,7 @@ int analyze_bias(const std::vector<std::string>& args) {
   BiasAnalysisOptions opt;
   po::options_description d("options");
   d.add_options()
-      ("grid", po::value(&grid)->default_value("e2m1"), "e2m1, e1m2, int4, or magnitudes \"0,0.5,1,...\"")
+      ("grid", po::value(&grid)->default_value("e2m1"), (Grid::builtin_list(true) + ", or magnitudes \"0,0.5,1,...\"").c_str())
       ("max-fpx", po::value(&max_fpx)->default_value(0), "cap of the e2m1 grid: 2, 3, 4 or 6")
       ("density", po::value(&densities)->default_value("uniform,gaussian,laplace,student-t"),
        "comma list of uniform, gaussian, laplace, student-t; \"none\" for the bin table only")

@@ -29,7 +29,7 @@ int cmd_quantize(const std::vector<std::string>& args) {
       ("in", po::value(&opt.in)->required(), "input: .npy (float16/32/64), .h5/.hdf5 (with --dataset) or synthetic:KIND:ROWSxCOLS[:SEED]")
       ("dataset", po::value(&opt.dataset)->default_value("x"), "HDF5 dataset to read")
       ("out", po::value(&opt.out)->required(), "output: .npy (dequantized values, input shape) or .h5 (also codes, scales, amax)")
-      ("grid", po::value(&grid)->default_value("e2m1"), "e2m1, e1m2, int4, int4_tc, or magnitudes \"0,0.5,1,...\"")
+      ("grid", po::value(&grid)->default_value("e2m1"), (Grid::builtin_list() + ", or magnitudes \"0,0.5,1,...\"").c_str())
       ("max-fpx", po::value(&max_fpx)->default_value(0), "cap of the e2m1 grid: 2, 3, 4 or 6 (0 = 6)")
       ("block", po::value(&block)->default_value(16), "block size: 16, 32, 64, 128")
       ("block-2d", po::bool_switch(), "16x16 tiles (weights) instead of 1xB blocks")

@@ -4,6 +4,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
+#include <csignal>
 
 #include "common/error.h"
 #include "harness/dist/backends.h"
@@ -22,6 +23,9 @@ std::vector<std::string> available_backends() {
 }
 
 ProcessGroups::ProcessGroups(const LaunchEnv& env, const DistOptions& o, bool cuda) : env_(env), opts_(o), cuda_(cuda) {
+  // A peer that died leaves a closed socket: a write to it must fail the collective, which names this rank
+  // and the group, not kill this process with SIGPIPE before it can say why (exit 141, no message).
+  std::signal(SIGPIPE, SIG_IGN);
   const std::vector<std::string> have = available_backends();
   std::string joined;
   for (const auto& b : have) joined += (joined.empty() ? "" : ", ") + b;

@@ -1,5 +1,7 @@
 #include "kernels/quantize/grid.h"
 
+#include <algorithm>
+
 #include <cmath>
 #include <sstream>
 
@@ -61,31 +63,69 @@ Grid Grid::parse(const std::string& text, double max_fpx) {
   return custom("custom", mags);
 }
 
-std::vector<std::string> Grid::builtin_names() { return {"e2m1", "e1m2", "int4", "int4_tc"}; }
+namespace {
+
+// The built-in grids, each once: its name, its label, whether it is sign-magnitude, and its magnitudes
+// (sign-magnitude) or none (int4_tc, made apart). E2M1's max_fpx cap is applied in from_name.
+struct Builtin {
+  const char* name;
+  const char* label;
+  bool sign_magnitude;
+  std::vector<double> magnitudes;
+};
+
+const std::vector<Builtin>& builtins() {
+  static const std::vector<Builtin> b = {
+      {"e2m1", "E2M1 (max 6)", true, {0, 0.5, 1, 1.5, 2, 3, 4, 6}},
+      {"e1m2", "E1M2 (uniform)", true, {0, 0.25, 0.5, 0.75, 1, 1.25, 1.5, 1.75}},
+      {"int4", "INT4 (uniform)", true, {0, 1, 2, 3, 4, 5, 6, 7}},
+      {"int4_tc", "INT4 two's complement", false, {}},
+  };
+  return b;
+}
+
+}  // namespace
+
+std::vector<std::string> Grid::builtin_names() {
+  std::vector<std::string> n;
+  for (const auto& b : builtins()) n.push_back(b.name);
+  return n;
+}
+
+std::string Grid::builtin_list(bool sign_magnitude) {
+  std::string s;
+  for (const auto& b : builtins())
+    if (b.sign_magnitude || !sign_magnitude) s += (s.empty() ? "" : ", ") + std::string(b.name);
+  return s;
+}
+
+std::string Grid::label() const {
+  if (name_.rfind("e2m1_max", 0) == 0) return "E2M1 (max " + name_.substr(8) + ")";
+  for (const auto& b : builtins())
+    if (name_ == b.name) return b.label;
+  return name_;
+}
 
 Grid Grid::from_name(const std::string& name, double max_fpx) {
+  const auto it = std::find_if(builtins().begin(), builtins().end(), [&](const Builtin& b) { return name == b.name; });
+  if (it == builtins().end()) throw Error("grid: unknown name '" + name + "' (allowed: " + builtin_list() + ", or a list of magnitudes)");
   if (name == "e2m1") {
-    std::vector<double> all = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
-    double cap = max_fpx == 0 ? 6 : max_fpx;
+    const double cap = max_fpx == 0 ? 6 : max_fpx;
     if (cap != 2 && cap != 3 && cap != 4 && cap != 6)
       throw Error("max_fpx: " + std::to_string(max_fpx) + " is not allowed for e2m1 (allowed: 2, 3, 4, 6)");
     std::vector<double> kept;
-    for (double v : all) if (v <= cap) kept.push_back(v);
-    std::string n = cap == 6 ? "e2m1" : "e2m1_max" + std::to_string(static_cast<int>(cap));
-    return custom(n, kept);
+    for (double v : it->magnitudes) if (v <= cap) kept.push_back(v);
+    return custom(cap == 6 ? "e2m1" : "e2m1_max" + std::to_string(static_cast<int>(cap)), kept);
   }
   if (max_fpx != 0 && max_fpx != 6)
     throw Error("max_fpx applies to e2m1 only (grid '" + name + "')");
-  if (name == "e1m2") return custom("e1m2", {0, 0.25, 0.5, 0.75, 1, 1.25, 1.5, 1.75});
-  if (name == "int4") return custom("int4", {0, 1, 2, 3, 4, 5, 6, 7});
-  if (name == "int4_tc") {
-    std::vector<double> lv;
-    std::vector<uint8_t> codes;
-    for (int v = -8; v <= 7; ++v) { lv.push_back(v); codes.push_back(static_cast<uint8_t>(v & 0xf)); }
-    // Max scaling maps amax onto 8: positives above 7 saturate, the grid's asymmetry.
-    return Grid("int4_tc", build(lv, false, 8.0, codes));
-  }
-  throw Error("grid: unknown name '" + name + "' (allowed: e2m1, e1m2, int4, int4_tc, or a list of magnitudes)");
+  if (it->sign_magnitude) return custom(name, it->magnitudes);
+  // int4_tc: the signed values -8..7 in two's complement; max scaling maps amax onto 8, so positives above
+  // 7 saturate (the grid's asymmetry).
+  std::vector<double> lv;
+  std::vector<uint8_t> codes;
+  for (int v = -8; v <= 7; ++v) { lv.push_back(v); codes.push_back(static_cast<uint8_t>(v & 0xf)); }
+  return Grid(name, build(lv, false, 8.0, codes));
 }
 
 std::vector<float> Grid::levels() const {

@@ -30,10 +30,15 @@ class Grid {
   // A sign-magnitude grid from sorted non-negative magnitudes starting at 0 (at most 8).
   static Grid custom(const std::string& name, const std::vector<double>& magnitudes);
   static std::vector<std::string> builtin_names();
+  // The built-in names as an error or help text lists them ("e2m1, e1m2, int4, int4_tc"); sign_magnitude:
+  // only the sign-magnitude ones (what the bias analyses take).
+  static std::string builtin_list(bool sign_magnitude = false);
   // A name as above, or a comma-separated list of magnitudes ("0,0.5,1,1.5,2,3,4,6").
   static Grid parse(const std::string& text, double max_fpx = 0);
 
   const std::string& name() const { return name_; }
+  // How recipes and reports name it: "E2M1 (max 6)", "E1M2 (uniform)", ...; a custom grid's name.
+  std::string label() const;
   bool symmetric() const { return params_.symmetric != 0; }
   float gmax() const { return params_.gmax; }
   const GridParams& params() const { return params_; }
