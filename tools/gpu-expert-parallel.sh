@@ -48,8 +48,10 @@ fi
 if [[ " $stages " == *" moe7.9b "* ]]; then
   rm -rf build/ep/moe7.9b
   s0=$(date +%s)
-  build/ufp4 run experiments/dist/moe7.9b_ep.toml --nproc-per-node 4 > "$LOGS/moe7.9b.log" 2>&1 || status=1
-  echo "moe7.9b: exit $? after $(( $(date +%s) - s0 )) s"; grep -h "data parallel:\|validation loss\|step 300/300" "$LOGS/moe7.9b.log" | sed 's/^/  /'
+  build/ufp4 run experiments/dist/moe7.9b_ep.toml --nproc-per-node 4 > "$LOGS/moe7.9b.log" 2>&1
+  rc=$?
+  [ "$rc" = 0 ] || status=1
+  echo "moe7.9b: exit $rc after $(( $(date +%s) - s0 )) s"; grep -h "data parallel:\|validation loss\|step 300/300" "$LOGS/moe7.9b.log" | sed 's/^/  /'
   cp build/ep/moe7.9b/*.h5 "$LOGS/" 2>/dev/null
   build/ufp4 plan --model moe-7.9b --gpus 4 --micro-batch 1 > "$LOGS/plan-moe7.9b.log" 2>&1
 fi
