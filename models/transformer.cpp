@@ -66,6 +66,12 @@ std::vector<torch::Tensor> TransformerImpl::routed_expert_weights() const {
   return w;
 }
 
+bool TransformerImpl::is_routed_expert_weight(const torch::Tensor& p) const {
+  for (const auto& w : routed_expert_weights())
+    if (w.unsafeGetTensorImpl() == p.unsafeGetTensorImpl()) return true;
+  return false;
+}
+
 std::vector<WeightUse> TransformerImpl::weight_uses() const {
   std::vector<WeightUse> uses;
   auto dense = [&](const QuantLinear& l) {

@@ -44,6 +44,7 @@ class TransformerImpl : public torch::nn::Module {
   std::vector<WeightUse> weight_uses() const;
   // The routed experts' weights (two a MoE layer): what expert parallelism splits over ranks.
   std::vector<torch::Tensor> routed_expert_weights() const;
+  bool is_routed_expert_weight(const torch::Tensor& p) const;
 
   ModelConfig config;
   std::shared_ptr<QuantContext> ctx;

@@ -59,14 +59,19 @@ int expert_ranks(const std::string& model, const ScalingBenchOptions& o, int wor
   return ep;
 }
 
+// This rank's expert-parallel exchange for the model at this world size (nullptr: none).
+std::shared_ptr<RowExchange> expert_exchange(const std::string& model, const ScalingBenchOptions& o, ProcessGroups* groups) {
+  const int ep = expert_ranks(model, o, groups ? groups->data->size() : 1);
+  return ep > 1 ? row_exchange(groups->expert_groups(ep).experts) : nullptr;
+}
+
 RankFigures time_model(const std::string& model, const std::string& recipe, const ScalingBenchOptions& o, const torch::Device& device,
                        ProcessGroups* groups) {
   RankFigures f;
   {
     const int ep = expert_ranks(model, o, groups ? groups->data->size() : 1);
     const ExpertGroups eg = ep > 1 ? groups->expert_groups(ep) : ExpertGroups{};
-    TimedModel m = make_timed_model(model, recipe, o.seq_len, /*deterministic=*/true, device, /*batch_weights=*/true,
-                                    eg.experts ? row_exchange(eg.experts) : nullptr);
+    TimedModel m = make_timed_model(model, recipe, o.seq_len, /*deterministic=*/true, device, /*batch_weights=*/true, expert_exchange(model, o, groups));
     auto& [mc, adamw, ctx, net, opt] = m;
     // Fixed random tokens, each rank its own: the step's cost does not depend on the text.
     const int rank = groups ? groups->data->rank() : 0, world = groups ? groups->data->size() : 1;
@@ -114,9 +119,7 @@ RankFigures time_moe_layer(const std::string& model, const std::string& recipe, 
   {
     if (!model_config(model).is_moe()) throw Error("bench scaling --moe-layer: " + model + " is not a MoE model");
     const int rank = groups ? groups->data->rank() : 0;
-    const int ep = expert_ranks(model, o, groups ? groups->data->size() : 1);
-    const ExpertGroups eg = ep > 1 ? groups->expert_groups(ep) : ExpertGroups{};
-    TimedMoeLayer m = make_timed_moe_layer(model, recipe, device, eg.experts ? row_exchange(eg.experts) : nullptr);
+    TimedMoeLayer m = make_timed_moe_layer(model, recipe, device, expert_exchange(model, o, groups));
     const auto act = device.is_cuda() ? torch::kBFloat16 : torch::kFloat32;
     torch::manual_seed(1000 + static_cast<uint64_t>(rank));  // each rank its own rows
     const torch::TensorOptions on = torch::TensorOptions().device(device);

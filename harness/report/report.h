@@ -22,6 +22,8 @@ struct PaperClaim {
 };
 std::vector<PaperClaim> paper_claims(const toml::table& paper, const std::string& path);  // [[claims]]
 std::string rel(const std::string& path);  // a path as the repository names it
+// A benchmark file's source line: its path, device, commit, torch and CUDA versions, and when it was written.
+std::string provenance_line(const std::string& path);
 // The provenance section: the command that re-renders the report and its inputs. Nothing in it depends
 // on when or by which build it was rendered, so the same inputs give the same bytes; an input that is a
 // file of the repository gets its content hash (an HDF5 file's content_sha256, else the file's SHA-256).

@@ -121,12 +121,6 @@ NcuStats load_ncu(const std::string& path, const std::string& name) {
   return s;
 }
 
-std::string provenance_line(const std::string& path) {
-  auto a = read_h5_string_attrs(path);
-  return rel(path) + ": " + a["device"] + ", commit " + a["git_commit"] + ", torch " + a["torch"] + ", CUDA " + a["cuda"] + ", " +
-         a["utc"];
-}
-
 // The bars the benchmarks are held to (reports/targets.toml).
 struct BenchTargets {
   double bw_min, fs_max, uf_min, sr_min, step_ufp4_max, det_max, eager_max, compiled_max;

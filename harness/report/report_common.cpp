@@ -59,6 +59,12 @@ std::string rel(const std::string& p) {
   return out;
 }
 
+std::string provenance_line(const std::string& path) {
+  auto a = read_h5_string_attrs(path);
+  return rel(path) + ": " + a["device"] + ", commit " + a["git_commit"] + ", torch " + a["torch"] + ", CUDA " + a["cuda"] + ", " +
+         a["utc"];
+}
+
 namespace {
 
 // "path ..." -> the content hash of the file the line starts with, when it is one of the repository's.

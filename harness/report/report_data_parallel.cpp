@@ -59,9 +59,7 @@ std::string scaling_section(const std::string& scaling_h5, const DataParallelTar
                             std::ostringstream& rows) {
   std::ostringstream md;
   const auto v = read_scaling_rows(scaling_h5);
-  auto a = read_h5_string_attrs(scaling_h5);
-  sources.push_back(rel(scaling_h5) + ": " + a["device"] + ", commit " + a["git_commit"] + ", torch " + a["torch"] + ", CUDA " + a["cuda"] +
-                    ", " + a["utc"]);
+  sources.push_back(provenance_line(scaling_h5));
   std::map<std::pair<std::string, std::string>, double> one;  // (model, recipe) -> tokens/s on one GPU
   for (const auto& r : v)
     if (r.gpus == 1) one[{r.model, r.recipe}] = r.tokens_per_s;
@@ -109,8 +107,7 @@ std::string expert_parallel_section(const std::vector<std::string>& files, std::
   for (const auto& h5 : files) {
     const auto rows = read_scaling_rows(h5);
     v.insert(v.end(), rows.begin(), rows.end());
-    auto a = read_h5_string_attrs(h5);
-    sources.push_back(rel(h5) + ": " + a["device"] + ", commit " + a["git_commit"] + ", torch " + a["torch"] + ", CUDA " + a["cuda"] + ", " + a["utc"]);
+    sources.push_back(provenance_line(h5));
   }
   std::map<std::tuple<std::string, std::string, std::string>, double> one;  // (model, recipe, unit) -> tokens/s on one GPU
   for (const auto& r : v)

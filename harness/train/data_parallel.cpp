@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
-#include <set>
 
 #include "common/error.h"
 #include "harness/train/checkpoint.h"
@@ -22,10 +21,8 @@ int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 std::vector<GradientGroup> gradient_groups(Transformer& model, std::shared_ptr<Communicator> world, std::shared_ptr<Communicator> experts_data) {
   if (!experts_data) return {{model->parameters(), std::move(world)}};
-  std::set<const void*> expert;
-  for (const auto& w : model->routed_expert_weights()) expert.insert(w.unsafeGetTensorImpl());
   GradientGroup dense{{}, std::move(world)}, experts{{}, std::move(experts_data)};
-  for (const auto& p : model->parameters()) (expert.count(p.unsafeGetTensorImpl()) ? experts : dense).params.push_back(p);
+  for (const auto& p : model->parameters()) (model->is_routed_expert_weight(p) ? experts : dense).params.push_back(p);
   if (experts.params.empty()) throw Error(model->config.name + ": expert parallelism needs routed experts (a MoE model); this model has none");
   return {dense, experts};
 }

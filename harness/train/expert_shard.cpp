@@ -1,19 +1,11 @@
 #include "harness/train/expert_shard.h"
 
-#include <set>
-
 #include "common/error.h"
 #include "common/sha256.h"
 
 namespace ufp4 {
 
 namespace {
-
-std::set<const void*> routed(const Transformer& model) {
-  std::set<const void*> s;
-  for (const auto& w : model->routed_expert_weights()) s.insert(w.unsafeGetTensorImpl());
-  return s;
-}
 
 // The group's whole tensor: every rank's [local experts, ...] one after another (dim 0 in rank order).
 torch::Tensor gathered(const torch::Tensor& local, Communicator& experts) {
@@ -28,9 +20,8 @@ torch::Tensor gathered(const torch::Tensor& local, Communicator& experts) {
 
 void save_expert_shard(const std::string& path, Transformer& model, const Communicator& experts, const ArchiveStamp& stamp) {
   torch::serialize::OutputArchive ar;
-  const std::set<const void*> mine = routed(model);
   for (const auto& p : model->named_parameters())
-    if (mine.count(p.value().unsafeGetTensorImpl())) ar.write(p.key(), p.value().detach().cpu());
+    if (model->is_routed_expert_weight(p.value())) ar.write(p.key(), p.value().detach().cpu());
   ar.write("expert_rank", torch::tensor(static_cast<int64_t>(experts.rank()), torch::kInt64));
   ar.write("expert_ranks", torch::tensor(static_cast<int64_t>(experts.size()), torch::kInt64));
   write_archive(path, ar, stamp);
@@ -41,7 +32,6 @@ void load_expert_shard(const std::string& path, Transformer& model, const Commun
   torch::serialize::InputArchive ar;
   read_archive(path, ar, torch::kCPU, stamp);
   torch::Tensor rank, ranks;
-  const std::set<const void*> mine = routed(model);
   torch::NoGradGuard ng;
   try {
     ar.read("expert_rank", rank);
@@ -50,7 +40,7 @@ void load_expert_shard(const std::string& path, Transformer& model, const Commun
       throw Error(path + ": the experts of expert rank " + std::to_string(rank.item<int64_t>()) + " of " + std::to_string(ranks.item<int64_t>()) +
                   ", not of rank " + std::to_string(experts.rank()) + " of " + std::to_string(experts.size()) + "; remove the checkpoint to start over");
     for (const auto& p : model->named_parameters()) {
-      if (!mine.count(p.value().unsafeGetTensorImpl())) continue;
+      if (!model->is_routed_expert_weight(p.value())) continue;
       torch::Tensor t;
       ar.read(p.key(), t);
       if (t.sizes() != p.value().sizes()) throw Error(path + ": " + p.key() + " has another shape than this run's; remove the checkpoint to start over");
@@ -63,10 +53,9 @@ void load_expert_shard(const std::string& path, Transformer& model, const Commun
 }
 
 std::string weights_sha256(Transformer& model, Communicator* experts) {
-  const std::set<const void*> split = experts ? routed(model) : std::set<const void*>{};
   Sha256 h;
   for (const auto& p : model->named_parameters()) {
-    torch::Tensor t = split.count(p.value().unsafeGetTensorImpl()) ? gathered(p.value(), *experts) : p.value().detach();
+    torch::Tensor t = experts && model->is_routed_expert_weight(p.value()) ? gathered(p.value(), *experts) : p.value().detach();
     t = t.to(torch::kCPU, torch::kFloat32).contiguous();
     h.update(p.key());
     h.update(t.data_ptr(), static_cast<size_t>(t.numel()) * 4);

@@ -200,10 +200,10 @@ StepStats Trainer::data_parallel_step() {
 
 // A single process records the alpha values of the step's last micro-batch; in a data-parallel run
 // the last rank ran it, so its values (keys and all: an idle expert has none) go to every rank. With
-// expert parallelism a rank has values only for the experts it holds: every rank's values go to
-// the ranks of the last block (which hold every expert once) go to every rank, a later rank's replacing
-// an earlier's: the last rank's for all but the experts, each expert's from the rank of the last block
-// that holds it (the rows of that block's last micro-batches; an expert idle there has none).
+// expert parallelism a rank has values only for the experts it holds, so the values of every rank of
+// the last block (which holds every expert once) go to every rank, a later rank's replacing an
+// earlier's: the last rank's for all but the experts, each expert's from the rank of the last block that
+// holds it (the rows of that block's last micro-batches; an expert idle there has none).
 void Trainer::share_telemetry() {
   std::ostringstream os;
   os.precision(17);
