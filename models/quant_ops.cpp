@@ -284,6 +284,9 @@ torch::Tensor quantize_segments(const torch::Tensor& x_in, const QuantSpec& spec
   const KernelSpec ks = make_kernel_spec(spec);
   const int64_t rows = src.defined() ? src.size(0) : x.size(0);
   torch::Tensor out = torch::empty({rows, x.size(1)}, x.options().dtype(out_dtype));
+  // No rows to read (a rank of expert parallelism whose experts were routed none): the layout's rows, if
+  // any, are padding, which quantizes to zero.
+  if (rows == 0 || x.size(0) == 0) return out.zero_();
   auto f32 = x.options().dtype(torch::kFloat32);
   torch::Tensor tensor_amax = spec.scale == ScaleKind::kNvfp4 ? torch::empty({G}, f32) : torch::Tensor();
   const int64_t ws_floats = quantize_workspace_floats(ks, rows, x.size(1));
@@ -338,7 +341,7 @@ std::pair<torch::Tensor, torch::Tensor> quantize_segments_pair(const torch::Tens
   if (gather.defined() && (gather.scalar_type() != torch::kInt64 || gather.dim() != 1 || gather.device() != x.device() || !gather.is_contiguous()))
     throw Error("quantize segments pair: gather must be a contiguous int64 [rows] tensor on the input's device");
   const int64_t rows = gather.defined() ? gather.size(0) : x.size(0);
-  if (!src.defined() || src.numel() < rows || row_ends.numel() != col_ends.numel() || !quantize_segments_pair_fused(x, row, col, row_ends.numel())) {
+  if (rows == 0 || !src.defined() || src.numel() < rows || row_ends.numel() != col_ends.numel() || !quantize_segments_pair_fused(x, row, col, row_ends.numel())) {
     if (gather.defined()) x = x.index_select(0, gather);
     return {quantize_segments(x, row, row_keys, row_ends, torch::Tensor(), false, torch::kBFloat16),
             quantize_segments(x, col, col_keys, col_ends, col_lens, true, torch::kBFloat16, src)};

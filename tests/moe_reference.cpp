@@ -320,6 +320,42 @@ OperandComparison compare_grouped_operands(const Recipe& recipe, torch::Device d
   return out;
 }
 
+std::string grouped_linear_without_rows(const Recipe& recipe, torch::Device device) {
+  const int64_t E = 4, K = 128, N = 256;
+  auto ctx = std::make_shared<QuantContext>();
+  ctx->recipe = recipe;
+  ctx->run_seed = 7;
+  ctx->step = 3;
+  torch::manual_seed(5);
+  GroupedLinear m(E, K, N, "layers.1.mlp", "linear_fc1", ctx, /*first_layer_id=*/20, /*id_stride=*/2, /*layer_index=*/-1, 0);
+  for (int64_t e = 0; e < E; ++e) m->init_expert(e);
+  m->to(device);
+  const auto i64 = torch::TensorOptions().dtype(torch::kInt64).device(device);
+  Routing r;
+  r.top_k = 2, r.experts = E;
+  r.ends = torch::zeros({E}, i64.dtype(torch::kInt32));
+  r.order = r.inverse = torch::empty({0}, i64);
+  r.assigned = torch::zeros({E}, i64);
+  const torch::Tensor x = torch::zeros({0, K}, torch::TensorOptions().dtype(device.is_cuda() ? torch::kBFloat16 : torch::kFloat32).device(device))
+                              .requires_grad_(true);
+  try {
+    // The segmented quantizer on no rows, as the grouped path calls it (the per-expert loop skips idle
+    // experts): X's FPROP operand, and its WGRAD layout, whose rows are all padding.
+    const torch::Tensor fx = m->grouped_operand(x.detach(), Gemm::kFprop, 0, ctx->step, false, r.ends, torch::Tensor());
+    const GroupedRows rows = m->wgrad_rows(r.ends, 0);
+    const torch::Tensor wx = m->grouped_operand(x.detach(), Gemm::kWgrad, 1, ctx->step, true, rows.ends, rows.lens, rows.src);
+    if (fx.size(0) != 0 || wx.size(0) != rows.rows || wx.count_nonzero().item<int64_t>() != 0) return "the operands of no rows are not empty or zero";
+    const torch::Tensor y = m->forward(x, r);
+    if (y.sizes() != torch::IntArrayRef({0, N})) return "output of shape " + std::to_string(y.size(0)) + "x" + std::to_string(y.size(1));
+    y.sum().backward();
+    if (!x.grad().defined() || x.grad().sizes() != x.sizes()) return "no [0, K] input gradient";
+    if (!m->weight.grad().defined() || m->weight.grad().count_nonzero().item<int64_t>() != 0) return "the weight's gradient is not zero";
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
 torch::Tensor random_segment_ends(int64_t E, int64_t max_count, int64_t seed) {
   torch::manual_seed(seed);
   torch::Tensor counts = torch::randint(0, max_count, {E}, torch::kInt32);

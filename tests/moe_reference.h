@@ -48,6 +48,11 @@ struct OperandComparison {
 };
 OperandComparison compare_grouped_operands(const Recipe& recipe, torch::Device device);
 
+// An expert linear whose experts were routed no rows (a rank of expert parallelism can be), forward
+// and backward under `recipe` on `device`: "" when the output is [0, N], the input's gradient [0, K] and
+// the weight's gradient zero, else what went wrong (an exception's message included).
+std::string grouped_linear_without_rows(const Recipe& recipe, torch::Device device);
+
 // Routing ends (int32, CPU) of E experts over counts drawn from [0, max_count), about a quarter of them
 // set to 0 (idle experts), from the fixed seed.
 torch::Tensor random_segment_ends(int64_t E, int64_t max_count, int64_t seed);

@@ -73,6 +73,13 @@ TEST_CASE("grouped quantized operands equal the per-expert operands bit for bit"
   }
 }
 
+TEST_CASE("an expert linear routed no rows (a rank of expert parallelism) gives empty outputs and a zero weight gradient", "[moe]") {
+  for (const Recipe& r : operand_recipes()) {
+    INFO(r.name);
+    CHECK(test::grouped_linear_without_rows(r, torch::kCPU) == "");
+  }
+}
+
 TEST_CASE("WGRAD's padded segments: the CPU reference equals the LibTorch composition", "[moe]") {
   for (const int64_t E : {1, 3, 32, 64})
     for (const int64_t align : {16, 32})

@@ -93,6 +93,15 @@ TEST_CASE("MoE on the GPU: grouped quantized operands equal the per-expert opera
   }
 }
 
+TEST_CASE("MoE on the GPU: an expert linear routed no rows gives empty outputs and a zero weight gradient", "[moe][cuda]") {
+  UFP4_NEED_GPU();
+  set_deterministic(true);
+  for (const char* name : {"bf16", "e2m1_ref", "ufp4", "nvfp4_nvidia", "mxfp4", "ufp4_int4"}) {
+    INFO(name);
+    CHECK(test::grouped_linear_without_rows(Recipe::load(name), torch::kCUDA) == "");
+  }
+}
+
 TEST_CASE("MoE on the GPU: no host synchronisation in forward and backward; reruns bit-identical", "[moe][cuda]") {
   UFP4_NEED_GPU();
 #ifdef UFP4_WITH_CUDA
