@@ -101,6 +101,17 @@ std::string shell_quote(const std::string& s) {
   return q + "'";
 }
 
+std::string first_output_line(const std::string& command) {
+  std::string line;
+  if (FILE* p = ::popen(command.c_str(), "r")) {
+    char buf[512];
+    if (std::fgets(buf, sizeof buf, p)) line = buf;
+    ::pclose(p);
+  }
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r' || line.back() == ' ')) line.pop_back();
+  return line;
+}
+
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }

@@ -30,5 +30,7 @@ std::string executable_dir();
 std::string repository_root();
 // A shell word that the shell reads back as exactly `s` (single-quoted).
 std::string shell_quote(const std::string& s);
+// The first line a shell command prints on stdout, without its line end; "" when it prints none.
+std::string first_output_line(const std::string& command);
 
 }  // namespace ufp4

@@ -19,6 +19,7 @@
 #include "common/fs.h"
 #include "common/sha256.h"
 #include "common/stack_dump.h"
+#include "harness/dist/mps.h"
 #include "harness/dist/run_scheduler.h"
 #include "harness/io/array_io.h"
 #include "harness/io/run_results.h"
@@ -674,22 +675,89 @@ TEST_CASE("every committed campaign's results are its run set: ids recomputed fr
   CHECK(campaigns >= 1);
 }
 
-TEST_CASE("--per-gpu auto takes the fastest packing measured for the runs' model, 1 when it was not measured", "[integrity]") {
+TEST_CASE("--per-gpu auto takes the fastest packing measured for the runs' model, 1 when it was not measured; MPS where its row is fastest", "[integrity]") {
   const std::string d = test::temp_dir();
   write_bytes(d + "/p.csv", "device,model,per_gpu,runs,steps_each,tokens_per_s_sum\nH,m-a,1,1,8,100\nH,m-a,4,4,2,150\nH,m-a,9,9,1,120\nH,m-b,1,1,8,90\n");
-  std::string why;
-  CHECK(choose_per_gpu({"m-a", "m-a"}, d + "/p.csv", why) == 4);
-  CHECK(why.find("the fastest measured for m-a") != std::string::npos);
-  CHECK(choose_per_gpu({"m-a", "m-a", "m-b"}, d + "/p.csv", why) == 1);  // runs of both share a GPU: m-b's fastest is 1
-  CHECK(choose_per_gpu({"m-c"}, d + "/p.csv", why) == 1);
-  CHECK(choose_per_gpu({"m-a"}, d + "/missing.csv", why) == 1);
+  PackingChoice c = choose_packing({"m-a", "m-a"}, d + "/p.csv");
+  CHECK(c.per_gpu == 4);
+  CHECK_FALSE(c.mps);
+  CHECK(c.why.find("the fastest measured for m-a") != std::string::npos);
+  CHECK(choose_packing({"m-a", "m-a", "m-b"}, d + "/p.csv").per_gpu == 1);  // runs of both share a GPU: m-b's fastest is 1
+  CHECK(choose_packing({"m-c"}, d + "/p.csv").per_gpu == 1);
+  CHECK(choose_packing({"m-a"}, d + "/missing.csv").per_gpu == 1);
   CHECK(packed_estimate({{"m-a", 150.0 * 3600}}, d + "/p.csv").find("1 GPU-hours") != std::string::npos);
-  write_bytes(d + "/bad.csv", "device,model,per_gpu,runs,steps_each,tokens_per_s_sum\nH,m-a,four,1,8,100\n");
-  try {
-    load_packing(d + "/bad.csv");
-    FAIL("a malformed row was read");
-  } catch (const Error& e) {
-    CHECK(std::string(e.what()).find(d + "/bad.csv:2: expected device,model,per_gpu") == 0);
+  // The optional ninth column: the same K under MPS.
+  const std::string h = "device,model,per_gpu,runs,steps_each,tokens_per_s_sum,tokens_per_s_each_mean,wall_s,mps\n";
+  write_bytes(d + "/m.csv", h + "H,m-a,1,1,8,100,100,9,0\nH,m-a,4,4,2,150,37,9,0\nH,m-a,4,4,2,300,75,9,1\nH,m-b,2,2,4,90,45,9,0\nH,m-b,2,2,4,80,40,9,1\n");
+  c = choose_packing({"m-a"}, d + "/m.csv");
+  CHECK(c.per_gpu == 4);
+  CHECK(c.mps);
+  CHECK(c.why.find("4 run(s) a GPU under MPS") == 0);
+  CHECK_FALSE(choose_packing({"m-a", "m-b"}, d + "/m.csv").mps);  // m-b is faster without
+  CHECK(mps_measured_faster({"m-a"}, 4, d + "/m.csv"));
+  CHECK_FALSE(mps_measured_faster({"m-b"}, 2, d + "/m.csv"));
+  CHECK_FALSE(mps_measured_faster({"m-a"}, 1, d + "/m.csv"));  // not measured under MPS at 1
+  CHECK(packed_estimate({{"m-a", 300.0 * 3600}}, d + "/m.csv").find("4 run(s) a GPU under MPS") != std::string::npos);
+  for (const std::string bad : {"H,m-a,four,1,8,100\n", "H,m-a,4,4,2,150,37,9,yes\n"}) {
+    write_bytes(d + "/bad.csv", h + bad);
+    try {
+      load_packing(d + "/bad.csv");
+      FAIL("a malformed row was read: " + bad);
+    } catch (const Error& e) {
+      CHECK(std::string(e.what()).find(d + "/bad.csv:2: expected device,model,per_gpu") == 0);
+    }
   }
   CHECK(test::run_binary("run experiments/ci/bf16.toml --gpus 1 --per-gpu two").code == 2);
+  const auto bad_mps = test::run_binary("run experiments/ci/bf16.toml --gpus 1 --mps maybe");
+  CHECK(bad_mps.code == 2);
+  CHECK(bad_mps.out.find("--mps: 'maybe' (allowed: auto, on, off)") != std::string::npos);
+}
+
+TEST_CASE("--mps on: one MPS control daemon a GPU while the runs train, each run on its GPU's UUID and pipes; the daemons quit after", "[integrity]") {
+  // Stand-ins for nvidia-smi and nvidia-cuda-mps-control that record what they were asked.
+  const std::string d = test::temp_dir(), bin = d + "/bin", calls = d + "/calls.log";
+  make_dirs(bin);
+  write_bytes(bin + "/nvidia-smi", "#!/bin/sh\n# --query-gpu=uuid --format=csv,noheader -i N\neval last=\\${$#}\necho GPU-fake-$last\n");
+  write_bytes(bin + "/nvidia-cuda-mps-control",
+              "#!/bin/sh\nif [ \"$1\" = -d ]; then\n  [ -n \"$FAKE_MPS_FAIL\" ] && exit 0\n  echo \"start $CUDA_VISIBLE_DEVICES\" >> " + calls +
+                  "; touch \"$CUDA_MPS_PIPE_DIRECTORY/control\"; exit 0\nfi\nread what\n[ -e \"$CUDA_MPS_PIPE_DIRECTORY/control\" ] || exit 1\n"
+                  "[ \"$what\" = quit ] && { echo quit >> " + calls + "; rm \"$CUDA_MPS_PIPE_DIRECTORY/control\"; }\nexit 0\n");
+  std::system(("chmod +x " + bin + "/*").c_str());
+  const std::string path = std::getenv("PATH");
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  const std::string visible_before = visible ? visible : "";
+  ::setenv("PATH", (bin + ":" + path).c_str(), 1);
+  ::unsetenv("CUDA_VISIBLE_DEVICES");
+  CHECK(mps_available());
+  ScheduleOptions o;
+  o.gpus = 2;
+  o.per_gpu = 2;
+  o.poll_seconds = 0.05;
+  o.mps = true;
+  std::vector<ScheduledJob> jobs;
+  for (int i = 0; i < 4; ++i)
+    jobs.push_back({"job" + std::to_string(i), "sh -c 'echo $CUDA_VISIBLE_DEVICES; ls $CUDA_MPS_PIPE_DIRECTORY'", d + "/job" + std::to_string(i) + ".log"});
+  const std::vector<JobResult> r = run_scheduled_jobs(jobs, o);
+  for (int i = 0; i < 4; ++i) {
+    CHECK(r[static_cast<size_t>(i)].status == JobStatus::kDone);
+    const std::string log = bytes_of(d + "/job" + std::to_string(i) + ".log");
+    CHECK(log.find("GPU-fake-") == 0);  // its GPU by UUID
+    CHECK(log.find("control") != std::string::npos);  // its daemon's pipes
+  }
+  const std::string called = bytes_of(calls);
+  CHECK(called.find("start GPU-fake-0\n") != std::string::npos);
+  CHECK(called.find("start GPU-fake-1\n") != std::string::npos);
+  CHECK(called.find("quit\nquit\n") != std::string::npos);
+  CHECK_FALSE(is_dir("/tmp/ufp4-mps-" + std::to_string(::getpid())));
+  // A daemon that never answers: the scheduler stops before any job, naming the GPU.
+  ::setenv("FAKE_MPS_FAIL", "1", 1);
+  try {
+    run_scheduled_jobs(jobs, o);
+    FAIL("the scheduler ran without its MPS daemons");
+  } catch (const RuntimeError& e) {
+    CHECK(std::string(e.what()).find("the MPS control daemon of GPU 0 (GPU-fake-0) does not answer") != std::string::npos);
+  }
+  ::unsetenv("FAKE_MPS_FAIL");
+  ::setenv("PATH", path.c_str(), 1);
+  if (visible) ::setenv("CUDA_VISIBLE_DEVICES", visible_before.c_str(), 1);
 }

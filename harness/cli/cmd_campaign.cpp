@@ -15,7 +15,7 @@ namespace ufp4 {
 int cmd_campaign(const std::vector<std::string>& args) {
   std::string action, path, only, retrain, out_dir, expect_id;
   int gpus = 0;
-  std::string per_gpu = "auto";
+  std::string per_gpu = "auto", mps = "auto";
   bool pilot_only = false, all_recipes = false;
   RunQueueOptions q;
   po::options_description d("options");
@@ -24,6 +24,7 @@ int cmd_campaign(const std::vector<std::string>& args) {
       ("campaign", po::value(&path), "the campaign file (experiments/<table or figure>/campaign.toml)")
       ("gpus", po::value(&gpus)->default_value(0), "run: train on this many GPUs, one child process a run (0: one after another here)")
       ("per-gpu", po::value(&per_gpu)->default_value("auto"), "run: concurrent runs per GPU: a number, or auto (the fastest measured for the runs' model)")
+      ("mps", po::value(&mps)->default_value("auto"), "run: the runs of a GPU under CUDA MPS: on, off, or auto (as measured faster for the runs' model)")
       ("stall-timeout", po::value(&q.schedule.stall_seconds)->default_value(300), "run: seconds without progress before a run is stopped and started again once")
       ("stop-grace", po::value(&q.schedule.stop_grace_seconds)->default_value(40), "run: seconds a stopped run may take to checkpoint before it is killed")
       ("device", po::value(&q.run.device), "override the manifests' device: auto, cpu, cuda")
@@ -42,7 +43,7 @@ int cmd_campaign(const std::vector<std::string>& args) {
   if (gpus < 0) throw Error("campaign: --gpus must be >= 0");
   Campaign c = Campaign::load(path);
   q.gpus = gpus;
-  if (gpus > 0) q.schedule.per_gpu = resolve_per_gpu(per_gpu, c.plans());
+  if (gpus > 0) resolve_packing(per_gpu, mps, c.plans(), q.schedule);
   if (!out_dir.empty() && only.empty()) throw Error("campaign: --out-dir goes with --only (one retrained run)");
   if (!expect_id.empty() && only.empty()) throw Error("campaign: --run-id goes with --only (one run)");
   if (action == "plan") return campaign_plan(c);

@@ -29,7 +29,7 @@ int cmd_run(const std::vector<std::string>& args) {
   std::vector<std::string> manifests;
   std::string only, expect_id;
   int gpus = 0, nproc = 0, dist_timeout = 900, ep = 0;
-  std::string per_gpu = "auto";
+  std::string per_gpu = "auto", mps = "auto";
   double bucket_mb = 25;
   bool replicate_optimizer = false;
   std::string backend = "auto";
@@ -42,6 +42,7 @@ int cmd_run(const std::vector<std::string>& args) {
       ("device", po::value(&opt.device), "override the manifests' device: auto, cpu, cuda")
       ("gpus", po::value(&gpus)->default_value(0), "run independent runs concurrently on this many GPUs (0: one after another here)")
       ("per-gpu", po::value(&per_gpu)->default_value("auto"), "concurrent runs per GPU with --gpus: a number, or auto (the fastest measured for the runs' model, results/bench/packing.md)")
+      ("mps", po::value(&mps)->default_value("auto"), "with --gpus: the runs of a GPU under CUDA MPS: on, off, or auto (as measured faster for the runs' model)")
       ("stall-timeout", po::value(&sched.stall_seconds)->default_value(300), "with --gpus: seconds without progress after which a run is stopped and started again once")
       ("stop-grace", po::value(&sched.stop_grace_seconds)->default_value(40), "with --gpus: seconds a stopped run may take to checkpoint before it is killed")
       ("only", po::value(&only), "run only the run of this name (one member of a sweep or ablation)")
@@ -114,7 +115,7 @@ int cmd_run(const std::vector<std::string>& args) {
   RunQueueOptions q;
   q.gpus = gpus;
   q.schedule = sched;
-  if (gpus > 0) q.schedule.per_gpu = resolve_per_gpu(per_gpu, plans);
+  if (gpus > 0) resolve_packing(per_gpu, mps, plans, q.schedule);
   q.run = opt;
   // With --gpus, one child process a run: `ufp4 run MANIFEST --only NAME --run-id ID`.
   const std::string exe = shell_quote(executable_dir() + "/ufp4");

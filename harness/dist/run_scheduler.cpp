@@ -16,12 +16,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <thread>
 
 #include "common/error.h"
 #include "common/fs.h"
 #include "common/log.h"
+#include "harness/dist/mps.h"
 
 namespace ufp4 {
 
@@ -50,10 +52,10 @@ std::string device_of(int gpu) {
   return gpu < static_cast<int>(ids.size()) ? ids[static_cast<size_t>(gpu)] : std::to_string(gpu);
 }
 
-// `sh -c 'exec CMD >> LOG 2>&1'` with CUDA_VISIBLE_DEVICES: the shell sets up the redirection, then
-// becomes the job, so the pid is the job's.
-pid_t spawn(const ScheduledJob& job, int gpu) {
-  const std::string cmd = "exec env CUDA_VISIBLE_DEVICES=" + shell_quote(device_of(gpu)) + " " + job.command + " >> " + shell_quote(job.log) + " 2>&1";
+// `sh -c 'exec env ENV CMD >> LOG 2>&1'`, ENV naming the job's GPU (and its MPS daemon): the shell sets
+// up the redirection, then becomes the job, so the pid is the job's.
+pid_t spawn(const ScheduledJob& job, const std::string& env) {
+  const std::string cmd = "exec env " + env + " " + job.command + " >> " + shell_quote(job.log) + " 2>&1";
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::signal(SIGINT, SIG_DFL);
@@ -120,6 +122,14 @@ std::vector<JobResult> run_scheduled_jobs(const std::vector<ScheduledJob>& jobs,
   if (o.gpus < 1 || o.per_gpu < 1) throw Error("run: --gpus and --per-gpu must be >= 1");
   std::vector<JobResult> results(jobs.size());
   std::vector<int> load(static_cast<size_t>(o.gpus), 0);
+  // Before the cleanup below, so that it outlives every job it serves.
+  std::unique_ptr<MpsDaemons> mps;
+  if (o.mps) {
+    std::vector<std::string> devices;
+    for (int g = 0; g < o.gpus; ++g) devices.push_back(device_of(g));
+    mps = std::make_unique<MpsDaemons>(devices, "/tmp/ufp4-mps-" + std::to_string(::getpid()));
+    log_info("run: CUDA MPS: " + mps->describe());
+  }
   std::vector<Running> running;
   size_t next = 0;
   g_stop = 0;
@@ -141,7 +151,7 @@ std::vector<JobResult> run_scheduled_jobs(const std::vector<ScheduledJob>& jobs,
   auto start = [&](size_t j) {
     const int gpu = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
     ++load[static_cast<size_t>(gpu)];
-    const pid_t pid = spawn(jobs[j], gpu);
+    const pid_t pid = spawn(jobs[j], mps ? mps->client_env(gpu) : "CUDA_VISIBLE_DEVICES=" + shell_quote(device_of(gpu)));
     running.push_back({j, pid, gpu, file_size(jobs[j].log), Clock::now()});
     log_info("run " + jobs[j].name + ": started on GPU " + std::to_string(gpu) + " (log " + jobs[j].log + ")");
   };

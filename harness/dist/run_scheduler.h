@@ -4,7 +4,8 @@
 // progress line every few seconds) is logged with what its process is doing, stopped, and started
 // again once, resuming from its checkpoint. On SIGINT/SIGTERM it starts nothing new, passes SIGTERM
 // on (each run checkpoints at its next step and exits 130), and kills what is still running after
-// `stop_grace_seconds`, so that it returns within a minute of the signal. No LibTorch here.
+// `stop_grace_seconds`, so that it returns within a minute of the signal. With `mps`, the jobs of a GPU
+// run under CUDA MPS (harness/dist/mps.h). No LibTorch here.
 #pragma once
 #include <string>
 #include <vector>
@@ -23,6 +24,7 @@ struct ScheduleOptions {
   double stop_grace_seconds = 40;  // after a stop signal, or when stopping a stalled job: SIGTERM, then SIGKILL after this
   double poll_seconds = 0.2;
   bool thread_stacks = true;       // a stalled job's log gets each thread's stack (gdb), not only its wait channels
+  bool mps = false;                // CUDA MPS while the jobs run: one control daemon a GPU (harness/dist/mps.h)
 };
 
 enum class JobStatus { kDone, kStopped, kFailed, kNotStarted };

@@ -24,26 +24,26 @@ std::vector<PackingRow> load_packing(const std::string& csv) {
     std::stringstream ss(line);
     for (std::string c; std::getline(ss, c, ',');) f.push_back(c);
     try {
-      if (f.size() < 6) throw std::invalid_argument("columns");
-      rows.push_back({f[0], f[1], std::stoi(f[2]), std::stod(f[5])});
+      if (f.size() < 6 || (f.size() > 8 && f[8] != "0" && f[8] != "1")) throw std::invalid_argument("columns");
+      rows.push_back({f[0], f[1], std::stoi(f[2]), std::stod(f[5]), f.size() > 8 && f[8] == "1"});
     } catch (const std::exception&) {
-      throw Error(csv + ":" + std::to_string(n) + ": expected device,model,per_gpu,runs,steps_each,tokens_per_s_sum,... (the header's columns)");
+      throw Error(csv + ":" + std::to_string(n) +
+                  ": expected device,model,per_gpu,runs,steps_each,tokens_per_s_sum,tokens_per_s_each_mean,wall_s[,mps: 0 or 1] (the header's columns)");
     }
   }
   return rows;
 }
 
-int fastest_per_gpu(const std::vector<PackingRow>& rows, const std::string& model, const std::string& device) {
-  int best = 0;
-  double tps = 0;
+const PackingRow* fastest_packing(const std::vector<PackingRow>& rows, const std::string& model, const std::string& device) {
+  const PackingRow* best = nullptr;
   for (const auto& r : rows)
-    if (r.model == model && (device.empty() || r.device == device) && r.tokens_per_s > tps) best = r.per_gpu, tps = r.tokens_per_s;
+    if (r.model == model && (device.empty() || r.device == device) && (!best || r.tokens_per_s > best->tokens_per_s)) best = &r;
   return best;
 }
 
-double packed_tokens_per_s(const std::vector<PackingRow>& rows, const std::string& model, int per_gpu, const std::string& device) {
+double packed_tokens_per_s(const std::vector<PackingRow>& rows, const std::string& model, int per_gpu, bool mps, const std::string& device) {
   for (const auto& r : rows)
-    if (r.model == model && r.per_gpu == per_gpu && (device.empty() || r.device == device)) return r.tokens_per_s;
+    if (r.model == model && r.per_gpu == per_gpu && r.mps == mps && (device.empty() || r.device == device)) return r.tokens_per_s;
   return 0;
 }
 
@@ -54,11 +54,11 @@ std::string packed_estimate(const std::vector<std::pair<std::string, double>>& m
   std::ostringstream os;
   os.precision(3);
   for (const auto& [model, t] : tokens) {
-    const int k = fastest_per_gpu(rows, model);
-    if (k < 1 || t <= 0) continue;
-    const double tps = packed_tokens_per_s(rows, model, k);
-    os << "  " << model << ": " << t << " tokens at " << k << " run(s) a GPU (" << tps / 1e6 << "M tokens/s a GPU measured): " << t / tps / 3600
-       << " GPU-hours\n";
+    const PackingRow* best = fastest_packing(rows, model);
+    if (!best || t <= 0) continue;
+    const double tps = best->tokens_per_s;
+    os << "  " << model << ": " << t << " tokens at " << best->per_gpu << " run(s) a GPU" << (best->mps ? " under MPS" : "") << " (" << tps / 1e6
+       << "M tokens/s a GPU measured): " << t / tps / 3600 << " GPU-hours\n";
   }
   return os.str();
 }
@@ -66,37 +66,45 @@ std::string packed_estimate(const std::vector<std::pair<std::string, double>>& m
 namespace {
 
 // The first GPU's name as nvidia-smi gives it ("" without one): the device the table's rows must match.
-std::string this_gpu() {
-  std::string name;
-  if (FILE* p = ::popen("nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null", "r")) {
-    char buf[256];
-    if (std::fgets(buf, sizeof buf, p)) name = buf;
-    ::pclose(p);
-  }
-  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
-  return name;
+std::string this_gpu() { return first_output_line("nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null"); }
+
+// The rows of this machine's GPU when the table has any, else the device "" (rows of any GPU).
+std::string table_device(const std::vector<PackingRow>& rows) {
+  const std::string device = this_gpu();
+  for (const auto& r : rows)
+    if (r.device == device) return device;
+  return "";
 }
 
 }  // namespace
 
-int choose_per_gpu(const std::vector<std::string>& models, const std::string& table, std::string& why) {
+PackingChoice choose_packing(const std::vector<std::string>& models, const std::string& table) {
   const std::vector<PackingRow> rows = load_packing(table);
-  std::string device = this_gpu();
-  bool measured_here = false;
-  for (const auto& r : rows) measured_here = measured_here || r.device == device;
-  if (!measured_here) device.clear();  // not measured on this GPU: the rows of any
+  const std::string device = table_device(rows);
   // A GPU holds runs of several models at once: the smallest of their fastest K, 1 for a model not measured.
-  std::map<std::string, int> best;
-  for (const auto& m : models) best[m] = std::max(1, fastest_per_gpu(rows, m, device));
-  int k = 0;
+  PackingChoice c{0, true, ""};
   std::string limit;
-  for (const auto& [m, b] : best)
-    if (k == 0 || b < k) k = b, limit = m;
-  if (k == 0) k = 1;
-  const bool measured = fastest_per_gpu(rows, limit, device) > 0;
-  why = std::to_string(k) + " run(s) a GPU: " +
-        (measured ? "the fastest measured for " + limit : limit + " is not measured") + " (" + table + (device.empty() ? ", rows of any GPU" : ", " + device) + ")";
-  return k;
+  for (const auto& m : models) {
+    const PackingRow* best = fastest_packing(rows, m, device);
+    const int k = best ? best->per_gpu : 1;
+    c.mps = c.mps && best && best->mps;
+    if (c.per_gpu == 0 || k < c.per_gpu) c.per_gpu = k, limit = m;
+  }
+  if (c.per_gpu == 0) c.per_gpu = 1, c.mps = false;
+  const bool measured = fastest_packing(rows, limit, device) != nullptr;
+  c.why = std::to_string(c.per_gpu) + " run(s) a GPU" + (c.mps ? " under MPS" : "") + ": " +
+          (measured ? "the fastest measured for " + limit : limit + " is not measured") + " (" + table + (device.empty() ? ", rows of any GPU" : ", " + device) + ")";
+  return c;
+}
+
+bool mps_measured_faster(const std::vector<std::string>& models, int per_gpu, const std::string& table) {
+  const std::vector<PackingRow> rows = load_packing(table);
+  const std::string device = table_device(rows);
+  for (const auto& m : models) {
+    const double with = packed_tokens_per_s(rows, m, per_gpu, true, device), without = packed_tokens_per_s(rows, m, per_gpu, false, device);
+    if (with <= 0 || without <= 0 || with <= without) return false;
+  }
+  return !models.empty();
 }
 
 }  // namespace ufp4

@@ -12,23 +12,34 @@ struct PackingRow {
   std::string device, model;
   int per_gpu = 1;
   double tokens_per_s = 0;  // all K runs of one GPU together
+  bool mps = false;         // the K runs under CUDA MPS (harness/dist/mps.h); the column is optional, 0 when absent
 };
 
 // The rows of a packing table; empty when the file is missing. Throws Error naming the file and
 // line of a malformed row.
 std::vector<PackingRow> load_packing(const std::string& csv);
-// The fastest K measured for `model` (on `device`, or on any device when `device` is empty); 0 when
-// the table has no row for it.
-int fastest_per_gpu(const std::vector<PackingRow>& rows, const std::string& model, const std::string& device = "");
-// Tokens/s a GPU reaches with K runs of `model`; 0 when not measured.
-double packed_tokens_per_s(const std::vector<PackingRow>& rows, const std::string& model, int per_gpu, const std::string& device = "");
+// The fastest row measured for `model` (on `device`, or on any device when `device` is empty), with or
+// without MPS; nullptr when the table has no row for it.
+const PackingRow* fastest_packing(const std::vector<PackingRow>& rows, const std::string& model, const std::string& device = "");
+// Tokens/s a GPU reaches with K runs of `model`, with or without MPS; 0 when not measured.
+double packed_tokens_per_s(const std::vector<PackingRow>& rows, const std::string& model, int per_gpu, bool mps, const std::string& device = "");
 
 // GPU time of `tokens` per model at the fastest measured packing: one line per model, "" for models the
 // table has not measured ("dense-ne6.6m: 1.3e+10 tokens at 4 runs a GPU (3.9M tokens/s a GPU): 0.93 GPU-h").
 std::string packed_estimate(const std::vector<std::pair<std::string, double>>& model_tokens, const std::string& table);
 
-// `--per-gpu auto`: the smallest of the fastest K measured for each of the runs' models (1 for a model
-// the table lacks), on this machine's GPU when the table has it, with the sentence that says why.
-int choose_per_gpu(const std::vector<std::string>& models, const std::string& table, std::string& why);
+// How the runs of some models share a GPU, and the sentence that says why.
+struct PackingChoice {
+  int per_gpu = 1;
+  bool mps = false;
+  std::string why;
+};
+// `--per-gpu auto --mps auto`: the smallest of the fastest K measured for each of the runs' models (1 for
+// a model the table lacks), under MPS when every model's fastest row is; on this machine's GPU when the
+// table has it.
+PackingChoice choose_packing(const std::vector<std::string>& models, const std::string& table);
+// `--per-gpu K --mps auto`: whether every model's MPS row at K is faster than its row without (false
+// when either is not measured).
+bool mps_measured_faster(const std::vector<std::string>& models, int per_gpu, const std::string& table);
 
 }  // namespace ufp4

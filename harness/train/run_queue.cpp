@@ -10,6 +10,7 @@
 #include "harness/data/data.h"
 #include "harness/io/run_results.h"
 #include "harness/plan/run_files.h"
+#include "harness/dist/mps.h"
 #include "harness/plan/packing.h"
 
 namespace ufp4 {
@@ -38,24 +39,32 @@ void train_here(const std::vector<RunPlan>& plans, const RunOptions& opt, RunQue
 
 }  // namespace
 
-int resolve_per_gpu(const std::string& option, const std::vector<RunPlan>& runs) {
-  if (option != "auto") {
-    int k = 0;
-    try {
-      size_t used = 0;
-      k = std::stoi(option, &used);
-      if (used != option.size()) k = 0;
-    } catch (const std::exception&) {
-    }
-    if (k < 1) throw Error("--per-gpu: '" + option + "' (allowed: auto, or a whole number of runs a GPU, at least 1)");
-    return k;
-  }
+void resolve_packing(const std::string& per_gpu, const std::string& mps, const std::vector<RunPlan>& runs, ScheduleOptions& o) {
+  if (mps != "auto" && mps != "on" && mps != "off") throw Error("--mps: '" + mps + "' (allowed: auto, on, off)");
+  if (mps == "on" && !mps_available()) throw Error("--mps on: nvidia-cuda-mps-control is not on PATH (allowed: auto, on, off)");
   std::vector<std::string> models;
   for (const auto& p : runs) models.push_back(p.model.name);
+  const std::string table = repository_root() + "/results/bench/packing.csv";
   std::string why;
-  const int k = choose_per_gpu(models, repository_root() + "/results/bench/packing.csv", why);
-  log_info("run: --per-gpu auto: " + why);
-  return k;
+  bool measured_mps = false;
+  if (per_gpu == "auto") {
+    const PackingChoice c = choose_packing(models, table);
+    o.per_gpu = c.per_gpu;
+    measured_mps = c.mps;
+    why = "--per-gpu auto: " + c.why;
+  } else {
+    size_t used = 0;
+    try {
+      o.per_gpu = std::stoi(per_gpu, &used);
+    } catch (const std::exception&) {
+      o.per_gpu = 0;
+    }
+    if (o.per_gpu < 1 || used != per_gpu.size()) throw Error("--per-gpu: '" + per_gpu + "' (allowed: auto, or a whole number of runs a GPU, at least 1)");
+    measured_mps = mps == "auto" && o.per_gpu > 1 && mps_measured_faster(models, o.per_gpu, table);
+    why = std::to_string(o.per_gpu) + " run(s) a GPU";
+  }
+  o.mps = mps == "on" || (mps == "auto" && measured_mps && o.per_gpu > 1 && mps_available());
+  log_info("run: " + why + "; CUDA MPS " + (o.mps ? "on" : "off") + (mps == "auto" ? " (--mps auto)" : ""));
 }
 
 void prepare_plans(std::vector<RunPlan>& plans, const std::shared_ptr<ProcessGroups>& groups) {

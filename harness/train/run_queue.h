@@ -24,10 +24,11 @@ struct RunQueueOutcome {
   int exit_code() const { return !failed.empty() ? 1 : stopped ? 130 : 0; }
 };
 
-// `--per-gpu`: a number, or "auto" (the fastest measured for the runs' model in
-// results/bench/packing.csv of the checkout, harness/plan/packing.h; 1 when not measured), logged.
-// Throws Error for anything else.
-int resolve_per_gpu(const std::string& option, const std::vector<RunPlan>& runs);
+// `--per-gpu` (a number, or "auto") and `--mps` (auto, on, off) into the scheduler's options, logged.
+// auto: as measured for the runs' model in results/bench/packing.csv of the checkout
+// (harness/plan/packing.h); 1 run a GPU, without MPS, when not measured. MPS only where
+// nvidia-cuda-mps-control is installed (`--mps on` without it is an Error). Throws Error for other values.
+void resolve_packing(const std::string& per_gpu, const std::string& mps, const std::vector<RunPlan>& runs, ScheduleOptions& o);
 
 // The plans' data ready to train: rank 0 (or this process alone) prepares each data folder that needs
 // it while the other ranks wait, then every rank names the data by content and checks each plan can train
