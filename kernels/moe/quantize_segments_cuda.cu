@@ -17,10 +17,6 @@ namespace ufp4 {
 
 namespace {
 
-constexpr int kTR = 32;  // output rows per thread block
-constexpr int kTC = 8;   // 16-element chunks per thread block (128 elements: the largest group)
-constexpr int kThreads = kTR * kTC;
-
 // Rounds the chunk's first nvalid elements (SR index of element i: sr0 + i) and stores nstore values,
 // element i at out[o0 + i * ostride]; elements past nvalid are layout padding (+0).
 template <int kClass, bool kOutBf16>
@@ -83,13 +79,9 @@ __global__ void __launch_bounds__(kThreads) quantize_segments_kernel(const Kerne
   if (tid < 16) { sh_level[tid] = s.grid.level[tid]; sh_code[tid] = s.grid.code[tid]; }
 
   // Output rows R, each quantized along L: rowwise the input's rows, columnwise its columns.
-  const int64_t R = kCol ? io.cols : io.rows, L = kCol ? io.rows : io.cols;
-  const int tr = kCol ? tid % kTR : tid / kTC;
-  const int tc = kCol ? tid / kTR : tid % kTC;
-  const int chunk_stride = kCol ? kTR : 1;
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * kTR + tr;
-  const int64_t c = static_cast<int64_t>(blockIdx.y) * kTC + tc;
-  const int64_t j0 = c * 16;
+  const ChunkPosition<kCol> at(io.rows, io.cols, tid);
+  const int64_t R = at.R, L = at.L, r = at.r, c = at.c, j0 = at.j0;
+  const int tc = at.tc, chunk_stride = at.chunk_stride;
   const int G = static_cast<int>(io.segments);
   int nstore = 0;  // elements of the chunk in the output
   if (r < R && j0 < L) nstore = L - j0 >= 16 ? 16 : static_cast<int>(L - j0);
@@ -138,16 +130,7 @@ __global__ void __launch_bounds__(kThreads) quantize_segments_kernel(const Kerne
     return;
   }
 
-  if (s.block_2d) {
-    const int64_t ntc = (io.cols + 15) / 16;
-    m = nstore > 0 ? io.workspace[kCol ? c * ntc + r / 16 : (r / 16) * ntc + c] : 0.0f;
-  } else if (kGroup && s.block > 16) {
-    const int B = s.block / 16;
-    sh_m[tid] = m;
-    __syncthreads();
-    const int first = tid - (tc % B) * chunk_stride;
-    for (int k = 0; k < B; ++k) m = nan_max(m, sh_m[first + k * chunk_stride]);
-  }
+  m = scale_block_amax<kCol, kGroup>(s, io.workspace, io.cols, r, c, nstore > 0, m, sh_m, tid, tc, chunk_stride);
   __syncthreads();  // sh_level ready
   if (nstore == 0) return;
 

@@ -13,10 +13,6 @@ namespace ufp4 {
 
 namespace {
 
-constexpr int kTR = 32;  // output rows per thread block
-constexpr int kTC = 8;   // 16-element chunks per thread block (128 elements: the largest group)
-constexpr int kThreads = kTR * kTC;
-
 enum Mode { kQuantize = 0, kTensorAmax = 1, kRhtOnly = 2 };
 
 template <bool kInBf16, bool kOutBf16, bool kCol, bool kGroup, int kMode>
@@ -30,13 +26,9 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(const KernelSpec s, 
   const int tid = threadIdx.x;
   if (tid < 16) { sh_level[tid] = g.level[tid]; sh_code[tid] = g.code[tid]; }
 
-  const int64_t R = kCol ? io.cols : io.rows, L = kCol ? io.rows : io.cols;
-  const int tr = kCol ? tid % kTR : tid / kTC;
-  const int tc = kCol ? tid / kTR : tid % kTC;
-  const int chunk_stride = kCol ? kTR : 1;
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * kTR + tr;
-  const int64_t c = static_cast<int64_t>(blockIdx.y) * kTC + tc;
-  const int64_t j0 = c * 16;
+  const ChunkPosition<kCol> at(io.rows, io.cols, tid);
+  const int64_t R = at.R, L = at.L, r = at.r, c = at.c, j0 = at.j0;
+  const int tc = at.tc, chunk_stride = at.chunk_stride;
   const bool row_ok = r < R;
   int nvalid = 0;
   if (row_ok && j0 < L) nvalid = L - j0 >= 16 ? 16 : static_cast<int>(L - j0);
@@ -68,16 +60,7 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(const KernelSpec s, 
     return;
   }
 
-  if (s.block_2d) {
-    const int64_t ntc = (io.cols + 15) / 16;
-    m = row_ok ? io.workspace[kCol ? c * ntc + r / 16 : (r / 16) * ntc + c] : 0.0f;
-  } else if (kGroup && s.block > 16) {
-    const int G = s.block / 16;
-    sh_m[tid] = m;
-    __syncthreads();
-    const int first = tid - (tc % G) * chunk_stride;
-    for (int k = 0; k < G; ++k) m = nan_max(m, sh_m[first + k * chunk_stride]);
-  }
+  m = scale_block_amax<kCol, kGroup>(s, io.workspace, io.cols, r, c, row_ok, m, sh_m, tid, tc, chunk_stride);
   __syncthreads();  // sh_level ready
   if (nvalid == 0) return;
 

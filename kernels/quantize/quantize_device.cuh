@@ -233,6 +233,27 @@ __device__ __forceinline__ void load_chunk(const void* in, int64_t cols, int64_t
   }
 }
 
+// The generic kernels' tiling (quantize_cuda.cu, quantize_segments_cuda.cu): kTR output rows x kTC chunks a block.
+constexpr int kTR = 32;  // output rows per thread block
+constexpr int kTC = 8;   // 16-element chunks per thread block (128 elements: the largest group)
+constexpr int kThreads = kTR * kTC;
+
+// A thread's chunk in the generic kernels' tiling of an input of `rows` x `cols`: output row r of R
+// (rowwise the input's rows, columnwise its columns), each quantized along L; chunk c of it, elements j0
+// to j0 + 15. Rowwise a row's kTC chunks sit on consecutive threads, columnwise a chunk position's kTR
+// rows do: the chunks of one row are `chunk_stride` threads apart.
+template <bool kCol>
+struct ChunkPosition {
+  int64_t R, L, r, c, j0;
+  int tc, chunk_stride;
+  __device__ __forceinline__ ChunkPosition(int64_t rows, int64_t cols, int tid)
+      : R(kCol ? cols : rows), L(kCol ? rows : cols), tc(kCol ? tid / kTR : tid % kTC), chunk_stride(kCol ? kTR : 1) {
+    r = static_cast<int64_t>(blockIdx.x) * kTR + (kCol ? tid % kTR : tid / kTC);
+    c = static_cast<int64_t>(blockIdx.y) * kTC + tc;
+    j0 = c * 16;
+  }
+};
+
 // The RHT of one chunk after its signs: the 16-point butterflies, the butterflies across the chunks of
 // an RHT segment longer than 16 (kGroup; through sh_x, 17 floats a thread; every thread of the block
 // must call it), then the 1/sqrt(n) scaling. c: the chunk's index along the quantized dimension;
@@ -257,6 +278,27 @@ __device__ __forceinline__ void rht_chunk_butterflies(const KernelSpec& s, float
   }
 #pragma unroll
   for (int i = 0; i < 16; ++i) x[i] *= s.rht_scale;
+}
+
+// The amax a chunk's scale comes from: its 16x16 tile's with 2D blocks (the workspace's, in input
+// coordinates; 0 where the thread holds no row), its scale block's with blocks longer than 16 (kGroup:
+// the block's chunks are `chunk_stride` threads apart, met through sh_m; every thread of the block must
+// call it), else the chunk's own `m`.
+template <bool kCol, bool kGroup>
+__device__ __forceinline__ float scale_block_amax(const KernelSpec& s, const float* workspace, int64_t cols, int64_t r, int64_t c, bool has_row, float m,
+                                                  float* sh_m, int tid, int tc, int chunk_stride) {
+  if (s.block_2d) {
+    const int64_t ntc = (cols + 15) / 16;
+    return has_row ? workspace[kCol ? c * ntc + r / 16 : (r / 16) * ntc + c] : 0.0f;
+  }
+  if (kGroup && s.block > 16) {
+    const int chunks = s.block / 16;
+    sh_m[tid] = m;
+    __syncthreads();
+    const int first = tid - (tc % chunks) * chunk_stride;
+    for (int k = 0; k < chunks; ++k) m = nan_max(m, sh_m[first + k * chunk_stride]);
+  }
+  return m;
 }
 
 // Amax of each 16x16 tile of the input, in input coordinates (2D weight blocks).
