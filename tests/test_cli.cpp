@@ -326,6 +326,20 @@ TEST_CASE("ufp4 bench step on CPU writes step.h5 with provenance and report benc
   const std::string fq = read_text_file(dir + "/bench.md");
   std::snprintf(bar, sizeof bar, "%.2f", targets["step"]["ufp4_over_pytorch_fakequant_compiled_max"].value_or(0.0));
   CHECK(fq.find("| ufp4 step / PyTorch fake-quant ufp4 step, compiled, tiny | <= " + std::string(bar) + " | 0.250 (sd ") != std::string::npos);
+  // The packing table and its bit check beside the step files (made up here: the plumbing, not a
+  // measurement): each row against one run a GPU of its model and device, a bar on the fastest setting.
+  write_text_atomically(dir + "/packing.csv", "device,model,per_gpu,runs,steps_each,tokens_per_s_sum,tokens_per_s_each_mean,wall_s,mps\n"
+                                              "G,dense-ne6.6m,1,1,800,100,100,9,0\nG,dense-ne6.6m,8,8,100,180,22,9,1\n"
+                                              "G,moe-ne5.8m,1,1,800,100,100,9,0\nG,moe-ne5.8m,4,4,200,140,35,9,1\n");
+  make_dirs(dir + "/logs/packing");
+  write_text_atomically(dir + "/logs/packing/exact.log", "dense-ne6.6m: packing-1 alone against its run among 8 under MPS: check exit 0: 4 ok, 0 FAIL\n");
+  REQUIRE(run_cli("report bench --results " + dir + " --out " + dir + "/bench.md").code == 0);
+  const std::string pk = read_text_file(dir + "/bench.md");
+  CHECK(pk.find("## Packing: independent runs a GPU") != std::string::npos);
+  CHECK(pk.find("| dense-ne6.6m | G | 8 | on | 180 | 1.80x |") != std::string::npos);
+  CHECK(pk.find("- dense-ne6.6m: packing-1 alone against its run among 8 under MPS: check exit 0: 4 ok, 0 FAIL") != std::string::npos);
+  CHECK(pk.find("the fastest packing over one run a GPU | >= 1.5x | 1.80x (K = 8, MPS) | **met** |") != std::string::npos);
+  CHECK(pk.find("moe-ne5.8m: the fastest packing over one run a GPU | >= 1.5x | 1.40x (K = 4, MPS) | **not met** |") != std::string::npos);
   // The kernel suite needs a CUDA build and a GPU: a one-line error otherwise.
   if (!torch::cuda::is_available()) {
     Result k = run_cli("bench kernels --out-dir " + dir);

@@ -6,18 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "harness/io/packing_table.h"
+
 namespace ufp4 {
 
-struct PackingRow {
-  std::string device, model;
-  int per_gpu = 1;
-  double tokens_per_s = 0;  // all K runs of one GPU together
-  bool mps = false;         // the K runs under CUDA MPS (harness/dist/mps.h); the column is optional, 0 when absent
-};
-
-// The rows of a packing table; empty when the file is missing. Throws Error naming the file and
-// line of a malformed row.
-std::vector<PackingRow> load_packing(const std::string& csv);
 // The fastest row measured for `model` (on `device`, or on any device when `device` is empty), with or
 // without MPS; nullptr when the table has no row for it.
 const PackingRow* fastest_packing(const std::vector<PackingRow>& rows, const std::string& model, const std::string& device = "");

@@ -80,6 +80,18 @@ struct DataParallelReport {
 };
 DataParallelReport report_data_parallel(const std::string& scaling_h5, const std::string& correctness_dir, const DataParallelTargets& t);
 
+// The packing section (report_packing.cpp): packing.csv's rows against one run a GPU, the bit check of a
+// packed run, and a bar on the fastest setting of each of `models`. Empty when the table is absent.
+struct PackingTargets {
+  double fastest_over_one_run_min = 1.5;
+  std::vector<std::string> models;
+};
+struct PackingReport {
+  std::string markdown, target_rows;
+  std::vector<std::string> sources;
+};
+PackingReport report_packing(const std::string& dir, const PackingTargets& t);
+
 // Figure 9 from `ufp4 fit` output (report_scaling.cpp).
 std::string report_figure9(const std::string& root, const std::string& fits, const std::string& figures);
 

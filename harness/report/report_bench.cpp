@@ -126,7 +126,21 @@ struct BenchTargets {
   double bw_min, fs_max, uf_min, sr_min, step_ufp4_max, det_max, eager_max, compiled_max;
   double moe_ufp4_max, moe_eager_max, moe_compiled_max, fakequant_max;
   DataParallelTargets data_parallel;
+  PackingTargets packing;
 };
+
+// A list of strings at section.key ([] when absent); Error naming the file when it holds anything else.
+std::vector<std::string> string_list(const toml::table& t, const char* section, const char* key, const std::string& path) {
+  std::vector<std::string> out;
+  const toml::node* n = t[section][key].node();
+  if (!n) return out;
+  const toml::array* a = n->as_array();
+  if (a)
+    for (const auto& e : *a)
+      if (const auto v = e.value<std::string>()) out.push_back(*v);
+  if (!a || out.size() != a->size()) throw Error(path + ": " + section + "." + key + ": expected a list of model names");
+  return out;
+}
 
 BenchTargets load_targets(const std::string& root) {
   const std::string path = root + "/reports/targets.toml";
@@ -142,7 +156,8 @@ BenchTargets load_targets(const std::string& root) {
           get("step", "bf16_over_pytorch_compiled_max"), get("step", "moe_ufp4_over_bf16_max"), get("step", "moe_bf16_over_pytorch_eager_max"),
           get("step", "moe_bf16_over_pytorch_compiled_max"), get("step", "ufp4_over_pytorch_fakequant_compiled_max"),
           DataParallelTargets{get("data_parallel", "efficiency_min"), static_cast<int>(get("data_parallel", "efficiency_gpus")),
-                              t["data_parallel"]["efficiency_model"].value_or(std::string("dense-1.5b"))}};
+                              t["data_parallel"]["efficiency_model"].value_or(std::string("dense-1.5b"))},
+          PackingTargets{get("packing", "fastest_over_one_run_min"), string_list(t, "packing", "models", path)}};
 }
 
 // Deterministic attention's backward, where deterministic mode's cost and the dense steps' gap to the
@@ -959,6 +974,11 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
   out.md << dp.markdown;
   out.targets << dp.target_rows;
   out.sources.insert(out.sources.end(), dp.sources.begin(), dp.sources.end());
+  // Independent runs packed on a GPU: packing.csv beside the step results.
+  const PackingReport pk = report_packing(dir, t.packing);
+  out.md << pk.markdown;
+  out.targets << pk.target_rows;
+  out.sources.insert(out.sources.end(), pk.sources.begin(), pk.sources.end());
   const std::string tune_log = optional_log("tune-hot.log");
   const std::string experiments_log = optional_log("col-sr-experiments.log");
   out.md << unmet_section(t, unmet, times, ncu, tune_log, experiments_log);
