@@ -4,6 +4,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <initializer_list>
+
 namespace ufp4 {
 
 namespace {
@@ -16,6 +18,19 @@ void dump_stack(int) {
   ::backtrace_symbols_fd(frames, n, 2);
 }
 
+// A fatal signal (a crash): its number and the stack of the thread that took it, then the signal's default
+// action (SA_RESETHAND), so the process still dies by it and its parent sees that.
+void dump_stack_and_die(int sig) {
+  static const char head[] = "=== ufp4: fatal signal ";
+  (void)!::write(2, head, sizeof head - 1);
+  char num[4] = {static_cast<char>('0' + sig / 10 % 10), static_cast<char>('0' + sig % 10), '\n', 0};
+  (void)!::write(2, sig >= 10 ? num : num + 1, sig >= 10 ? 3 : 2);
+  void* frames[64];
+  const int n = ::backtrace(frames, 64);
+  ::backtrace_symbols_fd(frames, n, 2);
+  ::raise(sig);
+}
+
 }  // namespace
 
 void install_stack_dump_handler() {
@@ -26,6 +41,11 @@ void install_stack_dump_handler() {
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
   ::sigaction(SIGUSR1, &sa, nullptr);
+  struct sigaction fatal {};
+  fatal.sa_handler = dump_stack_and_die;
+  sigemptyset(&fatal.sa_mask);
+  fatal.sa_flags = SA_RESETHAND | SA_NODEFER;
+  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL}) ::sigaction(sig, &fatal, nullptr);
 }
 
 }  // namespace ufp4

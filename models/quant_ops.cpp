@@ -239,6 +239,8 @@ torch::Tensor quantize_segments(const torch::Tensor& x, const QuantSpec& spec, c
 }
 
 torch::Tensor gather_rows(const torch::Tensor& t, const torch::Tensor& src) {
+  // No rows to read (an expert-parallel rank routed none): every row of the layout is padding.
+  if (t.size(0) == 0) return torch::zeros({src.size(0), t.size(1)}, t.options());
   return t.index_select(0, src.clamp_min(0)).masked_fill_((src < 0).unsqueeze(1), 0);
 }
 

@@ -579,6 +579,25 @@ TEST_CASE("SIGUSR1 makes a ufp4 process print the receiving thread's stack to st
   CHECK(std::count(text.begin(), text.end(), '\n') >= 3);
 }
 
+TEST_CASE("a crash writes its signal and the crashing thread's stack to stderr, and the process still dies of the signal", "[integrity]") {
+  const std::string err = test::temp_dir() + "/stderr.txt";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int fd = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 2);
+    install_stack_dump_handler();
+    volatile int* nowhere = nullptr;
+    *nowhere = 1;  // a real invalid write, as a crash in a kernel launch or a library would be
+    ::_exit(7);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  CHECK((WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV));
+  const std::string text = bytes_of(err);
+  CHECK(text.find("=== ufp4: fatal signal 11\n") == 0);
+  CHECK(std::count(text.begin(), text.end(), '\n') >= 3);
+}
+
 TEST_CASE("an identical run made in another folder is copied, not trained again; a damaged one is not; --force trains", "[integrity]") {
   const std::string a = test::temp_dir(), b = test::temp_dir();
   const std::string ma = test::tiny_manifest(a, "bf16", 20);
