@@ -561,39 +561,38 @@ TEST_CASE("the run scheduler: a stalled run is logged with its state, stopped an
   CHECK(bytes_of(d + "/stubborn.log").find("still running 1 s after a stop signal") != std::string::npos);
 }
 
-TEST_CASE("SIGUSR1 makes a ufp4 process print the receiving thread's stack to stderr and go on", "[integrity]") {
+namespace {
+
+// A forked child with the stack-dump handlers installed runs `body` with its stderr in a file: its wait
+// status, and what it wrote there.
+std::pair<int, std::string> child_with_handlers(void (*body)()) {
   const std::string err = test::temp_dir() + "/stderr.txt";
   const pid_t pid = ::fork();
   if (pid == 0) {
     const int fd = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     ::dup2(fd, 2);
     install_stack_dump_handler();
-    ::raise(SIGUSR1);
-    ::_exit(7);  // still alive after the dump
+    body();
+    ::_exit(7);  // still alive after it
   }
   int status = 0;
-  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  if (::waitpid(pid, &status, 0) != pid) return {-1, ""};
+  return {status, bytes_of(err)};
+}
+
+}  // namespace
+
+TEST_CASE("SIGUSR1 makes a ufp4 process print the receiving thread's stack to stderr and go on", "[integrity]") {
+  const auto [status, text] = child_with_handlers([] { ::raise(SIGUSR1); });
   CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 7));
-  const std::string text = bytes_of(err);
   CHECK(text.find("=== ufp4: stack of the thread that took SIGUSR1") != std::string::npos);
   CHECK(std::count(text.begin(), text.end(), '\n') >= 3);
 }
 
 TEST_CASE("a crash writes its signal and the crashing thread's stack to stderr, and the process still dies of the signal", "[integrity]") {
-  const std::string err = test::temp_dir() + "/stderr.txt";
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    const int fd = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ::dup2(fd, 2);
-    install_stack_dump_handler();
-    volatile int* nowhere = nullptr;
-    *nowhere = 1;  // a real invalid write, as a crash in a kernel launch or a library would be
-    ::_exit(7);
-  }
-  int status = 0;
-  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  // A real invalid write, as a crash in a kernel launch or a library would be.
+  const auto [status, text] = child_with_handlers([] { *static_cast<volatile int*>(nullptr) = 1; });
   CHECK((WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV));
-  const std::string text = bytes_of(err);
   CHECK(text.find("=== ufp4: fatal signal 11\n") == 0);
   CHECK(std::count(text.begin(), text.end(), '\n') >= 3);
 }

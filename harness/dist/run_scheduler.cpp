@@ -81,6 +81,16 @@ std::string read_small(const std::string& path) {
   return s;
 }
 
+// With o.mps, one MPS control daemon for each GPU slot (harness/dist/mps.h), else none.
+std::unique_ptr<MpsDaemons> start_mps(const ScheduleOptions& o) {
+  if (!o.mps) return nullptr;
+  std::vector<std::string> devices;
+  for (int g = 0; g < o.gpus; ++g) devices.push_back(device_of(g));
+  auto mps = std::make_unique<MpsDaemons>(devices, "/tmp/ufp4-mps-" + std::to_string(::getpid()));
+  log_info("run: CUDA MPS: " + mps->describe());
+  return mps;
+}
+
 struct Running {
   size_t job;
   pid_t pid;
@@ -122,14 +132,7 @@ std::vector<JobResult> run_scheduled_jobs(const std::vector<ScheduledJob>& jobs,
   if (o.gpus < 1 || o.per_gpu < 1) throw Error("run: --gpus and --per-gpu must be >= 1");
   std::vector<JobResult> results(jobs.size());
   std::vector<int> load(static_cast<size_t>(o.gpus), 0);
-  // Before the cleanup below, so that it outlives every job it serves.
-  std::unique_ptr<MpsDaemons> mps;
-  if (o.mps) {
-    std::vector<std::string> devices;
-    for (int g = 0; g < o.gpus; ++g) devices.push_back(device_of(g));
-    mps = std::make_unique<MpsDaemons>(devices, "/tmp/ufp4-mps-" + std::to_string(::getpid()));
-    log_info("run: CUDA MPS: " + mps->describe());
-  }
+  const std::unique_ptr<MpsDaemons> mps = start_mps(o);  // before the cleanup below: it outlives every job it serves
   std::vector<Running> running;
   size_t next = 0;
   g_stop = 0;
