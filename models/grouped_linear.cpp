@@ -116,7 +116,9 @@ struct GroupedLinearFunction : public torch::autograd::Function<GroupedLinearFun
     auto saved = ctx->get_saved_variables();
     const torch::Tensor &x = saved[0], &w = saved[1];
     const torch::Tensor ends = ctx->saved_data["ends"].toTensor(), kept = ctx->saved_data["kept"].toTensor();
-    torch::Tensor dy = grads[0].contiguous();
+    // An empty gradient may come with any strides (sum()'s is expanded: strides 0), which contiguous()
+    // keeps and the grouped GEMM refuses: a fresh one then.
+    torch::Tensor dy = grads[0].numel() ? grads[0].contiguous() : torch::empty(grads[0].sizes(), grads[0].options());
     const int64_t E = w.size(0);
     torch::Tensor dx, dw;
     const bool want_dx = ctx->needs_input_grad(0), want_dw = ctx->needs_input_grad(1);

@@ -3,6 +3,7 @@
 // as rows that are written to HDF5 with provenance and rendered by `ufp4 report bench`.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -30,8 +31,9 @@ struct StepBenchOptions {
   int64_t batch = 16, seq_len = 2048;
   int warmup = 3, steps = 10;
   std::string device = "auto";
-  // The plain-PyTorch peers of every model: "eager", "compiled", "deterministic" (compiled in deterministic mode) or "none".
-  std::vector<std::string> reference = {"eager", "compiled", "deterministic"};
+  // The plain-PyTorch peers of every model: "eager", "compiled", "deterministic" (compiled in deterministic mode),
+  // "fakequant" (the 4-bit recipes of `recipes` as plain fake quantization, eager and compiled) or "none".
+  std::vector<std::string> reference = {"fakequant", "eager", "compiled", "deterministic"};
   std::string python = "python3";
   bool nondeterministic = true;     // also time bf16 and ufp4 without deterministic mode (its cost)
   // Deterministic mode's attention backward for every row: ours (kernels/attention/attention_backward.h; the trainer's default) or flash's
@@ -40,6 +42,8 @@ struct StepBenchOptions {
   // One routed MoE layer of these models, forward + backward on moe_layer_tokens tokens (impl "ufp4-moe-layer").
   std::vector<std::string> moe_layers;
   int64_t moe_layer_tokens = 16384;
+  // Called with the rows so far after each row (the command writes step.h5 then: a timed-out command keeps them).
+  std::function<void(const std::vector<StepBenchRow>&)> on_row;
 };
 
 std::vector<StepBenchRow> run_step_benchmarks(const StepBenchOptions& o);

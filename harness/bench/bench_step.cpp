@@ -212,13 +212,14 @@ std::vector<StepBenchRow> run_step_benchmarks(const StepBenchOptions& o) {
   const torch::Device device = pick_device(o.device);
   if (o.batch < 1 || o.seq_len < 2 || o.steps < 1 || o.warmup < 0) throw Error("bench step: batch, seq and steps must be positive");
   // Which plain-PyTorch peers run (after ours), checked before anything is timed.
-  bool eager = false, compiled = false, deterministic = false;
+  bool eager = false, compiled = false, deterministic = false, fakequant = false;
   for (const auto& part : o.reference) {
     if (part == "eager") eager = true;
+    else if (part == "fakequant") fakequant = true;
     else if (part == "compiled") compiled = true;
     else if (part == "deterministic") deterministic = true;
     else if (part != "none")
-      throw Error("--reference: '" + part + "' is not allowed (allowed: a comma list of eager, compiled, deterministic; or none)");
+      throw Error("--reference: '" + part + "' is not allowed (allowed: a comma list of fakequant, eager, compiled, deterministic; or none)");
   }
   // The switch is process-wide (the CLI also runs inside the tests' process): set for these rows, restored after.
   const bool own_before = own_attention_backward_enabled();
@@ -230,6 +231,7 @@ std::vector<StepBenchRow> run_step_benchmarks(const StepBenchOptions& o) {
                   r.impl.c_str(), r.recipe.c_str(), r.step_ms, r.tokens_per_s, 100 * r.mfu, r.peak_memory_gb);
     log_info(line);
     rows.push_back(r);
+    if (o.on_row) o.on_row(rows);
   };
   for (size_t i = 0; i < o.models.size(); ++i) {
     const auto [model, om] = model_options(o.models[i], o);
@@ -279,6 +281,13 @@ std::vector<StepBenchRow> run_step_benchmarks(const StepBenchOptions& o) {
   // like-for-like peers of our deterministic step.
   for (const auto& entry : o.models) {
     const auto [mname, om] = model_options(entry, o);
+    // The fake-quant peers of the 4-bit recipes of --recipes (reference_step.py --recipe): eager and
+    // compiled (torch.compile's default mode), fused AdamW, as a researcher would time them.
+    for (const std::string rc : {"e2m1_ref", "ufp4"}) {
+      if (!fakequant || std::find(o.recipes.begin(), o.recipes.end(), rc) == o.recipes.end()) continue;
+      for (const char* mode : {"", "default"})
+        if (auto r = bench_reference(mname, om, mode, "fused", false, rc)) report(*r);
+    }
     struct Run {
       std::string mode;
       const char* optimizer;
@@ -292,15 +301,6 @@ std::vector<StepBenchRow> run_step_benchmarks(const StepBenchOptions& o) {
         for (const char* mode : {"default", "reduce-overhead"}) runs.push_back({mode, "fused", det});
     for (const auto& run : runs)
       if (auto r = bench_reference(mname, om, run.mode, run.optimizer, run.deterministic)) report(*r);
-    // The fake-quant peers of the 4-bit recipes of --recipes (reference_step.py --recipe): eager and
-    // compiled (torch.compile's default mode), fused AdamW, as a researcher would time them.
-    for (const std::string rc : {"e2m1_ref", "ufp4"}) {
-      if (std::find(o.recipes.begin(), o.recipes.end(), rc) == o.recipes.end()) continue;
-      if (eager)
-        if (auto r = bench_reference(mname, om, "", "fused", false, rc)) report(*r);
-      if (compiled)
-        if (auto r = bench_reference(mname, om, "default", "fused", false, rc)) report(*r);
-    }
   }
   use_own_attention_backward(own_before);
   return rows;

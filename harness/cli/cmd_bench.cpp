@@ -57,9 +57,10 @@ int cmd_bench(const std::vector<std::string>& args) {
       ("warmup", po::value(&so.warmup)->default_value(3), "step: untimed steps first")
       ("steps", po::value(&so.steps)->default_value(10), "step: timed steps")
       ("device", po::value(&device)->default_value("auto"), "step: auto | cpu | cuda")
-      ("reference", po::value(&reference)->default_value("eager,compiled,deterministic"),
-       "step: comma list of eager, compiled, deterministic (the plain-PyTorch peer, harness/bench/reference_step.py; "
-       "deterministic: compiled in deterministic mode, as our step runs), or none")
+      ("reference", po::value(&reference)->default_value("fakequant,eager,compiled,deterministic"),
+       "step: comma list of fakequant, eager, compiled, deterministic (the plain-PyTorch peer, harness/bench/reference_step.py; "
+       "fakequant: the 4-bit recipes of --recipes as plain fake quantization, eager and compiled; deterministic: compiled "
+       "in deterministic mode, as our step runs), or none")
       ("python", po::value(&so.python)->default_value("python3"), "step: the Python that has torch")
       ("no-nondeterministic", "step: skip the rows that time bf16 and ufp4 without deterministic mode")
       ("attention-backward", po::value(&attention_backward)->default_value("own"),
@@ -126,6 +127,8 @@ int cmd_bench(const std::vector<std::string>& args) {
     log_info("bench kernels: " + std::to_string(rows.size()) + " benchmarks -> " + out_dir + "/kernels.h5");
   }
   if (what == "step" || what == "all") {
+    // step.h5 rewritten after every row, so that a command stopped by a time limit keeps what it measured.
+    so.on_row = [&](const std::vector<StepBenchRow>& so_far) { write_step_bench(out_dir + "/step.h5", so_far, so); };
     const auto rows = run_step_benchmarks(so);
     write_step_bench(out_dir + "/step.h5", rows, so);
     log_info("bench step: " + std::to_string(rows.size()) + " rows -> " + out_dir + "/step.h5");

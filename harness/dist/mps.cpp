@@ -2,9 +2,9 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <filesystem>
 #include <thread>
 
+#include "common/atomic_file.h"
 #include "common/error.h"
 #include "common/fs.h"
 #include "common/log.h"
@@ -64,8 +64,9 @@ void MpsDaemons::quit_all() noexcept {
   for (const Daemon& d : daemons_)
     if (!tell(d.pipes, "quit")) log_warn("run: the MPS control daemon of " + d.uuid + " did not take 'quit' (its pipes: " + d.pipes + ")");
   daemons_.clear();
-  std::error_code ec;
-  std::filesystem::remove_all(dir_, ec);
+  // Not std::filesystem::remove_all: LibTorch 2.11's library exports its own copy of it, which the
+  // dynamic linker may bind instead, and that copy crashed here on the H200 (a jump to address 0).
+  remove_tree(dir_);
 }
 
 std::string MpsDaemons::client_env(int slot) const {
