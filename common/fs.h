@@ -12,6 +12,9 @@ std::string real_path(const std::string& p);  // symlinks and .. resolved; "" wh
 std::string read_text_file(const std::string& p);  // throws ufp4::Error when unreadable
 // Files under `dir` (recursive) ending in `ext`, skipping site-packages, dist-packages, __pycache__.
 void walk_files(const std::string& dir, const std::string& ext, std::vector<std::string>& out);
+// The names in a folder (not . and ..), in the order the system lists them; none when it cannot be read.
+// (Not std::filesystem: LibTorch 2.11's library exports copies of it that the dynamic linker may bind.)
+std::vector<std::string> dir_entries(const std::string& dir);
 void make_dirs(const std::string& dir);  // mkdir -p; throws ufp4::RuntimeError when not writable
 void write_text_atomically(const std::string& path, const std::string& text);
 // Commands that write into committed folders (reports/, results/) by default replace a file only

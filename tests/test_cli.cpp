@@ -83,7 +83,7 @@ TEST_CASE("bad usage exits 2 with one line naming what is wrong", "[cli]") {
   Result q = run_cli("bench step --models tiny --device cpu --reference eager,sideways --out-dir /nonexistent");
   CHECK(q.code == 2);
   CHECK(lines(q.out) == 1);
-  CHECK(q.out.find("allowed: a comma list of eager, compiled, deterministic; or none") != std::string::npos);
+  CHECK(q.out.find("allowed: a comma list of fakequant, eager, compiled, deterministic; or none") != std::string::npos);
 
   Result n = run_cli("run /nonexistent/m.toml");
   CHECK(n.code == 2);
@@ -338,8 +338,8 @@ TEST_CASE("ufp4 bench step on CPU writes step.h5 with provenance and report benc
   CHECK(pk.find("## Packing: independent runs a GPU") != std::string::npos);
   CHECK(pk.find("| dense-ne6.6m | G | 8 | on | 180 | 1.80x |") != std::string::npos);
   CHECK(pk.find("- dense-ne6.6m: packing-1 alone against its run among 8 under MPS: check exit 0: 4 ok, 0 FAIL") != std::string::npos);
-  CHECK(pk.find("the fastest packing over one run a GPU | >= 1.5x | 1.80x (K = 8, MPS) | **met** |") != std::string::npos);
-  CHECK(pk.find("moe-ne5.8m: the fastest packing over one run a GPU | >= 1.5x | 1.40x (K = 4, MPS) | **not met** |") != std::string::npos);
+  CHECK(pk.find("the fastest packing over one run a GPU | >= 1.50x | 1.80x (K = 8, MPS) | **met** |") != std::string::npos);
+  CHECK(pk.find("moe-ne5.8m: the fastest packing over one run a GPU | >= 1.50x | 1.40x (K = 4, MPS) | **not met** |") != std::string::npos);
   // The kernel suite needs a CUDA build and a GPU: a one-line error otherwise.
   if (!torch::cuda::is_available()) {
     Result k = run_cli("bench kernels --out-dir " + dir);

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -696,22 +697,27 @@ TEST_CASE("every committed campaign's results are its run set: ids recomputed fr
 TEST_CASE("--per-gpu auto takes the fastest packing measured for the runs' model, 1 when it was not measured; MPS where its row is fastest", "[integrity]") {
   const std::string d = test::temp_dir();
   write_bytes(d + "/p.csv", "device,model,per_gpu,runs,steps_each,tokens_per_s_sum\nH,m-a,1,1,8,100\nH,m-a,4,4,2,150\nH,m-a,9,9,1,120\nH,m-b,1,1,8,90\n");
-  PackingChoice c = choose_packing({"m-a", "m-a"}, d + "/p.csv");
+  PackingChoice c = choose_packing({"m-a", "m-a"}, d + "/p.csv", true);
   CHECK(c.per_gpu == 4);
   CHECK_FALSE(c.mps);
   CHECK(c.why.find("the fastest measured for m-a") != std::string::npos);
-  CHECK(choose_packing({"m-a", "m-a", "m-b"}, d + "/p.csv").per_gpu == 1);  // runs of both share a GPU: m-b's fastest is 1
-  CHECK(choose_packing({"m-c"}, d + "/p.csv").per_gpu == 1);
-  CHECK(choose_packing({"m-a"}, d + "/missing.csv").per_gpu == 1);
+  CHECK(choose_packing({"m-a", "m-a", "m-b"}, d + "/p.csv", true).per_gpu == 1);  // runs of both share a GPU: m-b's fastest is 1
+  CHECK(choose_packing({"m-c"}, d + "/p.csv", true).per_gpu == 1);
+  CHECK(choose_packing({"m-a"}, d + "/missing.csv", true).per_gpu == 1);
   CHECK(packed_estimate({{"m-a", 150.0 * 3600}}, d + "/p.csv").find("1 GPU-hours") != std::string::npos);
   // The optional ninth column: the same K under MPS.
   const std::string h = "device,model,per_gpu,runs,steps_each,tokens_per_s_sum,tokens_per_s_each_mean,wall_s,mps\n";
-  write_bytes(d + "/m.csv", h + "H,m-a,1,1,8,100,100,9,0\nH,m-a,4,4,2,150,37,9,0\nH,m-a,4,4,2,300,75,9,1\nH,m-b,2,2,4,90,45,9,0\nH,m-b,2,2,4,80,40,9,1\n");
-  c = choose_packing({"m-a"}, d + "/m.csv");
+  write_bytes(d + "/m.csv", h + "H,m-a,1,1,8,100,100,9,0\nH,m-a,4,4,2,90,22,9,0\nH,m-a,4,4,2,300,75,9,1\nH,m-b,2,2,4,90,45,9,0\nH,m-b,2,2,4,80,40,9,1\n");
+  c = choose_packing({"m-a"}, d + "/m.csv", true);
   CHECK(c.per_gpu == 4);
   CHECK(c.mps);
   CHECK(c.why.find("4 run(s) a GPU under MPS") == 0);
-  CHECK_FALSE(choose_packing({"m-a", "m-b"}, d + "/m.csv").mps);  // m-b is faster without
+  // Without MPS (--mps off, or no MPS on the machine) K comes from the rows without it: one run, since
+  // four without MPS measured slower.
+  c = choose_packing({"m-a"}, d + "/m.csv", false);
+  CHECK(c.per_gpu == 1);
+  CHECK_FALSE(c.mps);
+  CHECK_FALSE(choose_packing({"m-a", "m-b"}, d + "/m.csv", true).mps);  // m-b is faster without at K = 2
   CHECK(mps_measured_faster({"m-a"}, 4, d + "/m.csv"));
   CHECK_FALSE(mps_measured_faster({"m-b"}, 2, d + "/m.csv"));
   CHECK_FALSE(mps_measured_faster({"m-a"}, 1, d + "/m.csv"));  // not measured under MPS at 1
@@ -726,10 +732,32 @@ TEST_CASE("--per-gpu auto takes the fastest packing measured for the runs' model
     }
   }
   CHECK(test::run_binary("run experiments/ci/bf16.toml --gpus 1 --per-gpu two").code == 2);
-  const auto bad_mps = test::run_binary("run experiments/ci/bf16.toml --gpus 1 --mps maybe");
+  const auto bad_mps = test::run_binary("run experiments/ci/bf16.toml --mps maybe");
   CHECK(bad_mps.code == 2);
   CHECK(bad_mps.out.find("--mps: 'maybe' (allowed: auto, on, off)") != std::string::npos);
+  const auto mps_alone = test::run_binary("run experiments/ci/bf16.toml --mps on");
+  CHECK(mps_alone.code == 2);
+  CHECK(mps_alone.out.find("--mps on goes with --gpus N") != std::string::npos);
 }
+
+namespace {
+
+// An environment variable set (or unset) for a scope, and put back as it was however the scope ends.
+struct EnvFor {
+  std::string name, before;
+  bool had;
+  EnvFor(const std::string& n, const char* value) : name(n), had(std::getenv(n.c_str()) != nullptr) {
+    if (had) before = std::getenv(n.c_str());
+    if (value) ::setenv(n.c_str(), value, 1);
+    else ::unsetenv(n.c_str());
+  }
+  ~EnvFor() {
+    if (had) ::setenv(name.c_str(), before.c_str(), 1);
+    else ::unsetenv(name.c_str());
+  }
+};
+
+}  // namespace
 
 TEST_CASE("--mps on: one MPS control daemon a GPU while the runs train, each run on its GPU's UUID and pipes; the daemons quit after", "[integrity]") {
   // Stand-ins for nvidia-smi and nvidia-cuda-mps-control that record what they were asked.
@@ -741,11 +769,7 @@ TEST_CASE("--mps on: one MPS control daemon a GPU while the runs train, each run
                   "; touch \"$CUDA_MPS_PIPE_DIRECTORY/control\"; exit 0\nfi\nread what\n[ -e \"$CUDA_MPS_PIPE_DIRECTORY/control\" ] || exit 1\n"
                   "[ \"$what\" = quit ] && { echo quit >> " + calls + "; rm \"$CUDA_MPS_PIPE_DIRECTORY/control\"; }\nexit 0\n");
   std::system(("chmod +x " + bin + "/*").c_str());
-  const std::string path = std::getenv("PATH");
-  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
-  const std::string visible_before = visible ? visible : "";
-  ::setenv("PATH", (bin + ":" + path).c_str(), 1);
-  ::unsetenv("CUDA_VISIBLE_DEVICES");
+  const EnvFor path("PATH", (bin + ":" + std::getenv("PATH")).c_str()), visible("CUDA_VISIBLE_DEVICES", nullptr);
   CHECK(mps_available());
   ScheduleOptions o;
   o.gpus = 2;
@@ -754,28 +778,40 @@ TEST_CASE("--mps on: one MPS control daemon a GPU while the runs train, each run
   o.mps = true;
   std::vector<ScheduledJob> jobs;
   for (int i = 0; i < 4; ++i)
-    jobs.push_back({"job" + std::to_string(i), "sh -c 'echo $CUDA_VISIBLE_DEVICES; ls $CUDA_MPS_PIPE_DIRECTORY'", d + "/job" + std::to_string(i) + ".log"});
+    jobs.push_back({"job" + std::to_string(i), "sh -c 'echo $CUDA_VISIBLE_DEVICES $CUDA_MPS_PIPE_DIRECTORY; ls $CUDA_MPS_PIPE_DIRECTORY'",
+                    d + "/job" + std::to_string(i) + ".log"});
   const std::vector<JobResult> r = run_scheduled_jobs(jobs, o);
+  std::string folder;
+  int on_slot[2] = {0, 0};
   for (int i = 0; i < 4; ++i) {
     CHECK(r[static_cast<size_t>(i)].status == JobStatus::kDone);
-    const std::string log = bytes_of(d + "/job" + std::to_string(i) + ".log");
-    CHECK(log.find("GPU-fake-") == 0);  // its GPU by UUID
-    CHECK(log.find("control") != std::string::npos);  // its daemon's pipes
+    std::istringstream log(bytes_of(d + "/job" + std::to_string(i) + ".log"));
+    std::string uuid, pipes, listed;
+    log >> uuid >> pipes >> listed;
+    // Its GPU by UUID, and the pipes of that GPU's daemon (slot g: GPU-fake-g, <folder>/g/pipes).
+    REQUIRE(uuid.rfind("GPU-fake-", 0) == 0);
+    const std::string slot = uuid.substr(9);
+    const std::string tail = "/" + slot + "/pipes";
+    REQUIRE(pipes.size() > tail.size());
+    CHECK(pipes.substr(pipes.size() - tail.size()) == tail);
+    CHECK(listed == "control");
+    if (slot == "0" || slot == "1") ++on_slot[slot == "1"];
+    folder = pipes.substr(0, pipes.size() - tail.size());
   }
+  CHECK(on_slot[0] == 2);
+  CHECK(on_slot[1] == 2);
   const std::string called = bytes_of(calls);
   CHECK(called.find("start GPU-fake-0\n") != std::string::npos);
   CHECK(called.find("start GPU-fake-1\n") != std::string::npos);
   CHECK(called.find("quit\nquit\n") != std::string::npos);
-  CHECK_FALSE(is_dir("/tmp/ufp4-mps-" + std::to_string(::getpid())));
+  CHECK(folder.rfind("/tmp/ufp4-mps-", 0) == 0);
+  CHECK_FALSE(is_dir(folder));  // removed once both daemons took 'quit'
   // A daemon that never answers: the scheduler stops before any job, naming the GPU.
-  ::setenv("FAKE_MPS_FAIL", "1", 1);
+  const EnvFor fail("FAKE_MPS_FAIL", "1");
   try {
     run_scheduled_jobs(jobs, o);
     FAIL("the scheduler ran without its MPS daemons");
   } catch (const RuntimeError& e) {
     CHECK(std::string(e.what()).find("the MPS control daemon of GPU 0 (GPU-fake-0) does not answer") != std::string::npos);
   }
-  ::unsetenv("FAKE_MPS_FAIL");
-  ::setenv("PATH", path.c_str(), 1);
-  if (visible) ::setenv("CUDA_VISIBLE_DEVICES", visible_before.c_str(), 1);
 }

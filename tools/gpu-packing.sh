@@ -44,7 +44,13 @@ measure() {  # measure MODEL K MODE GPU: one setting on one GPU, its row appende
               awk '{s += $1; n += 1} END {printf "%.0f,%.0f,%d", s, n ? s / n : 0, n}')
   local total each runs
   IFS=, read -r total each runs <<< "$sum"
-  echo "$device,$model,$k,$runs,$steps,$total,$each,$wall,$([ "$mode" = on ] && echo 1 || echo 0)" >> "$LOGS/packing.csv"
+  # A row only where every one of the K runs finished (its results file is there): a partial sum is no rate.
+  local done=$(ls "$dir"/*.h5 2>/dev/null | wc -l)
+  if [ "$done" = "$k" ] && [ "$runs" = "$k" ]; then
+    echo "$device,$model,$k,$runs,$steps,$total,$each,$wall,$([ "$mode" = on ] && echo 1 || echo 0)" >> "$LOGS/packing.csv"
+  else
+    echo "$model K $k MPS $mode: NOT RECORDED ($done of $k runs finished)"
+  fi
   echo "$model K $k MPS $mode: $runs runs of $steps steps, $total tok/s together ($each each), ${wall} s wall, exit $rc ($(( $(date +%s) - t0 )) s)"
   grep -h "CUDA MPS" "$LOGS/$name.log" | head -n 2 | sed 's/^/  /'
 }
@@ -74,7 +80,9 @@ if [[ " $MPS " == *" on "* ]]; then
       packed=build/packing/$model-k$kmax-mpson alone=build/packing/$model-k$kmax-alone
       rm -rf "$alone"
       manifest "$model" "$kmax" "$alone" > "$alone.toml"
-      name=$(basename "$(ls "$packed"/*-1-*.h5 | head -n 1)" | sed 's/-[0-9a-f]\{16\}\.h5$//')
+      first=$(ls "$packed"/*-1-*.h5 2>/dev/null | head -n 1)
+      [ -n "$first" ] || { echo "$model: no packed run to check (the K = $kmax MPS setting left no results)" >> "$LOGS/exact.log"; exit 0; }
+      name=$(basename "$first" | sed 's/-[0-9a-f]\{16\}\.h5$//')
       CUDA_VISIBLE_DEVICES=${gpus[i % ngpu]} build/ufp4 run --force --only "$name" "$alone.toml" > "$LOGS/$model-alone.log" 2>&1
       # The reference folder holds that run only (every reference run must be among the files checked).
       rm -rf "$alone-ref" && mkdir -p "$alone-ref" && cp "$packed/$name"-*.h5 "$alone-ref/"

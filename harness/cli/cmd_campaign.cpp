@@ -41,6 +41,7 @@ int cmd_campaign(const std::vector<std::string>& args) {
   if (!vm) return 0;
   if (path.empty()) throw Error("campaign: give an action and a campaign file (usage: ufp4 campaign plan|run|check CAMPAIGN)");
   if (gpus < 0) throw Error("campaign: --gpus must be >= 0");
+  check_mps_option(mps, gpus);
   Campaign c = Campaign::load(path);
   q.gpus = gpus;
   if (gpus > 0) resolve_packing(per_gpu, mps, c.plans(), q.schedule);

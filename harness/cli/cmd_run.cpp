@@ -60,6 +60,7 @@ int cmd_run(const std::vector<std::string>& args) {
   if (!vm) return 0;
   if (manifests.empty()) throw Error("run: give at least one manifest");
   if (gpus < 0) throw Error("run: --gpus must be >= 0");
+  check_mps_option(mps, gpus);
   if (nproc < 0 || dist_timeout < 1 || !(bucket_mb > 0) || ep < 0)
     throw Error("run: --nproc-per-node must be >= 0, --dist-timeout >= 1, --bucket-mb > 0 and --ep >= 0");
   const LaunchEnv env = read_launch_env();

@@ -61,12 +61,17 @@ MpsDaemons::MpsDaemons(const std::vector<std::string>& devices, const std::strin
 MpsDaemons::~MpsDaemons() { quit_all(); }
 
 void MpsDaemons::quit_all() noexcept {
-  for (const Daemon& d : daemons_)
-    if (!tell(d.pipes, "quit")) log_warn("run: the MPS control daemon of " + d.uuid + " did not take 'quit' (its pipes: " + d.pipes + ")");
+  bool all_quit = true;
+  for (const Daemon& d : daemons_) {
+    if (tell(d.pipes, "quit")) continue;
+    all_quit = false;
+    log_warn("run: the MPS control daemon of " + d.uuid + " did not take 'quit'; its pipes and log stay in " + dir_ +
+             " (stop it with: echo quit | CUDA_MPS_PIPE_DIRECTORY=" + d.pipes + " nvidia-cuda-mps-control)");
+  }
   daemons_.clear();
   // Not std::filesystem::remove_all: LibTorch 2.11's library exports its own copy of it, which the
   // dynamic linker may bind instead, and that copy crashed here on the H200 (a jump to address 0).
-  remove_tree(dir_);
+  if (all_quit) remove_tree(dir_);
 }
 
 std::string MpsDaemons::client_env(int slot) const {

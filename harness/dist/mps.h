@@ -20,12 +20,13 @@ bool mps_available();
 class MpsDaemons : NonCopyable {
  public:
   // One daemon for each of `devices` (as CUDA_VISIBLE_DEVICES names a GPU: index or UUID), its pipes and
-  // log under `dir`/<slot>. Throws RuntimeError naming the GPU and the daemon's log when one does not answer.
+  // log under `dir`/<slot> (`dir`: a new folder of this process). Throws RuntimeError naming the GPU and the
+  // daemon's log when one does not answer.
   MpsDaemons(const std::vector<std::string>& devices, const std::string& dir);
-  ~MpsDaemons();  // every daemon told to quit (after the jobs have ended), `dir` removed
+  ~MpsDaemons();  // every daemon told to quit (after the jobs have ended); `dir` removed unless one did not take it
   // The environment of a job on slot `slot`, as `env` takes it: its GPU's UUID and its daemon's pipes.
   std::string client_env(int slot) const;
-  std::string describe() const;  // "GPU-… (pipes …)" a daemon, for the log
+  std::string describe() const;  // how many daemons, and their GPUs' UUIDs, for the log
 
  private:
   struct Daemon {

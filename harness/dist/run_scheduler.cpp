@@ -86,7 +86,9 @@ std::unique_ptr<MpsDaemons> start_mps(const ScheduleOptions& o) {
   if (!o.mps) return nullptr;
   std::vector<std::string> devices;
   for (int g = 0; g < o.gpus; ++g) devices.push_back(device_of(g));
-  auto mps = std::make_unique<MpsDaemons>(devices, "/tmp/ufp4-mps-" + std::to_string(::getpid()));
+  char dir[] = "/tmp/ufp4-mps-XXXXXX";  // short: a UNIX socket's path has a limit of about 100 bytes
+  if (!::mkdtemp(dir)) throw RuntimeError(std::string("run: --mps: cannot make a folder for the MPS daemons in /tmp: ") + std::strerror(errno));
+  auto mps = std::make_unique<MpsDaemons>(devices, dir);
   log_info("run: CUDA MPS: " + mps->describe());
   return mps;
 }
@@ -132,7 +134,7 @@ std::vector<JobResult> run_scheduled_jobs(const std::vector<ScheduledJob>& jobs,
   if (o.gpus < 1 || o.per_gpu < 1) throw Error("run: --gpus and --per-gpu must be >= 1");
   std::vector<JobResult> results(jobs.size());
   std::vector<int> load(static_cast<size_t>(o.gpus), 0);
-  const std::unique_ptr<MpsDaemons> mps = start_mps(o);  // before the cleanup below: it outlives every job it serves
+  std::unique_ptr<MpsDaemons> mps;  // declared before the cleanup below: it outlives every job it serves
   std::vector<Running> running;
   size_t next = 0;
   g_stop = 0;
@@ -149,6 +151,7 @@ std::vector<JobResult> run_scheduled_jobs(const std::vector<ScheduledJob>& jobs,
       std::signal(SIGTERM, old_term);
     }
   } cleanup{running, old_int, old_term};
+  mps = start_mps(o);  // after the handlers: a signal while the daemons start still ends in their cleanup
   Clock::time_point stop_seen{};
   bool forwarded = false, killed = false;
   auto start = [&](size_t j) {

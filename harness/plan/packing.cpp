@@ -55,22 +55,38 @@ std::string table_device(const std::vector<PackingRow>& rows) {
 
 }  // namespace
 
-PackingChoice choose_packing(const std::vector<std::string>& models, const std::string& table) {
-  const std::vector<PackingRow> rows = load_packing(table);
-  const std::string device = table_device(rows);
-  // A GPU holds runs of several models at once: the smallest of their fastest K, 1 for a model not measured.
-  PackingChoice c{0, true, ""};
-  std::string limit;
+namespace {
+
+// The smallest of the models' fastest K among `rows` (1 for a model they lack), and the model that sets it.
+int smallest_fastest_k(const std::vector<PackingRow>& rows, const std::vector<std::string>& models, const std::string& device, std::string& limit) {
+  int k = 0;
   for (const auto& m : models) {
     const PackingRow* best = fastest_packing(rows, m, device);
-    const int k = best ? best->per_gpu : 1;
-    c.mps = c.mps && best && best->mps;
-    if (c.per_gpu == 0 || k < c.per_gpu) c.per_gpu = k, limit = m;
+    const int km = best ? best->per_gpu : 1;
+    if (k == 0 || km < k) k = km, limit = m;
   }
-  if (c.per_gpu == 0) c.per_gpu = 1, c.mps = false;
+  return k == 0 ? 1 : k;
+}
+
+}  // namespace
+
+PackingChoice choose_packing(const std::vector<std::string>& models, const std::string& table, bool allow_mps) {
+  std::vector<PackingRow> rows = load_packing(table);
+  const std::string device = table_device(rows);
+  // A GPU holds runs of several models at once: the smallest of their fastest K. Under MPS only where
+  // every model was measured faster under it at that K; else K again from the rows without MPS.
+  PackingChoice c;
+  std::string limit;
+  c.per_gpu = smallest_fastest_k(rows, models, device, limit);
+  c.mps = allow_mps && c.per_gpu > 1 && mps_measured_faster(models, c.per_gpu, table);
+  if (!c.mps) {
+    rows.erase(std::remove_if(rows.begin(), rows.end(), [](const PackingRow& r) { return r.mps; }), rows.end());
+    c.per_gpu = smallest_fastest_k(rows, models, device, limit);
+  }
   const bool measured = fastest_packing(rows, limit, device) != nullptr;
   c.why = std::to_string(c.per_gpu) + " run(s) a GPU" + (c.mps ? " under MPS" : "") + ": " +
-          (measured ? "the fastest measured for " + limit : limit + " is not measured") + " (" + table + (device.empty() ? ", rows of any GPU" : ", " + device) + ")";
+          (measured ? "the fastest measured for " + limit + (allow_mps ? "" : " without MPS") : limit + " is not measured") + " (" + table +
+          (device.empty() ? ", rows of any GPU" : ", " + device) + ")";
   return c;
 }
 

@@ -26,10 +26,10 @@ struct PackingChoice {
   bool mps = false;
   std::string why;
 };
-// `--per-gpu auto --mps auto`: the smallest of the fastest K measured for each of the runs' models (1 for
-// a model the table lacks), under MPS when every model's fastest row is; on this machine's GPU when the
-// table has it.
-PackingChoice choose_packing(const std::vector<std::string>& models, const std::string& table);
+// `--per-gpu auto`: the smallest of the fastest K measured for each of the runs' models (1 for a model
+// the table lacks), on this machine's GPU when the table has it. With allow_mps, under MPS where every
+// model was measured faster under it at that K; otherwise K from the rows without MPS.
+PackingChoice choose_packing(const std::vector<std::string>& models, const std::string& table, bool allow_mps);
 // `--per-gpu K --mps auto`: whether every model's MPS row at K is faster than its row without (false
 // when either is not measured).
 bool mps_measured_faster(const std::vector<std::string>& models, int per_gpu, const std::string& table);

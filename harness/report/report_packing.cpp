@@ -54,11 +54,11 @@ PackingReport report_packing(const std::string& dir, const PackingTargets& t) {
     const auto f = fastest.find(model);
     const auto base = f == fastest.end() ? one.end() : one.find({f->second->device, model});
     if (base == one.end() || base->second <= 0) {
-      targets << "| " << bar << " | >= " << fmt("%.2g", t.fastest_over_one_run_min) << "x | not measured | **not met** |\n";
+      targets << "| " << bar << " | >= " << fmt("%.2f", t.fastest_over_one_run_min) << "x | not measured | **not met** |\n";
       continue;
     }
     const double ratio = f->second->tokens_per_s / base->second;
-    targets << "| " << bar << " | >= " << fmt("%.2g", t.fastest_over_one_run_min) << "x | " << fmt("%.2fx", ratio) << " (K = " << f->second->per_gpu
+    targets << "| " << bar << " | >= " << fmt("%.2f", t.fastest_over_one_run_min) << "x | " << fmt("%.2fx", ratio) << " (K = " << f->second->per_gpu
             << (f->second->mps ? ", MPS" : "") << ") | " << (ratio >= t.fastest_over_one_run_min ? "**met**" : "**not met**") << " |\n";
   }
   out.markdown = md.str();

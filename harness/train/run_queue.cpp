@@ -39,16 +39,22 @@ void train_here(const std::vector<RunPlan>& plans, const RunOptions& opt, RunQue
 
 }  // namespace
 
-void resolve_packing(const std::string& per_gpu, const std::string& mps, const std::vector<RunPlan>& runs, ScheduleOptions& o) {
+void check_mps_option(const std::string& mps, int gpus) {
   if (mps != "auto" && mps != "on" && mps != "off") throw Error("--mps: '" + mps + "' (allowed: auto, on, off)");
+  if (mps == "on" && gpus < 1) throw Error("--mps on goes with --gpus N (the runs of a GPU share it under MPS)");
   if (mps == "on" && !mps_available()) throw Error("--mps on: nvidia-cuda-mps-control is not on PATH (allowed: auto, on, off)");
+}
+
+void resolve_packing(const std::string& per_gpu, const std::string& mps, const std::vector<RunPlan>& runs, ScheduleOptions& o) {
+  check_mps_option(mps, 1);
+  const bool allow_mps = mps == "on" || (mps == "auto" && mps_available());
   std::vector<std::string> models;
   for (const auto& p : runs) models.push_back(p.model.name);
   const std::string table = repository_root() + "/results/bench/packing.csv";
   std::string why;
   bool measured_mps = false;
   if (per_gpu == "auto") {
-    const PackingChoice c = choose_packing(models, table);
+    const PackingChoice c = choose_packing(models, table, allow_mps);
     o.per_gpu = c.per_gpu;
     measured_mps = c.mps;
     why = "--per-gpu auto: " + c.why;
@@ -60,10 +66,10 @@ void resolve_packing(const std::string& per_gpu, const std::string& mps, const s
       o.per_gpu = 0;
     }
     if (o.per_gpu < 1 || used != per_gpu.size()) throw Error("--per-gpu: '" + per_gpu + "' (allowed: auto, or a whole number of runs a GPU, at least 1)");
-    measured_mps = mps == "auto" && o.per_gpu > 1 && mps_measured_faster(models, o.per_gpu, table);
+    measured_mps = allow_mps && o.per_gpu > 1 && mps_measured_faster(models, o.per_gpu, table);
     why = std::to_string(o.per_gpu) + " run(s) a GPU";
   }
-  o.mps = mps == "on" || (mps == "auto" && measured_mps && o.per_gpu > 1 && mps_available());
+  o.mps = mps == "on" || (mps == "auto" && measured_mps);
   log_info("run: " + why + "; CUDA MPS " + (o.mps ? "on" : "off") + (mps == "auto" ? " (--mps auto)" : ""));
 }
 

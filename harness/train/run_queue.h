@@ -28,6 +28,9 @@ struct RunQueueOutcome {
 // auto: as measured for the runs' model in results/bench/packing.csv of the checkout
 // (harness/plan/packing.h); 1 run a GPU, without MPS, when not measured. MPS only where
 // nvidia-cuda-mps-control is installed (`--mps on` without it is an Error). Throws Error for other values.
+// `--mps` checked as soon as it is parsed: auto, on or off; on only with --gpus N and the MPS control
+// program installed. Throws Error naming what is wrong.
+void check_mps_option(const std::string& mps, int gpus);
 void resolve_packing(const std::string& per_gpu, const std::string& mps, const std::vector<RunPlan>& runs, ScheduleOptions& o);
 
 // The plans' data ready to train: rank 0 (or this process alone) prepares each data folder that needs

@@ -7,7 +7,6 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
-#include <filesystem>
 #include <limits>
 #include <sstream>
 #include <utility>
@@ -133,15 +132,12 @@ void Trainer::remove_shards(const std::string& checkpoint, int64_t keep_step) co
 }
 
 void Trainer::remove_files_of(const std::string& checkpoint, const std::string& tag, const std::string& keep_path) const {
-  namespace fs = std::filesystem;
-  const fs::path ck(checkpoint);
-  const std::string prefix = ck.filename().string() + tag;
-  const std::string keep = keep_path.empty() ? "" : fs::path(keep_path).filename().string();
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(ck.parent_path().empty() ? fs::path(".") : ck.parent_path(), ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind(prefix, 0) == 0 && name != keep && name.find(".tmp-") == std::string::npos) remove_tree(e.path().string());
-  }
+  const size_t slash = checkpoint.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : checkpoint.substr(0, slash);
+  const std::string prefix = checkpoint.substr(slash == std::string::npos ? 0 : slash + 1) + tag;
+  const std::string keep = keep_path.substr(keep_path.find_last_of('/') == std::string::npos ? 0 : keep_path.find_last_of('/') + 1);
+  for (const std::string& name : dir_entries(dir))
+    if (name.rfind(prefix, 0) == 0 && (keep_path.empty() || name != keep) && name.find(".tmp-") == std::string::npos) remove_tree(dir + "/" + name);
 }
 
 void Trainer::remove_checkpoint(const std::string& checkpoint) const {
