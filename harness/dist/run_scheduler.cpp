@@ -103,6 +103,32 @@ struct Running {
   Clock::time_point term_sent{};
 };
 
+// One running job's stall watch: no log growth for o.stall_seconds (and no stop asked for) logs its state,
+// asks its main thread for its stack, and stops it (the loop starts it again once); a stalled job still
+// there o.stop_grace_seconds after that is killed.
+void watch_for_stall(Running& r, const ScheduledJob& job, int restarts, const ScheduleOptions& o, Clock::time_point now, bool forwarded) {
+  const int64_t size = file_size(job.log);
+  if (size != r.log_size) {
+    r.log_size = size;
+    r.last_growth = now;
+  }
+  if (!r.stalled && !forwarded && seconds(now - r.last_growth) > o.stall_seconds) {
+    r.stalled = true;
+    r.term_sent = now;
+    log_warn("run " + job.name + ": no progress for " + std::to_string(static_cast<int>(o.stall_seconds)) + " s (its log has not grown); " +
+             "its state goes to " + job.log + "; stopping it" + (restarts == 0 ? " and starting it again once" : ""));
+    append(job.log, "=== ufp4 run: no progress for " + std::to_string(static_cast<int>(o.stall_seconds)) + " s; its state:\n" + describe_process(r.pid, o.thread_stacks));
+    // Its main thread (the process's own id) prints its stack into the log (common/stack_dump.h).
+    ::syscall(SYS_tgkill, r.pid, r.pid, SIGUSR1);
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    ::kill(r.pid, SIGTERM);
+    r.term_sent = Clock::now();  // the grace counts from the signal, not from before the state was read
+  } else if (r.stalled && seconds(now - r.term_sent) > o.stop_grace_seconds) {
+    ::kill(r.pid, SIGKILL);
+    r.term_sent = now;
+  }
+}
+
 }  // namespace
 
 std::string describe_process(int pid, bool thread_stacks) {
@@ -222,29 +248,7 @@ std::vector<JobResult> run_scheduled_jobs(const std::vector<ScheduledJob>& jobs,
     }
     if (running.empty() && (forwarded || next >= jobs.size())) break;
     // Stalls: no log growth for stall_seconds.
-    for (auto& r : running) {
-      const int64_t size = file_size(jobs[r.job].log);
-      if (size != r.log_size) {
-        r.log_size = size;
-        r.last_growth = now;
-      }
-      if (!r.stalled && !forwarded && seconds(now - r.last_growth) > o.stall_seconds) {
-        r.stalled = true;
-        r.term_sent = now;
-        const ScheduledJob& job = jobs[r.job];
-        log_warn("run " + job.name + ": no progress for " + std::to_string(static_cast<int>(o.stall_seconds)) + " s (its log has not grown); " +
-                 "its state goes to " + job.log + "; stopping it" + (results[r.job].restarts == 0 ? " and starting it again once" : ""));
-        append(job.log, "=== ufp4 run: no progress for " + std::to_string(static_cast<int>(o.stall_seconds)) + " s; its state:\n" + describe_process(r.pid, o.thread_stacks));
-        // Its main thread (the process's own id) prints its stack into the log (common/stack_dump.h).
-        ::syscall(SYS_tgkill, r.pid, r.pid, SIGUSR1);
-        std::this_thread::sleep_for(std::chrono::seconds(1));
-        ::kill(r.pid, SIGTERM);
-        r.term_sent = Clock::now();  // the grace counts from the signal, not from before the state was read
-      } else if (r.stalled && seconds(now - r.term_sent) > o.stop_grace_seconds) {
-        ::kill(r.pid, SIGKILL);
-        r.term_sent = now;
-      }
-    }
+    for (auto& r : running) watch_for_stall(r, jobs[r.job], results[r.job].restarts, o, now, forwarded);
     std::this_thread::sleep_for(std::chrono::duration<double>(o.poll_seconds));
   }
   return results;
