@@ -214,17 +214,29 @@ torch::Tensor bits(const torch::Tensor& t) {
 
 }  // namespace
 
-OperandComparison compare_grouped_operands(const Recipe& recipe, torch::Device device) {
-  OperandComparison out;
-  const int64_t E = 8, K = 128, N = 256;
+namespace {
+
+// A MoE layer's fc1 of E experts, K -> N, under `recipe` at `step` of run seed 7, its experts initialised
+// from the fixed `seed`, on `device`.
+GroupedLinear expert_fc1(const Recipe& recipe, int64_t E, int64_t K, int64_t N, int64_t step, uint64_t seed, torch::Device device) {
   auto ctx = std::make_shared<QuantContext>();
   ctx->recipe = recipe;
   ctx->run_seed = 7;
-  ctx->step = 5;
-  torch::manual_seed(11);
+  ctx->step = step;
+  torch::manual_seed(seed);
   GroupedLinear m(E, K, N, "layers.1.mlp", "linear_fc1", ctx, /*first_layer_id=*/20, /*id_stride=*/2, /*layer_index=*/-1, 0);
   for (int64_t e = 0; e < E; ++e) m->init_expert(e);
   m->to(device);
+  return m;
+}
+
+}  // namespace
+
+OperandComparison compare_grouped_operands(const Recipe& recipe, torch::Device device) {
+  OperandComparison out;
+  const int64_t E = 8, K = 128, N = 256;
+  GroupedLinear m = expert_fc1(recipe, E, K, N, /*step=*/5, /*seed=*/11, device);
+  const auto& ctx = m->layers[0]->ctx;
   // Expert rows: idle experts, a single row, rows that are and are not multiples of 16; 9 dropped rows at the end.
   const std::vector<int32_t> counts = {17, 0, 70, 1, 32, 0, 45, 16};
   std::vector<int32_t> ends_host;
@@ -322,14 +334,8 @@ OperandComparison compare_grouped_operands(const Recipe& recipe, torch::Device d
 
 std::string grouped_linear_without_rows(const Recipe& recipe, torch::Device device) {
   const int64_t E = 4, K = 128, N = 256;
-  auto ctx = std::make_shared<QuantContext>();
-  ctx->recipe = recipe;
-  ctx->run_seed = 7;
-  ctx->step = 3;
-  torch::manual_seed(5);
-  GroupedLinear m(E, K, N, "layers.1.mlp", "linear_fc1", ctx, /*first_layer_id=*/20, /*id_stride=*/2, /*layer_index=*/-1, 0);
-  for (int64_t e = 0; e < E; ++e) m->init_expert(e);
-  m->to(device);
+  GroupedLinear m = expert_fc1(recipe, E, K, N, /*step=*/3, /*seed=*/5, device);
+  const auto& ctx = m->layers[0]->ctx;
   const auto i64 = torch::TensorOptions().dtype(torch::kInt64).device(device);
   Routing r;
   r.top_k = 2, r.experts = E;

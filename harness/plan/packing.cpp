@@ -68,6 +68,15 @@ int smallest_fastest_k(const std::vector<PackingRow>& rows, const std::vector<st
   return k == 0 ? 1 : k;
 }
 
+// Whether every model's row under MPS at K is faster than its row without (false where either is missing).
+bool mps_faster_in(const std::vector<PackingRow>& rows, const std::vector<std::string>& models, int per_gpu, const std::string& device) {
+  for (const auto& m : models) {
+    const double with = packed_tokens_per_s(rows, m, per_gpu, true, device), without = packed_tokens_per_s(rows, m, per_gpu, false, device);
+    if (with <= 0 || without <= 0 || with <= without) return false;
+  }
+  return !models.empty();
+}
+
 }  // namespace
 
 PackingChoice choose_packing(const std::vector<std::string>& models, const std::string& table, bool allow_mps) {
@@ -78,7 +87,7 @@ PackingChoice choose_packing(const std::vector<std::string>& models, const std::
   PackingChoice c;
   std::string limit;
   c.per_gpu = smallest_fastest_k(rows, models, device, limit);
-  c.mps = allow_mps && c.per_gpu > 1 && mps_measured_faster(models, c.per_gpu, table);
+  c.mps = allow_mps && c.per_gpu > 1 && mps_faster_in(rows, models, c.per_gpu, device);
   if (!c.mps) {
     rows.erase(std::remove_if(rows.begin(), rows.end(), [](const PackingRow& r) { return r.mps; }), rows.end());
     c.per_gpu = smallest_fastest_k(rows, models, device, limit);
@@ -92,12 +101,7 @@ PackingChoice choose_packing(const std::vector<std::string>& models, const std::
 
 bool mps_measured_faster(const std::vector<std::string>& models, int per_gpu, const std::string& table) {
   const std::vector<PackingRow> rows = load_packing(table);
-  const std::string device = table_device(rows);
-  for (const auto& m : models) {
-    const double with = packed_tokens_per_s(rows, m, per_gpu, true, device), without = packed_tokens_per_s(rows, m, per_gpu, false, device);
-    if (with <= 0 || without <= 0 || with <= without) return false;
-  }
-  return !models.empty();
+  return mps_faster_in(rows, models, per_gpu, table_device(rows));
 }
 
 }  // namespace ufp4
