@@ -12,7 +12,7 @@ set(allowed_harness/plan     common kernels models harness/io harness/data harne
 set(allowed_harness/train    common kernels models harness/io harness/data harness/dist harness/plan harness/train)
 set(allowed_harness/analysis common kernels models harness/io harness/analysis)
 set(allowed_harness/campaign common kernels models harness/io harness/data harness/dist harness/plan harness/train harness/analysis harness/campaign)
-set(allowed_harness/report   common kernels models harness/io harness/analysis harness/report)
+set(allowed_harness/report   common kernels models harness/io harness/plan harness/analysis harness/report)
 set(allowed_harness/bench    common kernels models harness/io harness/data harness/dist harness/plan harness/train harness/analysis harness/report harness/bench)
 set(allowed_harness/cli      common kernels models harness/io harness/data harness/dist harness/plan harness/train harness/analysis harness/campaign harness/report harness/bench harness/cli)
 set(layers common kernels models harness/io harness/data harness/dist harness/plan harness/train harness/analysis harness/campaign harness/report harness/bench harness/cli)

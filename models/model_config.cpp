@@ -161,6 +161,12 @@ double train_flops_per_token(const ModelConfig& c, bool with_attention) {
   return f;
 }
 
+double moe_layer_flops_per_token(const ModelConfig& c) {
+  if (!c.is_moe()) return 0;
+  const double d = static_cast<double>(c.d_model), h = static_cast<double>(c.expert_hidden);
+  return 6.0 * (d * static_cast<double>(c.n_experts) + static_cast<double>(c.top_k + c.n_shared_experts) * 3.0 * d * h);
+}
+
 MemoryEstimate estimate_memory(const ModelConfig& c, int64_t micro_batch) {
   ParamCount p = count_params(c);
   const double gb = 1e9;

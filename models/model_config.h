@@ -44,6 +44,9 @@ ParamCount count_params(const ModelConfig& c);
 // Training FLOPs per token: 6 x active parameters (embedding lookup excluded, head included), plus
 // attention 12 x layers x seq x heads x head_dim when with_attention (PaLM's accounting, no causal discount).
 double train_flops_per_token(const ModelConfig& c, bool with_attention = true);
+// Training FLOPs per token of one routed MoE layer: 6 x its active parameters (the router, and the top-k
+// and shared experts' SwiGLU); 0 for a dense model.
+double moe_layer_flops_per_token(const ModelConfig& c);
 // FP32 master weights + BF16 copy, FP32 grads, Adam (two FP32 moments); activations for one
 // micro-batch of sequences without recomputation (about 34 bytes x d_model per token and layer with
 // fused attention, Korthikanti et al. 2022, plus routed-expert copies and FP32 logits).

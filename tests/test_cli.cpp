@@ -16,6 +16,9 @@
 #include "harness/io/array_io.h"
 #include "harness/io/bench_files.h"
 #include "harness/io/run_results.h"
+#include "harness/plan/device_peaks.h"
+#include "harness/plan/moe_layer_speed.h"
+#include "harness/report/report.h"
 #include <hdf5.h>
 #include "models/quant_ops.h"
 #include "harness/report/report_registry.h"
@@ -118,6 +121,76 @@ TEST_CASE("ufp4 plan --model MOE --gpus N: every expert-parallel layout of the r
   CHECK(r.out.find(pick) != std::string::npos);
   Result big = run_cli("plan --model moe-124b --gpus 8");
   CHECK(big.out.find("layout: none fits 141 GB on 8 GPUs") != std::string::npos);
+}
+
+namespace {
+
+ScalingBenchRow bench_row(const std::string& model, const std::string& recipe, const std::string& unit, int64_t gpus, double step_ms, double mfu) {
+  ScalingBenchRow r;
+  r.model = model;
+  r.recipe = recipe;
+  r.unit = unit;
+  r.layout = gpus == 1 ? "1 GPU" : "EP " + std::to_string(gpus) + " x DP 1";
+  r.gpus = gpus;
+  r.batch = 1;
+  r.micro_batch = 1;
+  r.seq_len = 4096;
+  r.step_ms = step_ms;
+  r.tokens_per_s = static_cast<double>(gpus * r.batch * r.seq_len) / (step_ms * 1e-3);
+  r.mfu = mfu;
+  return r;
+}
+
+void write_bench_rows(const std::string& path, const std::string& device, const std::vector<ScalingBenchRow>& rows) {
+  H5Writer w(path);
+  w.attr("device", device);
+  write_scaling_rows(w, rows);
+  w.commit();
+}
+
+}  // namespace
+
+TEST_CASE("a MoE model's time from its measured MoE layer: the layers at the measured time a token, the rest of its FLOPs at the dense MFU", "[cli]") {
+  const std::string dir = temp_dir();
+  const ModelConfig& c = model_config("moe-124b");
+  const std::string h200 = "NVIDIA H200";
+  // The layer file: bf16 and ufp4 on 1 GPU and at EP 4; the estimate takes ufp4 at the most ranks.
+  write_bench_rows(dir + "/expert_parallel_layer.h5", h200,
+                   {bench_row("moe-124b", "bf16", "MoE layer", 4, 20.0, 0.3), bench_row("moe-124b", "ufp4", "MoE layer", 1, 30.0, 0.2),
+                    bench_row("moe-124b", "ufp4", "MoE layer", 4, 40.0, 0.15)});
+  // Without scaling.h5 the rest of the model goes at the layer's own MFU.
+  const double tokens = 1e11, peak = peak_flops(h200);
+  const int64_t moe_layers = c.n_layers - c.dense_layers;
+  const double rest = train_flops_per_token(c) - moe_layers * moe_layer_flops_per_token(c);
+  auto expect = [&](double mfu, int gpus) { return tokens / gpus * (moe_layers * 40e-3 / 4096 + rest / (mfu * peak)); };
+  MoeLayerEstimate e = estimate_from_moe_layer(c, 64, tokens, "cpu", dir);
+  CHECK(e.device == h200);
+  CHECK(e.recipe == "ufp4");
+  CHECK(e.layout == "EP 4 x DP 1");
+  CHECK(e.layer_tokens == 4096);
+  CHECK(e.rest_mfu == Approx(0.15));
+  CHECK(e.seconds == Approx(expect(0.15, 64)).epsilon(1e-6));  // the file keeps its rows in FP32
+  // With the dense steps of scaling.h5 on the same device: their median MFU (MoE rows and several ranks left out).
+  write_bench_rows(dir + "/scaling.h5", h200,
+                   {bench_row("dense-1.5b", "bf16", "step", 1, 100, 0.5), bench_row("dense-113m", "bf16", "step", 1, 10, 0.4),
+                    bench_row("dense-20m", "ufp4", "step", 1, 5, 0.3), bench_row("dense-1.5b", "bf16", "step", 4, 100, 0.9),
+                    bench_row("moe-81m", "bf16", "step", 1, 10, 0.05)});
+  e = estimate_from_moe_layer(c, 512, tokens, h200, dir);
+  CHECK(e.rest_mfu == Approx(0.4));
+  CHECK(e.seconds == Approx(expect(0.4, 512)).epsilon(1e-6));
+  // Another GPU than the one measured: no estimate (an H200's layer is not an H100's); a dense model: none.
+  CHECK(estimate_from_moe_layer(c, 64, tokens, "NVIDIA H100 80GB HBM3", dir).seconds < 0);
+  CHECK(estimate_from_moe_layer(model_config("dense-1.5b"), 64, tokens, h200, dir).seconds < 0);
+  CHECK(estimate_from_moe_layer(model_config("moe-7.9b"), 64, tokens, h200, dir).seconds < 0);  // no row of its own
+  // The bench report's projection: a model with a measured step from its step, moe-124b from its layer.
+  std::ofstream(dir + "/paper.toml") << "[[targets]]\nname = \"Dense 1.5B\"\nmodel = \"dense-1.5b\"\ntokens = 1.0e11\n"
+                                     << "[[targets]]\nname = \"MoE 124B\"\nmodel = \"moe-124b\"\ntokens = 1.0e12\n";
+  const std::string md = projection_section(dir, dir + "/paper.toml");
+  INFO(md);
+  // dense-1.5b's 4-rank step: 4096 tokens a GPU in 100 ms, 40,960 tokens/s a GPU: 1e11 tokens in 678 GPU-hours.
+  CHECK(md.find("| Dense 1.5B (`dense-1.5b`) | 1e+11 | bf16 | the step, 4 x NVIDIA H200, EP 4 x DP 1 (`scaling.h5`) | 40960 | 678 |") != std::string::npos);
+  CHECK(md.find("| MoE 124B (`moe-124b`) | 1e+12 | ufp4 | one MoE layer, EP 4 x DP 1, NVIDIA H200") != std::string::npos);
+  CHECK(md.find(fmt("%.3g", estimate_from_moe_layer(c, 1, 1e12, "", dir).seconds / 3600)) != std::string::npos);
 }
 
 TEST_CASE("ufp4 quantize: .npy and .h5 outputs equal the library call", "[cli]") {

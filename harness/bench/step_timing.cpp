@@ -106,9 +106,6 @@ void TimedMoeLayer::pass(const torch::Tensor& x, const torch::Tensor& g, int ste
   ((y * g).sum() + layer->aux_loss).backward();
 }
 
-double TimedMoeLayer::flops_per_token() const {
-  const double d = static_cast<double>(config.d_model), h = static_cast<double>(config.expert_hidden);
-  return 6.0 * (d * static_cast<double>(config.n_experts) + static_cast<double>(config.top_k + config.n_shared_experts) * 3.0 * d * h);
-}
+double TimedMoeLayer::flops_per_token() const { return moe_layer_flops_per_token(config); }
 
 }  // namespace ufp4

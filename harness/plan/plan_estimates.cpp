@@ -13,6 +13,7 @@
 #include "harness/io/provenance.h"
 #include "harness/io/run_results.h"
 #include "harness/plan/device_peaks.h"
+#include "harness/plan/moe_layer_speed.h"
 #include "harness/plan/packing.h"
 #include "harness/plan/run_files.h"
 #include "harness/plan/run_plan.h"
@@ -170,7 +171,15 @@ void print_cluster_plan(const ModelConfig& c, int gpus, int64_t micro_batch, dou
   for (double cap : {80.0, 141.0})
     std::printf("    fits %.0f GB: replicated %s, ZeRO-1 %s\n", cap, replicated <= cap ? "yes" : "no", zero1 <= cap ? "yes" : "no");
   const auto est = speed.estimate(device, c.name, "ufp4", tokens, tokens * train_flops_per_token(c));
-  if (est.first > 0)
+  // A MoE model without runs of its own: from its measured MoE layer before the median MFU of other runs.
+  const bool own_runs = est.first > 0 && (est.second.empty() || est.second == "~");
+  const MoeLayerEstimate layer = own_runs ? MoeLayerEstimate{} : estimate_from_moe_layer(c, gpus, tokens, device);
+  if (layer.seconds > 0)
+    std::printf("    %.3g tokens: %s on %d x %s, from its measured MoE layer (%s, %s: %.2f ms a forward + backward of %.0f tokens a rank) x %lld "
+                "MoE layers, the rest of its FLOPs at %.1f%% MFU (%s); the optimizer step and an all-to-all between machines not counted\n",
+                tokens, Progress::format_duration(layer.seconds).c_str(), gpus, layer.device.c_str(), layer.recipe.c_str(), layer.layout.c_str(),
+                layer.layer_ms, layer.layer_tokens, static_cast<long long>(c.n_layers - c.dense_layers), 100 * layer.rest_mfu, layer.rest_source.c_str());
+  else if (est.first > 0)
     std::printf("    %.3g tokens: %s at %d x the measured tokens/s of one %s (%s; linear scaling, communication not counted)\n", tokens,
                 Progress::format_duration(est.first / gpus).c_str(), gpus, device.c_str(),
                 est.second.empty() ? "this model, ufp4" : est.second == "~" ? "this model, another recipe" : "FLOPs at the median MFU measured");

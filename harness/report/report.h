@@ -79,6 +79,9 @@ struct DataParallelReport {
   std::vector<std::string> sources;
 };
 DataParallelReport report_data_parallel(const std::string& scaling_h5, const std::string& correctness_dir, const DataParallelTargets& t);
+// The paper's models at the token budgets of `paper_toml`'s [[targets]] in GPU-hours at the speed measured
+// in `bench_dir` (report_projection.cpp); empty when nothing there measures them.
+std::string projection_section(const std::string& bench_dir, const std::string& paper_toml);
 
 // The packing section (report_packing.cpp): packing.csv's rows against one run a GPU, the bit check of a
 // packed run, and a bar on the fastest setting of each of `models`. Empty when the table is absent.
