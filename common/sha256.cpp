@@ -1,8 +1,15 @@
 #include "common/sha256.h"
 
+#include <atomic>
 #include <cstring>
 #include <fstream>
 #include <vector>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#include <immintrin.h>
+#define UFP4_SHA_X86 1
+#endif
 
 #include "common/error.h"
 
@@ -17,11 +24,8 @@ const uint32_t K[64] = {
     0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f,
     0x682e6ff3, 0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
 inline uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
-}  // namespace
 
-Sha256::Sha256() : h_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {}
-
-void Sha256::block(const uint8_t* p) {
+void portable_block(uint32_t* h_, const uint8_t* p) {
   uint32_t w[64];
   for (int i = 0; i < 16; ++i) w[i] = (uint32_t(p[4 * i]) << 24) | (uint32_t(p[4 * i + 1]) << 16) | (uint32_t(p[4 * i + 2]) << 8) | p[4 * i + 3];
   for (int i = 16; i < 64; ++i) {
@@ -38,15 +42,91 @@ void Sha256::block(const uint8_t* p) {
   h_[0] += a; h_[1] += b; h_[2] += c; h_[3] += d; h_[4] += e; h_[5] += f; h_[6] += g; h_[7] += h;
 }
 
+#ifdef UFP4_SHA_X86
+bool cpu_has_sha() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_SSSE3) || !(c & bit_SSE4_1)) return false;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  return (b & bit_SHA) != 0;
+}
+
+// n blocks through SHA256RNDS2 / SHA256MSG1 / SHA256MSG2. The state lives as ABEF and CDGH; each group of
+// four rounds adds K to four message words, and rounds 16-63 extend the schedule from the four groups before:
+// W[t] = s1(W[t-2]) + W[t-7] + s0(W[t-15]) + W[t-16].
+__attribute__((target("sha,sse4.1,ssse3"))) void hardware_blocks(uint32_t* state, const uint8_t* p, size_t n) {
+  const __m128i swap = _mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL);  // big-endian words
+  __m128i dcba = _mm_shuffle_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(state)), 0xB1);  // CDAB
+  __m128i efgh = _mm_shuffle_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(state + 4)), 0x1B);
+  __m128i abef = _mm_alignr_epi8(dcba, efgh, 8);
+  __m128i cdgh = _mm_blend_epi16(efgh, dcba, 0xF0);
+  for (; n > 0; --n, p += 64) {
+    const __m128i abef_in = abef, cdgh_in = cdgh;
+    __m128i w[4];
+    for (int g = 0; g < 16; ++g) {
+      __m128i& x = w[g % 4];
+      if (g < 4) {
+        x = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * g)), swap);
+      } else {
+        const __m128i &prev = w[(g + 3) % 4], &prev2 = w[(g + 2) % 4], &prev3 = w[(g + 1) % 4];
+        x = _mm_sha256msg2_epu32(_mm_add_epi32(_mm_sha256msg1_epu32(x, prev3), _mm_alignr_epi8(prev, prev2, 4)), prev);
+      }
+      __m128i m = _mm_add_epi32(x, _mm_loadu_si128(reinterpret_cast<const __m128i*>(K + 4 * g)));
+      cdgh = _mm_sha256rnds2_epu32(cdgh, abef, m);
+      m = _mm_shuffle_epi32(m, 0x0E);
+      std::swap(abef, cdgh);  // after two rounds the old AB and EF are the new CD and GH
+      cdgh = _mm_sha256rnds2_epu32(cdgh, abef, m);
+      std::swap(abef, cdgh);
+    }
+    abef = _mm_add_epi32(abef, abef_in);
+    cdgh = _mm_add_epi32(cdgh, cdgh_in);
+  }
+  const __m128i feba = _mm_shuffle_epi32(abef, 0x1B);
+  const __m128i dchg = _mm_shuffle_epi32(cdgh, 0xB1);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(state), _mm_blend_epi16(feba, dchg, 0xF0));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(state + 4), _mm_alignr_epi8(dchg, feba, 8));
+}
+#endif
+
+std::atomic<bool> g_allow_hardware{true};
+
+bool hardware_present() {
+#ifdef UFP4_SHA_X86
+  static const bool present = cpu_has_sha();
+  return present;
+#else
+  return false;
+#endif
+}
+}  // namespace
+
+Sha256::Sha256() : h_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {}
+
+bool sha256_hardware() { return hardware_present() && g_allow_hardware.load(); }
+void sha256_allow_hardware(bool allow) { g_allow_hardware.store(allow); }
+
+void Sha256::blocks(const uint8_t* p, size_t n) {
+#ifdef UFP4_SHA_X86
+  if (sha256_hardware()) return hardware_blocks(h_, p, n);
+#endif
+  for (; n > 0; --n, p += 64) portable_block(h_, p);
+}
+
 void Sha256::update(const void* data, size_t n) {
   const uint8_t* p = static_cast<const uint8_t*>(data);
   len_ += n;
-  while (n > 0) {
-    size_t take = std::min(n, 64 - used_);
+  if (used_ > 0) {  // complete the buffered block first
+    const size_t take = std::min(n, 64 - used_);
     std::memcpy(buf_ + used_, p, take);
     used_ += take; p += take; n -= take;
-    if (used_ == 64) { block(buf_); used_ = 0; }
+    if (used_ < 64) return;
+    blocks(buf_, 1);
+    used_ = 0;
   }
+  blocks(p, n / 64);  // whole blocks straight from the input
+  p += n / 64 * 64;
+  n %= 64;
+  std::memcpy(buf_, p, n);
+  used_ = n;
 }
 
 std::string Sha256::hex() {

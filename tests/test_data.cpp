@@ -1,4 +1,5 @@
 // Data: SHA-256, the fixed CI corpus and llm.c shards, data prepare and the token stream's epochs.
+#include <random>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -30,6 +31,35 @@ TEST_CASE("SHA-256 known answers", "[data]") {
   CHECK(sha256_hex("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
   CHECK(sha256_hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   CHECK(sha256_hex(std::string(1000, 'a')) == "41edece42d63e8d9bf515a9ba6932e1c20cbc9f5a5d134645adb5db1b9737ea3");
+  CHECK(sha256_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq") == "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  CHECK(sha256_hex(std::string(1000000, 'a')) == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+// The CPU's SHA extensions (where it has them) and the portable rounds, on every length around the block
+// and buffer boundaries, fed whole and in uneven pieces: the same digest.
+TEST_CASE("SHA-256: the hardware rounds and the portable ones give the same digest", "[data]") {
+  std::mt19937 rng(7);
+  std::string data(70000, '\0');
+  for (char& c : data) c = static_cast<char>(rng());
+  auto digest = [&](size_t n, size_t piece) {
+    Sha256 h;
+    for (size_t at = 0; at < n; at += piece) h.update(data.data() + at, std::min(piece, n - at));
+    return h.hex();
+  };
+  struct Restore {
+    ~Restore() { sha256_allow_hardware(true); }
+  } restore;
+  INFO("hardware rounds on this CPU: " << sha256_hardware());
+  for (size_t n : {0, 1, 55, 56, 63, 64, 65, 127, 128, 129, 1000, 4096, 65537, 70000})
+    for (size_t piece : {size_t{1}, size_t{7}, size_t{64}, size_t{100}, n + 1}) {
+      sha256_allow_hardware(true);
+      const std::string fast = digest(n, std::max<size_t>(piece, 1));
+      sha256_allow_hardware(false);
+      const std::string portable = digest(n, std::max<size_t>(piece, 1));
+      INFO("length " << n << ", pieces of " << piece);
+      CHECK(fast == portable);
+      CHECK(portable == sha256_hex(data.substr(0, n)));
+    }
 }
 
 TEST_CASE("the CI corpus is fixed; shards round-trip in llm.c format", "[data]") {

@@ -52,15 +52,20 @@ void load_expert_shard(const std::string& path, Transformer& model, const Commun
   }
 }
 
-std::string weights_sha256(Transformer& model, Communicator* experts) {
+std::string weights_sha256(Transformer& model, Communicator* experts, bool hash) {
   Sha256 h;
   for (const auto& p : model->named_parameters()) {
-    torch::Tensor t = experts && model->is_routed_expert_weight(p.value()) ? gathered(p.value(), *experts) : p.value().detach();
+    const bool routed = experts && model->is_routed_expert_weight(p.value());
+    if (!hash) {
+      if (routed) gathered(p.value(), *experts);
+      continue;
+    }
+    torch::Tensor t = routed ? gathered(p.value(), *experts) : p.value().detach();
     t = t.to(torch::kCPU, torch::kFloat32).contiguous();
     h.update(p.key());
     h.update(t.data_ptr(), static_cast<size_t>(t.numel()) * 4);
   }
-  return h.hex();
+  return hash ? h.hex() : std::string();
 }
 
 }  // namespace ufp4

@@ -19,7 +19,8 @@ void load_expert_shard(const std::string& path, Transformer& model, const Commun
 
 // SHA-256 of the FP32 master weights, parameter by parameter in registration order, with names. With
 // `experts` (collective over it: every rank of the group calls it) each routed expert weight is the
-// group's, gathered in rank order, as one process holds it.
-std::string weights_sha256(Transformer& model, Communicator* experts = nullptr);
+// group's, gathered in rank order, as one process holds it. `hash` false: the gathers only (a rank whose
+// results nobody writes joins the collectives without copying tens of GB to the host), "" returned.
+std::string weights_sha256(Transformer& model, Communicator* experts = nullptr, bool hash = true);
 
 }  // namespace ufp4

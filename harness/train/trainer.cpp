@@ -349,8 +349,9 @@ RunResults Trainer::results() {
   r.cuda_graph = graph_ ? graph_->describe() : device_.is_cuda() ? "off: " + graph_off_ : "off: not a CUDA device";
   r.utc_start = utc_start_;
   r.device_name = device_name_;
-  // Collective with expert parallelism (every rank's experts); else rank 0's alone writes it.
-  if (experts_ || rank_ == 0) r.weights_sha256 = weights_sha256(model_, experts_.get());
+  // Rank 0 writes the results: it alone hashes (a 7.9B model is 31 GB of FP32); with expert parallelism
+  // every rank joins the gathers of its group's experts.
+  if (experts_ || rank_ == 0) r.weights_sha256 = weights_sha256(model_, experts_.get(), /*hash=*/rank_ == 0);
   r.diverged = diverged_;
   r.diverged_step = diverged_step_;
   r.tokens_per_s = tokens_per_s_;
