@@ -144,7 +144,7 @@ bool interim(const RunSet& set, const ClaimTest& t) {
 std::string shown_verdict(const RunSet& set, const ClaimTest& t, Verdict v) {
   if (!interim(set, t)) return std::string("**") + verdict_name(v) + "**";
   const auto [registered, in] = seeds_in(set, t);
-  const std::string of = registered < 0 ? "the seeds are not decided yet" : std::to_string(in) + " of " + std::to_string(registered) + " registered seeds";
+  const std::string of = registered < 0 ? "the pilot's seeds, before the seeds are decided" : std::to_string(in) + " of " + std::to_string(registered) + " registered seeds";
   return std::string("**inconclusive** (interim look at ") + of + ": the test gives " + verdict_name(v) + ")";
 }
 
