@@ -703,7 +703,11 @@ TEST_CASE("--per-gpu auto takes the fastest packing measured for the runs' model
   CHECK(c.why.find("the fastest measured for m-a") != std::string::npos);
   CHECK(choose_packing({"m-a", "m-a", "m-b"}, d + "/p.csv", true).per_gpu == 1);  // runs of both share a GPU: m-b's fastest is 1
   CHECK(choose_packing({"m-c"}, d + "/p.csv", true).per_gpu == 1);
-  CHECK(choose_packing({"m-a"}, d + "/missing.csv", true).per_gpu == 1);
+  const PackingChoice none = choose_packing({"m-a"}, d + "/missing.csv", true);
+  CHECK(none.per_gpu == 1);
+  CHECK(none.table_missing);  // said as a warning: a campaign sent without its table runs one a GPU
+  CHECK(none.why.find("no packing table at " + d + "/missing.csv") != std::string::npos);
+  CHECK_FALSE(c.table_missing);
   CHECK(packed_estimate({{"m-a", 150.0 * 3600}}, d + "/p.csv").find("1 GPU-hours") != std::string::npos);
   // The optional ninth column: the same K under MPS.
   const std::string h = "device,model,per_gpu,runs,steps_each,tokens_per_s_sum,tokens_per_s_each_mean,wall_s,mps\n";

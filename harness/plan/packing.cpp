@@ -80,6 +80,12 @@ bool mps_faster_in(const std::vector<PackingRow>& rows, const std::vector<std::s
 }  // namespace
 
 PackingChoice choose_packing(const std::vector<std::string>& models, const std::string& table, bool allow_mps) {
+  if (!file_exists(table)) {
+    PackingChoice none;
+    none.table_missing = true;
+    none.why = "1 run(s) a GPU: no packing table at " + table + " (tools/gpu-packing.sh measures one; --per-gpu K sets it by hand)";
+    return none;
+  }
   std::vector<PackingRow> rows = load_packing(table);
   const std::string device = table_device(rows);
   // A GPU holds runs of several models at once: the smallest of their fastest K. Under MPS only where

@@ -25,6 +25,7 @@ struct PackingChoice {
   int per_gpu = 1;
   bool mps = false;
   std::string why;
+  bool table_missing = false;  // no table at all: one run a GPU, said as a warning
 };
 // `--per-gpu auto`: the smallest of the fastest K measured for each of the runs' models (1 for a model
 // the table lacks), on this machine's GPU when the table has it. With allow_mps, under MPS where every
