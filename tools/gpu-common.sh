@@ -26,3 +26,17 @@ ensure_default_corpus() {
   build/ufp4 data prepare --out data/python-8k --vocab-size 8192 > "$LOGS/data-python-8k.log" 2>&1 || { tail -n 20 "$LOGS/data-python-8k.log"; exit 1; }
   echo "data data/python-8k: $(( $(date +%s) - s )) s; data.toml SHA-256 $(sha256sum data/python-8k/data.toml | cut -c1-16)"
 }
+# stack_watch SECONDS FILE: in the background, SECONDS from now, the threads' stacks of every ufp4 process (gdb, else
+# cuda-gdb) into FILE, so that a stage the call's limit ends without a word says where it was. Prints the watcher's
+# pid: `kill` it when the stage ends first.
+stack_watch() {
+  (
+    sleep "$1"
+    dbg=$(command -v gdb || command -v cuda-gdb || echo /usr/local/cuda/bin/cuda-gdb)
+    for p in $(pgrep -x ufp4); do
+      echo "=== pid $p at $(date -u +%T): $(tr '\0' ' ' < "/proc/$p/cmdline" | cut -c1-200)"
+      timeout 60 "$dbg" -p "$p" -batch -ex "set pagination off" -ex "thread apply all bt 24" 2>&1 | grep -E "^(Thread|#)" | head -n 600
+    done > "$2" 2>&1
+  ) > /dev/null 2>&1 &
+  echo $!
+}
