@@ -112,6 +112,7 @@ void Sha256::blocks(const uint8_t* p, size_t n) {
 }
 
 void Sha256::update(const void* data, size_t n) {
+  if (n == 0) return;  // an empty tensor's data pointer may be null: nothing to copy
   const uint8_t* p = static_cast<const uint8_t*>(data);
   len_ += n;
   if (used_ > 0) {  // complete the buffered block first

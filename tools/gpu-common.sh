@@ -27,16 +27,23 @@ ensure_default_corpus() {
   echo "data data/python-8k: $(( $(date +%s) - s )) s; data.toml SHA-256 $(sha256sum data/python-8k/data.toml | cut -c1-16)"
 }
 # stack_watch SECONDS FILE: in the background, SECONDS from now, the threads' stacks of every ufp4 process (gdb, else
-# cuda-gdb) into FILE, so that a stage the call's limit ends without a word says where it was. Prints the watcher's
-# pid: `kill` it when the stage ends first.
+# cuda-gdb; the main thread first) into FILE, so that a stage the call's limit ends without a word says where it was.
+# Attaching stops a process's threads for seconds: the stage's timings after that are disturbed, and FILE's first line
+# says when it happened. SECONDS 0 or empty: no watch. Prints the watcher's pid (none when off): `kill` it when the
+# stage ends first.
 stack_watch() {
+  [ -n "${1:-}" ] && [ "$1" != 0 ] || return 0
   (
     sleep "$1"
     dbg=$(command -v gdb || command -v cuda-gdb || echo /usr/local/cuda/bin/cuda-gdb)
-    for p in $(pgrep -x ufp4); do
-      echo "=== pid $p at $(date -u +%T): $(tr '\0' ' ' < "/proc/$p/cmdline" | cut -c1-200)"
-      timeout 60 "$dbg" -p "$p" -batch -ex "set pagination off" -ex "thread apply all bt 24" 2>&1 | grep -E "^(Thread|#)" | head -n 600
-    done > "$2" 2>&1
+    {
+      echo "stacks taken at $(date -u +%T), $1 s into the stage (its timings after this are disturbed); ptrace_scope $(cat /proc/sys/kernel/yama/ptrace_scope 2> /dev/null || echo -)"
+      for p in $(pgrep -x ufp4); do
+        echo "=== pid $p: $(tr '\0' ' ' < "/proc/$p/cmdline" | cut -c1-200)"
+        timeout 60 "$dbg" -p "$p" -batch -ex "set pagination off" -ex "thread apply all -ascending bt 24" 2>&1 |
+          grep -E "^(Thread|#)|ptrace|rror|denied|ermitted|No such" | head -n 600
+      done
+    } > "$2" 2>&1
   ) > /dev/null 2>&1 &
   echo $!
 }

@@ -13,8 +13,8 @@
 #  bench: `ufp4 bench scaling` of moe-7.9b's step at EP 2 x DP 2 and of one moe-124b MoE layer on 1 GPU and
 #    at EP 4 (results/bench/expert_parallel{,_layer}.h5).
 # Logs, results and bench files land in $LOGS (default logs/expert-parallel); STAGES picks some of:
-# correctness moe7.9b bench. A moe7.9b or bench stage still running STACKS_AFTER seconds after it began (420 and
-# 240 by default) has its processes' stacks written to $LOGS/stacks-<stage>.log (stack_watch, gpu-common.sh).
+# correctness moe7.9b bench. STACKS_AFTER=S: a moe7.9b or bench stage still running S seconds after it began has its
+# processes' stacks written to $LOGS/stacks-<stage>.log (stack_watch, gpu-common.sh; it disturbs the timings after).
 #   UFP4_GIT_COMMIT=<commit> [STAGES="correctness moe7.9b bench"] tools/gpu-expert-parallel.sh
 source "$(dirname "$0")/gpu-common.sh" expert-parallel
 export NCCL_NVLS_ENABLE=0
@@ -79,22 +79,24 @@ fi
 if [[ " $stages " == *" moe7.9b "* ]]; then
   rm -rf build/ep/moe7.9b
   s0=$(date +%s)
-  watch=$(stack_watch "${STACKS_AFTER:-420}" "$LOGS/stacks-moe7.9b.log")
+  watch=$(stack_watch "${STACKS_AFTER:-}" "$LOGS/stacks-moe7.9b.log")
   build/ufp4 run experiments/dist/moe7.9b_ep.toml --nproc-per-node 4 > "$LOGS/moe7.9b.log" 2>&1
   rc=$?
-  kill "$watch" 2> /dev/null
+  [ -n "$watch" ] && kill "$watch" 2> /dev/null
+  [ -f "$LOGS/stacks-moe7.9b.log" ] && head -n 1 "$LOGS/stacks-moe7.9b.log"
   [ "$rc" = 0 ] || status=1
   echo "moe7.9b: exit $rc after $(( $(date +%s) - s0 )) s"; grep -h "data parallel:\|validation loss\|step 300/300" "$LOGS/moe7.9b.log" | sed 's/^/  /'
   cp build/ep/moe7.9b/*.h5 "$LOGS/" 2>/dev/null
   build/ufp4 plan --model moe-7.9b --gpus 4 --micro-batch 1 > "$LOGS/plan-moe7.9b.log" 2>&1
 fi
 if [[ " $stages " == *" bench "* ]]; then
-  watch=$(stack_watch "${STACKS_AFTER:-240}" "$LOGS/stacks-bench.log")
+  watch=$(stack_watch "${STACKS_AFTER:-}" "$LOGS/stacks-bench.log")
   build/ufp4 bench scaling --models moe-7.9b --recipes bf16,ufp4 --gpus 4 --ep 2 --batch 1 --micro-batch 1 --seq 4096 --out-dir "$LOGS" > "$LOGS/bench-moe7.9b.log" 2>&1 || status=1
   grep "bench scaling: 4 rank(s) moe" "$LOGS/bench-moe7.9b.log"
   build/ufp4 bench scaling --models moe-124b --recipes bf16,ufp4 --gpus 1,4 --ep 4 --moe-layer --batch 1 --micro-batch 1 --seq 4096 --out-dir "$LOGS" > "$LOGS/bench-moe124b-layer.log" 2>&1 || status=1
   grep "bench scaling: [14] rank(s) moe" "$LOGS/bench-moe124b-layer.log"
-  kill "$watch" 2> /dev/null
+  [ -n "$watch" ] && kill "$watch" 2> /dev/null
+  [ -f "$LOGS/stacks-bench.log" ] && head -n 1 "$LOGS/stacks-bench.log"
 fi
 echo "total $(elapsed), status $status"
 exit $status

@@ -36,9 +36,13 @@ const ScalingBenchRow* best_layer_row(const std::vector<ScalingBenchRow>& rows, 
 // The median MFU of the one-rank training steps of dense models in the scaling file (a transformer's
 // attention and dense layers at their real sizes); 0 when it has none.
 double dense_step_mfu(const std::vector<ScalingBenchRow>& rows) {
+  const std::vector<std::string> names = model_names();
   std::vector<double> v;
-  for (const auto& r : rows)
+  for (const auto& r : rows) {
+    // A row of a model this build does not know (renamed since) is not counted, not an error.
+    if (std::find(names.begin(), names.end(), r.model) == names.end()) continue;
     if (r.gpus == 1 && r.unit != "MoE layer" && r.mfu > 0 && !model_config(r.model).is_moe()) v.push_back(r.mfu);
+  }
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];

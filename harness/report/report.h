@@ -73,6 +73,7 @@ struct DataParallelTargets {
   double efficiency_min = 0.9;
   int efficiency_gpus = 4;
   std::string efficiency_model = "dense-1.5b";
+  std::string paper_budgets;  // the paper models' token budgets for the projection (reports/paper/figure9.toml)
 };
 struct DataParallelReport {
   std::string markdown, target_rows;

@@ -970,7 +970,9 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
     return text;
   };
   // Data parallelism: scaling.h5 and the correctness runs beside the step results.
-  const DataParallelReport dp = report_data_parallel(dir + "/scaling.h5", dir + "/data-parallel", t.data_parallel);
+  DataParallelTargets dpt = t.data_parallel;
+  dpt.paper_budgets = root + "/reports/paper/figure9.toml";
+  const DataParallelReport dp = report_data_parallel(dir + "/scaling.h5", dir + "/data-parallel", dpt);
   out.md << dp.markdown;
   out.targets << dp.target_rows;
   out.sources.insert(out.sources.end(), dp.sources.begin(), dp.sources.end());

@@ -251,7 +251,7 @@ DataParallelReport report_data_parallel(const std::string& scaling_h5, const std
   for (const char* f : {"/expert_parallel.h5", "/expert_parallel_layer.h5"})
     if (file_exists(dir + f)) ep_files.push_back(dir + f);
   if (!ep_files.empty()) md << expert_parallel_section(ep_files, out.sources);
-  md << projection_section(dir, "reports/paper/figure9.toml");
+  if (!t.paper_budgets.empty()) md << projection_section(dir, t.paper_budgets);
 
   // Correctness: runs grouped by recipe; one GPU (seeds) against N GPUs (reruns of one seed).
   const std::map<std::string, std::vector<RunResults>> by_recipe = correctness_runs(correctness_dir);

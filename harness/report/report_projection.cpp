@@ -63,10 +63,10 @@ std::string projection_section(const std::string& bench_dir, const std::string& 
   std::ostringstream md;
   size_t lines = 0;
   md << "### Projected training time\n\n"
-     << "The paper's models at the token budgets `" << paper_toml << "` assumes (the paper publishes none), in GPU-hours at the speed "
+     << "The paper's models at the token budgets `" << rel(paper_toml) << "` assumes (the paper publishes none), in GPU-hours at the speed "
      << "measured here: tokens / (tokens/s a GPU) of the training step on the most GPUs measured; for a model measured only as one of "
      << "its MoE layers, `ufp4 plan`'s estimate from that layer (its MoE layers at the layer's measured time a token, the rest of its "
-     << "FLOPs at the dense models' MFU; the optimizer step and an all-to-all between machines not counted). The speed at the scale "
+     << "FLOPs at the MFU the row names; the optimizer step and an all-to-all between machines not counted). The speed at the scale "
      << "of a real run (hundreds of GPUs over a network) is lower.\n\n"
      << "| model | tokens | recipe | measured | tokens/s a GPU | GPU-hours |\n|---|---|---|---|---|---|\n";
   for (const Budget& b : paper_budgets(paper_toml)) {
@@ -85,7 +85,8 @@ std::string projection_section(const std::string& bench_dir, const std::string& 
     const MoeLayerEstimate e = estimate_from_moe_layer(model_config(b.model), 1, b.tokens, "", bench_dir);
     if (!(e.seconds > 0)) continue;
     md << "| " << b.name << " (`" << b.model << "`) | " << fmt("%.3g", b.tokens) << " | " << e.recipe << " | one MoE layer, " << e.layout << ", "
-       << e.device << " (`expert_parallel_layer.h5`), the rest at " << fmt("%.1f%%", 100 * e.rest_mfu) << " MFU | " << fmt("%.0f", b.tokens / e.seconds)
+       << e.device << " (`expert_parallel_layer.h5`), the rest at " << fmt("%.1f%%", 100 * e.rest_mfu) << " MFU (" << e.rest_source << ") | "
+       << fmt("%.0f", b.tokens / e.seconds)
        << " | " << fmt("%.3g", e.seconds / 3600) << " |\n";
     ++lines;
   }

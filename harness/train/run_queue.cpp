@@ -58,7 +58,10 @@ void resolve_packing(const std::string& per_gpu, const std::string& mps, const s
     o.per_gpu = c.per_gpu;
     measured_mps = c.mps;
     why = "--per-gpu auto: " + c.why;
-    if (c.table_missing) log_warn("run: --per-gpu auto: " + c.why);
+    if (c.table_missing) {
+      log_warn("run: --per-gpu auto: " + c.why);
+      why = "--per-gpu auto: 1 run(s) a GPU (no packing table)";
+    }
   } else {
     size_t used = 0;
     try {
