@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -151,10 +152,15 @@ void run_rank(const ScalingBenchOptions& o, std::string out) {
   t << "rank = " << env.rank << "\nworld_size = " << env.world_size << "\nbackend = \"" << (groups ? groups->backend() : "none") << "\"\n";
   for (const auto& model : o.models)
     for (const auto& recipe : o.recipes) {
+      // Said before and after, with the wall time of the whole (set-up included): a configuration that a
+      // call's limit ends shows where it was, and where a device call's time goes.
+      log_info("bench scaling: " + std::to_string(env.world_size) + " rank(s) " + model + " " + recipe + ": setting up");
+      const auto started = std::chrono::steady_clock::now();
       const RankFigures f = o.moe_layer ? time_moe_layer(model, recipe, o, device, groups.get()) : time_model(model, recipe, o, device, groups.get());
+      const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
       char line[256];
-      std::snprintf(line, sizeof line, "bench scaling: %d rank(s) %-11s %-5s rank 0: %8.2f ms a step, peak %.1f GB", env.world_size, model.c_str(),
-                    recipe.c_str(), f.step_ms, f.peak_memory_gb);
+      std::snprintf(line, sizeof line, "bench scaling: %d rank(s) %-11s %-5s rank 0: %8.2f ms a step, peak %.1f GB (%.1f s with set-up)", env.world_size,
+                    model.c_str(), recipe.c_str(), f.step_ms, f.peak_memory_gb, wall);
       log_info(line);
       t << "\n[[row]]\nmodel = \"" << model << "\"\nrecipe = \"" << recipe << "\"\nstep_ms = " << f.step_ms << "\nstep_ms_sd = " << f.step_ms_sd
         << "\npeak_memory_gb = " << f.peak_memory_gb << "\nloss = " << f.loss << "\ncuda_graph = \"" << f.cuda_graph << "\"\n";
