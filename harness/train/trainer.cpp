@@ -351,7 +351,12 @@ RunResults Trainer::results() {
   r.device_name = device_name_;
   // Rank 0 writes the results: it alone hashes (a 7.9B model is 31 GB of FP32); with expert parallelism
   // every rank joins the gathers of its group's experts.
-  if (experts_ || rank_ == 0) r.weights_sha256 = weights_sha256(model_, experts_.get(), /*hash=*/rank_ == 0);
+  if (experts_ || rank_ == 0) {
+    const auto started = std::chrono::steady_clock::now();
+    r.weights_sha256 = weights_sha256(model_, experts_.get(), /*hash=*/rank_ == 0);
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    if (rank_ == 0 && took > 5) log_info("run " + p.name + ": final weights hashed in " + std::to_string(static_cast<int>(took)) + " s");
+  }
   r.diverged = diverged_;
   r.diverged_step = diverged_step_;
   r.tokens_per_s = tokens_per_s_;
