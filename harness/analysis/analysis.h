@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/quantize/quant_spec.h"
+#include "models/quant_ops.h"
 
 namespace ufp4 {
 
@@ -67,6 +68,13 @@ struct TensorMetrics {
 };
 // Quantizes x (2-D, rowwise: blocks along dim 1) with `spec` and measures it.
 TensorMetrics tensor_metrics(const torch::Tensor& x, const QuantSpec& spec);
+// The same from x already quantized with `spec` (with codes) and its FP32 reference `ref` (rht(x, spec)
+// when spec.rht, else x): measure_layer quantizes and rotates each operand once for every measurement.
+TensorMetrics tensor_metrics(const QuantizedTensor& q, const torch::Tensor& ref, const QuantSpec& spec);
+// x as the quantizer takes it (FP32, contiguous), quantized with its codes, and its reference as above.
+torch::Tensor analysis_input(const torch::Tensor& x);
+QuantizedTensor quantize_with_codes(const torch::Tensor& xf, const QuantSpec& spec);
+torch::Tensor analysis_reference(const torch::Tensor& xf, const QuantSpec& spec);
 // Eq. 6 from magnitude codes: exp(H) / K over the K magnitude buckets including zero.
 double bucket_ratio(const torch::Tensor& magnitude_codes, int k);
 
@@ -93,6 +101,8 @@ struct BiasDecomposition {
   std::vector<BinContribution> bins;   // levels ascending, then the block maxima
 };
 BiasDecomposition decompose_bias(const torch::Tensor& x, const QuantSpec& spec);
+// The same from x quantized with `spec` (with codes) and its reference (analysis_reference).
+BiasDecomposition decompose_bias(const QuantizedTensor& q, const torch::Tensor& ref, const QuantSpec& spec);
 
 // Output SQNR (dB) of the three GEMMs of a linear layer with both operands quantized by `spec`
 // along each GEMM's reduction dimension (x [M,K], w [N,K], dy [M,N]; M a multiple of the block and
@@ -101,6 +111,14 @@ struct GemmSqnr {
   double fwd_y = 0, bwd_dx = 0, bwd_dw = 0;
 };
 GemmSqnr gemm_sqnr(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& dy, const QuantSpec& spec);
+// The exact outputs (FP32) of the three GEMMs, the same for every grid and transform; and gemm_sqnr from
+// them and the operands' rowwise dequantized forms (x and w along K, dy along N) where the caller has them.
+struct GemmOutputs {
+  torch::Tensor y, dx, dw;
+};
+GemmOutputs exact_gemms(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& dy);
+GemmSqnr gemm_sqnr(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& dy, const QuantSpec& spec, const GemmOutputs& exact,
+                   const torch::Tensor& xq, const torch::Tensor& wq, const torch::Tensor& dyq);
 
 // Signal attenuation through K stacked quantized GEMMs x_k = Q(x_{k-1}) Q(W_k)^T, each stage rescaled
 // by the exact chain's RMS. eta_k: projection coefficient of the quantized chain's output on the

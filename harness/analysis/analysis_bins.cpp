@@ -23,6 +23,12 @@ double eq2_prediction(const std::vector<float>& levels, size_t i) {
   return (l - r) / 2;
 }
 
+void check_decomposable(const torch::Tensor& x, const QuantSpec& spec) {
+  if (!spec.grid.symmetric()) throw Error("decompose_bias: grid " + spec.grid.name() + " is not sign-magnitude (allowed: " + Grid::builtin_list(true) + ")");
+  if (spec.block_2d) throw Error("decompose_bias: 2D blocks are not decomposed (allowed: 1xB blocks)");
+  if (x.dim() != 2) throw Error("decompose_bias: expects a 2-D tensor (blocks along dim 1)");
+}
+
 // Per-element block values ([R, nb] -> [R, L]): each block's entry repeated over its elements.
 torch::Tensor per_element(const torch::Tensor& per_block, int block, int64_t cols) {
   return per_block.repeat_interleave(block, 1).narrow(1, 0, cols);
@@ -31,19 +37,21 @@ torch::Tensor per_element(const torch::Tensor& per_block, int block, int64_t col
 }  // namespace
 
 BiasDecomposition decompose_bias(const torch::Tensor& x, const QuantSpec& spec) {
-  if (!spec.grid.symmetric()) throw Error("decompose_bias: grid " + spec.grid.name() + " is not sign-magnitude (allowed: " + Grid::builtin_list(true) + ")");
-  if (spec.block_2d) throw Error("decompose_bias: 2D blocks are not decomposed (allowed: 1xB blocks)");
-  if (x.dim() != 2) throw Error("decompose_bias: expects a 2-D tensor (blocks along dim 1)");
+  check_decomposable(x, spec);
   torch::NoGradGuard ng;
-  const torch::Tensor xf = x.to(torch::kFloat32).contiguous();
-  QuantizeOptions opt;
-  opt.want_codes = true;
-  const QuantizedTensor qt = quantize(xf, spec, opt);
+  const torch::Tensor xf = analysis_input(x);
+  return decompose_bias(quantize_with_codes(xf, spec), analysis_reference(xf, spec), spec);
+}
+
+BiasDecomposition decompose_bias(const QuantizedTensor& qt, const torch::Tensor& reference, const QuantSpec& spec) {
+  check_decomposable(reference, spec);
+  torch::NoGradGuard ng;
   // On the tensor's device: a captured operand of tens of thousands of tokens stays on the GPU.
-  const torch::Tensor ref = (spec.rht ? rht(xf, spec) : xf).to(torch::kFloat64).abs();
+  const torch::Tensor ref = reference.to(torch::kFloat64).abs();
   const torch::Tensor deq = qt.dequant.to(torch::kFloat64).abs();
-  const torch::Tensor s = per_element(qt.scales.to(torch::kFloat64), spec.block, xf.size(1));
-  const torch::Tensor amax = per_element(qt.amax.to(torch::kFloat64), spec.block, xf.size(1));
+  const int64_t cols = reference.size(1);
+  const torch::Tensor s = per_element(qt.scales.to(torch::kFloat64), spec.block, cols);
+  const torch::Tensor amax = per_element(qt.amax.to(torch::kFloat64), spec.block, cols);
   const torch::Tensor live = s > 0;  // an all-zero block has no scale and no error
   const torch::Tensor t = torch::where(live, ref / torch::where(live, s, torch::ones_like(s)), torch::zeros_like(s));
   const torch::Tensor q = torch::where(live, deq / torch::where(live, s, torch::ones_like(s)), torch::zeros_like(s));

@@ -1,6 +1,8 @@
 // Tensor and GEMM measurements of the shrinkage-bias analysis: Eq. 3 (alpha), Eq. 5 (attenuation
 // chain), Eq. 6 (effective bucket ratio), Eq. 7 (NMSE / SQNR in the rotated domain).
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "common/error.h"
 #include "harness/analysis/analysis.h"
@@ -32,17 +34,34 @@ torch::Tensor dequant(const torch::Tensor& x, const QuantSpec& spec, bool column
 }  // namespace
 
 double bucket_ratio(const torch::Tensor& magnitude_codes, int k) {
-  torch::Tensor counts = torch::bincount(magnitude_codes.reshape({-1}).to(torch::kLong).cpu(), {}, k).to(torch::kFloat64);
+  // Counted where the codes are (a captured operand's are tens of millions on the GPU), one reduction a
+  // bucket and one copy of the counts: bincount's result, at least k buckets, more where a code is >= k.
+  const torch::Tensor c = magnitude_codes.reshape({-1});
+  const int64_t buckets = std::max<int64_t>(k, c.numel() ? c.max().item<int64_t>() + 1 : 0);
+  std::vector<torch::Tensor> per_bucket;
+  for (int64_t b = 0; b < buckets; ++b) per_bucket.push_back((c == b).sum());
+  torch::Tensor counts = torch::stack(per_bucket).cpu().to(torch::kFloat64);
   torch::Tensor p = counts / counts.sum();
   const double h = -(p * torch::log(p + 1e-12)).sum().item<double>();
   return std::exp(h) / k;
 }
 
-TensorMetrics tensor_metrics(const torch::Tensor& x, const QuantSpec& spec) {
+torch::Tensor analysis_input(const torch::Tensor& x) { return x.to(torch::kFloat32).contiguous(); }
+
+QuantizedTensor quantize_with_codes(const torch::Tensor& xf, const QuantSpec& spec) {
   QuantizeOptions opt;
   opt.want_codes = true;
-  QuantizedTensor q = quantize(x.to(torch::kFloat32).contiguous(), spec, opt);
-  torch::Tensor ref = spec.rht ? rht(x.to(torch::kFloat32), spec) : x.to(torch::kFloat32);
+  return quantize(xf, spec, opt);
+}
+
+torch::Tensor analysis_reference(const torch::Tensor& xf, const QuantSpec& spec) { return spec.rht ? rht(xf, spec) : xf; }
+
+TensorMetrics tensor_metrics(const torch::Tensor& x, const QuantSpec& spec) {
+  const torch::Tensor xf = analysis_input(x);
+  return tensor_metrics(quantize_with_codes(xf, spec), analysis_reference(xf, spec), spec);
+}
+
+TensorMetrics tensor_metrics(const QuantizedTensor& q, const torch::Tensor& ref, const QuantSpec& spec) {
   TensorMetrics m;
   auto [nmse, alpha] = nmse_alpha(q.dequant, ref);
   m.nmse = nmse;
@@ -50,7 +69,7 @@ TensorMetrics tensor_metrics(const torch::Tensor& x, const QuantSpec& spec) {
   m.alpha = alpha;
   if (spec.grid.symmetric()) {
     torch::Tensor packed = q.codes.to(torch::kInt32);
-    torch::Tensor codes = torch::stack({packed.bitwise_and(15), torch::floor_divide(packed, 16)}, -1).reshape({x.size(0), -1}).narrow(1, 0, x.size(1));
+    torch::Tensor codes = torch::stack({packed.bitwise_and(15), torch::floor_divide(packed, 16)}, -1).reshape({ref.size(0), -1}).narrow(1, 0, ref.size(1));
     m.bucket_ratio = bucket_ratio(codes & 7, spec.grid.params().n);
   } else {
     m.bucket_ratio = NAN;  // Eq. 6 counts sign-magnitude buckets
@@ -58,16 +77,27 @@ TensorMetrics tensor_metrics(const torch::Tensor& x, const QuantSpec& spec) {
   return m;
 }
 
-GemmSqnr gemm_sqnr(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& dy, const QuantSpec& spec) {
+GemmOutputs exact_gemms(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& dy) {
   if (x.dim() != 2 || w.dim() != 2 || dy.dim() != 2 || x.size(1) != w.size(1) || dy.size(0) != x.size(0) || dy.size(1) != w.size(0))
     throw Error("gemm_sqnr: shapes must be x [M,K], w [N,K], dy [M,N]");
   torch::NoGradGuard ng;
-  torch::Tensor X = x.to(torch::kFloat32), W = w.to(torch::kFloat32), DY = dy.to(torch::kFloat32);
+  const torch::Tensor X = x.to(torch::kFloat32), W = w.to(torch::kFloat32), DY = dy.to(torch::kFloat32);
+  return {torch::matmul(X, W.t()), torch::matmul(DY, W), torch::matmul(DY.t(), X)};
+}
+
+GemmSqnr gemm_sqnr(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& dy, const QuantSpec& spec) {
+  const GemmOutputs exact = exact_gemms(x, w, dy);
+  return gemm_sqnr(x, w, dy, spec, exact, dequant(x, spec, false), dequant(w, spec, false), dequant(dy, spec, false));
+}
+
+GemmSqnr gemm_sqnr(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& dy, const QuantSpec& spec, const GemmOutputs& exact,
+                   const torch::Tensor& xq, const torch::Tensor& wq, const torch::Tensor& dyq) {
+  torch::NoGradGuard ng;
   GemmSqnr s;
   // FPROP y = X W^T: both along K. DGRAD dX = dY W: along N (W columnwise). WGRAD dW = dY^T X: along M.
-  s.fwd_y = sqnr_db(nmse_alpha(torch::matmul(dequant(X, spec, false), dequant(W, spec, false).t()), torch::matmul(X, W.t())).first);
-  s.bwd_dx = sqnr_db(nmse_alpha(torch::matmul(dequant(DY, spec, false), dequant(W, spec, true).t()), torch::matmul(DY, W)).first);
-  s.bwd_dw = sqnr_db(nmse_alpha(torch::matmul(dequant(DY, spec, true), dequant(X, spec, true).t()), torch::matmul(DY.t(), X)).first);
+  s.fwd_y = sqnr_db(nmse_alpha(torch::matmul(xq, wq.t()), exact.y).first);
+  s.bwd_dx = sqnr_db(nmse_alpha(torch::matmul(dyq, dequant(w, spec, true).t()), exact.dx).first);
+  s.bwd_dw = sqnr_db(nmse_alpha(torch::matmul(dequant(dy, spec, true), dequant(x, spec, true).t()), exact.dw).first);
   return s;
 }
 

@@ -27,11 +27,13 @@ constexpr const char* kScaleColumns =
     "alpha - 1: bias_fp32,bias_max_fp32,alpha_fp32,alpha_max_fp32,bias_nvfp4,bias_max_nvfp4,alpha_nvfp4,alpha_max_nvfp4,bias_mx,bias_max_mx,"
     "alpha_mx,alpha_max_mx";
 
-// `fp32`: the tensor's decomposition under FP32 scales, made for its bins already.
-std::vector<double> scale_row(const BiasDecomposition& fp32, const torch::Tensor& tensor, const Grid& g, bool rht) {
+// `fp32`: the tensor's decomposition under FP32 scales, made for its bins already; `xf` the tensor as the
+// quantizer takes it and `ref` its reference under the transform, shared by the scale kinds.
+std::vector<double> scale_row(const BiasDecomposition& fp32, const torch::Tensor& xf, const torch::Tensor& ref, const Grid& g, bool rht) {
   std::vector<double> out;
   for (const ScaleKind k : kScales) {
-    const BiasDecomposition d = k == ScaleKind::kFp32 ? fp32 : decompose_bias(tensor, analysis_spec(g, rht, k));
+    const QuantSpec spec = analysis_spec(g, rht, k);
+    const BiasDecomposition d = k == ScaleKind::kFp32 ? fp32 : decompose_bias(quantize_with_codes(xf, spec), ref, spec);
     const BinContribution& top = d.bins.back();  // the block maxima
     for (double v : {d.bias, top.bias_contribution, d.alpha, top.alpha_contribution}) out.push_back(v);
   }
@@ -56,19 +58,32 @@ TensorTables::TensorTables()
 void measure_layer(const std::string& layer, const std::string& family, const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& dy,
                    const std::vector<Grid>& grids, TensorTables& t) {
   torch::NoGradGuard ng;
+  // Made once for the layer: each operand as the quantizer takes it, its reference under each transform (the
+  // rotation depends on neither grid nor scale kind), and the exact GEMM outputs. Each (grid, transform)
+  // then quantizes an operand once for its metrics, its bins and its GEMMs' rowwise operand.
+  const std::vector<std::string> names = {"fwd_x", "fwd_w", "bwd_dy"};
+  const std::vector<torch::Tensor> inputs = {analysis_input(x), analysis_input(w), analysis_input(dy)};
+  std::vector<torch::Tensor> rotated;
+  if (!grids.empty())
+    for (const torch::Tensor& xf : inputs) rotated.push_back(analysis_reference(xf, analysis_spec(grids.front(), true)));
+  const GemmOutputs exact = exact_gemms(x, w, dy);
   for (const Grid& g : grids)
     for (bool rht : {false, true}) {
       const QuantSpec spec = analysis_spec(g, rht);
       const std::string tr = rht ? "H16" : "I";
-      for (const auto& [name, tensor] : std::vector<std::pair<std::string, torch::Tensor>>{{"fwd_x", x}, {"fwd_w", w}, {"bwd_dy", dy}}) {
-        const TensorMetrics m = tensor_metrics(tensor, spec);
-        const std::vector<std::string> labels = {layer, family, name, g.name(), tr};
+      std::vector<torch::Tensor> rowwise;
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        const torch::Tensor& ref = rht ? rotated[i] : inputs[i];
+        const QuantizedTensor q = quantize_with_codes(inputs[i], spec);
+        const TensorMetrics m = tensor_metrics(q, ref, spec);
+        const std::vector<std::string> labels = {layer, family, names[i], g.name(), tr};
         t.tensors.add(labels, {m.nmse, m.sqnr_db, m.alpha, m.bucket_ratio});
-        const BiasDecomposition fp32 = decompose_bias(tensor, spec);
+        const BiasDecomposition fp32 = decompose_bias(q, ref, spec);
         t.bins.add(labels, bin_row(fp32));
-        t.scales.add(labels, scale_row(fp32, tensor, g, rht));
+        t.scales.add(labels, scale_row(fp32, inputs[i], ref, g, rht));
+        rowwise.push_back(q.dequant);
       }
-      const GemmSqnr s = gemm_sqnr(x, w, dy, spec);
+      const GemmSqnr s = gemm_sqnr(x, w, dy, spec, exact, rowwise[0], rowwise[1], rowwise[2]);
       for (const auto& [name, v] : std::vector<std::pair<std::string, double>>{{"fwd_y", s.fwd_y}, {"bwd_dx", s.bwd_dx}, {"bwd_dw", s.bwd_dw}})
         t.gemms.add({layer, family, name, g.name(), tr}, {v});
     }
