@@ -116,6 +116,14 @@ TEST_CASE("tensor metrics: exact tensors, bucket ratio bounds", "[analysis]") {
   y.slice(1, 4, 8).fill_(-5.0f);
   CHECK(tensor_metrics(y, s).bucket_ratio == Approx(2.0 / 8).epsilon(1e-6));
   CHECK(bucket_ratio(torch::zeros({100}, torch::kLong), 8) == Approx(1.0 / 8).epsilon(1e-9));
+  // Counted where the codes are, as bincount counts: a code at or above k adds its bucket; a negative one is refused.
+  const torch::Tensor codes = torch::tensor({0, 1, 1, 2, 9}, torch::kLong);
+  CHECK(bucket_ratio(codes, 4) == bucket_ratio(codes.to(torch::kInt32), 4));
+  {
+    const torch::Tensor p = torch::bincount(codes, {}, 4).to(torch::kFloat64) / 5.0;
+    CHECK(bucket_ratio(codes, 4) == Approx(std::exp(-(p * torch::log(p + 1e-12)).sum().item<double>()) / 4).epsilon(1e-12));
+  }
+  CHECK_THROWS_AS(bucket_ratio(torch::tensor({0, -1}, torch::kLong), 4), Error);
 }
 
 TEST_CASE("Eq. 2 for every bin: the per-bin parts sum to the measured b_G and alpha - 1; the endpoint bin expands", "[analysis]") {

@@ -3,7 +3,7 @@
 #  correctness: the MoE proxy moe-ne4.0m (16 routed experts) of experiments/dist/ep_correctness*.toml,
 #    - at learning rate 0 (ep_correctness_lr0.toml: every layout computes the same function of the same
 #      tokens), by one process and by all the GPUs at EP 1 (data parallelism), 2 and 4: each layout's loss
-#      and gradient norm at every step against one process's, within `ufp4 check`'s 2e-3 (bf16 and ufp4);
+#      at every step against one process's, within `ufp4 check`'s 2e-3 (bf16 and ufp4);
 #    - trained 200 steps (ep_correctness.toml) at EP 2 twice and once stopped and resumed: bit for bit
 #      (`ufp4 check --exact`, bf16 and ufp4);
 #    - trained 200 steps by one process and at EP 1, 2, 4: the final validation losses side by side (a

@@ -45,6 +45,7 @@ BiasDecomposition decompose_bias(const torch::Tensor& x, const QuantSpec& spec) 
 
 BiasDecomposition decompose_bias(const QuantizedTensor& qt, const torch::Tensor& reference, const QuantSpec& spec) {
   check_decomposable(reference, spec);
+  if (!qt.codes.defined()) throw Error("decompose_bias: the quantized tensor has no codes (quantize_with_codes makes them)");
   torch::NoGradGuard ng;
   // On the tensor's device: a captured operand of tens of thousands of tokens stays on the GPU.
   const torch::Tensor ref = reference.to(torch::kFloat64).abs();

@@ -31,13 +31,23 @@ torch::Tensor dequant(const torch::Tensor& x, const QuantSpec& spec, bool column
   return quantize(x.to(torch::kFloat32).contiguous(), spec, opt).dequant;
 }
 
+void check_gemm_shapes(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& dy) {
+  if (x.dim() != 2 || w.dim() != 2 || dy.dim() != 2 || x.size(1) != w.size(1) || dy.size(0) != x.size(0) || dy.size(1) != w.size(0))
+    throw Error("gemm_sqnr: shapes must be x [M,K], w [N,K], dy [M,N]");
+}
+
 }  // namespace
 
 double bucket_ratio(const torch::Tensor& magnitude_codes, int k) {
   // Counted where the codes are (a captured operand's are tens of millions on the GPU), one reduction a
   // bucket and one copy of the counts: bincount's result, at least k buckets, more where a code is >= k.
   const torch::Tensor c = magnitude_codes.reshape({-1});
-  const int64_t buckets = std::max<int64_t>(k, c.numel() ? c.max().item<int64_t>() + 1 : 0);
+  int64_t buckets = k;
+  if (c.numel()) {
+    const auto [lo, hi] = torch::aminmax(c);
+    if (lo.item<int64_t>() < 0) throw Error("bucket_ratio: a negative magnitude code (allowed: 0 and up)");
+    buckets = std::max<int64_t>(k, hi.item<int64_t>() + 1);
+  }
   std::vector<torch::Tensor> per_bucket;
   for (int64_t b = 0; b < buckets; ++b) per_bucket.push_back((c == b).sum());
   torch::Tensor counts = torch::stack(per_bucket).cpu().to(torch::kFloat64);
@@ -62,6 +72,7 @@ TensorMetrics tensor_metrics(const torch::Tensor& x, const QuantSpec& spec) {
 }
 
 TensorMetrics tensor_metrics(const QuantizedTensor& q, const torch::Tensor& ref, const QuantSpec& spec) {
+  if (!q.codes.defined()) throw Error("tensor_metrics: the quantized tensor has no codes (quantize_with_codes makes them)");
   TensorMetrics m;
   auto [nmse, alpha] = nmse_alpha(q.dequant, ref);
   m.nmse = nmse;
@@ -78,8 +89,7 @@ TensorMetrics tensor_metrics(const QuantizedTensor& q, const torch::Tensor& ref,
 }
 
 GemmOutputs exact_gemms(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& dy) {
-  if (x.dim() != 2 || w.dim() != 2 || dy.dim() != 2 || x.size(1) != w.size(1) || dy.size(0) != x.size(0) || dy.size(1) != w.size(0))
-    throw Error("gemm_sqnr: shapes must be x [M,K], w [N,K], dy [M,N]");
+  check_gemm_shapes(x, w, dy);
   torch::NoGradGuard ng;
   const torch::Tensor X = x.to(torch::kFloat32), W = w.to(torch::kFloat32), DY = dy.to(torch::kFloat32);
   return {torch::matmul(X, W.t()), torch::matmul(DY, W), torch::matmul(DY.t(), X)};
@@ -92,6 +102,9 @@ GemmSqnr gemm_sqnr(const torch::Tensor& x, const torch::Tensor& w, const torch::
 
 GemmSqnr gemm_sqnr(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& dy, const QuantSpec& spec, const GemmOutputs& exact,
                    const torch::Tensor& xq, const torch::Tensor& wq, const torch::Tensor& dyq) {
+  check_gemm_shapes(x, w, dy);
+  if (!xq.sizes().equals(x.sizes()) || !wq.sizes().equals(w.sizes()) || !dyq.sizes().equals(dy.sizes()))
+    throw Error("gemm_sqnr: the rowwise dequantized operands must have their operands' shapes");
   torch::NoGradGuard ng;
   GemmSqnr s;
   // FPROP y = X W^T: both along K. DGRAD dX = dY W: along N (W columnwise). WGRAD dW = dY^T X: along M.

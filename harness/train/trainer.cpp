@@ -352,6 +352,8 @@ RunResults Trainer::results() {
   // Rank 0 writes the results: it alone hashes (a 7.9B model is 31 GB of FP32); with expert parallelism
   // every rank joins the gathers of its group's experts.
   if (experts_ || rank_ == 0) {
+    const double gb = static_cast<double>(count_params(p.model).total) * 4 / 1e9;
+    if (rank_ == 0 && gb > 4) log_info("run " + p.name + ": hashing the final weights (" + std::to_string(static_cast<int>(gb)) + " GB of FP32)");
     const auto started = std::chrono::steady_clock::now();
     r.weights_sha256 = weights_sha256(model_, experts_.get(), /*hash=*/rank_ == 0);
     const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
