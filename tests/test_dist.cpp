@@ -261,6 +261,13 @@ TEST_CASE("bench scaling on 1 and 2 Gloo ranks, and the report's data-parallel s
   CHECK(rows.find("tiny|bf16|none|none|") == 0);
   CHECK(rows.find("\ntiny|bf16|gloo|zero1|off: data parallel") != std::string::npos);
   CHECK(!read_h5_string_attrs(h5)["git_commit"].empty());
+  // The file is written after each world size: a command that fails (here NCCL asked for CPU ranks) or is cut
+  // at its second keeps its first.
+  const Shell cut = sh(ufp4 + " bench scaling --gpus 1,2 --models tiny --recipes bf16 --batch 4 --micro-batch 2 --seq 64 --warmup 1 --steps 2 " +
+                       "--device cpu --backend nccl --out-dir " + d + "/cut");
+  INFO(cut.out);
+  CHECK(cut.code != 0);
+  CHECK(read_h5_f32(d + "/cut/scaling.h5", "scaling/gpus").data == std::vector<float>{1});
   // Expert parallelism: the tiny MoE model's step with its experts over 2 ranks, and one MoE layer the same
   // way, in expert_parallel.h5 (scaling.h5 stays the data-parallel measurement).
   for (const std::string unit : {"step", "MoE layer"}) {

@@ -66,6 +66,9 @@ struct ScalingBenchOptions {
   bool moe_layer = false;
   // Set by the launcher for its ranks: where a rank writes its figures (@RANK@ becomes its rank).
   std::string rank_out;
+  // Called with the rows so far after each world size (the command writes its file then: a command cut
+  // by a time limit keeps the world sizes it finished).
+  std::function<void(const std::vector<ScalingBenchRow>&)> on_world;
 };
 
 

@@ -246,6 +246,7 @@ std::vector<ScalingBenchRow> run_scaling_benchmarks(const ScalingBenchOptions& o
         rows.push_back(row);
         ++i;
       }
+    if (o.on_world) o.on_world(rows);
   }
   remove_tree(tmp);
   return rows;

@@ -97,13 +97,16 @@ int cmd_bench(const std::vector<std::string>& args) {
     if (co.backend != "auto" && co.backend != "nccl" && co.backend != "gloo")
       throw Error("bench: --backend: '" + co.backend + "' is not allowed (allowed: auto, nccl, gloo)");
     if (!(co.bucket_mb > 0) || co.ep < 1) throw Error("bench: --bucket-mb must be > 0 and --ep >= 1");
+    // Expert parallelism's rows in files of their own (the step's, one MoE layer's): scaling.h5 stays the
+    // data-parallel measurement. Written after each world size, so a command cut short keeps what it finished.
+    const std::string file = out_dir + (co.moe_layer ? "/expert_parallel_layer.h5" : co.ep > 1 ? "/expert_parallel.h5" : "/scaling.h5");
+    if (co.rank_out.empty())
+      co.on_world = [&](const std::vector<ScalingBenchRow>& so_far) {
+        make_dirs(out_dir);
+        write_scaling_bench(file, so_far, co);
+      };
     const auto rows = run_scaling_benchmarks(co);
     if (!co.rank_out.empty()) return 0;  // a rank: the launcher writes the file
-    make_dirs(out_dir);
-    // Expert parallelism's rows in files of their own (the step's, one MoE layer's): scaling.h5 stays the
-    // data-parallel measurement.
-    const std::string file = out_dir + (co.moe_layer ? "/expert_parallel_layer.h5" : co.ep > 1 ? "/expert_parallel.h5" : "/scaling.h5");
-    write_scaling_bench(file, rows, co);
     log_info("bench scaling: " + std::to_string(rows.size()) + " rows -> " + file);
     return 0;
   }
