@@ -268,6 +268,21 @@ TEST_CASE("bench scaling on 1 and 2 Gloo ranks, and the report's data-parallel s
   INFO(cut.out);
   CHECK(cut.code != 0);
   CHECK(read_h5_f32(d + "/cut/scaling.h5", "scaling/gpus").data == std::vector<float>{1});
+  // --append: one command a recipe, each kept as it finishes; only onto a file of this commit and device.
+  const std::string one = " bench scaling --gpus 1 --models tiny --batch 4 --micro-batch 2 --seq 64 --warmup 1 --steps 2 --device cpu --append --out-dir " + d + "/app";
+  for (const std::string r : {"bf16", "ufp4", "bf16"}) REQUIRE(sh(ufp4 + one + " --recipes " + r).code == 0);
+  CHECK(read_h5_string_attrs(d + "/app/scaling.h5", "scaling/step_ms")["rows"].find("tiny|ufp4|") == 0);  // bf16's row measured again, last
+  CHECK(read_h5_f32(d + "/app/scaling.h5", "scaling/gpus").data.size() == 2);
+  {
+    H5Writer w(d + "/app/other.h5");
+    w.attr("git_commit", std::string("0000000"));
+    w.attr("device", std::string("cpu"));
+    w.commit();
+  }
+  std::rename((d + "/app/other.h5").c_str(), (d + "/app/scaling.h5").c_str());
+  const Shell refused = sh(ufp4 + one + " --recipes bf16");
+  CHECK(refused.code == 2);
+  CHECK(refused.out.find("was written at commit 0000000 on cpu") != std::string::npos);
   // Expert parallelism: the tiny MoE model's step with its experts over 2 ranks, and one MoE layer the same
   // way, in expert_parallel.h5 (scaling.h5 stays the data-parallel measurement).
   for (const std::string unit : {"step", "MoE layer"}) {

@@ -91,9 +91,15 @@ if [[ " $stages " == *" moe7.9b "* ]]; then
 fi
 if [[ " $stages " == *" bench "* ]]; then
   watch=$(stack_watch "${STACKS_AFTER:-}" "$LOGS/stacks-bench.log")
-  build/ufp4 bench scaling --models moe-7.9b --recipes bf16,ufp4 --gpus 4 --ep 2 --batch 1 --micro-batch 1 --seq 4096 --out-dir "$LOGS" > "$LOGS/bench-moe7.9b.log" 2>&1 || status=1
+  # One command a recipe, each row kept as it finishes (--append; the layer's file after each world size too).
+  rm -f "$LOGS/expert_parallel.h5" "$LOGS/expert_parallel_layer.h5" "$LOGS/bench-moe7.9b.log" "$LOGS/bench-moe124b-layer.log"
+  for r in bf16 ufp4; do
+    build/ufp4 bench scaling --models moe-7.9b --recipes "$r" --gpus 4 --ep 2 --batch 1 --micro-batch 1 --seq 4096 --out-dir "$LOGS" --append >> "$LOGS/bench-moe7.9b.log" 2>&1 || status=1
+  done
   grep "bench scaling: 4 rank(s) moe" "$LOGS/bench-moe7.9b.log"
-  build/ufp4 bench scaling --models moe-124b --recipes bf16,ufp4 --gpus 1,4 --ep 4 --moe-layer --batch 1 --micro-batch 1 --seq 4096 --out-dir "$LOGS" > "$LOGS/bench-moe124b-layer.log" 2>&1 || status=1
+  for r in bf16 ufp4; do
+    build/ufp4 bench scaling --models moe-124b --recipes "$r" --gpus 1,4 --ep 4 --moe-layer --batch 1 --micro-batch 1 --seq 4096 --out-dir "$LOGS" --append >> "$LOGS/bench-moe124b-layer.log" 2>&1 || status=1
+  done
   grep "bench scaling: [14] rank(s) moe" "$LOGS/bench-moe124b-layer.log"
   [ -n "$watch" ] && kill "$watch" 2> /dev/null
   [ -f "$LOGS/stacks-bench.log" ] && head -n 1 "$LOGS/stacks-bench.log"

@@ -3,12 +3,16 @@
 // scaling.h5) and rendered by `ufp4 report bench`.
 #include <cstdlib>
 #include <iostream>
+#include <set>
 #include <sstream>
 
 #include "common/error.h"
 #include "common/fs.h"
 #include "common/log.h"
 #include "harness/bench/bench.h"
+#include "harness/io/array_io.h"
+#include "harness/io/bench_files.h"
+#include "harness/io/provenance.h"
 #include "models/quant_ops.h"
 #include "harness/cli/cli.h"
 
@@ -23,6 +27,30 @@ std::vector<std::string> comma_list(const std::string& s) {
   while (std::getline(ss, t, ','))
     if (!t.empty()) v.push_back(t);
   return v;
+}
+
+// --append: the rows already in `file`, which must have been made at this commit on this device (the file
+// carries one provenance); none without --append or without the file.
+std::vector<ScalingBenchRow> rows_to_append_to(const std::string& file, bool append) {
+  if (!append || !file_exists(file)) return {};
+  auto was = read_h5_string_attrs(file);
+  auto now = provenance();
+  if (was["git_commit"] != now["git_commit"] || was["device"] != now["device"])
+    throw Error("bench: --append: " + file + " was written at commit " + was["git_commit"] + " on " + was["device"] + "; this command runs at " +
+                now["git_commit"] + " on " + now["device"] + " (allowed: the same commit and device; move the file away to start another)");
+  return read_scaling_rows(file);
+}
+
+// `before`'s rows that `after` does not measure again (model, recipe, world size, unit), then `after`'s.
+std::vector<ScalingBenchRow> appended(const std::vector<ScalingBenchRow>& before, const std::vector<ScalingBenchRow>& after) {
+  auto key = [](const ScalingBenchRow& r) { return r.model + "|" + r.recipe + "|" + std::to_string(r.gpus) + "|" + r.unit; };
+  std::set<std::string> again;
+  for (const auto& r : after) again.insert(key(r));
+  std::vector<ScalingBenchRow> out;
+  for (const auto& r : before)
+    if (!again.count(key(r))) out.push_back(r);
+  out.insert(out.end(), after.begin(), after.end());
+  return out;
 }
 
 }  // namespace
@@ -53,6 +81,8 @@ int cmd_bench(const std::vector<std::string>& args) {
       ("ep", po::value(&co.ep)->default_value(1), "scaling: expert parallelism for MoE models, the experts split over gcd(ep, N) of N ranks (ufp4 run --ep)")
       ("moe-layer", po::bool_switch(&co.moe_layer), "scaling: time one routed MoE layer (forward and backward, batch x seq tokens a rank) instead of the training step")
       ("rank-out", po::value(&co.rank_out), "scaling: (set by the launcher for its ranks) where a rank writes its figures")
+      ("append", "scaling: add to the rows already in the file (made at this commit on this device), replacing those of the same "
+                 "model, recipe, world size and unit: one command a recipe, each kept as it finishes")
       ("seq", po::value(&so.seq_len)->default_value(2048), "step: tokens per sequence")
       ("warmup", po::value(&so.warmup)->default_value(3), "step: untimed steps first")
       ("steps", po::value(&so.steps)->default_value(10), "step: timed steps")
@@ -100,14 +130,15 @@ int cmd_bench(const std::vector<std::string>& args) {
     // Expert parallelism's rows in files of their own (the step's, one MoE layer's): scaling.h5 stays the
     // data-parallel measurement. Written after each world size, so a command cut short keeps what it finished.
     const std::string file = out_dir + (co.moe_layer ? "/expert_parallel_layer.h5" : co.ep > 1 ? "/expert_parallel.h5" : "/scaling.h5");
+    const std::vector<ScalingBenchRow> before = co.rank_out.empty() ? rows_to_append_to(file, vm->count("append") > 0) : std::vector<ScalingBenchRow>{};
     if (co.rank_out.empty())
       co.on_world = [&](const std::vector<ScalingBenchRow>& so_far) {
         make_dirs(out_dir);
-        write_scaling_bench(file, so_far, co);
+        write_scaling_bench(file, appended(before, so_far), co);
       };
     const auto rows = run_scaling_benchmarks(co);
     if (!co.rank_out.empty()) return 0;  // a rank: the launcher writes the file
-    log_info("bench scaling: " + std::to_string(rows.size()) + " rows -> " + file);
+    log_info("bench scaling: " + std::to_string(rows.size()) + " rows" + (before.empty() ? "" : " added to " + std::to_string(before.size())) + " -> " + file);
     return 0;
   }
   if (!vm->count("models")) models = "dense-20m:1024,dense-35m:1024,dense-113m,moe-81m";
