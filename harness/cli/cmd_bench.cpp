@@ -53,6 +53,23 @@ std::vector<ScalingBenchRow> appended(const std::vector<ScalingBenchRow>& before
   return out;
 }
 
+// `bench scaling` once its options are read: the launcher (or a rank, which writes only its figures).
+// Expert parallelism's rows go to files of their own (the step's, one MoE layer's): scaling.h5 stays the
+// data-parallel measurement. Written after each world size, so a command cut short keeps what it finished.
+int run_scaling_command(ScalingBenchOptions& co, const std::string& out_dir, bool append) {
+  const std::string file = out_dir + (co.moe_layer ? "/expert_parallel_layer.h5" : co.ep > 1 ? "/expert_parallel.h5" : "/scaling.h5");
+  const std::vector<ScalingBenchRow> before = co.rank_out.empty() ? rows_to_append_to(file, append) : std::vector<ScalingBenchRow>{};
+  if (co.rank_out.empty())
+    co.on_world = [&](const std::vector<ScalingBenchRow>& so_far) {
+      make_dirs(out_dir);
+      write_scaling_bench(file, appended(before, so_far), co);
+    };
+  const auto rows = run_scaling_benchmarks(co);
+  if (!co.rank_out.empty()) return 0;  // a rank: the launcher writes the file
+  log_info("bench scaling: " + std::to_string(rows.size()) + " rows" + (before.empty() ? "" : " added to " + std::to_string(before.size())) + " -> " + file);
+  return 0;
+}
+
 }  // namespace
 
 int cmd_bench(const std::vector<std::string>& args) {
@@ -127,19 +144,7 @@ int cmd_bench(const std::vector<std::string>& args) {
     if (co.backend != "auto" && co.backend != "nccl" && co.backend != "gloo")
       throw Error("bench: --backend: '" + co.backend + "' is not allowed (allowed: auto, nccl, gloo)");
     if (!(co.bucket_mb > 0) || co.ep < 1) throw Error("bench: --bucket-mb must be > 0 and --ep >= 1");
-    // Expert parallelism's rows in files of their own (the step's, one MoE layer's): scaling.h5 stays the
-    // data-parallel measurement. Written after each world size, so a command cut short keeps what it finished.
-    const std::string file = out_dir + (co.moe_layer ? "/expert_parallel_layer.h5" : co.ep > 1 ? "/expert_parallel.h5" : "/scaling.h5");
-    const std::vector<ScalingBenchRow> before = co.rank_out.empty() ? rows_to_append_to(file, vm->count("append") > 0) : std::vector<ScalingBenchRow>{};
-    if (co.rank_out.empty())
-      co.on_world = [&](const std::vector<ScalingBenchRow>& so_far) {
-        make_dirs(out_dir);
-        write_scaling_bench(file, appended(before, so_far), co);
-      };
-    const auto rows = run_scaling_benchmarks(co);
-    if (!co.rank_out.empty()) return 0;  // a rank: the launcher writes the file
-    log_info("bench scaling: " + std::to_string(rows.size()) + " rows" + (before.empty() ? "" : " added to " + std::to_string(before.size())) + " -> " + file);
-    return 0;
+    return run_scaling_command(co, out_dir, vm->count("append") > 0);
   }
   if (!vm->count("models")) models = "dense-20m:1024,dense-35m:1024,dense-113m,moe-81m";
   if (!vm->count("recipes")) recipes = "bf16,e2m1_ref,ufp4";
