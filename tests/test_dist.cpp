@@ -273,6 +273,11 @@ TEST_CASE("bench scaling on 1 and 2 Gloo ranks, and the report's data-parallel s
   for (const std::string r : {"bf16", "ufp4", "bf16"}) REQUIRE(sh(ufp4 + one + " --recipes " + r).code == 0);
   CHECK(read_h5_string_attrs(d + "/app/scaling.h5", "scaling/step_ms")["rows"].find("tiny|ufp4|") == 0);  // bf16's row measured again, last
   CHECK(read_h5_f32(d + "/app/scaling.h5", "scaling/gpus").data.size() == 2);
+  // Rows of other options would share one file's labels: refused.
+  const Shell other_batch = sh(ufp4 + " bench scaling --gpus 1 --models tiny --batch 2 --micro-batch 1 --seq 64 --warmup 1 --steps 2 --device cpu " +
+                               "--append --recipes bf16 --out-dir " + d + "/app");
+  CHECK(other_batch.code == 2);
+  CHECK(other_batch.out.find("was made with --batch 4; this command has 2") != std::string::npos);
   {
     H5Writer w(d + "/app/other.h5");
     w.attr("git_commit", std::string("0000000"));
@@ -282,7 +287,7 @@ TEST_CASE("bench scaling on 1 and 2 Gloo ranks, and the report's data-parallel s
   std::rename((d + "/app/other.h5").c_str(), (d + "/app/scaling.h5").c_str());
   const Shell refused = sh(ufp4 + one + " --recipes bf16");
   CHECK(refused.code == 2);
-  CHECK(refused.out.find("was written at commit 0000000 on cpu") != std::string::npos);
+  CHECK(refused.out.find("was made with commit 0000000; this command has") != std::string::npos);
   // Expert parallelism: the tiny MoE model's step with its experts over 2 ranks, and one MoE layer the same
   // way, in expert_parallel.h5 (scaling.h5 stays the data-parallel measurement).
   for (const std::string unit : {"step", "MoE layer"}) {

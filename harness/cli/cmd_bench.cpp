@@ -29,16 +29,44 @@ std::vector<std::string> comma_list(const std::string& s) {
   return v;
 }
 
-// --append: the rows already in `file`, which must have been made at this commit on this device (the file
-// carries one provenance); none without --append or without the file.
-std::vector<ScalingBenchRow> rows_to_append_to(const std::string& file, bool append) {
+std::string fmt_number(double v) {
+  std::ostringstream o;
+  o << v;
+  return o.str();
+}
+
+// --append: the rows already in `file`, which must have been made at this commit on this device and with
+// this command's options (the file carries one provenance and one set of them); none without --append or
+// without the file. A difference is refused, naming the file's value and this command's.
+std::vector<ScalingBenchRow> rows_to_append_to(const std::string& file, bool append, const ScalingBenchOptions& co) {
   if (!append || !file_exists(file)) return {};
   auto was = read_h5_string_attrs(file);
+  if (!was.count("git_commit") || !was.count("device"))
+    throw Error("bench: --append: " + file + " has no git_commit and device attributes (not a file of bench scaling); move it away");
   auto now = provenance();
-  if (was["git_commit"] != now["git_commit"] || was["device"] != now["device"])
-    throw Error("bench: --append: " + file + " was written at commit " + was["git_commit"] + " on " + was["device"] + "; this command runs at " +
-                now["git_commit"] + " on " + now["device"] + " (allowed: the same commit and device; move the file away to start another)");
-  return read_scaling_rows(file);
+  auto refuse = [&](const std::string& what, const std::string& there, const std::string& here) {
+    throw Error("bench: --append: " + file + " was made with " + what + " " + there + "; this command has " + here +
+                " (allowed: the same commit, device and options; move the file away to start another)");
+  };
+  if (was["git_commit"] != now["git_commit"]) refuse("commit", was["git_commit"], now["git_commit"]);
+  if (was["device"] != now["device"]) refuse("device", was["device"], now["device"]);
+  const char* nvls = std::getenv("NCCL_NVLS_ENABLE");
+  if (was["nccl_nvls_enable"] != (nvls ? nvls : "(unset)")) refuse("NCCL_NVLS_ENABLE", was["nccl_nvls_enable"], nvls ? nvls : "(unset)");
+  auto number = read_h5_numeric_attrs(file);
+  auto same = [&](const std::string& what, double there, double here) {
+    if (there != here) refuse(what, fmt_number(there), fmt_number(here));
+  };
+  same("warmup steps", number["warmup_steps"], co.warmup);
+  same("--ep", number["expert_parallel"], co.ep);
+  same("--bucket-mb", number["bucket_mb"], co.bucket_mb);
+  const std::vector<ScalingBenchRow> rows = read_scaling_rows(file);
+  for (const auto& r : rows) {
+    same("--batch", static_cast<double>(r.batch), static_cast<double>(co.batch));
+    same("--micro-batch", static_cast<double>(r.micro_batch), static_cast<double>(co.micro_batch));
+    same("--seq", static_cast<double>(r.seq_len), static_cast<double>(co.seq_len));
+    same("--steps", static_cast<double>(r.steps), static_cast<double>(co.steps));
+  }
+  return rows;
 }
 
 // `before`'s rows that `after` does not measure again (model, recipe, world size, unit), then `after`'s.
@@ -55,10 +83,11 @@ std::vector<ScalingBenchRow> appended(const std::vector<ScalingBenchRow>& before
 
 // `bench scaling` once its options are read: the launcher (or a rank, which writes only its figures).
 // Expert parallelism's rows go to files of their own (the step's, one MoE layer's): scaling.h5 stays the
-// data-parallel measurement. Written after each world size, so a command cut short keeps what it finished.
+// data-parallel measurement. Written after each world size, so a command cut short keeps what it finished
+// (without --append that replaces an earlier file of the same name, as a finished command does).
 int run_scaling_command(ScalingBenchOptions& co, const std::string& out_dir, bool append) {
   const std::string file = out_dir + (co.moe_layer ? "/expert_parallel_layer.h5" : co.ep > 1 ? "/expert_parallel.h5" : "/scaling.h5");
-  const std::vector<ScalingBenchRow> before = co.rank_out.empty() ? rows_to_append_to(file, append) : std::vector<ScalingBenchRow>{};
+  const std::vector<ScalingBenchRow> before = co.rank_out.empty() ? rows_to_append_to(file, append, co) : std::vector<ScalingBenchRow>{};
   if (co.rank_out.empty())
     co.on_world = [&](const std::vector<ScalingBenchRow>& so_far) {
       make_dirs(out_dir);
@@ -66,7 +95,8 @@ int run_scaling_command(ScalingBenchOptions& co, const std::string& out_dir, boo
     };
   const auto rows = run_scaling_benchmarks(co);
   if (!co.rank_out.empty()) return 0;  // a rank: the launcher writes the file
-  log_info("bench scaling: " + std::to_string(rows.size()) + " rows" + (before.empty() ? "" : " added to " + std::to_string(before.size())) + " -> " + file);
+  log_info("bench scaling: " + std::to_string(rows.size()) + " rows" + (before.empty() ? "" : ", " + std::to_string(appended(before, rows).size()) + " in the file") +
+           " -> " + file);
   return 0;
 }
 
