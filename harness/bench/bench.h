@@ -75,6 +75,8 @@ struct ScalingBenchOptions {
 // In the launcher: one launch of N ranks per world size; returns a row per (N, model, recipe). In a
 // rank (rank_out set): times every model and recipe, writes its file, returns nothing.
 std::vector<ScalingBenchRow> run_scaling_benchmarks(const ScalingBenchOptions& o);
+// NCCL's NVLink multicast switch as a scaling file records it: NCCL_NVLS_ENABLE's value, or "(unset)".
+std::string nccl_nvls_setting();
 void write_scaling_bench(const std::string& path, const std::vector<ScalingBenchRow>& rows, const ScalingBenchOptions& o);
 
 }  // namespace ufp4

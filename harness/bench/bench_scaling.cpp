@@ -252,6 +252,11 @@ std::vector<ScalingBenchRow> run_scaling_benchmarks(const ScalingBenchOptions& o
   return rows;
 }
 
+std::string nccl_nvls_setting() {
+  const char* nvls = std::getenv("NCCL_NVLS_ENABLE");
+  return nvls ? nvls : "(unset)";
+}
+
 void write_scaling_bench(const std::string& path, const std::vector<ScalingBenchRow>& rows, const ScalingBenchOptions& o) {
   H5Writer w(path);
   write_bench_header(w, std::string("data-parallel scaling: N ranks on one machine, fixed per-GPU batch, the engine's DataParallel step (ZeRO-1, "
@@ -262,8 +267,7 @@ void write_scaling_bench(const std::string& path, const std::vector<ScalingBench
   w.attr("warmup_steps", static_cast<int64_t>(o.warmup));
   w.attr("expert_parallel", static_cast<int64_t>(o.ep));
   w.attr("bucket_mb", o.bucket_mb);
-  const char* nvls = std::getenv("NCCL_NVLS_ENABLE");
-  w.attr("nccl_nvls_enable", std::string(nvls ? nvls : "(unset)"));
+  w.attr("nccl_nvls_enable", nccl_nvls_setting());
   w.attr("mfu_peak_flops", peak_flops(pick_device(o.device)));
   write_scaling_rows(w, rows);
   w.commit();

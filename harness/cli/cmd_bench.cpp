@@ -50,8 +50,7 @@ std::vector<ScalingBenchRow> rows_to_append_to(const std::string& file, bool app
   };
   if (was["git_commit"] != now["git_commit"]) refuse("commit", was["git_commit"], now["git_commit"]);
   if (was["device"] != now["device"]) refuse("device", was["device"], now["device"]);
-  const char* nvls = std::getenv("NCCL_NVLS_ENABLE");
-  if (was["nccl_nvls_enable"] != (nvls ? nvls : "(unset)")) refuse("NCCL_NVLS_ENABLE", was["nccl_nvls_enable"], nvls ? nvls : "(unset)");
+  if (was["nccl_nvls_enable"] != nccl_nvls_setting()) refuse("NCCL_NVLS_ENABLE", was["nccl_nvls_enable"], nccl_nvls_setting());
   auto number = read_h5_numeric_attrs(file);
   auto same = [&](const std::string& what, double there, double here) {
     if (there != here) refuse(what, fmt_number(there), fmt_number(here));
