@@ -10,9 +10,7 @@
 source "$(dirname "$0")/gpu-common.sh" analysis
 r=results/analysis/mechanism
 keep=logs/keep/$r
-mkdir -p "$keep"
-if [ -d "$r" ] && [ ! -L "$r" ]; then cp -a "$r"/. "$keep"/ && rm -rf "$r"; fi
-[ -L "$r" ] || { mkdir -p "$(dirname "$r")"; ln -s "$PWD/$keep" "$r"; }
+keep_results "$r"
 ensure_default_corpus
 left=$(( ${RUN_UNTIL:-100000} - ($(date +%s) - t0) ))
 echo "analysing for at most $left s on GPU(s) ${CUDA_VISIBLE_DEVICES:-all}, ${SHARDS_PER_GPU:-1} shard(s) a GPU"

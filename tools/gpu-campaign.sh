@@ -11,10 +11,7 @@ source "$(dirname "$0")/gpu-common.sh" campaign
 ngpu=${GPUS:-$(nvidia-smi -L | wc -l)}
 for c in "$@"; do
   r=$(awk -F' = ' '/^results = /{print $2; exit}' "$c" | tr -d '"')
-  keep=logs/keep/$r
-  mkdir -p "$keep"
-  if [ -d "$r" ] && [ ! -L "$r" ]; then cp -a "$r"/. "$keep"/ && rm -rf "$r"; fi  # results sent from here join the kept ones
-  [ -L "$r" ] || { mkdir -p "$(dirname "$r")"; ln -s "$PWD/$keep" "$r"; }
+  keep_results "$r"
 done
 ensure_default_corpus
 # Finished results (<name>-<seed>-<run id>.h5, no checkpoint), logs and seeds.toml of every campaign

@@ -19,6 +19,19 @@ if [ "${UFP4_BUILT:-0}" != 1 ]; then
   make gpu > "$LOGS/build.log" 2>&1 || { tail -n 40 "$LOGS/build.log"; exit 1; }
   echo "build: $(elapsed)"
 fi
+# keep_results DIR: DIR lives in logs/keep/DIR behind a link, so a warm node keeps finished runs, checkpoints and
+# logs between device calls. Each call's tree puts the folder sent from here back in place of the link: its files
+# join the kept ones without replacing any, since a kept file is the newer (a run's log holds the lines this node
+# appended to the copy sent; a results file is named by its run id). Copying them over the kept ones lost those lines.
+keep_results() {
+  local r=$1 keep=logs/keep/$1
+  mkdir -p "$keep"
+  if [ -d "$r" ] && [ ! -L "$r" ]; then
+    tar -C "$r" -cf - . | tar -C "$keep" --skip-old-files -xf - || { echo "keep_results: cannot keep $r" >&2; exit 1; }
+    rm -rf "$r"
+  fi
+  [ -L "$r" ] || { mkdir -p "$(dirname "$r")"; ln -s "$PWD/$keep" "$r"; }
+}
 # The default corpus once on this node (data/python-8k, BPE 8192), timed; its log in $LOGS.
 ensure_default_corpus() {
   [ -f data/python-8k/data.toml ] && return 0
