@@ -10,7 +10,9 @@
 
 #include "common/error.h"
 #include "common/fs.h"
+#include "common/text.h"
 #include "harness/io/array_io.h"
+#include "harness/io/labelled_table.h"
 #include "harness/io/run_results.h"
 #include <hdf5.h>
 #include "models/quant_ops.h"
@@ -53,6 +55,30 @@ TEST_CASE(".npy and HDF5 round trips", "[io]") {
   CHECK(!exists(dir + "/never.h5"));
   CHECK_THROWS_AS(read_npy(dir + "/missing.npy"), Error);
   CHECK_THROWS_AS(read_h5_f32(dir + "/a.h5", "nope"), Error);
+}
+
+// A capture step of the 12-layer MoE proxy labels thousands of rows (each routed expert's operands, grids,
+// transforms and scales): its labels attribute passed HDF5's 64 KiB limit for attributes in the original
+// object header and the step's file failed on the GPU. Attributes of any size are written and read back.
+TEST_CASE("HDF5 attributes larger than 64 KiB: a labelled table of many rows", "[io]") {
+  const std::string dir = temp_dir();
+  LabelledTable t(2, "a,b");
+  for (int i = 0; i < 4000; ++i) t.add({"layers." + std::to_string(i % 12) + ".mlp.experts." + std::to_string(i) + ".fc1", "fwd_x", "e2m1", "H16"}, {i * 0.5, -i * 0.25});
+  std::string labels;
+  for (const auto& l : t.labels) labels += join(l, "\t") + "\n";  // the attribute as write_labelled_table makes it
+  REQUIRE(labels.size() > 65536);
+  {
+    H5Writer w(dir + "/big.h5");
+    write_labelled_table(w, "tensors", t);
+    w.attr("long_note", std::string(200000, 'x'));
+    w.commit();
+  }
+  const LabelledTable back = read_labelled_table(dir + "/big.h5", "tensors");
+  REQUIRE(back.rows() == t.rows());
+  CHECK(back.labels == t.labels);
+  CHECK(back.values == t.values);
+  CHECK(read_h5_string_attrs(dir + "/big.h5")["long_note"] == std::string(200000, 'x'));
+  CHECK(h5_content_sha256(dir + "/big.h5").size() == 64);  // the content hash covers the large attributes too
 }
 
 TEST_CASE("a run's results: what write_run_results writes, read_run_results reads back", "[io]") {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -222,11 +223,41 @@ void put_attr(hid_t obj, const std::string& key, hid_t type, const void* value) 
 
 }  // namespace
 
+// The bytes of a file the core driver holds, taken as the file closes (HDF5's file image callbacks): `size`, the
+// file's end, is read just before the close. A 1.8-format file still open for writing gives H5Fget_file_image a
+// superblock whose checksum the close has yet to write (HDF5 1.10.8 reads that image back as damaged).
+struct H5FileImage {
+  size_t size = 0;
+  std::string bytes;
+};
+
+namespace {
+
+void* image_malloc(size_t n, H5FD_file_image_op_t, void*) { return std::malloc(n); }
+void* image_memcpy(void* to, const void* from, size_t n, H5FD_file_image_op_t, void*) { return std::memcpy(to, from, n); }
+void* image_realloc(void* p, size_t n, H5FD_file_image_op_t, void*) { return std::realloc(p, n); }
+herr_t image_free(void* p, H5FD_file_image_op_t op, void* udata) {
+  auto* image = static_cast<H5FileImage*>(udata);
+  if (op == H5FD_FILE_IMAGE_OP_FILE_CLOSE && p && image->size > 0) image->bytes.assign(static_cast<const char*>(p), image->size);
+  std::free(p);
+  return 0;
+}
+void* image_udata_copy(void* udata) { return udata; }  // one image a writer: the property list's copies share it
+herr_t image_udata_free(void*) { return 0; }
+
+}  // namespace
+
 // The file is built in memory (HDF5's core driver, no backing store) and written by commit() through
 // AtomicFile, so HDF5 never writes a half file and a failure is reported with its cause.
-H5Writer::H5Writer(const std::string& path) : path_(path) {
+H5Writer::H5Writer(const std::string& path) : path_(path), image_(std::make_unique<H5FileImage>()) {
   hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
   H5Pset_fapl_core(fapl, 1 << 20, /*backing_store=*/0);
+  H5FD_file_image_callbacks_t callbacks = {image_malloc, image_memcpy, image_realloc, image_free, image_udata_copy, image_udata_free, image_.get()};
+  H5Pset_file_image_callbacks(fapl, &callbacks);
+  // The 1.8 file format: its object headers keep attributes of any size (the original format stops at 64 KiB, which
+  // the row labels of a MoE capture step pass). Every HDF5 library since 1.8 reads it; the content hash is of values,
+  // not of the format, so a file's content_sha256 is the same in either.
+  H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V18);
   file_ = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
   H5Pclose(fapl);
   if (file_ < 0) throw RuntimeError(path + ": cannot create an HDF5 file in memory");
@@ -266,12 +297,12 @@ void H5Writer::commit() {
   attr("content_sha256", content_sha256_of(file_));
   if (H5Fflush(file_, H5F_SCOPE_GLOBAL) < 0) throw RuntimeError(path_ + ": HDF5 flush failed");
   const ssize_t size = H5Fget_file_image(file_, nullptr, 0);
-  if (size < 0) throw RuntimeError(path_ + ": HDF5 file image unavailable");
-  std::string image(static_cast<size_t>(size), '\0');
-  if (H5Fget_file_image(file_, &image[0], image.size()) != size) throw RuntimeError(path_ + ": HDF5 file image unavailable");
-  H5Fclose(file_);
+  if (size <= 0) throw RuntimeError(path_ + ": HDF5 file image unavailable");
+  image_->size = static_cast<size_t>(size);
+  const herr_t closed = H5Fclose(file_);
   file_ = -1;
-  write_file_atomically(path_, image);
+  if (closed < 0 || image_->bytes.size() != image_->size) throw RuntimeError(path_ + ": HDF5 file image unavailable at its close");
+  write_file_atomically(path_, image_->bytes);
   committed_ = true;
 }
 

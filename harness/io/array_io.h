@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,8 @@ struct ArrayF32 {
 
 ArrayF32 read_npy(const std::string& path);  // <f4, <f8 or <f2, C order
 void write_npy(const std::string& path, const ArrayF32& a);
+
+struct H5FileImage;  // the file's bytes as they stand when it closes (array_io.cpp)
 
 // Builds the file in memory; commit() writes it crash-safely (common/atomic_file.h). Nothing is
 // written without commit().
@@ -40,6 +43,7 @@ class H5Writer : NonCopyable {
   std::string path_;
   int64_t file_ = -1;
   bool committed_ = false;
+  std::unique_ptr<H5FileImage> image_;
 };
 
 // Reads a dataset (any float or integer type) as FP32. Path "file.h5" with a dataset name.
