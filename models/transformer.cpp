@@ -48,15 +48,22 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) {
   torch::Tensor h = embedding(tokens).to(compute_dtype_);
   // The residual stream: each block's output is added to h and the next norm reads the sum, so the
   // add and that norm run as one (RMSNormImpl::add_forward).
+  const auto tap = [this](const torch::Tensor& t) {
+    if (stream_taps) stream_taps->push_back(t);
+  };
+  tap(h);
   torch::Tensor n = attention.empty() ? final_norm(h) : norm1[0](h);
   for (size_t i = 0; i < attention.size(); ++i) {
     std::tie(h, n) = norm2[i]->add_forward(h, attention[i](n, cos_, sin_));
     RMSNorm& next = i + 1 < attention.size() ? norm1[i + 1] : final_norm;
     std::tie(h, n) = next->add_forward(h, mlp[i] ? mlp[i](n) : moe[i](n));
+    tap(h);
   }
   h = n;
-  if (lm_head) return lm_head(h);
-  return torch::nn::functional::linear(h, embedding->weight.to(h.scalar_type()));
+  tap(h);
+  torch::Tensor logits = lm_head ? lm_head(h) : torch::nn::functional::linear(h, embedding->weight.to(h.scalar_type()));
+  tap(logits);
+  return logits;
 }
 
 std::vector<torch::Tensor> TransformerImpl::routed_expert_weights() const {

@@ -48,6 +48,10 @@ class TransformerImpl : public torch::nn::Module {
 
   ModelConfig config;
   std::shared_ptr<QuantContext> ctx;
+  // Set: forward appends the residual stream as the signal-chain measurement reads it (harness/train/
+  // stream_probe.h): the embedding's output, the stream after each block, the final norm's output and the
+  // logits. Null in training; the tensors are the forward's own, so setting it changes no value.
+  std::vector<torch::Tensor>* stream_taps = nullptr;
   torch::nn::Embedding embedding{nullptr};
   std::vector<RMSNorm> norm1, norm2;
   std::vector<Attention> attention;

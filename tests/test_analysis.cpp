@@ -1,11 +1,16 @@
 // The shrinkage-bias analysis suite: bias theory (integration vs Monte Carlo vs enumeration),
 // tensor metrics (Eq. 3, 6, 7), GEMM output SQNR layouts, the attenuation chain (Eq. 5), and the
 // analyze/report commands end to end on a CI capture.
+#include <sys/stat.h>
+
 #include <cmath>
+#include <cstdio>
+#include <map>
 
 #include "common/error.h"
 #include "common/fs.h"
 #include "harness/analysis/analysis.h"
+#include "harness/analysis/signal_chain.h"
 #include "harness/io/array_io.h"
 #include "harness/io/labelled_table.h"
 #include "kernels/quantize/grid.h"
@@ -226,6 +231,42 @@ TEST_CASE("attenuation chain: E2M1 attenuates as Eq. 5 predicts, E1M2 does not",
   CHECK(u.back().eta > e.back().eta + 0.02);
 }
 
+TEST_CASE("signal chain: Eq. 5's prediction at each point of the residual stream, by hand", "[analysis]") {
+  // Two blocks: block 0's qkv quantized forward and backward, block 1's two experts' fc1 forward only (side by
+  // side: one stage at their mean delta), the head forward only.
+  const std::map<std::string, double> alpha = {{"layers.0.attention.linear_qkv/fprop.x", 0.9},
+                                               {"layers.0.attention.linear_qkv/fprop.w", 0.95},
+                                               {"layers.0.attention.linear_qkv/dgrad.dy", 0.5},
+                                               {"layers.1.mlp.experts.0.linear_fc1/fprop.x", 0.8},
+                                               {"layers.1.mlp.experts.1.linear_fc1/fprop.x", 0.6},
+                                               {"lm_head/fprop.x", 0.99}};
+  const std::vector<std::string> taps = {"embedding", "layers.0", "layers.1", "final_norm", "logits"};
+  const auto c = predict_chain(taps, 2, alpha);
+  REQUIRE(c.size() == 5);
+  const double qkv = 1 - 0.9 * 0.95, experts = (0.2 + 0.4) / 2, head = 0.01;
+  CHECK(c[0].forward == 1.0);
+  CHECK(c[0].forward_gemms == 0);
+  CHECK(c[0].backward == Approx(std::exp(-0.5)).epsilon(1e-15));
+  CHECK(c[0].backward_gemms == 3);
+  CHECK(c[1].forward == Approx(std::exp(-qkv)).epsilon(1e-15));
+  CHECK(c[1].backward == 1.0);  // the experts and the head quantize no DGRAD operand
+  CHECK(c[1].backward_gemms == 2);
+  CHECK(c[2].forward == Approx(std::exp(-(qkv + experts))).epsilon(1e-15));
+  CHECK(c[2].forward_gemms == 2);
+  CHECK(c[3].forward == c[2].forward);  // a norm is no GEMM
+  CHECK(c[4].forward == Approx(std::exp(-(qkv + experts + head))).epsilon(1e-15));
+  CHECK(c[4].forward_gemms == 3);
+  CHECK(c[4].backward_gemms == 0);
+  try {
+    predict_chain({"layers.2"}, 2, alpha);
+    FAIL("a point past the last block was taken");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("'layers.2' is not a point of the residual stream of 2 blocks (allowed: embedding, layers.0 to layers.1") !=
+          std::string::npos);
+  }
+  CHECK(predict_chain(taps, 2, {})[4].forward == 1.0);  // a BF16 run: nothing quantized, nothing predicted
+}
+
 TEST_CASE("analyze and report: bias --json, tensors and chain on a CI capture, the analysis report", "[analysis]") {
   auto j = test::run_cli("analyze bias --grid e2m1 --density gaussian --samples 256 --json");
   REQUIRE(j.code == 0);
@@ -313,9 +354,34 @@ TEST_CASE("analyze capture: training runs' operands analysed as they train, the 
   const LabelledTable tensors = read_labelled_table(f7, "tensors");
   CHECK(own.rows() == 6 * tensors.rows() / 12);  // 12 tensor rows a linear: 3 operands x 2 grids x I, H16
   for (size_t i = 0; i < own.rows(); ++i) CHECK(own.at(i, 1) > 0);  // SQNR in dB
+  // The signal chain of the step: a forward and a backward row at each point of the residual stream. The
+  // embedding is no GEMM's output, so both passes agree there bit for bit; the recipe changes the stream after it.
+  const LabelledTable chain = read_labelled_table(f7, "chain");
+  REQUIRE(chain.rows() == 2 * static_cast<size_t>(p.model.n_layers + 3));
+  CHECK(chain.labels.front() == std::vector<std::string>{"embedding", "forward"});
+  CHECK(chain.at(0, 0) == 1.0);
+  CHECK(chain.at(0, 1) == 0.0);
+  CHECK(chain.at(0, 2) == 1.0);  // nothing crossed: Eq. 5 predicts no attenuation
+  const size_t last_block = 2 * static_cast<size_t>(p.model.n_layers);  // forward row of layers.<n - 1>
+  CHECK(chain.labels[last_block][0] == "layers." + std::to_string(p.model.n_layers - 1));
+  CHECK(chain.at(last_block, 1) > 0);
+  CHECK(chain.at(last_block, 2) != 1.0);  // ufp4 quantizes every block's FPROP operands (alpha above 1 as often as below)
+  CHECK(chain.at(last_block, 3) == 2.0 * static_cast<double>(p.model.n_layers) + 2.0 * static_cast<double>(p.model.n_layers));
+  CHECK(num["chain_loss_recipe"] != num["chain_loss_exact"]);
+  // Measuring the chain leaves training as it was: the same run trained plainly has the same bits.
+  const std::string kept = dir + "/analysed";
+  REQUIRE(::mkdir(kept.c_str(), 0755) == 0);
+  REQUIRE(std::rename(p.results_path.c_str(), (kept + "/" + p.results_path.substr(p.results_path.rfind('/') + 1)).c_str()) == 0);
   // The same tables from a capture file of the same step: the run trained again with its operands written
   // (the unrotated ones beside the rotated), then `analyze tensors` on the file.
   REQUIRE(test::run_cli("run --force " + m).code == 0);
+  const std::string plain = dir + "/plain";
+  REQUIRE(::mkdir(plain.c_str(), 0755) == 0);
+  REQUIRE(std::rename(p.results_path.c_str(), (plain + "/" + p.results_path.substr(p.results_path.rfind('/') + 1)).c_str()) == 0);
+  auto same = test::run_cli("check " + kept + " --reference " + plain + " --exact");
+  INFO(same.out);
+  CHECK(same.code == 0);
+  CHECK(same.out.find("final weights bit-identical") != std::string::npos);
   auto t = test::run_cli("analyze tensors " + p.capture.dir + "/capture_step7.h5 --tokens 128 --device cpu --out " + dir + "/t7.h5");
   INFO(t.out);
   REQUIRE(t.code == 0);
@@ -341,6 +407,35 @@ TEST_CASE("analyze capture: training runs' operands analysed as they train, the 
   auto bad = test::run_cli("analyze capture " + none);
   CHECK(bad.code == 2);
   CHECK(bad.out.find("[capture] steps is empty") != std::string::npos);
+  // A BF16 run quantizes nothing: its two passes are one computation, so the chain is exact at every point. A MoE
+  // run's experts (the grouped path) leave the chain measured and counted a linear per stage.
+  for (const std::string& model : {std::string("tiny"), std::string("tiny-moe")}) {
+    INFO(model);
+    const std::string b = test::tiny_manifest(dir, "bf16", 4, "steps = 4\n[capture]\nsteps = [3]\nlayers = [\"layers.*\"]\ntokens = 0\n", model);
+    REQUIRE(test::run_cli("analyze capture " + b).code == 0);
+    const LabelledTable exact = read_labelled_table(test::planned(RunManifest::load(b)).capture.dir + "/step3.tensors.h5", "chain");
+    REQUIRE(exact.rows() > 0);
+    for (size_t i = 0; i < exact.rows(); ++i) {
+      CHECK(exact.at(i, 0) == 1.0);
+      CHECK(exact.at(i, 1) == 0.0);
+      CHECK(exact.at(i, 2) == 1.0);
+    }
+  }
+  // A step file is trusted by its content, not its name: another run's file in this run's capture folder is refused.
+  {
+    const std::string b = test::tiny_manifest(dir, "bf16", 4, "steps = 4\n[capture]\nsteps = [3]\nlayers = [\"layers.*\"]\ntokens = 0\n");
+    write_text_atomically(p.capture.dir + "/step3.tensors.h5", read_text_file(test::planned(RunManifest::load(b)).capture.dir + "/step3.tensors.h5"));
+    auto foreign = test::run_cli("analyze capture " + m);
+    CHECK(foreign.code == 2);
+    CHECK(foreign.out.find(p.capture.dir + "/step3.tensors.h5: a step file of run id") != std::string::npos);
+    CHECK(foreign.out.find("(run id " + p.run_id + "); remove it to analyse the step again") != std::string::npos);
+  }
+  const std::string moe = test::tiny_manifest(dir, "ufp4", 4, "steps = 4\n[capture]\nsteps = [3]\nlayers = [\"layers.*\"]\ntokens = 0\n", "tiny-moe");
+  REQUIRE(test::run_cli("analyze capture " + moe).code == 0);
+  const RunPlan pm = test::planned(RunManifest::load(moe));
+  const LabelledTable moe_chain = read_labelled_table(pm.capture.dir + "/step3.tensors.h5", "chain");
+  REQUIRE(moe_chain.rows() == 2 * static_cast<size_t>(pm.model.n_layers + 3));
+  CHECK(moe_chain.at(moe_chain.rows() - 6, 1) > 0);  // the stream after the last block moved
   const std::string late = test::tiny_manifest(dir, "bf16", 4, "steps = 4\n[capture]\nsteps = [9]\nlayers = [\"layers.*\"]\n");
   auto past = test::run_cli("analyze capture " + late);
   CHECK(past.code == 2);

@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/text.h"
 #include "harness/analysis/analysis.h"
+#include "harness/analysis/signal_chain.h"
 #include "harness/analysis/tensor_tables.h"
 #include "harness/io/array_io.h"
 #include "harness/io/labelled_table.h"
@@ -17,6 +18,7 @@
 #include "harness/plan/run_manifest.h"
 #include "harness/plan/run_plan.h"
 #include "harness/train/run_queue.h"
+#include "harness/train/stream_probe.h"
 #include "harness/train/trainer.h"
 
 namespace ufp4 {
@@ -25,10 +27,23 @@ namespace {
 
 std::string step_file(const RunPlan& p, int64_t step) { return p.capture.dir + "/step" + std::to_string(step) + ".tensors.h5"; }
 
+// Whether every captured step has its file. A file that is there is trusted by content, not by its name: its
+// content hash must hold and its run id be this run's (a file copied or left from another run is refused,
+// naming it; a damaged one too), so that a skipped run is one whose analysis is really there.
 bool all_steps_analysed(const RunPlan& p) {
-  for (const int64_t s : p.capture.steps)
-    if (!file_exists(step_file(p, s))) return false;
-  return true;
+  bool all = true;
+  for (const int64_t s : p.capture.steps) {
+    const std::string f = step_file(p, s);
+    if (!file_exists(f)) {
+      all = false;
+      continue;
+    }
+    verify_h5_content(f);
+    const std::string id = read_h5_string_attrs(f)["run_id"];
+    if (id != p.run_id)
+      throw Error(f + ": a step file of run id '" + id + "' in the capture folder of " + p.name + " (run id " + p.run_id + "); remove it to analyse the step again");
+  }
+  return all;
 }
 
 // "<layer>/<gemm>.<operand>" -> (layer, "<gemm>.<operand>").
@@ -52,7 +67,8 @@ LabelledTable recipe_table() {
 // One captured step: its layers measured on the device where their operands are, with the recipe's own
 // rows gathered while the step ran, written to its step file. A layer (an idle or nearly idle expert)
 // with fewer than 16 tokens, a block, is left out and said.
-void analyse_step(const RunPlan& p, const std::vector<Grid>& grids, int64_t step, std::map<std::string, torch::Tensor> unrotated, LabelledTable own) {
+void analyse_step(const RunPlan& p, const std::vector<Grid>& grids, int64_t step, std::map<std::string, torch::Tensor> unrotated, LabelledTable own,
+                  const LabelledTable& chain, const StreamComparison& stream) {
   const auto started = std::chrono::steady_clock::now();
   TensorTables t;
   size_t layers = 0;
@@ -76,6 +92,14 @@ void analyse_step(const RunPlan& p, const std::vector<Grid>& grids, int64_t step
   H5Writer w(step_file(p, step));
   write_tensor_tables(w, t);
   if (own.rows() > 0) write_labelled_table(w, "recipe", own, /*fp64=*/true);
+  if (chain.rows() > 0) {
+    write_labelled_table(w, "chain", chain, /*fp64=*/true);
+    w.attr("chain_loss_exact", stream.loss_exact);
+    w.attr("chain_loss_recipe", stream.loss_recipe);
+    w.attr("chain_tokens", stream.tokens);
+    w.attr("chain_spec", std::string("the step's last micro-batch through the weights after the step's update, forward and back twice: quantized as the "
+                                     "recipe trains and with every operand left as it is; losses are the LM loss of each pass"));
+  }
   w.attr("run_name", p.name);
   w.attr("run_id", p.run_id);
   w.attr("model", p.model.name);
@@ -109,6 +133,18 @@ void train_analysing(const RunPlan& p, const CaptureAnalysisOptions& o, const st
   ro.capture_sink.operand = [&](int64_t, const std::string& key, const torch::Tensor& before, const torch::Tensor& after) {
     own[key] = recipe_row(before, after);
   };
+  // The signal chain of the step (one process): measured at the stream's points, predicted from this step's
+  // operands (their alpha, column 2 of a recipe row), which are all in by then.
+  LabelledTable chain;
+  StreamComparison stream;
+  ro.capture_sink.stream = [&](int64_t, const StreamComparison& c) {
+    std::map<std::string, double> alpha;
+    for (const auto& [key, row] : own) alpha[key] = row[2];
+    std::vector<MeasuredTap> measured;
+    for (const StreamTap& t : c.taps) measured.push_back({t.name, t.alpha_forward, t.error_forward, t.alpha_backward, t.error_backward});
+    chain = chain_table(measured, p.model.n_layers, alpha);
+    stream = c;
+  };
   ro.capture_sink.step = [&](int64_t step, std::map<std::string, torch::Tensor> unrotated) {
     LabelledTable rows = recipe_table();
     for (const auto& [key, row] : own) {
@@ -116,7 +152,8 @@ void train_analysing(const RunPlan& p, const CaptureAnalysisOptions& o, const st
       rows.add({layer, layer_family(layer), operand, p.recipe.name, "recipe"}, row);
     }
     own.clear();
-    analyse_step(p, grids, step, std::move(unrotated), std::move(rows));
+    analyse_step(p, grids, step, std::move(unrotated), std::move(rows), chain, stream);
+    chain = LabelledTable();
   };
   const RunResult r = run_training(p, ro);
   if (r.status == RunStatus::kStopped) throw RuntimeError("analyze capture: " + p.name + " stopped at step " + std::to_string(r.steps_done) + " (run it again to resume)");

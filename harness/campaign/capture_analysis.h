@@ -6,8 +6,11 @@
 // with the tables of harness/analysis/tensor_tables.h (every captured linear, the paper's grids without
 // and with RHT-16, on the unrotated operands), the recipe's own quantization of every GEMM operand as
 // it trained (table "recipe": NMSE, SQNR, alpha and the shrinkage E[sign(a)(q - a)] / E[|a|] of each
-// rotated and quantized operand against its rotated original), and its provenance: model, recipe, data
-// manifest, seed, step, epochs at the step, run id.
+// rotated and quantized operand against its rotated original), the signal chain of the step (table
+// "chain", harness/analysis/signal_chain.h: the step's micro-batch through the network quantized and not,
+// compared along the residual stream forward and backward beside Eq. 5's prediction from the operands'
+// alpha; one process), and its provenance: model, recipe, data manifest, seed, step, epochs at the step,
+// run id.
 #pragma once
 #include <string>
 #include <vector>

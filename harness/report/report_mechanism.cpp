@@ -25,6 +25,8 @@ struct StepFile {
   int64_t seed = 0, step = 0, steps = 0;
   double epochs = NAN;
   LabelledTable tensors, bins, scales, gemms, own;
+  LabelledTable chain;  // empty in step files made before the signal chain was measured
+  double chain_loss_exact = NAN, chain_loss_recipe = NAN;
 };
 
 StepFile load_step_file(const std::string& path) {
@@ -44,6 +46,10 @@ StepFile load_step_file(const std::string& path) {
   f.gemms = read_labelled_table(path, "gemms");
   const auto datasets = list_h5_datasets(path);
   if (std::find(datasets.begin(), datasets.end(), "recipe") != datasets.end()) f.own = read_labelled_table(path, "recipe");
+  if (std::find(datasets.begin(), datasets.end(), "chain") != datasets.end()) {
+    f.chain = read_labelled_table(path, "chain");
+    f.chain_loss_exact = n["chain_loss_exact"], f.chain_loss_recipe = n["chain_loss_recipe"];
+  }
   return f;
 }
 
@@ -345,6 +351,64 @@ void write_over_training(std::ostream& os, const Mechanism& m) {
   os << "\n";
 }
 
+// A column of a step file's chain table at one tap and direction; NaN where the file has none.
+double chain_at(const StepFile& f, const std::string& tap, const char* direction, size_t col) {
+  for (size_t i = 0; i < f.chain.rows(); ++i)
+    if (f.chain.labels[i][0] == tap && f.chain.labels[i][1] == direction) return f.chain.at(i, col);
+  return NAN;
+}
+
+// The chain measured through the trained network (Eq. 5 on the model itself), each quantized recipe's runs: at the
+// stream's far ends, then point by point at the last step.
+void write_chain(std::ostream& os, const Mechanism& m) {
+  os << "## The chain, measured: Eq. 5 through the trained network\n\n"
+     << "At each captured step the step's micro-batch goes forward and back twice through the weights after the step's update: "
+     << "quantized as the run's recipe trains, and with every operand left as it is (the same BF16 GEMMs). alpha = <q, e> / ||e||^2 "
+     << "of the recipe's pass on the exact one, where the residual stream runs: forward, the activations; backward, the LM loss's "
+     << "gradient there. Eq. 5 predicts exp(-sum delta) over the GEMMs the signal crossed (forward: every FPROP before the point; "
+     << "backward: every DGRAD after it), delta = 1 - alpha_A alpha_B of each GEMM's operands as the recipe quantized them at that "
+     << "step (a MoE layer's experts side by side: each of its linears once, at their mean). 'Seen' is the measured attenuation "
+     << "as a share of the predicted one, (1 - alpha) / (1 - predicted). Mean ± sd [95% t interval] over seeds.\n\n";
+  std::vector<const Cell*> cells;
+  for (const auto& c : m.cells)
+    if (c.seeds.front()->chain.rows() > 0 && c.seeds.front()->own.rows() > 0) cells.push_back(&c);
+  if (cells.empty()) {
+    os << "_No step file holds a chain table (captures made before the chain was measured: `ufp4 analyze capture --force` makes them again)._\n\n";
+    return;
+  }
+  os << "| model | recipe | step | forward alpha, last block | predicted | seen | backward alpha, embedding | predicted | seen | LM loss, recipe - exact |\n"
+     << "|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const Cell* c : cells) {
+    std::string last;  // the stream after the last block: the point before the final norm
+    for (const auto& l : c->seeds.front()->chain.labels)
+      if (l[0] != "final_norm" && l[0] != "logits") last = l[0];
+    auto col = [&](const std::string& tap, const char* dir, size_t k) { return over_seeds(*c, [&](const StepFile& f) { return chain_at(f, tap, dir, k); }); };
+    auto seen = [&](const std::string& tap, const char* dir) {
+      return over_seeds(*c, [&](const StepFile& f) { return (1 - chain_at(f, tap, dir, 0)) / (1 - chain_at(f, tap, dir, 2)); });
+    };
+    const Interval dloss = over_seeds(*c, [](const StepFile& f) { return f.chain_loss_recipe - f.chain_loss_exact; });
+    os << "| " << c->model << " | " << c->recipe << " | " << c->step << " | " << interval_text(col(last, "forward", 0), "%.4f") << " | "
+       << interval_text(col(last, "forward", 2), "%.4f") << " | " << interval_text(seen(last, "forward"), "%.2f") << " | "
+       << interval_text(col("embedding", "backward", 0), "%.4f") << " | " << interval_text(col("embedding", "backward", 2), "%.4f") << " | "
+       << interval_text(seen("embedding", "backward"), "%.2f") << " | " << interval_text(dloss, "%+.4f") << " |\n";
+  }
+  os << "\nPoint by point at each run's last step (mean over seeds): measured alpha beside the predicted one, and the measured relative error, "
+     << "forward and backward.\n\n";
+  for (const Cell* c : cells) {
+    if (!c->end) continue;
+    os << "**" << c->model << ", " << c->recipe << "** (step " << c->step << ", " << c->seeds.size() << (c->seeds.size() == 1 ? " seed" : " seeds") << ")\n\n"
+       << "| point | forward alpha | predicted | error | backward alpha | predicted | error |\n|---|---|---|---|---|---|---|\n";
+    const LabelledTable& t = c->seeds.front()->chain;
+    for (size_t i = 0; i < t.rows(); i += 2) {
+      const std::string& tap = t.labels[i][0];
+      auto mean = [&](const char* dir, size_t k) { return over_seeds(*c, [&](const StepFile& f) { return chain_at(f, tap, dir, k); }).mean; };
+      os << "| " << tap << " | " << fmt("%.4f", mean("forward", 0)) << " | " << fmt("%.4f", mean("forward", 2)) << " | " << fmt("%.4f", mean("forward", 1))
+         << " | " << fmt("%.4f", mean("backward", 0)) << " | " << fmt("%.4f", mean("backward", 2)) << " | " << fmt("%.4f", mean("backward", 1)) << " |\n";
+    }
+    os << "\n";
+  }
+}
+
 }  // namespace
 
 std::string report_mechanism(const std::string& root, const std::string& dir) {
@@ -367,6 +431,7 @@ std::string report_mechanism(const std::string& root, const std::string& dir) {
   write_scales(os, m);
   write_alpha(os, m);
   write_over_training(os, m);
+  write_chain(os, m);
   write_provenance_table(os, m);
   os << "---\nregenerate: `ufp4 report mechanism --results " << rel(dir) << "`\n";
   return os.str();

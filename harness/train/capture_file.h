@@ -5,6 +5,7 @@
 #include <map>
 #include <string>
 
+#include "harness/train/stream_probe.h"
 #include "models/quant_linear.h"
 
 namespace ufp4 {
@@ -14,6 +15,9 @@ namespace ufp4 {
 struct CaptureSink {
   // Each operand the recipe changed, as it is made: `before` (rotated where the recipe rotates) and `after`.
   std::function<void(int64_t step, const std::string& key, const torch::Tensor& before, const torch::Tensor& after)> operand;
+  // At the step's end, before `step`: the step's last micro-batch through the updated weights, quantized
+  // as the recipe trains against unquantized (harness/train/stream_probe.h). Optional; one process only.
+  std::function<void(int64_t step, const StreamComparison& chain)> stream;
   // At the step's end: the unrotated FPROP x, FPROP w and DGRAD dy of every captured layer, on the device.
   std::function<void(int64_t step, std::map<std::string, torch::Tensor> unrotated)> step;
   explicit operator bool() const { return static_cast<bool>(step); }

@@ -266,13 +266,22 @@ bool Trainer::step_once(int64_t step) {
   // This step's values only: an operand that saw no tokens (an idle expert) reads NaN, not the value
   // of an earlier step, which a resumed process would not have.
   if (ctx_->telemetry) ctx_->alpha.clear();
-  const auto next_batch = [&] { return train_.next(t_.micro_batch).to(device_); };
+  // A captured step whose sink measures the signal chain keeps its last micro-batch for that (a reference:
+  // the batch trains as before). Data-parallel ranks' backwards join collectives: one process only.
+  const bool probe = capture_sink_.stream && ctx_->capture && ctx_->capture->at_step(step) && !dp_;
+  torch::Tensor last_batch;
+  const auto next_batch = [&] {
+    torch::Tensor b = train_.next(t_.micro_batch).to(device_);
+    if (probe) last_batch = b;
+    return b;
+  };
   const StepStats st = dp_      ? data_parallel_step()
                        : graph_ ? graph_->step(next_batch)
                                 : train_step(model_, *optimizer_, next_batch, t_.micro_batches(), plan_.model.seq_len, plan_.optimizer.grad_clip);
   if (ctx_->capture && capture_sink_ && ctx_->capture->at_step(step)) {
     // The analysis's time is no training time: the clock that makes tokens/s and MFU skips it.
     const auto s0 = std::chrono::steady_clock::now();
+    if (probe) capture_sink_.stream(step, compare_stream(model_, last_batch, plan_.model.seq_len));
     capture_sink_.step(step, ctx_->capture->take_raw());
     t0_ += std::chrono::steady_clock::now() - s0;
   } else if (ctx_->capture) {
