@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -22,12 +23,14 @@
 #include "common/stack_dump.h"
 #include "harness/dist/mps.h"
 #include "harness/dist/run_scheduler.h"
+#include "harness/data/data.h"
 #include "harness/io/array_io.h"
 #include "harness/io/run_results.h"
 #include "harness/plan/campaign.h"
 #include "harness/plan/packing.h"
 #include "harness/plan/run_files.h"
 #include "harness/plan/run_manifest.h"
+#include "harness/plan/run_plan.h"
 #include "harness/train/trainer.h"
 #include "tests/catch.h"
 #include "tests/run_helpers.h"
@@ -692,6 +695,53 @@ TEST_CASE("every committed campaign's results are its run set: ids recomputed fr
     }
   }
   CHECK(campaigns >= 1);
+}
+
+// The mechanism's captures (results/analysis/mechanism, `ufp4 analyze capture`) are no campaign: their run ids are
+// recomputed from the mechanism manifests on the corpus their step files name (results/data/), and every committed
+// run file and step file is one of those runs, its content verified.
+TEST_CASE("the mechanism's committed captures are its manifests' runs: ids recomputed, step files verified by content", "[integrity]") {
+  const std::string root = UFP4_SOURCE_DIR;
+  char cwd[4096];
+  REQUIRE(::getcwd(cwd, sizeof cwd) != nullptr);
+  REQUIRE(::chdir(root.c_str()) == 0);  // the manifests name their files from the repository root
+  struct Back {
+    const char* to;
+    ~Back() { (void)!::chdir(to); }
+  } back{cwd};
+  const std::string dir = "results/analysis/mechanism";
+  if (!is_dir(dir)) return;
+  pin_data_manifest("data/python-8k", "results/data/python-8k-h200-current.data.toml");
+  const std::string data_sha = sha256_hex(read_text_file("results/data/python-8k-h200-current.data.toml"));
+  std::map<std::string, RunPlan> by_capture_dir;
+  for (const char* m : {"experiments/analysis/mechanism_dense.toml", "experiments/analysis/mechanism_moe.toml"})
+    for (const auto& r : RunManifest::expand(m)) {
+      RunPlan p = plan_run(r);
+      by_capture_dir.emplace(p.capture.dir, p);
+    }
+  std::vector<std::string> steps;
+  walk_files(dir, ".tensors.h5", steps);
+  for (const auto& f : steps) {
+    INFO(f);
+    const std::string capture_dir = f.substr(0, f.rfind('/'));
+    REQUIRE(by_capture_dir.count(capture_dir) == 1);
+    CHECK(verify_h5_content(f));
+    auto a = read_h5_string_attrs(f);
+    CHECK(a["run_id"] == by_capture_dir.at(capture_dir).run_id);
+    CHECK(a["data_manifest_sha256"] == data_sha);
+  }
+  int runs = 0;
+  for (const auto& [capture_dir, p] : by_capture_dir) {
+    if (!file_exists(p.results_path)) continue;
+    ++runs;
+    INFO(p.results_path);
+    const RunResults res = read_run_results(p.results_path, /*with_curves=*/false);
+    CHECK(res.run_id == p.run_id);
+    CHECK(res.content_verified);
+    CHECK(res.data_manifest_sha256 == data_sha);
+  }
+  INFO(steps.size() << " step files, " << runs << " run files");
+  CHECK(steps.size() >= static_cast<size_t>(runs));
 }
 
 TEST_CASE("--per-gpu auto takes the fastest packing measured for the runs' model, 1 when it was not measured; MPS where its row is fastest", "[integrity]") {
