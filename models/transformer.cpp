@@ -51,12 +51,20 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) {
   const auto tap = [this](const torch::Tensor& t) {
     if (stream_taps) stream_taps->push_back(t);
   };
+  // Tapped, the sum is a tensor of its own before the norm reads it: the fused add-and-norm hands the sum back
+  // with the gradient of its other use only, not the stream's whole gradient. The same forward bits either way
+  // (models/fused_ops.cpp).
+  const auto add_norm = [this](RMSNorm& norm, const torch::Tensor& x, const torch::Tensor& branch) -> std::pair<torch::Tensor, torch::Tensor> {
+    if (!stream_taps) return norm->add_forward(x, branch);
+    torch::Tensor s = x + branch;
+    return {s, norm(s)};
+  };
   tap(h);
   torch::Tensor n = attention.empty() ? final_norm(h) : norm1[0](h);
   for (size_t i = 0; i < attention.size(); ++i) {
-    std::tie(h, n) = norm2[i]->add_forward(h, attention[i](n, cos_, sin_));
+    std::tie(h, n) = add_norm(norm2[i], h, attention[i](n, cos_, sin_));
     RMSNorm& next = i + 1 < attention.size() ? norm1[i + 1] : final_norm;
-    std::tie(h, n) = next->add_forward(h, mlp[i] ? mlp[i](n) : moe[i](n));
+    std::tie(h, n) = add_norm(next, h, mlp[i] ? mlp[i](n) : moe[i](n));
     tap(h);
   }
   h = n;

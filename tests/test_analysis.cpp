@@ -232,18 +232,19 @@ TEST_CASE("attenuation chain: E2M1 attenuates as Eq. 5 predicts, E1M2 does not",
 }
 
 TEST_CASE("signal chain: Eq. 5's prediction at each point of the residual stream, by hand", "[analysis]") {
-  // Two blocks: block 0's qkv quantized forward and backward, block 1's two experts' fc1 forward only (side by
-  // side: one stage at their mean delta), the head forward only.
+  // Two blocks: block 0's qkv quantized forward and backward, block 1's two routed experts' and its shared expert's
+  // fc1 forward only (side by side: one stage at their mean delta), the head forward only.
   const std::map<std::string, double> alpha = {{"layers.0.attention.linear_qkv/fprop.x", 0.9},
                                                {"layers.0.attention.linear_qkv/fprop.w", 0.95},
                                                {"layers.0.attention.linear_qkv/dgrad.dy", 0.5},
                                                {"layers.1.mlp.experts.0.linear_fc1/fprop.x", 0.8},
                                                {"layers.1.mlp.experts.1.linear_fc1/fprop.x", 0.6},
+                                               {"layers.1.mlp.shared_expert.linear_fc1/fprop.x", 0.7},
                                                {"lm_head/fprop.x", 0.99}};
   const std::vector<std::string> taps = {"embedding", "layers.0", "layers.1", "final_norm", "logits"};
   const auto c = predict_chain(taps, 2, alpha);
   REQUIRE(c.size() == 5);
-  const double qkv = 1 - 0.9 * 0.95, experts = (0.2 + 0.4) / 2, head = 0.01;
+  const double qkv = 1 - 0.9 * 0.95, experts = (0.2 + 0.4 + 0.3) / 3, head = 0.01;
   CHECK(c[0].forward == 1.0);
   CHECK(c[0].forward_gemms == 0);
   CHECK(c[0].backward == Approx(std::exp(-0.5)).epsilon(1e-15));
@@ -397,8 +398,11 @@ TEST_CASE("analyze capture: training runs' operands analysed as they train, the 
   const std::string md = read_text_file(dir + "/mechanism.md");
   CHECK(md.find("| tiny | linear_fc2 | ufp4 | 7 | ") != std::string::npos);  // Key Finding 2's row of the last step
   for (const char* section : {"## Key Finding 2", "## Figures 4-7 and 12", "## The scale's own bias", "## alpha of each GEMM operand",
-                              "### alpha > 1: the endpoint bin", "## Over training", "## Provenance"})
+                              "### alpha > 1: the endpoint bin", "## Over training", "## Provenance", "## linear_fc1's input: well behaved, as in the paper?",
+                              "Slope of E1M2's Delta SQNR on its unrotated B_eff", "## The chain, measured"})
     CHECK(md.find(section) != std::string::npos);
+  CHECK(md.find("No step file holds a chain table") == std::string::npos);  // the chain's rows, not its absence
+  CHECK(md.find("**tiny, ufp4** (step 7, 1 seed)") != std::string::npos);     // its point-by-point table
   CHECK(md.find("| " + p.run_id) == std::string::npos);  // ids are shown as code
   CHECK(md.find("`" + p.run_id + "`") != std::string::npos);
   auto again = test::run_cli("analyze capture " + m);

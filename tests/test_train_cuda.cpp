@@ -1,15 +1,18 @@
 // Deterministic GPU training: the same manifest twice in one process, and stopped-then-resumed, gives
 // the same bits: loss, grad norm, eval loss, telemetry and the final weights (their SHA-256), for the
 // dense and the MoE test models and a 4-bit recipe with stochastic rounding and RHT.
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "harness/io/labelled_table.h"
 #include "harness/io/run_results.h"
 #include "harness/train/determinism.h"
 #include "harness/plan/run_manifest.h"
 #include "harness/train/trainer.h"
 #include "tests/catch.h"
+#include "tests/helpers.h"
 #include "tests/run_helpers.h"
 
 using namespace ufp4;
@@ -145,5 +148,37 @@ TEST_CASE("a CUDA-graph step equals the uncaptured step (tiny, tiny-moe; bf16, u
       const std::string resumed = stopped_and_resumed(m, 11);
       CHECK(read_run_results(resumed, false).cuda_graph.rfind("captured at step 13, ", 0) == 0);
       require_identical(a, outcome(resumed));
+    }
+}
+
+// The signal chain of `ufp4 analyze capture` (harness/train/stream_probe.h) on the GPU, where the residual adds and
+// norms run fused: a BF16 run's two passes are one computation, exact at every point of the stream forward and
+// backward; and the passes leave training as it was, a run analysed with them in the bits of the same run trained
+// plainly, its CUDA graph replaying between the captured steps.
+TEST_CASE("the signal chain on the GPU: BF16 exact at every point, training bits unchanged (tiny, tiny-moe; bf16, ufp4)", "[train][cuda]") {
+  UFP4_NEED_GPU();
+  const std::string d = test::temp_dir();
+  for (const char* model : {"tiny", "tiny-moe"})
+    for (const char* recipe : {"bf16", "ufp4"}) {
+      INFO(model << ", " << recipe);
+      const std::string path = test::tiny_manifest(d, recipe, 16, "steps = 16\ndevice = \"cuda\"\n[capture]\nsteps = [5, 15]\nlayers = [\"layers.*\"]\ntokens = 0\n", model);
+      auto a = test::run_cli("analyze capture " + path + " --force");
+      INFO(a.out);
+      REQUIRE(a.code == 0);
+      const RunPlan p = test::planned(RunManifest::load(path));
+      const LabelledTable chain = read_labelled_table(p.capture.dir + "/step15.tensors.h5", "chain");
+      REQUIRE(chain.rows() == 2 * static_cast<size_t>(p.model.n_layers + 3));
+      for (size_t i = 0; i < chain.rows(); ++i) {
+        INFO(chain.labels[i][0] << " " << chain.labels[i][1]);
+        REQUIRE(std::isfinite(chain.at(i, 0)));
+        if (std::string(recipe) == "bf16") {
+          CHECK(chain.at(i, 0) == 1.0);
+          CHECK(chain.at(i, 1) == 0.0);
+        }
+      }
+      const Outcome analysed = outcome(p.results_path);
+      RunManifest plain = RunManifest::load(path);
+      plain.capture_steps.clear();
+      require_identical(analysed, outcome(completed(plain, forced())));
     }
 }

@@ -23,6 +23,7 @@ fi
 # logs between device calls. Each call's tree puts the folder sent from here back in place of the link: its files
 # join the kept ones without replacing any, since a kept file is the newer (a run's log holds the lines this node
 # appended to the copy sent; a results file is named by its run id). Copying them over the kept ones lost those lines.
+# To replace a kept file with the one sent, remove it under logs/keep/ on the node first.
 keep_results() {
   local r=$1 keep=logs/keep/$1
   mkdir -p "$keep"

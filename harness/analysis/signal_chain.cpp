@@ -44,7 +44,8 @@ double alpha_of(const std::map<std::string, double>& alpha, const std::string& k
 }
 
 std::map<std::string, Stage> stages_of(int64_t n_layers, const std::map<std::string, double>& alpha) {
-  static const std::regex expert("\\.experts\\.[0-9]+\\.");
+  // A MoE layer's routed experts and its shared expert run side by side: one stage for each of their linears.
+  static const std::regex expert("\\.(experts\\.[0-9]+|shared_expert)\\.");
   std::map<std::string, int> seen;  // linear -> position
   for (const auto& [key, a] : alpha) {
     const std::string layer = key.substr(0, key.rfind('/'));

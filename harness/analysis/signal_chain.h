@@ -2,8 +2,9 @@
 // from the alpha of each quantized operand as the run's recipe made it at a step, beside the attenuation
 // measured there (harness/train/stream_probe.h). The prediction treats every GEMM the signal has crossed
 // as one stage of a chain, prod_k (1 - delta_k) ~ exp(-sum_k delta_k) with delta_k = 1 - alpha_A,k alpha_B,k:
-// forward, the FPROP GEMMs before the point; backward, the DGRAD GEMMs after it. A MoE layer's experts
-// run side by side, so each of its linears counts once, at the mean delta of its experts.
+// forward, the FPROP GEMMs before the point; backward, the DGRAD GEMMs after it. A MoE layer's experts (the
+// routed ones and the shared one) run side by side, so each of its linears counts once, at the mean delta of
+// the experts. The chain is serial: a residual stream also carries each point's signal past every branch.
 #pragma once
 #include <map>
 #include <string>

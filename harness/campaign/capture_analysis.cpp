@@ -1,5 +1,6 @@
 #include "harness/campaign/capture_analysis.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -27,9 +28,10 @@ namespace {
 
 std::string step_file(const RunPlan& p, int64_t step) { return p.capture.dir + "/step" + std::to_string(step) + ".tensors.h5"; }
 
-// Whether every captured step has its file. A file that is there is trusted by content, not by its name: its
-// content hash must hold and its run id be this run's (a file copied or left from another run is refused,
-// naming it; a damaged one too), so that a skipped run is one whose analysis is really there.
+// Whether every captured step has its whole file. A file that is there is trusted by content, not by its name:
+// its content hash must hold and its run id be this run's (a file copied or left from another run is refused,
+// naming it; a damaged one too), so that a skipped run is one whose analysis is really there. A file made
+// before the signal chain was measured (no table "chain") is analysed again.
 bool all_steps_analysed(const RunPlan& p) {
   bool all = true;
   for (const int64_t s : p.capture.steps) {
@@ -42,6 +44,8 @@ bool all_steps_analysed(const RunPlan& p) {
     const std::string id = read_h5_string_attrs(f)["run_id"];
     if (id != p.run_id)
       throw Error(f + ": a step file of run id '" + id + "' in the capture folder of " + p.name + " (run id " + p.run_id + "); remove it to analyse the step again");
+    const std::vector<std::string> tables = list_h5_datasets(f);
+    if (std::find(tables.begin(), tables.end(), "chain") == tables.end()) all = false;
   }
   return all;
 }
@@ -98,7 +102,8 @@ void analyse_step(const RunPlan& p, const std::vector<Grid>& grids, int64_t step
     w.attr("chain_loss_recipe", stream.loss_recipe);
     w.attr("chain_tokens", stream.tokens);
     w.attr("chain_spec", std::string("the step's last micro-batch through the weights after the step's update, forward and back twice: quantized as the "
-                                     "recipe trains and with every operand left as it is; losses are the LM loss of each pass"));
+                                     "recipe trains and with every operand left as it is; gradients and losses of the LM loss alone; the prediction's "
+                                     "alphas are the step's training operands (before the update, dY of the loss with any MoE auxiliary term)"));
   }
   w.attr("run_name", p.name);
   w.attr("run_id", p.run_id);

@@ -203,22 +203,27 @@ void write_ds(int64_t file, const std::string& name, hid_t type, const void* dat
   h5check(rc, "writing dataset '" + name + "'");
 }
 
+// An HDF5 id closed when it goes out of scope, an exception's way included.
+struct H5Id {
+  hid_t id;
+  herr_t (*close)(hid_t);
+  ~H5Id() {
+    if (id >= 0) close(id);
+  }
+};
+
 template <class F>
 void with_object(int64_t file, const std::string& object, F f) {
-  hid_t obj = H5Oopen(file, object.c_str(), H5P_DEFAULT);
-  if (obj < 0) throw RuntimeError("HDF5: no object '" + object + "'");
-  f(obj);
-  H5Oclose(obj);
+  const H5Id obj{H5Oopen(file, object.c_str(), H5P_DEFAULT), H5Oclose};
+  if (obj.id < 0) throw RuntimeError("HDF5: no object '" + object + "'");
+  f(obj.id);
 }
 
 void put_attr(hid_t obj, const std::string& key, hid_t type, const void* value) {
   if (H5Aexists(obj, key.c_str()) > 0) H5Adelete(obj, key.c_str());
-  hid_t space = H5Screate(H5S_SCALAR);
-  hid_t a = H5Acreate2(obj, key.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT);
-  herr_t rc = a < 0 ? -1 : H5Awrite(a, type, value);
-  if (a >= 0) H5Aclose(a);
-  H5Sclose(space);
-  h5check(rc, "writing attribute '" + key + "'");
+  const H5Id space{H5Screate(H5S_SCALAR), H5Sclose};
+  const H5Id a{H5Acreate2(obj, key.c_str(), type, space.id, H5P_DEFAULT, H5P_DEFAULT), H5Aclose};
+  h5check(a.id < 0 ? -1 : H5Awrite(a.id, type, value), "writing attribute '" + key + "'");
 }
 
 }  // namespace
@@ -236,9 +241,14 @@ namespace {
 void* image_malloc(size_t n, H5FD_file_image_op_t, void*) { return std::malloc(n); }
 void* image_memcpy(void* to, const void* from, size_t n, H5FD_file_image_op_t, void*) { return std::memcpy(to, from, n); }
 void* image_realloc(void* p, size_t n, H5FD_file_image_op_t, void*) { return std::realloc(p, n); }
-herr_t image_free(void* p, H5FD_file_image_op_t op, void* udata) {
+// A C callback: nothing may throw out of it (a failed copy leaves the image empty, which commit() reports).
+herr_t image_free(void* p, H5FD_file_image_op_t op, void* udata) noexcept {
   auto* image = static_cast<H5FileImage*>(udata);
-  if (op == H5FD_FILE_IMAGE_OP_FILE_CLOSE && p && image->size > 0) image->bytes.assign(static_cast<const char*>(p), image->size);
+  try {
+    if (op == H5FD_FILE_IMAGE_OP_FILE_CLOSE && p && image->size > 0) image->bytes.assign(static_cast<const char*>(p), image->size);
+  } catch (...) {
+    image->bytes.clear();
+  }
   std::free(p);
   return 0;
 }
@@ -253,12 +263,13 @@ H5Writer::H5Writer(const std::string& path) : path_(path), image_(std::make_uniq
   hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
   H5Pset_fapl_core(fapl, 1 << 20, /*backing_store=*/0);
   H5FD_file_image_callbacks_t callbacks = {image_malloc, image_memcpy, image_realloc, image_free, image_udata_copy, image_udata_free, image_.get()};
-  H5Pset_file_image_callbacks(fapl, &callbacks);
   // The 1.8 file format: its object headers keep attributes of any size (the original format stops at 64 KiB, which
   // the row labels of a MoE capture step pass). Every HDF5 library since 1.8 reads it; the content hash is of values,
-  // not of the format, so a file's content_sha256 is the same in either.
-  H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V18);
-  file_ = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+  // not of the format, so a file's content_sha256 is the same in either. A strong close closes any object left open,
+  // so the driver's buffer (and the image's callbacks) never outlive this writer.
+  const bool set = H5Pset_file_image_callbacks(fapl, &callbacks) >= 0 && H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V18) >= 0 &&
+                   H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) >= 0;
+  file_ = set ? H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl) : -1;
   H5Pclose(fapl);
   if (file_ < 0) throw RuntimeError(path + ": cannot create an HDF5 file in memory");
 }
@@ -274,11 +285,10 @@ void H5Writer::write_i64(const std::string& n, const int64_t* d, const std::vect
 
 void H5Writer::attr(const std::string& key, const std::string& value, const std::string& object) {
   with_object(file_, object, [&](hid_t obj) {
-    hid_t t = H5Tcopy(H5T_C_S1);
-    H5Tset_size(t, value.empty() ? 1 : value.size());
-    H5Tset_cset(t, H5T_CSET_UTF8);
-    put_attr(obj, key, t, value.empty() ? "" : value.data());
-    H5Tclose(t);
+    const H5Id t{H5Tcopy(H5T_C_S1), H5Tclose};
+    H5Tset_size(t.id, value.empty() ? 1 : value.size());
+    H5Tset_cset(t.id, H5T_CSET_UTF8);
+    put_attr(obj, key, t.id, value.empty() ? "" : value.data());
   });
 }
 void H5Writer::attr(const std::string& key, double value, const std::string& object) {
@@ -453,14 +463,6 @@ namespace {
 
 constexpr const char* kContentAttr = "content_sha256";
 
-// An HDF5 id closed when it goes out of scope, an exception's way included.
-struct H5Id {
-  hid_t id;
-  herr_t (*close)(hid_t);
-  ~H5Id() {
-    if (id >= 0) close(id);
-  }
-};
 
 // Hashes one length-prefixed piece, so that no two different contents share a byte stream.
 void put(Sha256& h, const void* data, size_t n) {

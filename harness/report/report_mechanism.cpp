@@ -181,7 +181,8 @@ void write_families(std::ostream& os, const Mechanism& m) {
   os << "## Figures 4-7 and 12: what RHT-16 does to each family's tensors and GEMM outputs\n\n"
      << "Delta SQNR = SQNR(H16) - SQNR(I) (dB) of each operand (fwd_x, fwd_w, bwd_dy) and each GEMM's output (fwd_y, bwd_dx, bwd_dw), "
      << "and B_eff = exp(H) / 8 over E2M1's or E1M2's magnitude buckets (Eq. 6), the mean over layers at the run's last step, then over seeds. "
-     << "The paper's numbers where it gives them (linear_fc2 and linear_fc1 inputs).\n\n"
+     << "The paper's numbers where it gives them (linear_fc2 and linear_fc1 inputs); its B_eff of linear_fc2's input names no grid, "
+     << "so it stands beside both grids' columns.\n\n"
      << "| model | trained with | family | tensor | Delta SQNR E2M1 | Delta SQNR E1M2 | B_eff E2M1 I -> H16 | B_eff E1M2 I -> H16 | paper Delta E2M1 / E1M2 |\n"
      << "|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& c : m.end_cells()) {
@@ -207,6 +208,9 @@ void write_families(std::ostream& os, const Mechanism& m) {
       const std::string pkey = family == "linear_fc2" && what == "fwd_x" ? "fc2_fwd_x" : family == "linear_fc1" && what == "fwd_x" ? "fc1_fwd_x" : "";
       if (!pkey.empty())
         paper = fmt("%+.3f", m.paper[pkey]["delta_e2m1"].value_or(NAN)) + " / " + fmt("%+.3f", m.paper[pkey]["delta_e1m2"].value_or(NAN));
+      // The paper's B_eff names no grid; it is shown once, to set beside both grids' columns.
+      if (m.paper[pkey]["beff_I"].is_value())
+        paper += "; B_eff " + fmt("%.2f", m.paper[pkey]["beff_I"].value_or(NAN)) + " -> " + fmt("%.2f", m.paper[pkey]["beff_H16"].value_or(NAN)) + " (grid not stated)";
       os << "| " << c.model << " | " << c.recipe << " | " << family << " | " << what << " | " << interval_text(delta("e2m1")) << " | "
          << interval_text(delta("e1m2")) << " | " << beff("e2m1") << " | " << beff("e1m2") << " | " << paper << " |\n";
     }
@@ -262,6 +266,72 @@ void write_bins(std::ostream& os, const Mechanism& m) {
     os << "\n";
   }
   if (shown == 0) os << "_No BF16-trained run among the captures._\n\n";
+}
+
+// A layer's mean of column `col` over the rows of `layer` the selector matches; NaN where none.
+double layer_value(const LabelledTable& t, const std::string& layer, const Select& s, size_t col) {
+  double sum = 0;
+  size_t n = 0;
+  for (size_t i = 0; i < t.rows(); ++i)
+    if (t.labels[i][0] == layer && s.matches(t.labels[i]) && !std::isnan(t.at(i, col))) sum += t.at(i, col), ++n;
+  return n ? sum / static_cast<double>(n) : NAN;
+}
+
+// linear_fc1's input, which the paper finds well behaved (RHT neutral for both grids): the verdict against the
+// registered band, then layer by layer, with the paper's own mechanism as the test of any departure: RHT should help
+// E1M2 most where the unrotated tensor uses its buckets least (B_eff, Eq. 6).
+void write_fc1(std::ostream& os, const Mechanism& m) {
+  const double band = m.paper["fc1_fwd_x"]["well_behaved_db"].value_or(0.1);
+  os << "## linear_fc1's input: well behaved, as in the paper?\n\n"
+     << "The paper finds RHT neutral on linear_fc1's input (Delta SQNR " << fmt("%+.3f", m.paper["fc1_fwd_x"]["delta_e2m1"].value_or(NAN)) << " dB E2M1, "
+     << fmt("%+.3f", m.paper["fc1_fwd_x"]["delta_e1m2"].value_or(NAN)) << " dB E1M2). Registered band: |Delta SQNR| below " << fmt("%.2f", band)
+     << " dB for both grids (`reports/paper/analysis.toml`). Holds when both grids' intervals lie inside the band, contradicted when either lies "
+     << "wholly outside it, else inconclusive; at each run's last step, mean over layers, then over seeds.\n\n"
+     << "| model | trained with | step | Delta SQNR E2M1 | Delta SQNR E1M2 | verdict |\n|---|---|---|---|---|---|\n";
+  for (const auto& c : m.end_cells()) {
+    auto delta = [&](const char* g) {
+      return over_seeds(c, [&](const StepFile& f) {
+        return row_mean(f.tensors, {"linear_fc1", "fwd_x", g, "H16"}, kSqnr) - row_mean(f.tensors, {"linear_fc1", "fwd_x", g, "I"}, kSqnr);
+      });
+    };
+    const Interval e = delta("e2m1"), u = delta("e1m2");
+    if (std::isnan(e.mean)) continue;
+    auto inside = [&](const Interval& i) { return i.lo > -band && i.hi < band; };
+    auto outside = [&](const Interval& i) { return i.lo > band || i.hi < -band; };
+    const char* v = inside(e) && inside(u) ? "holds" : outside(e) || outside(u) ? "contradicted" : "inconclusive";
+    os << "| " << c.model << " | " << c.recipe << " | " << c.step << " | " << interval_text(e) << " | " << interval_text(u) << " | **" << v << "** |\n";
+  }
+  os << "\nLayer by layer (each run's last step, mean over seeds), with E1M2's bucket usage before and after RHT; the slope of E1M2's Delta "
+     << "SQNR on its unrotated B_eff over the layers (t interval, layers - 2 degrees of freedom) tests whether the departure is the paper's "
+     << "mechanism at work: a negative slope whose interval excludes zero says RHT gains most where the tensor fills the grid least.\n\n";
+  for (const auto& c : m.end_cells()) {
+    const StepFile& first = *c.seeds.front();
+    std::set<std::string> named;
+    for (const auto& l : first.tensors.labels)
+      if (l[1] == "linear_fc1" && l[2] == "fwd_x") named.insert(l[0]);
+    std::vector<std::string> layers(named.begin(), named.end());
+    if (layers.empty()) continue;
+    auto block = [](const std::string& l) { return l.rfind("layers.", 0) == 0 ? std::stoll(l.substr(7)) : -1LL; };
+    std::stable_sort(layers.begin(), layers.end(), [&](const std::string& a, const std::string& b) { return block(a) < block(b); });
+    os << "**" << c.model << ", " << c.recipe << "** (step " << c.step << ")\n\n"
+       << "| layer | Delta SQNR E2M1 | Delta SQNR E1M2 | B_eff E1M2 I | B_eff E1M2 H16 |\n|---|---|---|---|---|\n";
+    std::vector<double> beff, gain;
+    for (const auto& layer : layers) {
+      auto mean = [&](const char* g, const char* tr, size_t col) {
+        return over_seeds(c, [&](const StepFile& f) { return layer_value(f.tensors, layer, {"linear_fc1", "fwd_x", g, tr}, col); }).mean;
+      };
+      const double de = mean("e2m1", "H16", kSqnr) - mean("e2m1", "I", kSqnr), du = mean("e1m2", "H16", kSqnr) - mean("e1m2", "I", kSqnr);
+      beff.push_back(mean("e1m2", "I", kBeff));
+      gain.push_back(du);
+      os << "| " << layer << " | " << fmt("%+.3f", de) << " | " << fmt("%+.3f", du) << " | " << fmt("%.3f", beff.back()) << " | "
+         << fmt("%.3f", mean("e1m2", "H16", kBeff)) << " |\n";
+    }
+    const Interval slope = slope_interval(beff, gain);
+    os << "\nSlope of E1M2's Delta SQNR on its unrotated B_eff: " << interval_text(slope, "%.2f") << " dB per unit of B_eff ("
+       << (slope.defined() && slope.hi < 0 ? "negative, the interval excluding zero: the departure goes with bucket usage, as the paper's mechanism has it"
+                                           : "the interval does not exclude a slope of zero or above: bucket usage does not account for it here")
+       << ").\n\n";
+  }
 }
 
 // The scale's own bias: b_G and alpha under FP32, E4M3 (with an FP32 tensor scale) and E8M0 block scales.
@@ -363,34 +433,32 @@ double chain_at(const StepFile& f, const std::string& tap, const char* direction
 void write_chain(std::ostream& os, const Mechanism& m) {
   os << "## The chain, measured: Eq. 5 through the trained network\n\n"
      << "At each captured step the step's micro-batch goes forward and back twice through the weights after the step's update: "
-     << "quantized as the run's recipe trains, and with every operand left as it is (the same BF16 GEMMs). alpha = <q, e> / ||e||^2 "
-     << "of the recipe's pass on the exact one, where the residual stream runs: forward, the activations; backward, the LM loss's "
-     << "gradient there. Eq. 5 predicts exp(-sum delta) over the GEMMs the signal crossed (forward: every FPROP before the point; "
-     << "backward: every DGRAD after it), delta = 1 - alpha_A alpha_B of each GEMM's operands as the recipe quantized them at that "
-     << "step (a MoE layer's experts side by side: each of its linears once, at their mean). 'Seen' is the measured attenuation "
-     << "as a share of the predicted one, (1 - alpha) / (1 - predicted). Mean ± sd [95% t interval] over seeds.\n\n";
+     << "quantized as the run's recipe trains, and with every operand left as it is (the same GEMMs in the compute dtype, BF16 on "
+     << "the GPU; an FP32-emulated recipe's exact pass runs BF16 GEMMs too). alpha = <q, e> / ||e||^2 of the recipe's pass on the "
+     << "exact one where the residual stream runs: forward, the activations; backward, the LM loss's gradient there. Eq. 5 "
+     << "predicts exp(-sum delta) over the GEMMs the signal crossed (forward: every FPROP before the point; backward: every DGRAD "
+     << "after it), delta = 1 - alpha_A alpha_B of each GEMM's operands as the recipe quantized them in the step's training pass "
+     << "(before the update; a MoE layer's experts side by side: each of its linears once, at their mean). Eq. 5 counts the GEMMs "
+     << "in series, while a residual stream also carries the signal past every branch; an operand's alpha above 1 (the endpoint "
+     << "bin) makes its delta negative. Mean ± sd [95% t interval] over seeds.\n\n";
   std::vector<const Cell*> cells;
   for (const auto& c : m.cells)
-    if (c.seeds.front()->chain.rows() > 0 && c.seeds.front()->own.rows() > 0) cells.push_back(&c);
+    if (std::all_of(c.seeds.begin(), c.seeds.end(), [](const StepFile* f) { return f->chain.rows() > 0 && f->own.rows() > 0; })) cells.push_back(&c);
   if (cells.empty()) {
-    os << "_No step file holds a chain table (captures made before the chain was measured: `ufp4 analyze capture --force` makes them again)._\n\n";
+    os << "_No step file holds a chain table (captures made before the chain was measured: `ufp4 analyze capture` makes them again)._\n\n";
     return;
   }
-  os << "| model | recipe | step | forward alpha, last block | predicted | seen | backward alpha, embedding | predicted | seen | LM loss, recipe - exact |\n"
-     << "|---|---|---|---|---|---|---|---|---|---|\n";
+  os << "| model | recipe | step | forward alpha, last block | predicted | backward alpha, embedding | predicted | LM loss, recipe - exact |\n"
+     << "|---|---|---|---|---|---|---|---|\n";
   for (const Cell* c : cells) {
     std::string last;  // the stream after the last block: the point before the final norm
     for (const auto& l : c->seeds.front()->chain.labels)
       if (l[0] != "final_norm" && l[0] != "logits") last = l[0];
     auto col = [&](const std::string& tap, const char* dir, size_t k) { return over_seeds(*c, [&](const StepFile& f) { return chain_at(f, tap, dir, k); }); };
-    auto seen = [&](const std::string& tap, const char* dir) {
-      return over_seeds(*c, [&](const StepFile& f) { return (1 - chain_at(f, tap, dir, 0)) / (1 - chain_at(f, tap, dir, 2)); });
-    };
     const Interval dloss = over_seeds(*c, [](const StepFile& f) { return f.chain_loss_recipe - f.chain_loss_exact; });
     os << "| " << c->model << " | " << c->recipe << " | " << c->step << " | " << interval_text(col(last, "forward", 0), "%.4f") << " | "
-       << interval_text(col(last, "forward", 2), "%.4f") << " | " << interval_text(seen(last, "forward"), "%.2f") << " | "
-       << interval_text(col("embedding", "backward", 0), "%.4f") << " | " << interval_text(col("embedding", "backward", 2), "%.4f") << " | "
-       << interval_text(seen("embedding", "backward"), "%.2f") << " | " << interval_text(dloss, "%+.4f") << " |\n";
+       << interval_text(col(last, "forward", 2), "%.4f") << " | " << interval_text(col("embedding", "backward", 0), "%.4f") << " | "
+       << interval_text(col("embedding", "backward", 2), "%.4f") << " | " << interval_text(dloss, "%+.4f") << " |\n";
   }
   os << "\nPoint by point at each run's last step (mean over seeds): measured alpha beside the predicted one, and the measured relative error, "
      << "forward and backward.\n\n";
@@ -427,6 +495,7 @@ std::string report_mechanism(const std::string& root, const std::string& dir) {
      << "sd [95% t interval] over seeds. Paper: " << m.paper["source"].value_or<std::string>("") << ".\n\n";
   write_ranking(os, m);
   write_families(os, m);
+  write_fc1(os, m);
   write_bins(os, m);
   write_scales(os, m);
   write_alpha(os, m);

@@ -36,6 +36,10 @@ class PassState {
     ctx.telemetry = telemetry_;
     ctx.capture = std::move(capture_);
     model_->stream_taps = nullptr;
+    // A MoE layer keeps its last forward's load-balancing loss, whose graph (the router's inputs) would stay alive
+    // until the next forward: the value is kept, the graph let go.
+    for (auto& m : model_->moe)
+      if (m && m->aux_loss.defined()) m->aux_loss = m->aux_loss.detach();
   }
   PassState(const PassState&) = delete;
   PassState& operator=(const PassState&) = delete;

@@ -9,7 +9,9 @@
 // The passes leave training as it was: no parameter gradient is accumulated (the gradients are those of
 // the taps alone), telemetry and operand capture are off, the recipe is restored, and nothing draws from
 // a random state (stochastic rounding keys on the step). One process only: a data-parallel rank's
-// backward joins collectives.
+// backward joins collectives. With the taps set, each residual add runs before its norm as a tensor of its
+// own (models/transformer.h), so a tap's gradient is the stream's whole gradient there. The exact pass runs
+// the model's compute dtype (BF16 on the GPU) also for an FP32-emulated recipe.
 #pragma once
 #include <torch/torch.h>
 
