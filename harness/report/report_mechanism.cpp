@@ -54,11 +54,12 @@ StepFile load_step_file(const std::string& path) {
 }
 
 // Rows are labelled layer, family, what, grid, transform. A selector matches family ("" any), what
-// ("" any), grid and transform.
+// ("" any), grid, transform and layer ("" any).
 struct Select {
   std::string family, what, grid, transform;
+  std::string layer;  // "" any
   bool matches(const std::vector<std::string>& l) const {
-    return (family.empty() || l[1] == family) && (what.empty() || l[2] == what) && l[3] == grid && l[4] == transform;
+    return (layer.empty() || l[0] == layer) && (family.empty() || l[1] == family) && (what.empty() || l[2] == what) && l[3] == grid && l[4] == transform;
   }
 };
 
@@ -268,15 +269,6 @@ void write_bins(std::ostream& os, const Mechanism& m) {
   if (shown == 0) os << "_No BF16-trained run among the captures._\n\n";
 }
 
-// A layer's mean of column `col` over the rows of `layer` the selector matches; NaN where none.
-double layer_value(const LabelledTable& t, const std::string& layer, const Select& s, size_t col) {
-  double sum = 0;
-  size_t n = 0;
-  for (size_t i = 0; i < t.rows(); ++i)
-    if (t.labels[i][0] == layer && s.matches(t.labels[i]) && !std::isnan(t.at(i, col))) sum += t.at(i, col), ++n;
-  return n ? sum / static_cast<double>(n) : NAN;
-}
-
 // linear_fc1's input, which the paper finds well behaved (RHT neutral for both grids): the verdict against the
 // registered band, then layer by layer, with the paper's own mechanism as the test of any departure: RHT should help
 // E1M2 most where the unrotated tensor uses its buckets least (B_eff, Eq. 6).
@@ -318,7 +310,7 @@ void write_fc1(std::ostream& os, const Mechanism& m) {
     std::vector<double> beff, gain;
     for (const auto& layer : layers) {
       auto mean = [&](const char* g, const char* tr, size_t col) {
-        return over_seeds(c, [&](const StepFile& f) { return layer_value(f.tensors, layer, {"linear_fc1", "fwd_x", g, tr}, col); }).mean;
+        return over_seeds(c, [&](const StepFile& f) { return row_mean(f.tensors, {"linear_fc1", "fwd_x", g, tr, layer}, col); }).mean;
       };
       const double de = mean("e2m1", "H16", kSqnr) - mean("e2m1", "I", kSqnr), du = mean("e1m2", "H16", kSqnr) - mean("e1m2", "I", kSqnr);
       beff.push_back(mean("e1m2", "I", kBeff));
