@@ -24,9 +24,10 @@ case "$SCALE" in
     [ -f data/python-8k/data.toml ] || "$UFP4" data prepare --out data/python-8k --vocab-size 8192 > /dev/null
     mkdir -p logs
     n=$(( gpus * ${SHARDS_PER_GPU:-1} ))
+    # The MoE proxy's runs first: the longest, and those a call cut short would leave the report without.
     pids=()
     for i in $(seq 0 $(( n - 1 ))); do
-      CUDA_VISIBLE_DEVICES=${devs[$(( i % gpus ))]} "$UFP4" analyze capture experiments/analysis/mechanism_dense.toml experiments/analysis/mechanism_moe.toml \
+      CUDA_VISIBLE_DEVICES=${devs[$(( i % gpus ))]} "$UFP4" analyze capture experiments/analysis/mechanism_moe.toml experiments/analysis/mechanism_dense.toml \
         --shard "$i/$n" > "logs/analysis-shard$i.log" 2>&1 &
       pids+=($!)
     done
