@@ -4,9 +4,11 @@
 // the mean, sd and 95% t interval over the seeds of the same model, training recipe and step.
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <map>
 #include <set>
 #include <sstream>
+#include <utility>
 #include <toml++/toml.h>
 
 #include "common/error.h"
@@ -56,10 +58,13 @@ StepFile load_step_file(const std::string& path) {
 // Rows are labelled layer, family, what, grid, transform. A selector matches family ("" any), what
 // ("" any), grid, transform and layer ("" any).
 struct Select {
+  Select(std::string family_, std::string what_, std::string grid_, std::string transform_, std::string layer_ = "")
+      : family(std::move(family_)), what(std::move(what_)), grid(std::move(grid_)), transform(std::move(transform_)), layer(std::move(layer_)) {}
   std::string family, what, grid, transform;
-  std::string layer;  // "" any
+  std::string layer;  // "" any; ending in '.', every layer it begins (a block's experts)
   bool matches(const std::vector<std::string>& l) const {
-    return (layer.empty() || l[0] == layer) && (family.empty() || l[1] == family) && (what.empty() || l[2] == what) && l[3] == grid && l[4] == transform;
+    const bool layer_ok = layer.empty() || (layer.back() == '.' ? l[0].rfind(layer, 0) == 0 : l[0] == layer);
+    return layer_ok && (family.empty() || l[1] == family) && (what.empty() || l[2] == what) && l[3] == grid && l[4] == transform;
   }
 };
 
@@ -83,7 +88,9 @@ struct Cell {
 std::string interval_text(const Interval& i, const char* f = "%.2f") {
   if (i.n == 0) return "-";
   if (!i.defined()) return fmt(f, i.mean) + " (1 seed)";
-  return fmt(f, i.mean) + " ± " + fmt(f, i.sd) + " [" + fmt(f, i.lo) + ", " + fmt(f, i.hi) + "]";
+  std::string unsigned_f = f;  // a spread has no sign
+  unsigned_f.erase(std::remove(unsigned_f.begin(), unsigned_f.end(), '+'), unsigned_f.end());
+  return fmt(f, i.mean) + " ± " + fmt(unsigned_f.c_str(), i.sd) + " [" + fmt(f, i.lo) + ", " + fmt(f, i.hi) + "]";
 }
 
 // A quantity of each seed's file, over the cell's seeds.
@@ -278,12 +285,15 @@ void write_fc1(std::ostream& os, const Mechanism& m) {
      << "The paper finds RHT neutral on linear_fc1's input (Delta SQNR " << fmt("%+.3f", m.paper["fc1_fwd_x"]["delta_e2m1"].value_or(NAN)) << " dB E2M1, "
      << fmt("%+.3f", m.paper["fc1_fwd_x"]["delta_e1m2"].value_or(NAN)) << " dB E1M2). Registered band: |Delta SQNR| below " << fmt("%.2f", band)
      << " dB for both grids (`reports/paper/analysis.toml`). Holds when both grids' intervals lie inside the band, contradicted when either lies "
-     << "wholly outside it, else inconclusive; at each run's last step, mean over layers, then over seeds.\n\n"
-     << "| model | trained with | step | Delta SQNR E2M1 | Delta SQNR E1M2 | verdict |\n|---|---|---|---|---|---|\n";
+     << "wholly outside it, else inconclusive; at each run's last step, mean over layers, then over seeds. A MoE model's routed "
+     << "experts' fc1 (experts.linear_fc1) and its shared expert's beside its dense fc1.\n\n"
+     << "| model | family | trained with | step | Delta SQNR E2M1 | Delta SQNR E1M2 | verdict |\n|---|---|---|---|---|---|---|\n";
+  const std::string families[] = {"linear_fc1", "shared_expert.linear_fc1", "experts.linear_fc1"};
+  for (const std::string& fc1 : families)
   for (const auto& c : m.end_cells()) {
     auto delta = [&](const char* g) {
       return over_seeds(c, [&](const StepFile& f) {
-        return row_mean(f.tensors, {"linear_fc1", "fwd_x", g, "H16"}, kSqnr) - row_mean(f.tensors, {"linear_fc1", "fwd_x", g, "I"}, kSqnr);
+        return row_mean(f.tensors, {fc1, "fwd_x", g, "H16"}, kSqnr) - row_mean(f.tensors, {fc1, "fwd_x", g, "I"}, kSqnr);
       });
     };
     const Interval e = delta("e2m1"), u = delta("e1m2");
@@ -291,32 +301,37 @@ void write_fc1(std::ostream& os, const Mechanism& m) {
     auto inside = [&](const Interval& i) { return i.lo > -band && i.hi < band; };
     auto outside = [&](const Interval& i) { return i.lo > band || i.hi < -band; };
     const char* v = inside(e) && inside(u) ? "holds" : outside(e) || outside(u) ? "contradicted" : "inconclusive";
-    os << "| " << c.model << " | " << c.recipe << " | " << c.step << " | " << interval_text(e) << " | " << interval_text(u) << " | **" << v << "** |\n";
+    os << "| " << c.model << " | " << fc1 << " | " << c.recipe << " | " << c.step << " | " << interval_text(e) << " | " << interval_text(u) << " | **" << v << "** |\n";
   }
   os << "\nLayer by layer (each run's last step, mean over seeds), with E1M2's bucket usage before and after RHT; the slope of E1M2's Delta "
-     << "SQNR on its unrotated B_eff over the layers (t interval, layers - 2 degrees of freedom) tests whether the departure is the paper's "
+     << "SQNR on its unrotated B_eff over the blocks (a MoE block's experts at their mean; t interval, blocks - 2 degrees of freedom) tests whether the departure is the paper's "
      << "mechanism at work: a negative slope whose interval excludes zero says RHT gains most where the tensor fills the grid least.\n\n";
+  for (const std::string& fc1 : families)
   for (const auto& c : m.end_cells()) {
     const StepFile& first = *c.seeds.front();
-    std::set<std::string> named;
+    // One row a block: a MoE block's experts at their mean.
+    std::set<long long> blocks;
     for (const auto& l : first.tensors.labels)
-      if (l[1] == "linear_fc1" && l[2] == "fwd_x") named.insert(l[0]);
-    std::vector<std::string> layers(named.begin(), named.end());
+      if (l[1] == fc1 && l[2] == "fwd_x" && l[0].rfind("layers.", 0) == 0) blocks.insert(std::stoll(l[0].substr(7)));
+    std::vector<std::string> layers;
+    for (long long b : blocks) layers.push_back("layers." + std::to_string(b) + ".");
     if (layers.empty()) continue;
-    auto block = [](const std::string& l) { return l.rfind("layers.", 0) == 0 ? std::stoll(l.substr(7)) : -1LL; };
-    std::stable_sort(layers.begin(), layers.end(), [&](const std::string& a, const std::string& b) { return block(a) < block(b); });
-    os << "**" << c.model << ", " << c.recipe << "** (step " << c.step << ")\n\n"
-       << "| layer | Delta SQNR E2M1 | Delta SQNR E1M2 | B_eff E1M2 I | B_eff E1M2 H16 |\n|---|---|---|---|---|\n";
+    os << "**" << c.model << ", " << fc1 << ", " << c.recipe << "** (step " << c.step << ")\n\n"
+       << "| block | Delta SQNR E2M1 | Delta SQNR E1M2 | B_eff E1M2 I | B_eff E1M2 H16 |\n|---|---|---|---|---|\n";
     std::vector<double> beff, gain;
     for (const auto& layer : layers) {
       auto mean = [&](const char* g, const char* tr, size_t col) {
-        return over_seeds(c, [&](const StepFile& f) { return row_mean(f.tensors, {"linear_fc1", "fwd_x", g, tr, layer}, col); }).mean;
+        return over_seeds(c, [&](const StepFile& f) { return row_mean(f.tensors, {fc1, "fwd_x", g, tr, layer}, col); }).mean;
       };
       const double de = mean("e2m1", "H16", kSqnr) - mean("e2m1", "I", kSqnr), du = mean("e1m2", "H16", kSqnr) - mean("e1m2", "I", kSqnr);
       beff.push_back(mean("e1m2", "I", kBeff));
       gain.push_back(du);
-      os << "| " << layer << " | " << fmt("%+.3f", de) << " | " << fmt("%+.3f", du) << " | " << fmt("%.3f", beff.back()) << " | "
+      os << "| " << layer.substr(0, layer.size() - 1) << " | " << fmt("%+.3f", de) << " | " << fmt("%+.3f", du) << " | " << fmt("%.3f", beff.back()) << " | "
          << fmt("%.3f", mean("e1m2", "H16", kBeff)) << " |\n";
+    }
+    if (layers.size() < 3) {
+      os << "\n" << layers.size() << (layers.size() == 1 ? " block" : " blocks") << " with this family: too few for a slope over blocks.\n\n";
+      continue;
     }
     const Interval slope = slope_interval(beff, gain);
     os << "\nSlope of E1M2's Delta SQNR on its unrotated B_eff: " << interval_text(slope, "%.2f") << " dB per unit of B_eff ("
@@ -420,6 +435,75 @@ double chain_at(const StepFile& f, const std::string& tap, const char* direction
   return NAN;
 }
 
+// The stream's far end in one direction: the point after the last block forward (before the final norm), the
+// embedding backward.
+std::string chain_end(const StepFile& f, const char* direction) {
+  if (std::string(direction) == "backward") return "embedding";
+  std::string last;
+  for (const auto& l : f.chain.labels)
+    if (l[0] != "final_norm" && l[0] != "logits") last = l[0];
+  return last;
+}
+
+// Column k of the chain table at the stream's far end, seed by seed in the order of `seeds`.
+std::vector<double> chain_end_of(const Cell& c, const std::vector<int64_t>& seeds, const char* direction, size_t k) {
+  std::vector<double> v;
+  for (int64_t s : seeds)
+    for (const StepFile* f : c.seeds)
+      if (f->seed == s) v.push_back(chain_at(*f, chain_end(*f, direction), direction, k));
+  return v;
+}
+
+// Two claims of Eq. 5 tested on the measured chain, paired by seed at the stream's far ends: its size (measured alpha
+// minus predicted; the prediction matches when the interval holds zero), and its ranking of two recipes (the gap of
+// |1 - alpha| between them, measured beside predicted: seen when the measured interval excludes zero on the predicted side).
+void write_chain_verdicts(std::ostream& os, const std::vector<const Cell*>& cells) {
+  auto seeds_of = [](const Cell& c) {
+    std::vector<int64_t> s;
+    for (const StepFile* f : c.seeds) s.push_back(f->seed);
+    std::sort(s.begin(), s.end());
+    return s;
+  };
+  auto verdict = [](const Interval& i) { return !i.defined() ? "inconclusive" : i.lo > 0 || i.hi < 0 ? "contradicted" : "matches"; };
+  os << "**Eq. 5's size.** Measured alpha minus Eq. 5's prediction at the stream's far ends (forward after the last block, backward at "
+     << "the embedding), paired by seed: the prediction matches where the interval holds zero, and is contradicted where it does not "
+     << "(a positive difference: less attenuation than Eq. 5 predicts).\n\n"
+     << "| model | recipe | step | forward: measured - predicted | verdict | backward: measured - predicted | verdict |\n|---|---|---|---|---|---|---|\n";
+  for (const Cell* c : cells) {
+    const auto s = seeds_of(*c);
+    const Interval f = paired_difference(chain_end_of(*c, s, "forward", 0), chain_end_of(*c, s, "forward", 2));
+    const Interval b = paired_difference(chain_end_of(*c, s, "backward", 0), chain_end_of(*c, s, "backward", 2));
+    os << "| " << c->model << " | " << c->recipe << " | " << c->step << " | " << interval_text(f, "%+.4f") << " | **" << verdict(f) << "** | "
+       << interval_text(b, "%+.4f") << " | **" << verdict(b) << "** |\n";
+  }
+  os << "\n**Eq. 5's ranking.** For two recipes of one model and step, |1 - alpha| of the first minus that of the second at the stream's "
+     << "far end, paired by seed, measured beside Eq. 5's: the ranking is seen when the measured interval excludes zero on the side "
+     << "Eq. 5 predicts, reversed when it excludes zero on the other side, else not resolved.\n\n"
+     << "| model | step | recipes | direction | measured | predicted | verdict |\n|---|---|---|---|---|---|---|\n";
+  for (size_t i = 0; i < cells.size(); ++i)
+    for (size_t j = i + 1; j < cells.size(); ++j) {
+      const Cell &a = *cells[i], &b = *cells[j];
+      if (a.model != b.model || a.step != b.step) continue;
+      std::vector<int64_t> s;
+      const auto sa = seeds_of(a), sb = seeds_of(b);
+      std::set_intersection(sa.begin(), sa.end(), sb.begin(), sb.end(), std::back_inserter(s));
+      for (const char* dir : {"forward", "backward"}) {
+        auto gap = [&](size_t k) {
+          auto da = chain_end_of(a, s, dir, k), db = chain_end_of(b, s, dir, k);
+          for (auto& x : da) x = std::fabs(1 - x);
+          for (auto& x : db) x = std::fabs(1 - x);
+          return paired_difference(da, db);
+        };
+        const Interval meas = gap(0), pred = gap(2);
+        const bool up = pred.mean > 0;
+        const char* v = !meas.defined() ? "not resolved" : (up ? meas.lo > 0 : meas.hi < 0) ? "seen" : (up ? meas.hi < 0 : meas.lo > 0) ? "reversed" : "not resolved";
+        os << "| " << a.model << " | " << a.step << " | " << a.recipe << " - " << b.recipe << " | " << dir << " | " << interval_text(meas, "%+.4f") << " | "
+           << interval_text(pred, "%+.4f") << " | **" << v << "** |\n";
+      }
+    }
+  os << "\n";
+}
+
 // The chain measured through the trained network (Eq. 5 on the model itself), each quantized recipe's runs: at the
 // stream's far ends, then point by point at the last step.
 void write_chain(std::ostream& os, const Mechanism& m) {
@@ -434,8 +518,19 @@ void write_chain(std::ostream& os, const Mechanism& m) {
      << "in series, while a residual stream also carries the signal past every branch; an operand's alpha above 1 (the endpoint "
      << "bin) makes its delta negative. Mean ± sd [95% t interval] over seeds.\n\n";
   std::vector<const Cell*> cells;
-  for (const auto& c : m.cells)
-    if (std::all_of(c.seeds.begin(), c.seeds.end(), [](const StepFile* f) { return f->chain.rows() > 0 && f->own.rows() > 0; })) cells.push_back(&c);
+  std::vector<std::string> partial;  // quantized cells where some seeds lack the chain
+  for (const auto& c : m.cells) {
+    const auto with = std::count_if(c.seeds.begin(), c.seeds.end(), [](const StepFile* f) { return f->chain.rows() > 0 && f->own.rows() > 0; });
+    if (with == static_cast<long>(c.seeds.size())) cells.push_back(&c);
+    else if (std::all_of(c.seeds.begin(), c.seeds.end(), [](const StepFile* f) { return f->own.rows() > 0; }))
+      partial.push_back(c.model + " " + c.recipe + " step " + std::to_string(c.step) + " (" + std::to_string(with) + " of " + std::to_string(c.seeds.size()) + ")");
+  }
+  if (!partial.empty()) {
+    os << "Left out, a chain in only some of their seeds' step files (made before the chain was measured; `ufp4 analyze capture` makes "
+       << "them again): ";
+    for (size_t i = 0; i < partial.size(); ++i) os << (i ? ", " : "") << partial[i];
+    os << ".\n\n";
+  }
   if (cells.empty()) {
     os << "_No step file holds a chain table (captures made before the chain was measured: `ufp4 analyze capture` makes them again)._\n\n";
     return;
@@ -443,16 +538,16 @@ void write_chain(std::ostream& os, const Mechanism& m) {
   os << "| model | recipe | step | forward alpha, last block | predicted | backward alpha, embedding | predicted | LM loss, recipe - exact |\n"
      << "|---|---|---|---|---|---|---|---|\n";
   for (const Cell* c : cells) {
-    std::string last;  // the stream after the last block: the point before the final norm
-    for (const auto& l : c->seeds.front()->chain.labels)
-      if (l[0] != "final_norm" && l[0] != "logits") last = l[0];
+    const std::string last = chain_end(*c->seeds.front(), "forward");
     auto col = [&](const std::string& tap, const char* dir, size_t k) { return over_seeds(*c, [&](const StepFile& f) { return chain_at(f, tap, dir, k); }); };
     const Interval dloss = over_seeds(*c, [](const StepFile& f) { return f.chain_loss_recipe - f.chain_loss_exact; });
     os << "| " << c->model << " | " << c->recipe << " | " << c->step << " | " << interval_text(col(last, "forward", 0), "%.4f") << " | "
        << interval_text(col(last, "forward", 2), "%.4f") << " | " << interval_text(col("embedding", "backward", 0), "%.4f") << " | "
        << interval_text(col("embedding", "backward", 2), "%.4f") << " | " << interval_text(dloss, "%+.4f") << " |\n";
   }
-  os << "\nPoint by point at each run's last step (mean over seeds): measured alpha beside the predicted one, and the measured relative error, "
+  os << "\n";
+  write_chain_verdicts(os, cells);
+  os << "Point by point at each run's last step (mean over seeds): measured alpha beside the predicted one, and the measured relative error, "
      << "forward and backward.\n\n";
   for (const Cell* c : cells) {
     if (!c->end) continue;
