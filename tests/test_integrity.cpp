@@ -744,6 +744,31 @@ TEST_CASE("the mechanism's committed captures are its manifests' runs: ids recom
   CHECK(steps.size() >= static_cast<size_t>(runs));
 }
 
+// The committed mechanism report is what its committed step files render to: every verdict of reports/mechanism.md is
+// re-made from the files CI just verified (above), with the real data's three seeds, two models and every section's
+// paths (the slopes over blocks, the chain's size and ranking tests) that the tiny models of the analysis tests cannot reach.
+TEST_CASE("reports/mechanism.md is the rendering of the committed captures, byte for byte", "[integrity]") {
+  const std::string root = UFP4_SOURCE_DIR;
+  if (!is_dir(root + "/results/analysis/mechanism") || !file_exists(root + "/reports/mechanism.md")) return;
+  char cwd[4096];
+  REQUIRE(::getcwd(cwd, sizeof cwd) != nullptr);
+  REQUIRE(::chdir(root.c_str()) == 0);  // the report names its folder as given, from the repository root
+  struct Back {
+    const char* to;
+    ~Back() { (void)!::chdir(to); }
+  } back{cwd};
+  const std::string out = test::temp_dir() + "/mechanism.md";
+  auto r = test::run_cli("report mechanism --results results/analysis/mechanism --out " + out);
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  CHECK(bytes_of(out) == bytes_of("reports/mechanism.md"));
+  const std::string md = read_text_file(out);
+  for (const char* expected : {"Slope of E1M2's Delta SQNR on its unrotated B_eff: -", "| moe-ne12m | 1499 | e2m1_ref - ufp4 | forward | ",
+                               "### The paper on GEMM outputs"})
+    CHECK(md.find(expected) != std::string::npos);
+  for (const char* undefined : {" nan", "(nan", "[nan"}) CHECK(md.find(undefined) == std::string::npos);  // no undefined number printed
+}
+
 TEST_CASE("--per-gpu auto takes the fastest packing measured for the runs' model, 1 when it was not measured; MPS where its row is fastest", "[integrity]") {
   const std::string d = test::temp_dir();
   write_bytes(d + "/p.csv", "device,model,per_gpu,runs,steps_each,tokens_per_s_sum\nH,m-a,1,1,8,100\nH,m-a,4,4,2,150\nH,m-a,9,9,1,120\nH,m-b,1,1,8,90\n");
