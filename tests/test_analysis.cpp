@@ -401,7 +401,8 @@ TEST_CASE("analyze capture: training runs' operands analysed as they train, the 
                               "### alpha > 1: the endpoint bin", "## Over training", "## Provenance", "## linear_fc1's input: well behaved, as in the paper?",
                               "2 blocks with this family: too few for a slope over blocks", "## The chain, measured", "**Eq. 5's size.**",
                               "**Eq. 5's ranking.**",
-                              "### The paper on GEMM outputs", "| tiny | ufp4 | linear_fc2/fwd_y | "})
+                              "### The paper on GEMM outputs", "| tiny | ufp4 | linear_fc2/fwd_y | ",
+                              "## The paper's mechanism claims at a glance"})
     CHECK(md.find(section) != std::string::npos);
   CHECK(md.find("No step file holds a chain table") == std::string::npos);  // the chain's rows, not its absence
   CHECK(md.find("**tiny, ufp4** (step 7, 1 seed)") != std::string::npos);     // its point-by-point table

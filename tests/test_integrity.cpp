@@ -764,7 +764,7 @@ TEST_CASE("reports/mechanism.md is the rendering of the committed captures, byte
   CHECK(bytes_of(out) == bytes_of("reports/mechanism.md"));
   const std::string md = read_text_file(out);
   for (const char* expected : {"Slope of E1M2's Delta SQNR on its unrotated B_eff: -", "| moe-ne12m | 1499 | e2m1_ref - ufp4 | forward | ",
-                               "### The paper on GEMM outputs"})
+                               "### The paper on GEMM outputs", "| Key Finding 2: RHT-16 reverses the ranking of E2M1 and E1M2 on linear_fc2's input | Key Finding 2 | 27: 27 holds |"})
     CHECK(md.find(expected) != std::string::npos);
   for (const char* undefined : {" nan", "(nan", "[nan"}) CHECK(md.find(undefined) == std::string::npos);  // no undefined number printed
 }

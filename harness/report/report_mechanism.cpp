@@ -141,6 +141,35 @@ Mechanism load_mechanism(const std::string& root, const std::string& dir) {
   return m;
 }
 
+// Each claim's verdicts over the rows that judge it, in the order the report first judges them: the summary at its top.
+struct Tally {
+  struct Claim {
+    std::string name, section;
+    std::vector<std::pair<std::string, int>> counts;  // verdict, rows; in order of first appearance
+  };
+  std::vector<Claim> claims;
+  void add(const std::string& claim, const std::string& section, const std::string& verdict) {
+    auto c = std::find_if(claims.begin(), claims.end(), [&](const Claim& x) { return x.name == claim; });
+    if (c == claims.end()) c = claims.insert(claims.end(), Claim{claim, section, {}});
+    auto v = std::find_if(c->counts.begin(), c->counts.end(), [&](const auto& x) { return x.first == verdict; });
+    if (v == c->counts.end()) c->counts.push_back({verdict, 1});
+    else ++v->second;
+  }
+};
+
+void write_tally(std::ostream& os, const Tally& t) {
+  os << "## The paper's mechanism claims at a glance\n\n"
+     << "Each claim's verdicts over the rows of the section that judges it (a row: a model, recipe, step, family or operand, "
+     << "each judged over its seeds as that section says).\n\n| claim | section | rows: verdict |\n|---|---|---|\n";
+  for (const auto& c : t.claims) {
+    int n = 0;
+    std::string v;
+    for (const auto& [verdict, k] : c.counts) n += k, v += (v.empty() ? "" : ", ") + std::to_string(k) + " " + verdict;
+    os << "| " << c.name << " | " << c.section << " | " << n << ": " << v << " |\n";
+  }
+  os << "\n";
+}
+
 void write_provenance_table(std::ostream& os, const Mechanism& m) {
   os << "## Provenance\n\nEvery capture, as its file records it: the run, what it trained on and where in training it was taken.\n\n"
      << "| run | model | recipe | seed | run id | data manifest | step | epochs at the step | commit, device | file |\n"
@@ -154,7 +183,7 @@ void write_provenance_table(std::ostream& os, const Mechanism& m) {
 constexpr size_t kSqnr = 1, kAlpha = 2, kBeff = 3;  // columns of the tensors table
 
 // Key Finding 2 on linear_fc2's input: E2M1 above E1M2 without RHT, below it with RHT-16, seed by seed.
-void write_ranking(std::ostream& os, const Mechanism& m) {
+void write_ranking(std::ostream& os, const Mechanism& m, Tally& tally) {
   os << "## Key Finding 2: RHT reverses the ranking of the grids (linear_fc2/fwd_x)\n\n"
      << "SQNR (dB) of linear_fc2's input (a MoE model's routed experts' apart, as experts.linear_fc2) under each grid without (I) and with RHT-16 (H16), the mean over layers, then over seeds "
      << "(mean ± sd [95% t interval]). The claim holds for a run set when, seed by seed, E2M1 - E1M2 is positive without RHT and "
@@ -177,6 +206,7 @@ void write_ranking(std::ostream& os, const Mechanism& m) {
                                                                                    : Verdict::kInconclusive;
     os << "| " << c.model << " | " << fc2 << " | " << c.recipe << " | " << c.step << " | " << interval_text(ei) << " | " << interval_text(ui) << " | " << interval_text(eh)
        << " | " << interval_text(uh) << " | " << interval_text(di) << " | " << interval_text(dh) << " | **" << verdict_name(v) << "** |\n";
+    tally.add("Key Finding 2: RHT-16 reverses the ranking of E2M1 and E1M2 on linear_fc2's input", "Key Finding 2", verdict_name(v));
   }
   auto P = [&](const char* k) { return m.paper["fc2_fwd_x"][k].value_or(NAN); };
   os << "| paper | linear_fc2 | - | - | " << fmt("%.2f", P("e2m1_I")) << " | " << fmt("%.2f", P("e1m2_I")) << " | " << fmt("%.2f", P("e2m1_H16")) << " | "
@@ -228,7 +258,7 @@ void write_families(std::ostream& os, const Mechanism& m) {
 
 // The paper's words on GEMM outputs (Figures 4-7, 12): E2M1 loses to RHT on linear_fc2's FPROP and on the attention
 // block's backward GEMMs, where E1M2 gains. Each path at the run's last step, mean over layers, over seeds.
-void write_gemm_claims(std::ostream& os, const Mechanism& m) {
+void write_gemm_claims(std::ostream& os, const Mechanism& m, Tally& tally) {
   const std::pair<const char*, const char*> paths[] = {
       {"linear_fc2", "fwd_y"}, {"experts.linear_fc2", "fwd_y"}, {"linear_qkv", "bwd_dx"}, {"linear_qkv", "bwd_dw"}, {"linear_proj", "bwd_dx"}, {"linear_proj", "bwd_dw"}};
   os << "### The paper on GEMM outputs: E2M1 loses on linear_fc2's FPROP and the attention backward GEMMs, E1M2 gains\n\n"
@@ -250,6 +280,8 @@ void write_gemm_claims(std::ostream& os, const Mechanism& m) {
         if (below ? i.hi < 0 : i.lo > 0) return "holds";
         return (below ? i.lo > 0 : i.hi < 0) ? "contradicted" : "inconclusive";
       };
+      tally.add("E2M1 loses to RHT-16 on linear_fc2's FPROP and the attention block's backward GEMMs", "The paper on GEMM outputs", side(e, true));
+      tally.add("E1M2 gains from RHT-16 on the same GEMMs", "The paper on GEMM outputs", side(u, false));
       os << "| " << c.model << " | " << c.recipe << " | " << family << "/" << what << " | " << interval_text(e) << " | **" << side(e, true) << "** | "
          << interval_text(u) << " | **" << side(u, false) << "** |\n";
     }
@@ -258,7 +290,7 @@ void write_gemm_claims(std::ostream& os, const Mechanism& m) {
 
 // Key Finding 1 by bin: each level's part of b_G (Eq. 2 for every bin), pooled over every operand of every
 // linear at the last step, for runs trained in BF16 (the operands no recipe's rounding has shaped).
-void write_bins(std::ostream& os, const Mechanism& m) {
+void write_bins(std::ostream& os, const Mechanism& m, Tally& tally) {
   os << "## Key Finding 1: where the bias comes from, bin by bin\n\n"
      << "Each grid level's share of the elements, its mean rounding error E[q - t | bin] (grid units) beside Eq. 2's prediction "
      << "under a locally uniform density, and its part of b_G, the mean over every operand (fwd_x, fwd_w, bwd_dy) of every linear "
@@ -300,6 +332,7 @@ void write_bins(std::ostream& os, const Mechanism& m) {
       const bool holds = verdict(e, -1) == Verdict::kHolds && ((u.lo <= 0 && u.hi >= 0) || std::fabs(u.mean) < 0.1 * std::fabs(e.mean));
       os << "- " << c.model << ", " << tr << ": E2M1's interior part " << interval_text(e, "%+.5f") << ", E1M2's " << interval_text(u, "%+.5f")
          << ": Key Finding 1 **" << (holds ? "holds" : "does not hold as stated") << "**\n";
+      tally.add("Key Finding 1: E2M1's interior bins shrink, a uniform grid's do not", "Key Finding 1", holds ? "holds" : "does not hold as stated");
     }
     os << "\n";
   }
@@ -321,7 +354,7 @@ long long block_index(const std::string& label) {
   return std::stoll(digits);
 }
 
-void write_fc1(std::ostream& os, const Mechanism& m) {
+void write_fc1(std::ostream& os, const Mechanism& m, Tally& tally) {
   const double band = m.paper["fc1_fwd_x"]["well_behaved_db"].value_or(0.1);
   os << "## linear_fc1's input: well behaved, as in the paper?\n\n"
      << "The paper finds RHT neutral on linear_fc1's input (Delta SQNR " << fmt("%+.3f", m.paper["fc1_fwd_x"]["delta_e2m1"].value_or(NAN)) << " dB E2M1, "
@@ -344,6 +377,7 @@ void write_fc1(std::ostream& os, const Mechanism& m) {
     auto inside = [&](const Interval& i) { return i.lo > -band && i.hi < band; };
     auto outside = [&](const Interval& i) { return i.lo > band || i.hi < -band; };
     const char* v = inside(e) && inside(u) ? "holds" : outside(e) || outside(u) ? "contradicted" : "inconclusive";
+    tally.add("RHT-16 is neutral on linear_fc1's input (Delta SQNR within +-" + fmt("%.2f", band) + " dB)", "linear_fc1's input", v);
     os << "| " << c.model << " | " << fc1 << " | " << c.recipe << " | " << c.step << " | " << interval_text(e) << " | " << interval_text(u) << " | **" << v << "** |\n";
   }
   os << "\nLayer by layer (each run's last step, mean over seeds), with E1M2's bucket usage before and after RHT; the slope of E1M2's Delta "
@@ -411,7 +445,7 @@ void write_scales(std::ostream& os, const Mechanism& m) {
 }
 
 // alpha of every GEMM operand of every family as each quantized recipe trained, and the endpoint account of alpha > 1.
-void write_alpha(std::ostream& os, const Mechanism& m) {
+void write_alpha(std::ostream& os, const Mechanism& m, Tally& tally) {
   os << "## alpha of each GEMM operand, as each recipe trained\n\nalpha = <A_hat, A> / ||A||^2 (Eq. 3) of each operand as the run's "
      << "recipe rotated and quantized it, against its rotated original, the mean over layers at the last step, then over seeds; "
      << "shrinkage = E[sign(a)(q - a)] / E[|a|].\n\n"
@@ -449,6 +483,7 @@ void write_alpha(std::ostream& os, const Mechanism& m) {
           const Interval part = over_seeds(c, [&](const StepFile& f) { return row_mean(f.bins, s, top * 6 + 5); });
           const double without = a.mean - part.mean;
           ++rows, held += without <= 0;
+          tally.add("(ours) alpha > 1 comes from the endpoint bin alone", "alpha > 1: the endpoint bin", without <= 0 ? "holds" : "does not hold");
           os << "| " << c.model << " | " << c.recipe << " | " << family << " | " << what << " | " << g << " | " << tr << " | " << fmt("%+.5f", a.mean) << " | "
              << fmt("%+.5f", part.mean) << " | " << fmt("%+.5f", without) << " | " << (without <= 0 ? "holds" : "**does not**") << " |\n";
         }
@@ -507,7 +542,7 @@ std::vector<double> chain_end_of(const Cell& c, const std::vector<int64_t>& seed
 // Two claims of Eq. 5 tested on the measured chain, paired by seed at the stream's far ends: its size (measured alpha
 // minus predicted; the prediction matches when the interval holds zero), and its ranking of two recipes (the gap of
 // |1 - alpha| between them, measured beside predicted: seen when the measured interval excludes zero on the predicted side).
-void write_chain_verdicts(std::ostream& os, const std::vector<const Cell*>& cells) {
+void write_chain_verdicts(std::ostream& os, const std::vector<const Cell*>& cells, Tally& tally) {
   auto seeds_of = [](const Cell& c) {
     std::vector<int64_t> s;
     for (const StepFile* f : c.seeds) s.push_back(f->seed);
@@ -527,6 +562,8 @@ void write_chain_verdicts(std::ostream& os, const std::vector<const Cell*>& cell
     const auto s = seeds_of(*c);
     const Interval f = paired_difference(chain_end_of(*c, s, "forward", 0), chain_end_of(*c, s, "forward", 2));
     const Interval b = paired_difference(chain_end_of(*c, s, "backward", 0), chain_end_of(*c, s, "backward", 2));
+    tally.add("Eq. 5 gives the size of the chain's attenuation, forward", "The chain, measured", verdict(f));
+    tally.add("Eq. 5 gives the size of the chain's attenuation, backward", "The chain, measured", verdict(b));
     os << "| " << c->model << " | " << c->recipe << " | " << c->step << " | " << interval_text(f, "%+.4f") << " | **" << verdict(f) << "** | "
        << interval_text(b, "%+.4f") << " | **" << verdict(b) << "** |\n";
   }
@@ -557,6 +594,7 @@ void write_chain_verdicts(std::ostream& os, const std::vector<const Cell*>& cell
                         : (up ? meas.lo > 0 : meas.hi < 0) ? "seen"
                         : (up ? meas.hi < 0 : meas.lo > 0) ? "reversed"
                                                            : "not resolved";
+        tally.add(std::string("Eq. 5 ranks the recipes' attenuation, ") + dir, "The chain, measured", v);
         if (!header) os << "| model | step | recipes | direction | measured | predicted | verdict |\n|---|---|---|---|---|---|---|\n", header = true;
         os << "| " << a.model << " | " << a.step << " | " << a.recipe << " - " << b.recipe << " | " << dir << " | " << interval_text(meas, "%+.4f") << " | "
            << interval_text(pred, "%+.4f") << " | **" << v << "** |\n";
@@ -567,7 +605,7 @@ void write_chain_verdicts(std::ostream& os, const std::vector<const Cell*>& cell
 
 // The chain measured through the trained network (Eq. 5 on the model itself), each quantized recipe's runs: at the
 // stream's far ends, then point by point at the last step.
-void write_chain(std::ostream& os, const Mechanism& m) {
+void write_chain(std::ostream& os, const Mechanism& m, Tally& tally) {
   os << "## The chain, measured: Eq. 5 through the trained network\n\n"
      << "At each captured step the step's micro-batch goes forward and back twice through the weights after the step's update: "
      << "quantized as the run's recipe trains, and with every operand left as it is (the same GEMMs in the compute dtype, BF16 on "
@@ -607,7 +645,7 @@ void write_chain(std::ostream& os, const Mechanism& m) {
        << interval_text(col("embedding", "backward", 2), "%.4f") << " | " << interval_text(dloss, "%+.4f") << " |\n";
   }
   os << "\n";
-  write_chain_verdicts(os, cells);
+  write_chain_verdicts(os, cells, tally);
   os << "Point by point at each run's last step (mean over seeds): measured alpha beside the predicted one, and the measured relative error, "
      << "forward and backward.\n\n";
   for (const Cell* c : cells) {
@@ -641,16 +679,20 @@ std::string report_mechanism(const std::string& root, const std::string& dir) {
      << "each analysed as it trained on its unrotated operands: 1x16 blocks, FP32 single-level max scaling (E4M3 and E8M0 beside it "
      << "where named), RTNE, without (I) and with RHT-16 (H16) along each GEMM's reduction dimension. Means over layers, then mean ± "
      << "sd [95% t interval] over seeds. Paper: " << m.paper["source"].value_or<std::string>("") << ".\n\n";
-  write_ranking(os, m);
-  write_families(os, m);
-  write_gemm_claims(os, m);
-  write_fc1(os, m);
-  write_bins(os, m);
-  write_scales(os, m);
-  write_alpha(os, m);
-  write_over_training(os, m);
-  write_chain(os, m);
-  write_provenance_table(os, m);
+  Tally tally;
+  std::ostringstream body;
+  write_ranking(body, m, tally);
+  write_families(body, m);
+  write_gemm_claims(body, m, tally);
+  write_fc1(body, m, tally);
+  write_bins(body, m, tally);
+  write_scales(body, m);
+  write_alpha(body, m, tally);
+  write_over_training(body, m);
+  write_chain(body, m, tally);
+  write_provenance_table(body, m);
+  write_tally(os, tally);
+  os << body.str();
   os << "---\nregenerate: `ufp4 report mechanism --results " << rel(dir) << "`\n";
   return os.str();
 }
