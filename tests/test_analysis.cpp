@@ -231,6 +231,48 @@ TEST_CASE("attenuation chain: E2M1 attenuates as Eq. 5 predicts, E1M2 does not",
   CHECK(u.back().eta > e.back().eta + 0.02);
 }
 
+TEST_CASE("attenuation chain on a residual stream: Eq. 5 diluted by the branches' share of the stream's energy", "[analysis]") {
+  // The mechanism report's explanation of why a trained network attenuates far less than Eq. 5 in series predicts: a
+  // branch of gain g carries w = g^2 / (1 + g^2) of the stream, and the stream's alpha follows exp(-w sum delta).
+  torch::manual_seed(12);
+  const int64_t d = 256;
+  std::vector<torch::Tensor> ws;
+  for (int k = 0; k < 12; ++k) ws.push_back(torch::randn({d, d}) / std::sqrt(static_cast<double>(d)));
+  torch::Tensor x0 = torch::randn({512, d});
+  QuantSpec s;
+  s.grid = Grid::from_name("e2m1");
+  for (double g : {0.3, 0.5, 1.0}) {
+    INFO("branch gain " << g);
+    const auto r = attenuation_chain(x0, ws, s, g);
+    REQUIRE(r.size() == 12);
+    const double w = g * g / (1 + g * g);
+    double sum = 0;
+    for (const auto& p : r) sum += p.delta;
+    CHECK(r.back().predicted_residual == Approx(std::exp(-w * sum)).epsilon(1e-12));
+    CHECK(r.back().predicted == Approx(std::exp(-sum)).epsilon(1e-12));
+    // The diluted prediction holds to a tenth of the serial one's miss (the serial one misses by 0.05 to 0.1 here).
+    CHECK(std::fabs(r.back().eta - r.back().predicted_residual) < 0.1 * (r.back().eta - r.back().predicted));
+    CHECK(r.back().eta - r.back().predicted > 0.04);
+  }
+  const auto serial = attenuation_chain(x0, ws, s, 0);
+  CHECK(serial.back().predicted_residual == serial.back().predicted);
+  auto message = [](auto&& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(message([&] { attenuation_chain(x0, ws, s, -1); }).find("branch gain must be 0") != std::string::npos);
+  const std::vector<torch::Tensor> wide = {torch::randn({2 * d, d})};
+  CHECK(message([&] { attenuation_chain(x0, wide, s, 0.5); }).find("a residual stream needs square weights") != std::string::npos);
+  auto bad = test::run_cli("analyze chain --residual -1 --depth 2 --dim 32 --tokens 32 --device cpu");
+  CHECK(bad.code == 2);
+  CHECK(bad.out.find("--residual: ") != std::string::npos);
+  CHECK(bad.out.find("(allowed: 0..100)") != std::string::npos);
+}
+
 TEST_CASE("signal chain: Eq. 5's prediction at each point of the residual stream, by hand", "[analysis]") {
   // Two blocks: block 0's qkv quantized forward and backward, block 1's two routed experts' and its shared expert's
   // fc1 forward only (side by side: one stage at their mean delta), the head forward only.

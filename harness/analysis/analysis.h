@@ -123,10 +123,16 @@ GemmSqnr gemm_sqnr(const torch::Tensor& x, const torch::Tensor& w, const torch::
 // Signal attenuation through K stacked quantized GEMMs x_k = Q(x_{k-1}) Q(W_k)^T, each stage rescaled
 // by the exact chain's RMS. eta_k: projection coefficient of the quantized chain's output on the
 // exact one; predicted_k = exp(-sum_j delta_j) with delta_j = 1 - alpha_x,j alpha_w,j (Eq. 5).
+// branch_gain g > 0 makes it a residual stream instead, as a transformer's: x_k = x_{k-1} + g b_k with the
+// branch b_k = Q(x_{k-1}) Q(W_k)^T at the stream's RMS, the stream rescaled to RMS 1 after each add (both
+// paths by the exact one's factor). A branch then carries the share w = g^2 / (1 + g^2) of the stream's
+// energy, and the stream's alpha falls by (1 - w delta_k) a stage, not (1 - delta_k):
+// predicted_residual_k = exp(-w sum_j delta_j), Eq. 5 diluted by the branches' share (= predicted when g = 0).
 struct ChainPoint {
   int k = 0;
-  double eta = 0, predicted = 0, delta = 0;
+  double eta = 0, predicted = 0, delta = 0, predicted_residual = 0;
 };
-std::vector<ChainPoint> attenuation_chain(const torch::Tensor& x0, const std::vector<torch::Tensor>& weights, const QuantSpec& spec);
+std::vector<ChainPoint> attenuation_chain(const torch::Tensor& x0, const std::vector<torch::Tensor>& weights, const QuantSpec& spec,
+                                          double branch_gain = 0);
 
 }  // namespace ufp4

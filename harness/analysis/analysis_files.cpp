@@ -244,18 +244,28 @@ torch::Tensor random_input(const ChainAnalysisOptions& opt, int64_t dim) {
 }
 
 // One grid and transform: its rows printed (k = 1, every 4th, the last) and written to `w` when given.
-void chain_rows(const Chain& c, const Grid& g, bool rht, int64_t depth, H5Writer* w) {
-  std::vector<ChainPoint> pts = attenuation_chain(c.x0, c.weights, analysis_spec(g, rht));
+void chain_rows(const Chain& c, const Grid& g, bool rht, int64_t depth, double residual, H5Writer* w) {
+  std::vector<ChainPoint> pts = attenuation_chain(c.x0, c.weights, analysis_spec(g, rht), residual);
   std::vector<float> rows;
   for (const auto& p : pts) {
-    if (p.k == 1 || p.k == static_cast<int>(depth) || p.k % 4 == 0)
-      std::printf("%-8s %-4s %6d %12.6f %12.6f %10.6f\n", g.name().c_str(), rht ? "H16" : "I", p.k, p.eta, p.predicted, p.delta);
+    if (p.k == 1 || p.k == static_cast<int>(depth) || p.k % 4 == 0) {
+      std::printf("%-8s %-4s %6d %12.6f %12.6f %10.6f", g.name().c_str(), rht ? "H16" : "I", p.k, p.eta, p.predicted, p.delta);
+      if (residual > 0) std::printf(" %18.6f", p.predicted_residual);
+      std::printf("\n");
+    }
     for (double v : {static_cast<double>(p.k), p.eta, p.predicted, p.delta}) rows.push_back(static_cast<float>(v));
   }
   if (w) {
     const std::string ds = "chain/" + g.name() + "/" + (rht ? "H16" : "I");
     w->write_f32(ds, rows.data(), {static_cast<int64_t>(pts.size()), 4});
     w->attr("columns", std::string("k,eta,predicted,delta"), ds);
+    if (residual > 0) {  // apart, so that every chain file's rows keep their four columns
+      std::vector<float> diluted;
+      for (const auto& p : pts) diluted.push_back(static_cast<float>(p.k)), diluted.push_back(static_cast<float>(p.predicted_residual));
+      const std::string rs = "chain_residual/" + g.name() + "/" + (rht ? "H16" : "I");
+      w->write_f32(rs, diluted.data(), {static_cast<int64_t>(pts.size()), 2});
+      w->attr("columns", std::string("k,predicted_residual"), rs);
+    }
   }
 }
 
@@ -300,16 +310,20 @@ void run_chain_analysis(const ChainAnalysisOptions& opt) {
   std::printf("Signal attenuation through %lld stacked quantized GEMMs (1x16 FP32 max scaling, RTNE); weights: %s; input: %s\n",
               static_cast<long long>(opt.depth), c.source.c_str(), opt.input.c_str());
   std::printf("eta_K: projection of the quantized chain's output on the exact output; predicted: exp(-sum delta_k) (Eq. 5)\n\n");
-  std::printf("%-8s %-4s %6s %12s %12s %10s\n", "grid", "A", "K", "eta_K", "predicted", "delta_K");
+  if (opt.residual > 0)
+    std::printf("A residual stream, branch gain %g: each branch carries %.4f of the stream's energy; predicted_residual: exp(-w sum delta_k)\n\n",
+                opt.residual, opt.residual * opt.residual / (1 + opt.residual * opt.residual));
+  std::printf("%-8s %-4s %6s %12s %12s %10s%s\n", "grid", "A", "K", "eta_K", "predicted", "delta_K", opt.residual > 0 ? " predicted_residual" : "");
   std::unique_ptr<H5Writer> w;
   if (!opt.out.empty()) w = std::make_unique<H5Writer>(opt.out);
   for (const auto& gname : opt.grids) {
     Grid g = Grid::parse(gname);
-    for (bool rht : {false, true}) chain_rows(c, g, rht, opt.depth, w.get());
+    for (bool rht : {false, true}) chain_rows(c, g, rht, opt.depth, opt.residual, w.get());
   }
   if (w) {
     w->attr("weights", c.source);
     w->attr("input", opt.input);
+    w->attr("residual_branch_gain", opt.residual);
     w->attr("depth", opt.depth);
     w->attr("tokens", opt.tokens);
     write_provenance(*w);

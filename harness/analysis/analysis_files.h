@@ -55,6 +55,7 @@ struct ChainAnalysisOptions {
   int64_t tokens = 2048;            // rows of the input
   std::vector<std::string> grids;   // grid names, each parsed when its turn comes
   uint64_t seed = 1;                // seed of random weights and inputs
+  double residual = 0;              // branch gain of a residual stream (attenuation_chain); 0: the serial chain
   torch::Device device = torch::kCPU;
   std::string out;  // also write the results to this HDF5 file (empty: none)
 };

@@ -114,27 +114,43 @@ GemmSqnr gemm_sqnr(const torch::Tensor& x, const torch::Tensor& w, const torch::
   return s;
 }
 
-std::vector<ChainPoint> attenuation_chain(const torch::Tensor& x0, const std::vector<torch::Tensor>& weights, const QuantSpec& spec) {
+std::vector<ChainPoint> attenuation_chain(const torch::Tensor& x0, const std::vector<torch::Tensor>& weights, const QuantSpec& spec,
+                                          double branch_gain) {
+  if (!(branch_gain >= 0)) throw Error("attenuation_chain: the branch gain must be 0 (a serial chain) or above, not " + std::to_string(branch_gain));
   torch::NoGradGuard ng;
   torch::Tensor xr = x0.to(torch::kFloat32), xq = xr;
+  if (branch_gain > 0) {  // a residual stream starts at RMS 1, as each add leaves it
+    const double c0 = 1.0 / std::sqrt(f64(xr).pow(2).mean().item<double>());
+    xr = xr * c0, xq = xq * c0;
+  }
+  const double share = branch_gain * branch_gain / (1 + branch_gain * branch_gain);
   std::vector<ChainPoint> out;
   double sum_delta = 0;
   for (size_t k = 0; k < weights.size(); ++k) {
     const torch::Tensor W = weights[k].to(torch::kFloat32);
-    if (W.dim() != 2 || W.size(1) != xr.size(1)) throw Error("attenuation_chain: weight " + std::to_string(k) + " does not take the previous output");
+    if (W.dim() != 2 || W.size(1) != xr.size(1) || (branch_gain > 0 && W.size(0) != W.size(1)))
+      throw Error("attenuation_chain: weight " + std::to_string(k) + " does not take the previous output" + (branch_gain > 0 ? " (a residual stream needs square weights)" : ""));
     // alpha of each quantized operand against its own (rotated) input, Eq. 3.
     torch::Tensor aq = dequant(xq, spec, false), wq = dequant(W, spec, false);
     const double ax = nmse_alpha(aq, spec.rht ? rht(xq, spec) : xq).second;
     const double aw = nmse_alpha(wq, spec.rht ? rht(W, spec) : W).second;
     torch::Tensor yr = torch::matmul(xr, W.t()), yq = torch::matmul(aq, wq.t());
     const double c = 1.0 / std::sqrt(f64(yr).pow(2).mean().item<double>());  // same rescale on both paths
-    xr = yr * c;
-    xq = yq * c;
+    if (branch_gain > 0) {
+      xr = xr + yr * (c * branch_gain);
+      xq = xq + yq * (c * branch_gain);
+      const double cs = 1.0 / std::sqrt(f64(xr).pow(2).mean().item<double>());
+      xr = xr * cs, xq = xq * cs;
+    } else {
+      xr = yr * c;
+      xq = yq * c;
+    }
     ChainPoint p;
     p.k = static_cast<int>(k + 1);
     p.delta = 1 - ax * aw;
     sum_delta += p.delta;
     p.predicted = std::exp(-sum_delta);
+    p.predicted_residual = branch_gain > 0 ? std::exp(-share * sum_delta) : p.predicted;
     p.eta = nmse_alpha(xq, xr).second;
     out.push_back(p);
   }

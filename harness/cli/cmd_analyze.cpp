@@ -152,13 +152,15 @@ int analyze_chain(const std::vector<std::string>& args) {
       ("tokens", po::value(&opt.tokens)->default_value(2048), "rows of the input")
       ("grids", po::value(&grids)->default_value("e2m1,e1m2"), "comma list of grids")
       ("seed", po::value(&opt.seed)->default_value(1), "seed of random weights and inputs")
+      ("residual", po::value(&opt.residual)->default_value(0), "a residual stream x + g Q(x) Q(W)^T with this branch gain g; 0: the serial chain")
       ("device", po::value(&device)->default_value("auto"), "auto, cpu or cuda")
       ("out", po::value(&opt.out), "also write the results to this HDF5 file");
-  auto vm = parse_command("analyze chain", "[--capture FILE] [--depth K] [--grids LIST] [--out FILE]", d, args);
+  auto vm = parse_command("analyze chain", "[--capture FILE] [--depth K] [--residual G] [--grids LIST] [--out FILE]", d, args);
   if (!vm) return 0;
   if (opt.depth < 1 || opt.depth > 1000) throw Error("--depth: " + std::to_string(opt.depth) + " is not allowed (allowed: 1..1000)");
   if (opt.input != "gaussian" && opt.input != "student-t" && opt.input != "captured")
     throw Error("--input: '" + opt.input + "' is not allowed (allowed: gaussian, student-t, captured)");
+  if (!(opt.residual >= 0 && opt.residual <= 100)) throw Error("--residual: " + std::to_string(opt.residual) + " is not allowed (allowed: 0..100)");
   opt.device = pick_device(device);
   if (!capture.empty()) opt.capture = capture_file(capture, -1);
   opt.grids = split(grids, ',', /*skip_empty=*/true);
