@@ -232,28 +232,34 @@ TEST_CASE("attenuation chain: E2M1 attenuates as Eq. 5 predicts, E1M2 does not",
 }
 
 TEST_CASE("attenuation chain on a residual stream: Eq. 5 diluted by the branches' share of the stream's energy", "[analysis]") {
-  // The mechanism report's explanation of why a trained network attenuates far less than Eq. 5 in series predicts: a
-  // branch of gain g carries w = g^2 / (1 + g^2) of the stream, and the stream's alpha follows exp(-w sum delta).
-  torch::manual_seed(12);
-  const int64_t d = 256;
-  std::vector<torch::Tensor> ws;
-  for (int k = 0; k < 12; ++k) ws.push_back(torch::randn({d, d}) / std::sqrt(static_cast<double>(d)));
-  torch::Tensor x0 = torch::randn({512, d});
+  // A branch of gain g on a stream at RMS 1 carries w = g^2 / (1 + g^2) of its energy (random weights: branch and
+  // stream uncorrelated), and the stream's alpha follows exp(-w sum delta). The share fitted from the chain,
+  // ln(eta) / (-sum delta), scatters by about 8% a draw at 24 stages (one draw's noise on ln(eta)); the mean of three
+  // draws lies within 25% of w, a serial chain's share being 1.
   QuantSpec s;
   s.grid = Grid::from_name("e2m1");
-  for (double g : {0.3, 0.5, 1.0}) {
+  const int64_t d = 256;
+  for (double g : {0.5, 1.0}) {
     INFO("branch gain " << g);
-    const auto r = attenuation_chain(x0, ws, s, g);
-    REQUIRE(r.size() == 12);
-    const double w = g * g / (1 + g * g);
-    double sum = 0;
-    for (const auto& p : r) sum += p.delta;
-    CHECK(r.back().predicted_residual == Approx(std::exp(-w * sum)).epsilon(1e-12));
-    CHECK(r.back().predicted == Approx(std::exp(-sum)).epsilon(1e-12));
-    // The diluted prediction holds to a tenth of the serial one's miss (the serial one misses by 0.05 to 0.1 here).
-    CHECK(std::fabs(r.back().eta - r.back().predicted_residual) < 0.1 * (r.back().eta - r.back().predicted));
-    CHECK(r.back().eta - r.back().predicted > 0.04);
+    double fitted = 0;
+    for (int draw = 1; draw <= 3; ++draw) {
+      torch::manual_seed(100 + draw);
+      std::vector<torch::Tensor> ws;
+      for (int k = 0; k < 24; ++k) ws.push_back(torch::randn({d, d}) / std::sqrt(static_cast<double>(d)));
+      const auto r = attenuation_chain(torch::randn({1024, d}), ws, s, g);
+      REQUIRE(r.size() == 24);
+      double sum = 0;
+      for (const auto& p : r) sum += p.delta;
+      CHECK(r.back().predicted == Approx(std::exp(-sum)).epsilon(1e-12));
+      CHECK(r.back().predicted_residual == Approx(std::exp(-g * g / (1 + g * g) * sum)).epsilon(1e-12));
+      fitted += std::log(r.back().eta) / -sum / 3;
+    }
+    CHECK(std::fabs(fitted / (g * g / (1 + g * g)) - 1) < 0.25);
   }
+  torch::manual_seed(12);
+  std::vector<torch::Tensor> ws;
+  for (int k = 0; k < 4; ++k) ws.push_back(torch::randn({d, d}) / std::sqrt(static_cast<double>(d)));
+  torch::Tensor x0 = torch::randn({256, d});
   const auto serial = attenuation_chain(x0, ws, s, 0);
   CHECK(serial.back().predicted_residual == serial.back().predicted);
   auto message = [](auto&& f) {
@@ -444,7 +450,7 @@ TEST_CASE("analyze capture: training runs' operands analysed as they train, the 
                               "2 blocks with this family: too few for a slope over blocks", "## The chain, measured", "**Eq. 5's size.**",
                               "**Eq. 5's ranking.**",
                               "### The paper on GEMM outputs", "| tiny | ufp4 | linear_fc2/fwd_y | ",
-                              "## The paper's mechanism claims at a glance"})
+                              "## The claims at a glance"})
     CHECK(md.find(section) != std::string::npos);
   CHECK(md.find("No step file holds a chain table") == std::string::npos);  // the chain's rows, not its absence
   CHECK(md.find("**tiny, ufp4** (step 7, 1 seed)") != std::string::npos);     // its point-by-point table

@@ -311,7 +311,8 @@ void run_chain_analysis(const ChainAnalysisOptions& opt) {
               static_cast<long long>(opt.depth), c.source.c_str(), opt.input.c_str());
   std::printf("eta_K: projection of the quantized chain's output on the exact output; predicted: exp(-sum delta_k) (Eq. 5)\n\n");
   if (opt.residual > 0)
-    std::printf("A residual stream, branch gain %g: each branch carries %.4f of the stream's energy; predicted_residual: exp(-w sum delta_k)\n\n",
+    std::printf("A residual stream, branch gain %g: each branch carries w = %.4f of the stream's energy if branch and stream are uncorrelated "
+                "(random weights); predicted_residual: exp(-w sum delta_k)\n\n",
                 opt.residual, opt.residual * opt.residual / (1 + opt.residual * opt.residual));
   std::printf("%-8s %-4s %6s %12s %12s %10s%s\n", "grid", "A", "K", "eta_K", "predicted", "delta_K", opt.residual > 0 ? " predicted_residual" : "");
   std::unique_ptr<H5Writer> w;

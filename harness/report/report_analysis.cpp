@@ -356,6 +356,10 @@ void write_chain_result(std::ostream& os, AnalysisContext& ctx, const std::strin
   if (!file_exists(c)) throw Error("analysis: no chain results at " + c + " (ufp4 analyze chain --out FILE)");
   verify_h5_content(c);
   auto a = read_h5_string_attrs(c);
+  const auto n = read_h5_numeric_attrs(c);
+  if (n.count("residual_branch_gain") && n.at("residual_branch_gain") > 0)
+    throw Error(c + ": a residual stream's chain (ufp4 analyze chain --residual " + fmt("%g", n.at("residual_branch_gain")) +
+                "); this report sets measured eta beside the serial Eq. 5 and takes serial chains only (--residual 0)");
   ctx.sources.push_back(rel(c) + " (commit " + a["git_commit"] + ", " + a["device"] + ")");
   os << "Weights: " << a["weights"] << "; input: " << a["input"] << ". eta_K = projection of the quantized chain's output on the "
      << "exact output after K GEMMs; predicted = exp(-sum delta_k), delta_k = 1 - alpha_x alpha_w.\n\n";
