@@ -45,6 +45,22 @@ using test::Shell;
 
 const std::string kBin = UFP4_BINARY;
 
+// The rest of a test case runs in the repository root (manifests and reports name their files from there); the test's
+// own folder again when it ends.
+class AtRepositoryRoot {
+ public:
+  AtRepositoryRoot() {
+    REQUIRE(::getcwd(cwd_, sizeof cwd_) != nullptr);
+    REQUIRE(::chdir(UFP4_SOURCE_DIR) == 0);
+  }
+  ~AtRepositoryRoot() { (void)!::chdir(cwd_); }
+  AtRepositoryRoot(const AtRepositoryRoot&) = delete;
+  AtRepositoryRoot& operator=(const AtRepositoryRoot&) = delete;
+
+ private:
+  char cwd_[4096];
+};
+
 std::string bytes_of(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -670,14 +686,7 @@ TEST_CASE("ufp4 quantize refuses inputs it cannot quantize faithfully, saying wh
 }
 
 TEST_CASE("every committed campaign's results are its run set: ids recomputed from its manifests and the committed data manifest", "[integrity]") {
-  const std::string root = UFP4_SOURCE_DIR;
-  char cwd[4096];
-  REQUIRE(::getcwd(cwd, sizeof cwd) != nullptr);
-  REQUIRE(::chdir(root.c_str()) == 0);  // campaigns name their files from the repository root
-  struct Back {
-    const char* to;
-    ~Back() { (void)!::chdir(to); }
-  } back{cwd};
+  const AtRepositoryRoot at_root;  // campaigns name their files from the repository root
   int campaigns = 0;
   for (const auto& path : campaign_files("experiments")) {
     const Campaign c = Campaign::load(path);
@@ -701,14 +710,7 @@ TEST_CASE("every committed campaign's results are its run set: ids recomputed fr
 // recomputed from the mechanism manifests on the corpus their step files name (results/data/), and every committed
 // run file and step file is one of those runs, its content verified.
 TEST_CASE("the mechanism's committed captures are its manifests' runs: ids recomputed, step files verified by content", "[integrity]") {
-  const std::string root = UFP4_SOURCE_DIR;
-  char cwd[4096];
-  REQUIRE(::getcwd(cwd, sizeof cwd) != nullptr);
-  REQUIRE(::chdir(root.c_str()) == 0);  // the manifests name their files from the repository root
-  struct Back {
-    const char* to;
-    ~Back() { (void)!::chdir(to); }
-  } back{cwd};
+  const AtRepositoryRoot at_root;  // the manifests name their files from the repository root
   const std::string dir = "results/analysis/mechanism";
   if (!is_dir(dir)) return;
   pin_data_manifest("data/python-8k", "results/data/python-8k-h200-current.data.toml");
@@ -750,13 +752,7 @@ TEST_CASE("the mechanism's committed captures are its manifests' runs: ids recom
 TEST_CASE("reports/mechanism.md is the rendering of the committed captures, byte for byte", "[integrity]") {
   const std::string root = UFP4_SOURCE_DIR;
   if (!is_dir(root + "/results/analysis/mechanism") || !file_exists(root + "/reports/mechanism.md")) return;
-  char cwd[4096];
-  REQUIRE(::getcwd(cwd, sizeof cwd) != nullptr);
-  REQUIRE(::chdir(root.c_str()) == 0);  // the report names its folder as given, from the repository root
-  struct Back {
-    const char* to;
-    ~Back() { (void)!::chdir(to); }
-  } back{cwd};
+  const AtRepositoryRoot at_root;  // the report names its folder as given, from the repository root
   const std::string out = test::temp_dir() + "/mechanism.md";
   auto r = test::run_cli("report mechanism --results results/analysis/mechanism --out " + out);
   INFO(r.out);

@@ -14,6 +14,9 @@ namespace {
 
 torch::Tensor f64(const torch::Tensor& t) { return t.to(torch::kFloat64); }
 
+// 1 / RMS of x, in double precision.
+double inverse_rms(const torch::Tensor& x) { return 1.0 / std::sqrt(f64(x).pow(2).mean().item<double>()); }
+
 // ||a - ref||^2 / ||ref||^2 and <a, ref> / ||ref||^2, in float64.
 std::pair<double, double> nmse_alpha(const torch::Tensor& a, const torch::Tensor& ref) {
   torch::Tensor r = f64(ref), q = f64(a);
@@ -120,7 +123,7 @@ std::vector<ChainPoint> attenuation_chain(const torch::Tensor& x0, const std::ve
   torch::NoGradGuard ng;
   torch::Tensor xr = x0.to(torch::kFloat32), xq = xr;
   if (branch_gain > 0) {  // a residual stream starts at RMS 1, as each add leaves it
-    const double c0 = 1.0 / std::sqrt(f64(xr).pow(2).mean().item<double>());
+    const double c0 = inverse_rms(xr);
     xr = xr * c0, xq = xq * c0;
   }
   const double share = branch_gain * branch_gain / (1 + branch_gain * branch_gain);
@@ -135,11 +138,11 @@ std::vector<ChainPoint> attenuation_chain(const torch::Tensor& x0, const std::ve
     const double ax = nmse_alpha(aq, spec.rht ? rht(xq, spec) : xq).second;
     const double aw = nmse_alpha(wq, spec.rht ? rht(W, spec) : W).second;
     torch::Tensor yr = torch::matmul(xr, W.t()), yq = torch::matmul(aq, wq.t());
-    const double c = 1.0 / std::sqrt(f64(yr).pow(2).mean().item<double>());  // same rescale on both paths
+    const double c = inverse_rms(yr);  // same rescale on both paths
     if (branch_gain > 0) {
       xr = xr + yr * (c * branch_gain);
       xq = xq + yq * (c * branch_gain);
-      const double cs = 1.0 / std::sqrt(f64(xr).pow(2).mean().item<double>());
+      const double cs = inverse_rms(xr);
       xr = xr * cs, xq = xq * cs;
     } else {
       xr = yr * c;

@@ -275,15 +275,11 @@ void write_gemm_claims(std::ostream& os, const Mechanism& m, Tally& tally) {
       };
       const Interval e = delta("e2m1"), u = delta("e1m2");
       if (std::isnan(e.mean)) continue;
-      auto side = [](const Interval& i, bool below) {
-        if (!i.defined()) return "inconclusive";
-        if (below ? i.hi < 0 : i.lo > 0) return "holds";
-        return (below ? i.lo > 0 : i.hi < 0) ? "contradicted" : "inconclusive";
-      };
-      tally.add("E2M1 loses to RHT-16 on linear_fc2's FPROP and the attention block's backward GEMMs", "The paper on GEMM outputs", side(e, true));
-      tally.add("E1M2 gains from RHT-16 on the same GEMMs", "The paper on GEMM outputs", side(u, false));
-      os << "| " << c.model << " | " << c.recipe << " | " << family << "/" << what << " | " << interval_text(e) << " | **" << side(e, true) << "** | "
-         << interval_text(u) << " | **" << side(u, false) << "** |\n";
+      const char *loses = verdict_name(verdict(e, -1)), *gains = verdict_name(verdict(u, +1));
+      tally.add("E2M1 loses to RHT-16 on linear_fc2's FPROP and the attention block's backward GEMMs", "The paper on GEMM outputs", loses);
+      tally.add("E1M2 gains from RHT-16 on the same GEMMs", "The paper on GEMM outputs", gains);
+      os << "| " << c.model << " | " << c.recipe << " | " << family << "/" << what << " | " << interval_text(e) << " | **" << loses << "** | "
+         << interval_text(u) << " | **" << gains << "** |\n";
     }
   os << "\n";
 }
@@ -550,7 +546,7 @@ void write_chain_verdicts(std::ostream& os, const std::vector<const Cell*>& cell
     std::sort(s.begin(), s.end());
     return s;
   };
-  auto verdict = [](const Interval& i) {
+  auto size_verdict = [](const Interval& i) {
     if (!i.defined() || std::isnan(i.lo) || std::isnan(i.hi)) return "inconclusive";
     return i.lo > 0 || i.hi < 0 ? "contradicted" : "not contradicted";
   };
@@ -586,10 +582,10 @@ void write_chain_verdicts(std::ostream& os, const std::vector<const Cell*>& cell
       if (none > 0) t += " (" + std::to_string(w.size()) + " of " + std::to_string(meas.size()) + " seeds: measured alpha >= 1 in the rest)";
       return t;
     };
-    tally.add("Eq. 5 gives the size of the chain's attenuation, forward", "The chain, measured", verdict(f));
-    tally.add("Eq. 5 gives the size of the chain's attenuation, backward", "The chain, measured", verdict(b));
-    os << "| " << c->model << " | " << c->recipe << " | " << c->step << " | " << interval_text(f, "%+.4f") << " | **" << verdict(f) << "** | "
-       << share("forward") << " | " << interval_text(b, "%+.4f") << " | **" << verdict(b) << "** | " << share("backward") << " |\n";
+    tally.add("Eq. 5 gives the size of the chain's attenuation, forward", "The chain, measured", size_verdict(f));
+    tally.add("Eq. 5 gives the size of the chain's attenuation, backward", "The chain, measured", size_verdict(b));
+    os << "| " << c->model << " | " << c->recipe << " | " << c->step << " | " << interval_text(f, "%+.4f") << " | **" << size_verdict(f) << "** | "
+       << share("forward") << " | " << interval_text(b, "%+.4f") << " | **" << size_verdict(b) << "** | " << share("backward") << " |\n";
   }
   os << "\n**Eq. 5's ranking.** For two recipes of one model and step, |1 - alpha| of the first minus that of the second at the stream's "
      << "far end, paired by seed, measured beside Eq. 5's: the ranking is seen when the measured interval excludes zero on the side "
@@ -612,12 +608,11 @@ void write_chain_verdicts(std::ostream& os, const std::vector<const Cell*>& cell
         };
         const Interval meas = gap(0), pred = gap(2);
         const bool predicted = pred.defined() && (pred.lo > 0 || pred.hi < 0);  // false for NaN bounds too
-        const bool up = predicted && pred.lo > 0;
+        const Verdict seen = verdict(meas, pred.lo > 0 ? +1 : -1);
         const char* v = !predicted ? "no predicted ranking"
-                        : !meas.defined() ? "not resolved"
-                        : (up ? meas.lo > 0 : meas.hi < 0) ? "seen"
-                        : (up ? meas.hi < 0 : meas.lo > 0) ? "reversed"
-                                                           : "not resolved";
+                        : seen == Verdict::kHolds ? "seen"
+                        : seen == Verdict::kContradicted ? "reversed"
+                                                         : "not resolved";
         tally.add(std::string("Eq. 5 ranks the recipes' attenuation, ") + dir, "The chain, measured", v);
         if (!header) os << "| model | step | recipes | direction | measured | predicted | verdict |\n|---|---|---|---|---|---|---|\n", header = true;
         os << "| " << a.model << " | " << a.step << " | " << a.recipe << " - " << b.recipe << " | " << dir << " | " << interval_text(meas, "%+.4f") << " | "
