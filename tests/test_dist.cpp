@@ -26,6 +26,7 @@
 #include "harness/io/array_io.h"
 #include "harness/io/run_results.h"
 #include "harness/plan/run_manifest.h"
+#include "harness/report/report.h"
 #include "harness/train/row_exchange_c10d.h"
 #include "harness/train/trainer.h"
 #include "models/moe.h"
@@ -606,4 +607,25 @@ TEST_CASE("the README's expert-parallel launches on the CPU, as written: ufp4's 
   CHECK(made[0].curves.eval_loss == made[1].curves.eval_loss);
   CHECK(made[0].weights_sha256 == made[1].weights_sha256);
   remove_tree(out);
+}
+
+TEST_CASE("report bench: the expert-parallel GPU checks, one row a ufp4 check log, and a failed line is a target not met", "[dist]") {
+  const std::string d = test::temp_dir() + "/ep-checks";
+  make_dirs(d);
+  write_file_atomically(d + "/check-lr0-ep2-vs-lr0-one.log", "ok   ep_lr0-bf16: train/loss, 20 points within 0.0e+00 + 2.0e-03 x |ref|\n"
+                                                          "ok   ep_lr0-bf16: eval/loss, 2 points within 0.0e+00 + 2.0e-03 x |ref|\n");
+  write_file_atomically(d + "/check-ep2b-vs-ep2a.log", "ok   ep-bf16: train/loss, 200 values bit-identical\n"
+                                                    "FAIL ep-bf16: final weights differ\n");
+  write_file_atomically(d + "/ep2a.log", "a training log, not a check\n");
+  DataParallelTargets t;
+  t.expert_checks = d;
+  const DataParallelReport r = report_data_parallel(d + "/no-scaling.h5", d + "/no-runs", t);
+  INFO(r.markdown);
+  CHECK(r.markdown.find("### Expert-parallel correctness") != std::string::npos);
+  CHECK(r.markdown.find("| lr0-ep2-vs-lr0-one | 2 | 0 | within the tolerance |") != std::string::npos);
+  CHECK(r.markdown.find("| ep2b-vs-ep2a | 1 | 1 | bit for bit |") != std::string::npos);
+  CHECK(r.markdown.find("| ep2a") == std::string::npos);  // a training log, not a check
+  INFO(r.target_rows);
+  CHECK(r.target_rows.find("at learning rate 0 (`ufp4 check`) | all pass | all pass | **met** |") != std::string::npos);
+  CHECK(r.target_rows.find("bit for bit (`ufp4 check --exact`) | all pass | 1 failed | **not met** |") != std::string::npos);
 }

@@ -74,6 +74,7 @@ struct DataParallelTargets {
   int efficiency_gpus = 4;
   std::string efficiency_model = "dense-1.5b";
   std::string paper_budgets;  // the paper models' token budgets for the projection (reports/paper/figure9.toml)
+  std::string expert_checks;  // a folder of tools/gpu-expert-parallel.sh's `ufp4 check` logs (check-A-vs-B.log); empty: none
 };
 struct DataParallelReport {
   std::string markdown, target_rows;

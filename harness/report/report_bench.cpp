@@ -156,7 +156,8 @@ BenchTargets load_targets(const std::string& root) {
           get("step", "bf16_over_pytorch_compiled_max"), get("step", "moe_ufp4_over_bf16_max"), get("step", "moe_bf16_over_pytorch_eager_max"),
           get("step", "moe_bf16_over_pytorch_compiled_max"), get("step", "ufp4_over_pytorch_fakequant_compiled_max"),
           DataParallelTargets{get("data_parallel", "efficiency_min"), static_cast<int>(get("data_parallel", "efficiency_gpus")),
-                              t["data_parallel"]["efficiency_model"].value_or(std::string("dense-1.5b"))},
+                              t["data_parallel"]["efficiency_model"].value_or(std::string("dense-1.5b")), std::string(),
+                              t["expert_parallel"]["checks"].value_or(std::string())},
           PackingTargets{get("packing", "fastest_over_one_run_min"), string_list(t, "packing", "models", path)}};
 }
 
@@ -972,6 +973,7 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
   // Data parallelism: scaling.h5 and the correctness runs beside the step results.
   DataParallelTargets dpt = t.data_parallel;
   dpt.paper_budgets = root + "/reports/paper/figure9.toml";
+  if (!dpt.expert_checks.empty()) dpt.expert_checks = root + "/" + dpt.expert_checks;
   const DataParallelReport dp = report_data_parallel(dir + "/scaling.h5", dir + "/data-parallel", dpt);
   out.md << dp.markdown;
   out.targets << dp.target_rows;

@@ -58,7 +58,9 @@ std::string efficiency_row(const DataParallelTargets& t, std::map<int64_t, doubl
 std::string scaling_section(const std::string& scaling_h5, const DataParallelTargets& t, std::vector<std::string>& sources,
                             std::ostringstream& rows) {
   std::ostringstream md;
-  const auto v = read_scaling_rows(scaling_h5);
+  // By world size: `bench scaling --append` keeps the rows in the order their commands ran.
+  auto v = read_scaling_rows(scaling_h5);
+  std::stable_sort(v.begin(), v.end(), [](const ScalingBenchRow& a, const ScalingBenchRow& b) { return a.gpus < b.gpus; });
   sources.push_back(provenance_line(scaling_h5));
   std::map<std::pair<std::string, std::string>, double> one;  // (model, recipe) -> tokens/s on one GPU
   for (const auto& r : v)
@@ -118,8 +120,11 @@ std::string expert_parallel_section(const std::vector<std::string>& files, std::
      << "trains: the tokens' rows exchanged by all-to-all, the experts' gradients summed over the ranks that hold the same experts, "
      << "everything else data-parallel with ZeRO-1), one rank a GPU, random tokens, deterministic mode; timed: the training step, or one "
      << "routed MoE layer's forward and backward at the model's real shapes (no optimizer; `--moe-layer`), batch x sequence tokens a rank. "
-     << "Efficiency: tokens/s / (N x one GPU's tokens/s) where one GPU was measured. MFU counts the active parameters. Plan: `ufp4 plan "
-     << "--model M --gpus N` at the row's layout (a step only).\n\n"
+     << "Efficiency: tokens/s / (N x one GPU's tokens/s) where one GPU was measured. A MoE layer can pass 100%: each rank keeps its "
+     << "batch x sequence tokens, so at EP N each of its experts receives the rows of N ranks, and the grouped GEMMs run N times as "
+     << "many rows an expert. MFU counts the active parameters. Plan: `ufp4 plan "
+     << "--model M --gpus N` at the row's layout (a step only; the plan has no term for a 4-bit recipe's quantized operands, which "
+     << "live from FPROP to DGRAD, so a 4-bit step's peak can pass it).\n\n"
      << "| model | recipe | timed | GPUs | layout | ms | tokens/s | efficiency | MFU | peak GB a GPU | plan GB a GPU |\n"
      << "|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : v) {
@@ -131,6 +136,48 @@ std::string expert_parallel_section(const std::vector<std::string>& files, std::
        << fmt("%.1f", r.peak_memory_gb) << " | " << (std::isfinite(r.plan_memory_gb) ? fmt("%.1f", r.plan_memory_gb) : "-") << " |\n";
   }
   md << "\n";
+  return md.str();
+}
+
+// "### Expert-parallel correctness": the `ufp4 check` logs (check-A-vs-B.log) that tools/gpu-expert-parallel.sh's correctness
+// stage leaves in `dir`, one row a log with its verdict lines counted; the runs stayed on the device, so the logs are the record.
+// Target rows: every check passes, the learning-rate-0 layouts against one process and the reruns bit for bit.
+std::string expert_checks_section(const std::string& dir, std::vector<std::string>& sources, std::ostringstream& rows) {
+  std::vector<std::string> logs;
+  walk_files(dir, ".log", logs);
+  std::sort(logs.begin(), logs.end());
+  std::ostringstream md;
+  md << "### Expert-parallel correctness\n\n"
+     << "`tools/gpu-expert-parallel.sh`'s correctness stage (`" << rel(dir) << "/`, its README says what each run is): the MoE proxy at "
+     << "learning rate 0 by one process and by 4 ranks at EP 1, 2 and 4 (every layout computes the same function of the same tokens, so "
+     << "each loss must agree with one process's within `ufp4 check`'s tolerance), and trained at EP 2 x DP 2 twice and once stopped and "
+     << "resumed (`--exact`: bit for bit). Each row is one `ufp4 check` log: its lines that passed and failed.\n\n"
+     << "| check | ok | FAIL | compared |\n|---|---|---|---|\n";
+  int lr0_fail = -1, rerun_fail = -1;  // -1: no such log
+  for (const auto& path : logs) {
+    const std::string name = path.substr(path.find_last_of('/') + 1);
+    if (name.rfind("check-", 0) != 0) continue;
+    int ok = 0, fail = 0;
+    bool exact = false;
+    for (const auto& line : split(read_text_file(path), '\n')) {
+      if (line.rfind("ok ", 0) == 0) ++ok;
+      if (line.rfind("FAIL", 0) == 0) ++fail;
+      if (line.find("bit-identical") != std::string::npos) exact = true;
+    }
+    if (ok + fail == 0) fail = 1;  // a log without verdicts did not check anything
+    int& family = name.rfind("check-lr0-", 0) == 0 ? lr0_fail : rerun_fail;
+    family = std::max(family, 0) + fail;
+    sources.push_back(rel(path));
+    md << "| " << name.substr(6, name.size() - 10) << " | " << ok << " | " << fail << " | " << (exact ? "bit for bit" : "within the tolerance") << " |\n";
+  }
+  md << "\n";
+  auto row = [&](const std::string& what, int fails) {
+    if (fails < 0) return;
+    rows << "| " << what << " | all pass | " << (fails == 0 ? "all pass" : std::to_string(fails) + " failed") << " | "
+         << (fails == 0 ? "**met**" : "**not met**") << " |\n";
+  };
+  row("expert parallelism: EP 1, 2 and 4 against one process at learning rate 0 (`ufp4 check`)", lr0_fail);
+  row("expert parallelism: a rerun and a resume at EP 2 x DP 2 bit for bit (`ufp4 check --exact`)", rerun_fail);
   return md.str();
 }
 
@@ -251,6 +298,7 @@ DataParallelReport report_data_parallel(const std::string& scaling_h5, const std
   for (const char* f : {"/expert_parallel.h5", "/expert_parallel_layer.h5"})
     if (file_exists(dir + f)) ep_files.push_back(dir + f);
   if (!ep_files.empty()) md << expert_parallel_section(ep_files, out.sources);
+  if (!t.expert_checks.empty() && is_dir(t.expert_checks)) md << expert_checks_section(t.expert_checks, out.sources, rows);
   if (!t.paper_budgets.empty()) md << projection_section(dir, t.paper_budgets);
 
   // Correctness: runs grouped by recipe; one GPU (seeds) against N GPUs (reruns of one seed).
