@@ -123,6 +123,20 @@ TEST_CASE("ufp4 plan --model MOE --gpus N: every expert-parallel layout of the r
   CHECK(big.out.find("layout: none fits 141 GB on 8 GPUs") != std::string::npos);
 }
 
+TEST_CASE("ufp4 plan --model M --seq S: the memory line, the table and the layouts all at S", "[cli]") {
+  Result r = run_cli("plan --model moe-7.9b --seq 4096 --micro-batch 2 --gpus 4");
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  const size_t at = r.out.find("activations ");
+  REQUIRE(at != std::string::npos);
+  const double memory_line = std::stod(r.out.substr(at + 12));
+  const size_t ep = r.out.find("no recompute):", r.out.find("expert parallel on 4 GPUs"));
+  const size_t layout_at = r.out.rfind("activations ", ep);
+  REQUIRE(layout_at != std::string::npos);
+  CHECK(memory_line == Approx(std::stod(r.out.substr(layout_at + 12))).margin(0.005));
+  CHECK(r.out.find(", seq 4096") != std::string::npos);
+}
+
 namespace {
 
 ScalingBenchRow bench_row(const std::string& model, const std::string& recipe, const std::string& unit, int64_t gpus, double step_ms, double mfu) {

@@ -609,23 +609,38 @@ TEST_CASE("the README's expert-parallel launches on the CPU, as written: ufp4's 
   remove_tree(out);
 }
 
-TEST_CASE("report bench: the expert-parallel GPU checks, one row a ufp4 check log, and a failed line is a target not met", "[dist]") {
+TEST_CASE("report bench: the expert-parallel GPU checks the targets name, one row a log; a failure, an error, a fallback from --exact or a missing log is no pass", "[dist]") {
   const std::string d = test::temp_dir() + "/ep-checks";
   make_dirs(d);
-  write_file_atomically(d + "/check-lr0-ep2-vs-lr0-one.log", "ok   ep_lr0-bf16: train/loss, 20 points within 0.0e+00 + 2.0e-03 x |ref|\n"
-                                                          "ok   ep_lr0-bf16: eval/loss, 2 points within 0.0e+00 + 2.0e-03 x |ref|\n");
-  write_file_atomically(d + "/check-ep2b-vs-ep2a.log", "ok   ep-bf16: train/loss, 200 values bit-identical\n"
-                                                    "FAIL ep-bf16: final weights differ\n");
-  write_file_atomically(d + "/ep2a.log", "a training log, not a check\n");
+  const std::string tol = "ok   ep_lr0-bf16: train/loss, 20 points within 0.0e+00 + 2.0e-03 x |ref|\n";
+  const std::string exact = "ok   ep-bf16: train/loss, 200 values bit-identical\n";
+  write_file_atomically(d + "/check-lr0-ep2.log", tol + tol);
+  write_file_atomically(d + "/check-lr0-cut.log", tol + "ufp4: error: cannot read run.h5\n");
+  write_file_atomically(d + "/check-rerun.log", exact + exact);
+  write_file_atomically(d + "/check-other-gpu.log", "note: the runs were made on different GPU models; compared within the tolerance\n" + tol);
   DataParallelTargets t;
   t.expert_checks = d;
-  const DataParallelReport r = report_data_parallel(d + "/no-scaling.h5", d + "/no-runs", t);
+  t.expert_tolerance_logs = {"check-lr0-ep2.log"};
+  t.expert_exact_logs = {"check-rerun.log"};
+  DataParallelReport r = report_data_parallel(d + "/no-scaling.h5", d + "/no-runs", t);
   INFO(r.markdown);
-  CHECK(r.markdown.find("### Expert-parallel correctness") != std::string::npos);
-  CHECK(r.markdown.find("| lr0-ep2-vs-lr0-one | 2 | 0 | within the tolerance |") != std::string::npos);
-  CHECK(r.markdown.find("| ep2b-vs-ep2a | 1 | 1 | bit for bit |") != std::string::npos);
-  CHECK(r.markdown.find("| ep2a") == std::string::npos);  // a training log, not a check
   INFO(r.target_rows);
-  CHECK(r.target_rows.find("at learning rate 0 (`ufp4 check`) | all pass | all pass | **met** |") != std::string::npos);
-  CHECK(r.target_rows.find("bit for bit (`ufp4 check --exact`) | all pass | 1 failed | **not met** |") != std::string::npos);
+  CHECK(r.markdown.find("| check-lr0-ep2.log | within the tolerance | 2 | 0 | not asked |") != std::string::npos);
+  CHECK(r.markdown.find("| check-rerun.log | bit for bit | 2 | 0 | yes |") != std::string::npos);
+  CHECK(r.markdown.find("check-other-gpu") == std::string::npos);  // not named by the targets
+  CHECK(r.target_rows.find("within the tolerance (1 `ufp4 check` logs) | all pass | all pass | **met** |") != std::string::npos);
+  CHECK(r.target_rows.find("bit for bit (1 `ufp4 check` logs) | all pass | all pass | **met** |") != std::string::npos);
+
+  t.expert_tolerance_logs = {"check-lr0-ep2.log", "check-lr0-cut.log"};
+  t.expert_exact_logs = {"check-rerun.log", "check-other-gpu.log"};
+  r = report_data_parallel(d + "/no-scaling.h5", d + "/no-runs", t);
+  CHECK(r.markdown.find("| check-lr0-cut.log | within the tolerance | 1 | 1 | not asked |") != std::string::npos);
+  CHECK(r.markdown.find("| check-other-gpu.log | bit for bit | 1 | 0 | no |") != std::string::npos);
+  CHECK(r.target_rows.find("within the tolerance (2 `ufp4 check` logs) | all pass | 1 did not | **not met** |") != std::string::npos);
+  CHECK(r.target_rows.find("bit for bit (2 `ufp4 check` logs) | all pass | 1 did not | **not met** |") != std::string::npos);
+
+  t.expert_exact_logs = {"check-gone.log"};
+  r = report_data_parallel(d + "/no-scaling.h5", d + "/no-runs", t);
+  CHECK(r.target_rows.find("| not run: check-gone.log missing in ") != std::string::npos);
+  CHECK(r.target_rows.find("**not run** |") != std::string::npos);
 }

@@ -259,10 +259,11 @@ void print_model_plans(std::vector<std::string> models, int64_t seq, int64_t mic
                 human(p.quantized_total).c_str(), train_flops_per_token(c), m.weights_gb, m.grads_gb + m.optimizer_gb, m.activations_gb);
   }
   if (models.size() == 1) {
-    const ModelConfig& c = model_config(models[0]);
+    ModelConfig c = model_config(models[0]);
+    if (seq > 0) c.seq_len = seq;  // the memory line below at the sequence asked for, as the table above and the layouts
     std::cout << "\n" << c.name << ": " << c.notes << "\n"
               << "  d_model " << c.d_model << ", layers " << c.n_layers << ", heads " << c.n_heads << " (KV " << c.n_kv_heads
-              << "), head_dim " << c.head_dim() << ", SwiGLU " << c.ffn_hidden << ", vocab " << c.vocab << ", seq " << (seq ? seq : c.seq_len);
+              << "), head_dim " << c.head_dim() << ", SwiGLU " << c.ffn_hidden << ", vocab " << c.vocab << ", seq " << c.seq_len;
     if (c.is_moe())
       std::cout << "\n  MoE: " << c.n_experts << " experts of hidden " << c.expert_hidden << ", top-" << c.top_k << ", "
                 << c.n_shared_experts << " shared, first " << c.dense_layers << " layer(s) dense, "

@@ -74,7 +74,8 @@ struct DataParallelTargets {
   int efficiency_gpus = 4;
   std::string efficiency_model = "dense-1.5b";
   std::string paper_budgets;  // the paper models' token budgets for the projection (reports/paper/figure9.toml)
-  std::string expert_checks;  // a folder of tools/gpu-expert-parallel.sh's `ufp4 check` logs (check-A-vs-B.log); empty: none
+  std::string expert_checks;  // a folder of tools/gpu-expert-parallel.sh's `ufp4 check` logs; empty: none
+  std::vector<std::string> expert_tolerance_logs, expert_exact_logs;  // the logs there that must pass, and pass bit for bit
 };
 struct DataParallelReport {
   std::string markdown, target_rows;

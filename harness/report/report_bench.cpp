@@ -138,7 +138,7 @@ std::vector<std::string> string_list(const toml::table& t, const char* section, 
   if (a)
     for (const auto& e : *a)
       if (const auto v = e.value<std::string>()) out.push_back(*v);
-  if (!a || out.size() != a->size()) throw Error(path + ": " + section + "." + key + ": expected a list of model names");
+  if (!a || out.size() != a->size()) throw Error(path + ": " + section + "." + key + ": expected a list of strings");
   return out;
 }
 
@@ -157,7 +157,8 @@ BenchTargets load_targets(const std::string& root) {
           get("step", "moe_bf16_over_pytorch_compiled_max"), get("step", "ufp4_over_pytorch_fakequant_compiled_max"),
           DataParallelTargets{get("data_parallel", "efficiency_min"), static_cast<int>(get("data_parallel", "efficiency_gpus")),
                               t["data_parallel"]["efficiency_model"].value_or(std::string("dense-1.5b")), std::string(),
-                              t["expert_parallel"]["checks"].value_or(std::string())},
+                              t["expert_parallel"]["checks"].value_or(std::string()), string_list(t, "expert_parallel", "within_tolerance", path),
+                              string_list(t, "expert_parallel", "bit_for_bit", path)},
           PackingTargets{get("packing", "fastest_over_one_run_min"), string_list(t, "packing", "models", path)}};
 }
 
@@ -973,7 +974,7 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
   // Data parallelism: scaling.h5 and the correctness runs beside the step results.
   DataParallelTargets dpt = t.data_parallel;
   dpt.paper_budgets = root + "/reports/paper/figure9.toml";
-  if (!dpt.expert_checks.empty()) dpt.expert_checks = root + "/" + dpt.expert_checks;
+  if (!dpt.expert_checks.empty() && dpt.expert_checks[0] != '/') dpt.expert_checks = root + "/" + dpt.expert_checks;
   const DataParallelReport dp = report_data_parallel(dir + "/scaling.h5", dir + "/data-parallel", dpt);
   out.md << dp.markdown;
   out.targets << dp.target_rows;
