@@ -15,7 +15,7 @@ echo "build: $(( $(date +%s) - t0 )) s"
 # The hot kernel's machine code, for reading instruction counts against Nsight Compute's.
 command -v cuobjdump >/dev/null && cuobjdump -sass build/CMakeFiles/ufp4_cuda.dir/kernels/quantize/quantize_hot_cuda.cu.o > "$LOGS/sass-quantize-hot.txt" 2>&1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv > "$LOGS/gpu-state.log" 2>&1
-build/ufp4_tests "[cuda]" --durations yes > "$LOGS/cuda-tests.log" 2>&1
+tools/cuda-tests.sh "$LOGS/cuda-tests.log"
 echo "cuda tests exit $? after $(( $(date +%s) - t0 )) s: $(tail -n 2 "$LOGS/cuda-tests.log" | tr '\n' ' ')"
 build/ufp4 bench kernels --out-dir "$BENCH" > "$LOGS/bench-kernels.log" 2>&1
 echo "bench kernels exit $? after $(( $(date +%s) - t0 )) s"

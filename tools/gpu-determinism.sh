@@ -9,7 +9,7 @@
 #   UFP4_GIT_COMMIT=<commit> [MAKE_REFERENCE=1] tools/gpu-determinism.sh
 source "$(dirname "$0")/gpu-common.sh" determinism
 if [ "${CUDA_TESTS:-}" != none ]; then
-  build/ufp4_tests "${CUDA_TESTS:-[cuda]}" --durations yes > "$LOGS/cuda-tests.log" 2>&1
+  tools/cuda-tests.sh "$LOGS/cuda-tests.log" "${CUDA_TESTS:-[cuda]}"
   echo "cuda tests exit $? after $(elapsed): $(tail -n 2 "$LOGS/cuda-tests.log" | tr '\n' ' ')"
 fi
 status=0
