@@ -123,6 +123,38 @@ TEST_CASE("ufp4 plan --model MOE --gpus N: every expert-parallel layout of the r
   CHECK(big.out.find("layout: none fits 141 GB on 8 GPUs") != std::string::npos);
 }
 
+TEST_CASE("ufp4 plan --model MOE --gpus N: a 4-bit recipe's weight operands, 2 B a quantized weight of the rank, and its own layout", "[cli]") {
+  Result r = run_cli("plan --model moe-7.9b --gpus 4 --seq 4096");
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  std::istringstream in(r.out);
+  std::map<int, double> extra;  // EP -> 4-bit GB a GPU - GB a GPU
+  double quantized_b = 0;
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream row(line);
+    std::string name, unit;
+    double total = 0, active = 0;
+    if (line.rfind("moe-7.9b ", 0) == 0 && row >> name >> total >> unit >> active >> unit >> quantized_b) continue;
+    int ep = 0, dp = 0;
+    long long experts = 0;
+    double g = 0, a2a = 0, four_bit = 0;
+    std::string gb, fits80, slash, fits141;
+    if (row.clear(), row.seekg(0), row >> ep >> dp >> experts >> g >> a2a >> gb >> fits80 >> slash >> fits141 >> four_bit && ep * dp == 4)
+      extra[ep] = four_bit - g;
+  }
+  REQUIRE(extra.size() == 3);
+  // EP 1: every quantized weight on each rank (the table's "quantized" column, in billions), 2 B each.
+  CHECK(extra[1] == Approx(2.0 * quantized_b).margin(0.02));
+  // The routed experts split EP ways: 17 MoE layers x 64 experts x 3 x 2048 x 1024 weights, 2 B each.
+  const double experts_gb = 2.0 * 17 * 64 * 3 * 2048.0 * 1024 / 1e9;
+  CHECK(extra[1] - extra[2] == Approx(experts_gb / 2).margin(0.02));
+  CHECK(extra[1] - extra[4] == Approx(experts_gb * 3 / 4).margin(0.02));
+  // moe-124b at 4096 tokens on 256 GPUs: EP 64 fits 141 GB in BF16, not with the 4-bit operands.
+  Result big = run_cli("plan --model moe-124b --gpus 256 --seq 4096");
+  CHECK(big.out.find("layout: EP 64 x DP 4 (fits 141 GB, not 80 GB)") != std::string::npos);
+  CHECK(big.out.find("layout with a 4-bit recipe: EP 128 x DP 2 (fits 141 GB, not 80 GB)") != std::string::npos);
+}
+
 TEST_CASE("ufp4 plan --model M --seq S: the memory line, the table and the layouts all at S", "[cli]") {
   Result r = run_cli("plan --model moe-7.9b --seq 4096 --micro-batch 2 --gpus 4");
   INFO(r.out);

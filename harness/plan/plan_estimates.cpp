@@ -27,12 +27,27 @@ double data_parallel_memory_gb(const ModelConfig& c, int64_t micro_batch, int gp
   return m.weights_gb + m.grads_gb + m.optimizer_gb / gpus + shard_gb + m.activations_gb;
 }
 
-double expert_parallel_memory_gb(const ModelConfig& c, int64_t micro_batch, int gpus, int ep) {
+namespace {
+
+// The routed experts' weights (SwiGLU: three d_model x expert_hidden matrices an expert), those EP splits.
+double routed_expert_params(const ModelConfig& c) {
   const int64_t moe_layers = c.n_layers - c.dense_layers;
-  const double expert_params = c.is_moe() ? static_cast<double>(moe_layers) * c.n_experts * 3.0 * c.d_model * c.expert_hidden : 0.0;
+  return c.is_moe() ? static_cast<double>(moe_layers) * c.n_experts * 3.0 * c.d_model * c.expert_hidden : 0.0;
+}
+
+}  // namespace
+
+double expert_parallel_memory_gb(const ModelConfig& c, int64_t micro_batch, int gpus, int ep) {
+  const double expert_params = routed_expert_params(c);
   const double other = static_cast<double>(count_params(c).total) - expert_params;
   const double dp = static_cast<double>(gpus) / ep;  // ranks that hold the same experts
   return (other * (6.0 + 4.0 + 12.0 / gpus) + expert_params / ep * (6.0 + 4.0 + 12.0 / dp)) / 1e9 + estimate_memory(c, micro_batch).activations_gb;
+}
+
+double four_bit_operand_gb(const ModelConfig& c, int ep) {
+  const double expert_params = routed_expert_params(c);
+  const double quantized = static_cast<double>(count_params(c).quantized_total);
+  return 2.0 * (quantized - expert_params + expert_params / ep) / 1e9;
 }
 
 namespace {
@@ -140,8 +155,9 @@ void print_expert_layouts(const ModelConfig& c, int gpus, int64_t micro_batch) {
   const double tok = static_cast<double>(micro_batch) * c.seq_len;
   std::printf("  expert parallel on %d GPUs (ufp4 run --ep E; ZeRO-1, micro-batch %lld a GPU, activations %.2f GB, no recompute):\n", gpus,
               static_cast<long long>(micro_batch), m.activations_gb);
-  std::printf("    %6s %6s %14s %12s %12s %s\n", "EP", "DP", "experts a GPU", "GB a GPU", "a2a/micro-b.", "fits 80 / 141 GB");
-  int fit80 = 0, fit141 = 0;
+  std::printf("    %6s %6s %14s %12s %12s %s   %s\n", "EP", "DP", "experts a GPU", "GB a GPU", "a2a/micro-b.", "fits 80 / 141 GB",
+              "4-bit GB a GPU");
+  int fit80 = 0, fit141 = 0, fit80_4 = 0, fit141_4 = 0;
   for (int ep = 1; ep <= gpus; ++ep) {
     if (gpus % ep != 0 || c.n_experts % ep != 0) continue;
     const int dp = gpus / ep;  // ranks that hold the same experts
@@ -149,12 +165,22 @@ void print_expert_layouts(const ModelConfig& c, int gpus, int64_t micro_batch) {
     const double a2a = tok * c.top_k * c.d_model * 2.0 * 2.0 * 2.0 * moe_layers * (ep - 1.0) / ep / gb;
     if (per_gpu <= 80 && !fit80) fit80 = ep;
     if (per_gpu <= 141 && !fit141) fit141 = ep;
-    std::printf("    %6d %6d %14lld %12.2f %9.2f GB %s / %s\n", ep, dp, static_cast<long long>(c.n_experts / ep), per_gpu, a2a,
-                per_gpu <= 80 ? "yes" : "no", per_gpu <= 141 ? "yes" : "no");
+    const double four_bit = per_gpu + four_bit_operand_gb(c, ep);
+    if (four_bit <= 80 && !fit80_4) fit80_4 = ep;
+    if (four_bit <= 141 && !fit141_4) fit141_4 = ep;
+    std::printf("    %6d %6d %14lld %12.2f %9.2f GB %s / %s   %10.2f (%s / %s)\n", ep, dp, static_cast<long long>(c.n_experts / ep), per_gpu, a2a,
+                per_gpu <= 80 ? "yes" : "no", per_gpu <= 141 ? "yes" : "no", four_bit, four_bit <= 80 ? "yes" : "no", four_bit <= 141 ? "yes" : "no");
   }
+  std::printf("    4-bit GB a GPU: with a 4-bit recipe's columnwise weight operands, kept from the forward to DGRAD (2 B a quantized weight);\n"
+              "    its activation operands are not counted: leave a margin (README, \"Expert parallelism\": this column against measured peaks)\n");
   if (fit80) std::printf("    layout: EP %d x DP %d (the least all-to-all that fits 80 GB)\n", fit80, gpus / fit80);
   else if (fit141) std::printf("    layout: EP %d x DP %d (fits 141 GB, not 80 GB)\n", fit141, gpus / fit141);
   else std::printf("    layout: none fits 141 GB on %d GPUs (more GPUs, activation recompute or sharded weights would be needed)\n", gpus);
+  if (fit80_4 != fit80 || fit141_4 != fit141) {
+    if (fit80_4) std::printf("    layout with a 4-bit recipe: EP %d x DP %d (fits 80 GB)\n", fit80_4, gpus / fit80_4);
+    else if (fit141_4) std::printf("    layout with a 4-bit recipe: EP %d x DP %d (fits 141 GB, not 80 GB)\n", fit141_4, gpus / fit141_4);
+    else std::printf("    layout with a 4-bit recipe: none fits 141 GB on %d GPUs\n", gpus);
+  }
 }
 
 // `plan --model NAME --gpus N`: memory per GPU under data parallelism with replicated and with sharded

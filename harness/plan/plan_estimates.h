@@ -21,6 +21,11 @@ double data_parallel_memory_gb(const ModelConfig& c, int64_t micro_batch, int gp
 // ranks (ZeRO-1), the experts' over the gpus / ep ranks that hold the same experts; FP32 and BF16
 // weights, FP32 gradients, one micro-batch of activations. At ep 1: data_parallel_memory_gb (sharded).
 double expert_parallel_memory_gb(const ModelConfig& c, int64_t micro_batch, int gpus, int ep);
+// GB a GPU that a 4-bit recipe adds to those: each quantized linear keeps its weight's columnwise BF16
+// operand for DGRAD from the forward to the backward (models/quant_linear.cpp), 2 bytes a quantized weight
+// of the rank, the routed experts' split `ep` ways. Not counted: activation operands a recipe keeps beside
+// the BF16 activations (on 4 H200s moe-7.9b at EP 2 x DP 2 measured 10.6 GB over bf16, this term 7.7).
+double four_bit_operand_gb(const ModelConfig& c, int ep);
 
 // `plan MANIFEST...`, printed. `device_name`: estimate for this device ("" for this machine's).
 void print_run_plans(const std::vector<std::string>& manifests, const std::string& device_name);

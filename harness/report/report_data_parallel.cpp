@@ -3,6 +3,7 @@
 // same global batch, and two N-GPU runs against each other) from run results.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <tuple>
@@ -15,11 +16,24 @@
 #include "harness/io/array_io.h"
 #include "harness/io/bench_files.h"
 #include "harness/io/run_results.h"
+#include "harness/plan/plan_estimates.h"
 #include "harness/report/report.h"
+#include "models/model_config.h"
 
 namespace ufp4 {
 
 namespace {
+
+// The plan's GB a GPU for a row: its BF16 estimate, and for a 4-bit recipe's step that plus the columnwise
+// weight operands the recipe keeps for DGRAD (four_bit_operand_gb at the row's EP), shown as the sum.
+std::string plan_memory_cell(const ScalingBenchRow& r) {
+  if (!std::isfinite(r.plan_memory_gb) || r.plan_memory_gb <= 0) return "-";
+  if (r.recipe == "bf16") return fmt("%.1f", r.plan_memory_gb);
+  int ep = 1;
+  if (r.layout.rfind("EP ", 0) == 0) ep = std::atoi(r.layout.c_str() + 3);
+  const double four_bit = four_bit_operand_gb(model_config(r.model), std::max(ep, 1));
+  return fmt("%.1f", r.plan_memory_gb + four_bit) + " (" + fmt("%.1f", r.plan_memory_gb) + " + " + fmt("%.1f", four_bit) + " 4-bit)";
+}
 
 // Whether two runs agree bit for bit in every curve and in their final weights; else where they first part.
 std::string bit_difference(const RunResults& a, const RunResults& b) {
@@ -123,8 +137,9 @@ std::string expert_parallel_section(const std::vector<std::string>& files, std::
      << "Efficiency: tokens/s / (N x one GPU's tokens/s) where one GPU was measured. A MoE layer can pass 100%: each rank keeps its "
      << "batch x sequence tokens, so at EP N each of its experts receives the rows of N ranks, and the grouped GEMMs run N times as "
      << "many rows an expert. MFU counts the active parameters. Plan: `ufp4 plan "
-     << "--model M --gpus N` at the row's layout (a step only; the plan has no term for a 4-bit recipe's quantized operands, which "
-     << "live from FPROP to DGRAD, so a 4-bit step's peak can pass it).\n\n"
+     << "--model M --gpus N` at the row's layout (a step only): for a 4-bit recipe its BF16 estimate plus the columnwise weight "
+     << "operands the recipe keeps from FPROP to DGRAD (the plan's \"4-bit GB a GPU\"); the activation operands it keeps are not "
+     << "counted, so a 4-bit step's peak can still pass it.\n\n"
      << "| model | recipe | timed | GPUs | layout | ms | tokens/s | efficiency | MFU | peak GB a GPU | plan GB a GPU |\n"
      << "|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : v) {
@@ -133,7 +148,7 @@ std::string expert_parallel_section(const std::vector<std::string>& files, std::
     md << "| " << r.model << " | " << r.recipe << " | " << (r.unit.empty() ? "step" : r.unit) << " | " << r.gpus << " | " << r.layout << " | "
        << fmt("%.1f", r.step_ms) << " ± " << fmt("%.1f", r.step_ms_sd) << " | " << fmt("%.0f", r.tokens_per_s) << " | "
        << (std::isfinite(eff) ? fmt("%.1f%%", 100 * eff) : "n/a") << " | " << (r.mfu > 0 ? fmt("%.1f%%", 100 * r.mfu) : "n/a") << " | "
-       << fmt("%.1f", r.peak_memory_gb) << " | " << (std::isfinite(r.plan_memory_gb) ? fmt("%.1f", r.plan_memory_gb) : "-") << " |\n";
+       << fmt("%.1f", r.peak_memory_gb) << " | " << plan_memory_cell(r) << " |\n";
   }
   md << "\n";
   return md.str();
