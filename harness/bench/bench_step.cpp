@@ -193,6 +193,19 @@ std::optional<StepBenchRow> bench_reference(const std::string& model, const Step
   return r;
 }
 
+// The fake-quant peer's own check (reference_step.py --self-test: its rounding against the grids' level
+// tables, its experts' WGRAD against an expert-by-expert loop), once a command: a peer that rounds wrongly
+// would time other arithmetic than the recipe's, so its rows are left out when the check fails.
+bool fakequant_peer_checked(const StepBenchOptions& o) {
+  static const bool ok = [&] {
+    const std::string cmd = o.python + " " + UFP4_SOURCE_DIR + "/harness/bench/reference_step.py --self-test";
+    const int rc = std::system(cmd.c_str());
+    if (rc != 0) log_warn("bench step: the fake-quant peer's self-test failed (exit " + std::to_string(rc) + "); its rows are left out");
+    return rc == 0;
+  }();
+  return ok;
+}
+
 // "model" or "model:seq" (a sequence length of its own, e.g. the small proxies at 1024): the model's
 // name and the options it runs with.
 std::pair<std::string, StepBenchOptions> model_options(const std::string& entry, const StepBenchOptions& o) {
@@ -284,7 +297,7 @@ std::vector<StepBenchRow> run_step_benchmarks(const StepBenchOptions& o) {
     // The fake-quant peers of the 4-bit recipes of --recipes (reference_step.py --recipe): eager and
     // compiled (torch.compile's default mode), fused AdamW, as a researcher would time them.
     for (const std::string rc : {"e2m1_ref", "ufp4"}) {
-      if (!fakequant || std::find(o.recipes.begin(), o.recipes.end(), rc) == o.recipes.end()) continue;
+      if (!fakequant || std::find(o.recipes.begin(), o.recipes.end(), rc) == o.recipes.end() || !fakequant_peer_checked(o)) continue;
       for (const char* mode : {"", "default"})
         if (auto r = bench_reference(mname, om, mode, "fused", false, rc)) report(*r);
     }

@@ -30,46 +30,63 @@ import torch.nn.functional as F
 
 
 # --- Fake quantization, as a researcher writes it (--recipe e2m1_ref | ufp4): quantize then dequantize in
-# torch ops, 1 x 16 blocks with FP32 max scales, RHT-16 as a 16 x 16 matmul with random signs, stochastic
-# rounding with torch.rand, and an autograd Function for the three GEMMs of every linear. The recipes of
-# models/recipes/: e2m1_ref = E2M1, RHT on WGRAD only, SR on dY (DGRAD and WGRAD); ufp4 = the same on the
-# E1M2 grid with RHT on all three GEMMs. Embedding, router and LM head stay BF16. For timing only.
-GRIDS = {"e2m1": [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], "e1m2": [0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75]}
+# torch ops, 1 x 16 blocks with FP32 max scales, RHT-16 as a 16 x 16 matmul with random signs, rounding to
+# the grid by its spacing (round, or floor(y + torch.rand) for stochastic rounding), and an autograd
+# Function for the three GEMMs of every linear. The recipes of models/recipes/: e2m1_ref = E2M1, RHT on WGRAD
+# only, SR on dY (DGRAD and WGRAD); ufp4 = the same on the E1M2 grid with RHT on all three GEMMs. Embedding,
+# router and LM head stay BF16. Every operand is blocked along its GEMM's reduction in the layout it has (rows
+# of a (T, N) operand along N, its columns along T), so no transposed copy is made. For timing; --self-test
+# checks the rounding against the grids' level tables.
+GRID_MAX = {"e2m1": 6.0, "e1m2": 1.75}
+GRID_LEVELS = {"e2m1": [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], "e1m2": [0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75]}
 RECIPES = {"e2m1_ref": ("e2m1", {"fprop": False, "dgrad": False, "wgrad": True}),
            "ufp4": ("e1m2", {"fprop": True, "dgrad": True, "wgrad": True})}
 
 
 class FakeQuant:
     def __init__(self, grid, device, seed=1234):
-        self.levels = torch.tensor(GRIDS[grid], device=device)
-        self.mids = (self.levels[1:] + self.levels[:-1]) / 2
-        self.gmax = GRIDS[grid][-1]
+        self.grid, self.gmax = grid, GRID_MAX[grid]
         h = torch.ones(1, 1)
         while h.shape[0] < 16:
             h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
         g = torch.Generator().manual_seed(seed)
         signs = torch.randint(0, 2, (16,), generator=g).float() * 2 - 1
-        self.rot = (torch.diag(signs) @ h / 4.0).to(device)
+        self.rot = (torch.diag(signs) @ h / 4.0).to(device)  # orthogonal: rot @ rot.T = I
 
-    def __call__(self, x, rht=False, sr=False):
-        """x in blocks of 16 along its last dim (rotated first with rht), dequantized in x's dtype. Both
-        operands of a GEMM rotate alike along its reduction, so their product needs no inverse."""
-        shape = x.shape
-        assert shape[-1] % 16 == 0, f"fake quantization in blocks of 16: a last dimension of {shape[-1]}"
-        b = x.float().reshape(-1, 16)
-        if rht:
-            b = b @ self.rot
-        scale = b.abs().amax(-1, keepdim=True) / self.gmax
-        scale = torch.where(scale > 0, scale, torch.ones_like(scale))
-        t = b / scale
-        a = t.abs()
-        if sr:
-            i = torch.bucketize(a, self.levels, right=True).clamp(1, len(self.levels) - 1)
-            lo, hi = self.levels[i - 1], self.levels[i]
-            q = torch.where(torch.rand_like(a) < (a - lo) / (hi - lo), hi, lo)
+    def spacing(self, a):
+        """The distance between the grid's levels around magnitude a: E1M2 is uniform; E2M1 doubles at 2 and 4."""
+        if self.grid == "e1m2":
+            return 0.25
+        return torch.where(a < 2, 0.5, torch.where(a < 4, 1.0, 2.0))
+
+    def __call__(self, x, rht=False, sr=False, dim=-1):
+        """x dequantized in x's dtype, in blocks of 16 along dim: -1 (along rows) or -2 (down columns), rotated
+        first with rht (in x's dtype). Both operands of a GEMM are blocked and rotated alike along its reduction,
+        so their product needs no inverse."""
+        n = x.shape[dim]
+        assert n % 16 == 0, f"fake quantization in blocks of 16: a dimension of {n}"
+        if dim == -1:
+            b = x.reshape(-1, 16)
+            if rht:
+                b = b @ self.rot.to(x.dtype)
         else:
-            q = self.levels[torch.bucketize(a, self.mids)]
-        return (torch.sign(t) * q * scale).reshape(shape).to(x.dtype)
+            b = x.reshape(*x.shape[:-2], n // 16, 16, x.shape[-1])
+            if rht:
+                b = self.rot.t().to(x.dtype) @ b
+        bf = b.float()
+        scale = bf.abs().amax(dim, keepdim=True) / self.gmax
+        scale = torch.where(scale > 0, scale, 1.0)
+        t = bf / scale
+        a = t.abs()
+        step = self.spacing(a)
+        y = a / step
+        q = (torch.floor(y + torch.rand_like(y)) if sr else torch.round(y)) * step
+        return (torch.copysign(q, t) * scale).reshape(x.shape).to(x.dtype)
+
+
+def pad_rows(x, multiple=16):
+    pad = (-x.shape[0]) % multiple  # zero rows add nothing to a product over the rows
+    return F.pad(x, (0, 0, 0, pad)) if pad else x
 
 
 class FakeQuantGemms(torch.autograd.Function):
@@ -91,9 +108,8 @@ class FakeQuantGemms(torch.autograd.Function):
         x2, w = ctx.saved_tensors
         fq, rht = ctx.fq, ctx.rht
         dy2 = dy.reshape(-1, dy.shape[-1]).to(x2.dtype)
-        dx = fq(dy2, rht["dgrad"], sr=True) @ fq(w.t().contiguous(), rht["dgrad"]).t()
-        pad = (-dy2.shape[0]) % 16  # the tokens in whole blocks of 16 (zeros add nothing to the product)
-        dw = fq(F.pad(dy2.t(), (0, pad)).contiguous(), rht["wgrad"], sr=True) @ fq(F.pad(x2.t(), (0, pad)).contiguous(), rht["wgrad"]).t()
+        dx = fq(dy2, rht["dgrad"], sr=True) @ fq(w, rht["dgrad"], dim=-2)
+        dw = fq(pad_rows(dy2), rht["wgrad"], sr=True, dim=-2).t() @ fq(pad_rows(x2), rht["wgrad"], dim=-2)
         return dx.reshape(ctx.shape), dw, None, None
 
 
@@ -106,11 +122,36 @@ class FakeQuantLinear(nn.Linear):
         return FakeQuantGemms.apply(x, self.weight, self.fq, self.rht)
 
 
+def expert_rows_padded(x, offs, experts):
+    """x (rows sorted by expert, offs: cumulative ends) with each expert's rows padded to whole blocks of 16, and
+    the padded ends: each expert's WGRAD then reduces over whole blocks of its own tokens only. Sizes stay on the
+    device (no host read); the padded length is bounded by rows + 16 a expert."""
+    offs = offs.long()
+    rows = torch.arange(x.shape[0], device=x.device)
+    counts = torch.diff(offs, prepend=offs.new_zeros(1))
+    blocks = (counts + 15) // 16 * 16
+    ends = torch.cumsum(blocks, 0)
+    expert = torch.searchsorted(offs, rows, right=True)
+    at = rows - (offs - counts)[expert] + (ends - blocks)[expert]
+    length = (x.shape[0] + 15) // 16 * 16 + 16 * experts  # whole blocks: the grouped GEMM reads it by columns
+    padded = x.new_zeros(length, x.shape[1]).index_copy_(0, at, x)
+    return padded, ends.to(torch.int32)
+
+
+def expert_wgrad(dy, xs, offs, fq, rht, sr=True):
+    """Every expert's dW_e = dY_e^T X_e as one grouped GEMM over the tokens, each expert's tokens in blocks of 16."""
+    e = offs.shape[0]
+    dyp, ends = expert_rows_padded(dy, offs, e)
+    xp, _ = expert_rows_padded(xs, offs, e)
+    dw = torch._grouped_mm(fq(dyp, rht, sr=sr, dim=-2).t(), fq(xp, rht, dim=-2), offs=ends)
+    used = torch.diff(offs, prepend=offs.new_zeros(1)) > 0
+    return torch.where(used[:, None, None], dw, 0.0)  # an expert without tokens: a group of no rows, zero by definition
+
+
 class FakeQuantExperts(torch.autograd.Function):
-    """The routed experts' GEMM ys = xs w_e^T over tokens sorted by expert (offs: cumulative ends), with
-    FPROP and DGRAD as grouped GEMMs of fake-quantized operands and WGRAD expert by expert, each expert's
-    tokens padded to whole blocks of 16. The loop reads offs on the host, as such code does: under
-    torch.compile the experts' Function is not traced (a graph break) and runs eagerly."""
+    """The routed experts' GEMM ys = xs w_e^T over tokens sorted by expert (offs: cumulative ends), FPROP,
+    DGRAD and WGRAD as grouped GEMMs of fake-quantized operands (WGRAD over each expert's tokens padded to
+    whole blocks of 16)."""
 
     @staticmethod
     @torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.bfloat16)
@@ -125,18 +166,54 @@ class FakeQuantExperts(torch.autograd.Function):
         xs, w, offs = ctx.saved_tensors
         fq, rht = ctx.fq, ctx.rht
         dy = dy.to(xs.dtype)
-        dx = torch._grouped_mm(fq(dy, rht["dgrad"], sr=True), fq(w.transpose(1, 2).contiguous(), rht["dgrad"]).transpose(1, 2), offs=offs)
-        dw = torch.zeros_like(w)
-        start = 0
-        for e, end in enumerate(offs.tolist()):
-            n = end - start
-            if n > 0:
-                pad = (-n) % 16
-                de = F.pad(dy[start:end].t(), (0, pad))
-                xe = F.pad(xs[start:end].t(), (0, pad))
-                dw[e] = fq(de.contiguous(), rht["wgrad"], sr=True) @ fq(xe.contiguous(), rht["wgrad"]).t()
-            start = end
+        dx = torch._grouped_mm(fq(dy, rht["dgrad"], sr=True), fq(w, rht["dgrad"], dim=-2), offs=offs)
+        dw = expert_wgrad(dy, xs, offs, fq, rht["wgrad"]).to(w.dtype)
         return dx, dw, None, None, None
+
+
+def self_test(dev):
+    """The fake quantizer against the grids' level tables (round to the nearest level; stochastic rounding to
+    a neighbouring level, unbiased), blocking down columns against blocking the transposed copy, and the
+    experts' grouped WGRAD against an expert-by-expert loop. Exit 0 when every check holds."""
+    torch.manual_seed(7)
+    ok = True
+    def check(name, cond):
+        nonlocal ok
+        ok = ok and bool(cond)
+        print(f"reference_step self-test: {name}: {'ok' if cond else 'FAIL'}", file=sys.stderr)
+    for grid in ("e2m1", "e1m2"):
+        fq = FakeQuant(grid, dev)
+        levels = torch.tensor(GRID_LEVELS[grid], device=dev)
+        x = torch.randn(4096, 64, device=dev) * torch.rand(4096, 1, device=dev) * 10
+        b = x.reshape(-1, 16)
+        scale = b.abs().amax(-1, keepdim=True) / fq.gmax
+        t = b / scale
+        dist = (t.abs().unsqueeze(-1) - levels).abs()
+        want = torch.copysign(levels[dist.argmin(-1)], t) * scale
+        got = fq(x).reshape(-1, 16)
+        # Ties (a magnitude exactly between two levels) may go either way: the argmin takes the lower.
+        tie = dist.sort(-1).values[..., :2].diff(dim=-1).squeeze(-1) == 0
+        check(f"{grid} round to nearest ({int(tie.sum())} ties left out)", torch.equal(got[~tie], want[~tie]))
+        sr = torch.stack([fq(x[:256], sr=True) for _ in range(2000)]).float()
+        on_grid = ((sr.reshape(2000, -1, 16) / scale[:256 * 64 // 16]).abs().unsqueeze(-1) - levels).abs().amin(-1).max()
+        check(f"{grid} stochastic rounding on the grid", on_grid < 1e-5)
+        bias = (sr.mean(0) - x[:256]).abs() / (scale[:256 * 64 // 16].repeat_interleave(16, 0).reshape(256, 64) * fq.gmax)
+        check(f"{grid} stochastic rounding unbiased (max |mean - x| {bias.max().item():.4f} of a block's max)", bias.max() < 0.03)
+        w = torch.randn(96, 128, device=dev)
+        check(f"{grid} blocks down columns = blocks of the transposed copy",
+              torch.equal(fq(w, dim=-2), fq(w.t().contiguous()).t()))
+        xs = torch.randn(200, 64, device=dev, dtype=torch.bfloat16)
+        dy = torch.randn(200, 32, device=dev, dtype=torch.bfloat16)
+        offs = torch.tensor([30, 30, 111, 200], device=dev, dtype=torch.int32)
+        got = expert_wgrad(dy, xs, offs, fq, rht=True, sr=False)
+        start, want = 0, torch.zeros(4, 32, 64, device=dev)
+        for e, end in enumerate(offs.tolist()):
+            if end > start:
+                want[e] = (fq(pad_rows(dy[start:end]), True, dim=-2).t() @ fq(pad_rows(xs[start:end]), True, dim=-2)).float()
+            start = end
+        err = (got.float() - want).abs().max().item()
+        check(f"{grid} experts' grouped WGRAD = expert by expert (max |diff| {err:.2e})", err <= 1e-2 * want.abs().max().item())
+    return 0 if ok else 1
 
 
 class RMSNorm(nn.Module):
@@ -268,7 +345,7 @@ class Transformer(nn.Module):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     for k in ("d-model", "layers", "heads", "kv-heads", "ffn", "vocab", "seq", "batch"):
-        p.add_argument("--" + k, type=int, required=True)
+        p.add_argument("--" + k, type=int, required="--self-test" not in sys.argv)
     for k in ("experts", "top-k", "expert-ffn", "shared", "dense-layers"):
         p.add_argument("--" + k, type=int, default=0)
     p.add_argument("--aux-coeff", type=float, default=0.01)
@@ -286,11 +363,16 @@ def main():
     p.add_argument("--deterministic", action="store_true", help="deterministic algorithms, as our training step runs")
     p.add_argument("--recipe", choices=["bf16"] + sorted(RECIPES), default="bf16",
                    help="bf16, or a 4-bit recipe as plain fake quantization (FakeQuant, FakeQuantGemms)")
-    p.add_argument("--out", required=True)
+    p.add_argument("--self-test", action="store_true", help="check the fake quantizer (FakeQuant, the experts' WGRAD) and exit")
+    p.add_argument("--out")
     a = p.parse_args()
     if not torch.cuda.is_available():
         print("reference_step: no CUDA device", file=sys.stderr)
         return 2
+    if a.self_test:
+        return self_test(torch.device("cuda"))
+    if not a.out:
+        p.error("--out is required")
     if a.deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before the first cuBLAS handle
         torch.use_deterministic_algorithms(True)
