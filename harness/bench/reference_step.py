@@ -81,6 +81,9 @@ class FakeQuant:
         step = self.spacing(a)
         y = a / step
         q = (torch.floor(y + torch.rand_like(y)) if sr else torch.round(y)) * step
+        # At the top level y + rand can round up to the next integer in FP32 (rand within an ulp of 1, or t an ulp
+        # above gmax from amax / (amax / gmax)): one level past the grid, so saturate as the hardware formats do.
+        q = q.clamp_max(self.gmax)
         return (torch.copysign(q, t) * scale).reshape(x.shape).to(x.dtype)
 
 
