@@ -53,10 +53,10 @@ reproduce-figure-11: bench
 
 # Re-renders every report from its inputs (unchanged inputs leave a report byte for byte as it was).
 report: build
-	@for r in table1 figure8 figure10 table2 table3 analysis figure9; do $(BUILD)/ufp4 report $$r --force > /dev/null || exit 1; done
-	$(BUILD)/ufp4 report figure10 --archived --force > /dev/null
-	$(BUILD)/ufp4 report table2 --archived --force > /dev/null
-	@echo "reports written: reports/{table1,figure8,figure10,table2}.md; the archived campaigns' reports/archive/{table2,table3,figure10,analysis,figure9}.md"
+	@for r in table1 figure8 figure10 table2 factorial table3 emulation analysis figure9 verdicts; do $(BUILD)/ufp4 report $$r --force > /dev/null || exit 1; done
+	$(BUILD)/ufp4 report figure9 --campaign experiments/figure9/campaign.toml --force > /dev/null
+	@for r in figure10 table2 table3; do $(BUILD)/ufp4 report $$r --archived --force > /dev/null || exit 1; done
+	@echo "reports written: reports/{table1,figure8,figure10,table2,factorial,table3,emulation,figure9,verdicts}.md; the archived campaigns' reports/archive/{table2,table3,figure10,analysis,figure9}.md"
 
 reproduce-table-1: build
 	$(BUILD)/ufp4 report table1

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <sstream>
 
 #include "common/error.h"
 #include "common/fs.h"
@@ -94,4 +95,42 @@ TEST_CASE("Figure 8 at CI scale: the fixture's runs as a campaign's run set, pai
          row.find("**smaller than the paper**") != std::string::npos || row.find("**inconclusive**") != std::string::npos));
   CHECK(md.find("## The fast-descent transition") != std::string::npos);
   CHECK(md.find("regenerate: `build/ufp4 report figure8 --campaign experiments/figure8/campaign_ci.toml`") != std::string::npos);
+}
+
+TEST_CASE("report verdicts: a campaign's claims on the one page, as its own report gives them, and the count of each verdict", "[campaign]") {
+  const std::string dir = temp_dir();
+  test::ci_fixture("runs");
+  Result own = run_cli("report figure8 --campaign experiments/figure8/campaign_ci.toml --out " + dir + "/figure8.md");
+  REQUIRE(own.code == 0);
+  Result r = run_cli("report verdicts --campaign experiments/figure8/campaign_ci.toml --out " + dir + "/verdicts.md");
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  const std::string md = read_text_file(dir + "/verdicts.md");
+  CHECK(md.find("# Verdicts: every registered claim, at a glance") != std::string::npos);
+  CHECK(md.find("Run set complete: all 9 runs") != std::string::npos);
+  // The claim's row carries the difference, Holm p and MDD that its campaign's report prints for the primary metric.
+  const std::string own_md = read_text_file(dir + "/figure8.md");
+  const std::string marker = "| tiny | final val (primary) | 3 | ";
+  REQUIRE(own_md.find(marker) != std::string::npos);
+  std::vector<std::string> cells;
+  {
+    const size_t at = own_md.find(marker);
+    std::istringstream row(own_md.substr(at, own_md.find('\n', at) - at));
+    for (std::string cell; std::getline(row, cell, '|');) cells.push_back(cell);
+  }
+  REQUIRE(cells.size() >= 10);  // "", claim, metric, seeds, difference, p, Holm p, MDD, paper, verdict
+  const std::string row_start = "| tiny | tiny | ";
+  REQUIRE(md.find(row_start) != std::string::npos);
+  const std::string row = md.substr(md.find(row_start), md.find('\n', md.find(row_start)) - md.find(row_start));
+  for (const size_t i : {4u, 6u, 7u, 9u}) {
+    INFO(cells[i]);
+    CHECK(row.find(cells[i]) != std::string::npos);
+  }
+  CHECK(md.find("**1 claim in 1 campaign:**") != std::string::npos);
+  CHECK(md.find("regenerate: `build/ufp4 report verdicts --campaign experiments/figure8/campaign_ci.toml`") != std::string::npos);
+  CHECK(md.find("9 result files of figure8_ci") != std::string::npos);
+  // It reads campaigns, not folders.
+  Result folders = run_cli("report verdicts --results " + dir);
+  CHECK(folders.code == 2);
+  CHECK(folders.out.find("reads campaigns") != std::string::npos);
 }

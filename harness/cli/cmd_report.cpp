@@ -99,6 +99,7 @@ int cmd_report(const std::vector<std::string>& args) {
   // paths are relative to the checkout's root, where reports are rendered from).
   if (in.campaign.empty() && in.dirs.empty() && !archived_wanted) in.campaign = entry.campaign;
   if (!in.campaign.empty() && (!in.dirs.empty() || archived_wanted)) throw Error("report: --campaign goes without --results and --archived");
+  if (entry.every_campaign && !in.dirs.empty()) throw Error("report: " + name + " reads campaigns (--campaign FILE), not --results folders");
   if (in.campaign.empty() && !entry.render) throw Error("report: '" + name + "' renders from a campaign only (give --campaign FILE)");
   // Archived: an archived campaign's report from its own (default) inputs, not one from inputs given here.
   const bool defaulted = in.dirs.empty() && in.tensors.empty() && in.fits.empty() && in.chains.empty();
@@ -113,7 +114,7 @@ int cmd_report(const std::vector<std::string>& args) {
   if (in.dirs.empty())
     for (const auto& dir : entry.archived_dirs) in.dirs.push_back(in.root + "/" + dir);
   std::string md;
-  if (!in.campaign.empty()) {
+  if (!in.campaign.empty() && !entry.every_campaign) {
     const Campaign c = Campaign::load(in.campaign);
     if (c.report != name) throw Error(in.campaign + ": report: '" + c.report + "', not '" + name + "' (ufp4 report " + c.report + " --campaign " + in.campaign + ")");
     md = report_campaign(c.resolve(), in.figures);

@@ -58,6 +58,9 @@ std::string report_figure10(const std::string& root, const std::vector<std::stri
 // campaign whose file names the report, its title and the paper's numbers.
 struct RunSet;
 std::string report_campaign(const RunSet& set, const std::string& figures);
+// Every campaign's claims on one page (report_verdicts.cpp): per campaign its run set's state, each claim's
+// primary test and verdict, the one-factor groups' answers, and the count of each verdict.
+std::string report_verdicts(const std::vector<RunSet>& sets, const std::string& command);
 
 // The mechanism on current-corpus runs, claim by claim beside the paper (report_mechanism.cpp), from a
 // folder of `ufp4 analyze capture` step files.

@@ -11,21 +11,13 @@
 #include "common/error.h"
 #include "harness/analysis/campaign_stats.h"
 #include "harness/analysis/stats.h"
+#include "harness/report/campaign_text.h"
 #include "harness/report/plot.h"
 #include "harness/report/report.h"
 
 namespace ufp4 {
 
 namespace {
-
-std::string pp(const Interval& i) { return i.n ? format_interval(i, "%+.3f") : "-"; }
-
-std::string mdd_text(double mdd) { return std::isnan(mdd) ? std::string("-") : fmt("%.3f", mdd); }
-
-std::string p_text(double p) {
-  if (std::isnan(p)) return "-";
-  return p < 1e-4 ? std::string("<0.0001") : fmt("%.4f", p);
-}
 
 // The run set's completeness, at the top: a report of an incomplete set says so first.
 std::string set_status(const RunSet& set) {
@@ -59,9 +51,7 @@ std::string registration_section(const RunSet& set) {
   if (!g.notes.empty()) os << "- " << g.notes << "\n";
   os << "\n| claim | model | statement | contrast (pp) | paper's effect (pp) | source |\n|---|---|---|---|---|---|\n";
   for (const auto& c : g.claims) {
-    std::string models = c.model;
-    for (const auto& m : c.trend_models) models += (models.empty() ? "" : ", ") + m;
-    os << "| " << c.id << " | " << models << " | " << c.text << " | " << c.contrast_text() << (c.direction < 0 ? " < 0" : " > 0") << (c.powered ? "" : " (not powered)") << " | "
+    os << "| " << c.id << " | " << claim_models(c) << " | " << c.text << " | " << c.contrast_text() << (c.direction < 0 ? " < 0" : " > 0") << (c.powered ? "" : " (not powered)") << " | "
        << (c.paper_sized() ? fmt("%+.4f", c.paper_effect) : "not published; effect of interest " + fmt("%+.4f", c.effect_of_interest)) << " | "
        << (c.paper_sized() ? c.paper_source : c.effect_source) << " |\n";
   }
@@ -114,38 +104,12 @@ std::string cells_section(const CampaignRuns& runs, const std::string& baseline,
       }
       const double pg = paper[kind][recipe].value_or(NAN);
       os << "| " << model << " | " << recipe << " | " << seeds.size() << " | " << steps << " | " << k << " | " << fmt("%.2f", epochs) << " | "
-         << format_interval(mean_interval(val)) << " | " << (vgap.empty() ? "-" : pp(mean_interval(vgap))) << " | " << format_interval(mean_interval(train))
-         << " | " << (tgap.empty() ? "-" : pp(mean_interval(tgap))) << " | " << paper[kind]["model"].value_or<std::string>("-") << " | "
+         << format_interval(mean_interval(val)) << " | " << (vgap.empty() ? "-" : pp_interval(mean_interval(vgap))) << " | " << format_interval(mean_interval(train))
+         << " | " << (tgap.empty() ? "-" : pp_interval(mean_interval(tgap))) << " | " << paper[kind]["model"].value_or<std::string>("-") << " | "
          << (std::isnan(pg) ? std::string("-") : fmt("%.4f", pg)) << " |\n";
     }
   }
   return os.str();
-}
-
-// A claim tested on fewer complete seeds than its model's registered number has no verdict yet: it reads
-// inconclusive, and what the test gives on the seeds present is said beside it as an interim look.
-// The claim's models (a trend's several), with the seeds registered for them and the complete seeds in;
-// registered = -1 while the seeds are not decided.
-std::pair<int64_t, int64_t> seeds_in(const RunSet& set, const ClaimTest& t) {
-  int64_t registered = 0, in = 0;
-  for (const auto& model : t.claim.trend() ? t.claim.trend_models : std::vector<std::string>{t.claim.model}) {
-    const auto it = set.seeds.seeds.find(model);
-    if (it == set.seeds.seeds.end()) return {-1, 0};
-    registered += it->second;
-    in += t.model_seeds.count(model) ? std::min<int64_t>(static_cast<int64_t>(t.model_seeds.at(model)), it->second) : 0;
-  }
-  return {registered, in};
-}
-
-bool interim(const RunSet& set, const ClaimTest& t) {
-  const auto [registered, in] = seeds_in(set, t);
-  return registered < 0 || in < registered;
-}
-std::string shown_verdict(const RunSet& set, const ClaimTest& t, Verdict v) {
-  if (!interim(set, t)) return std::string("**") + verdict_name(v) + "**";
-  const auto [registered, in] = seeds_in(set, t);
-  const std::string of = registered < 0 ? "the pilot's seeds, before the seeds are decided" : std::to_string(in) + " of " + std::to_string(registered) + " registered seeds";
-  return std::string("**inconclusive** (interim look at ") + of + ": the test gives " + verdict_name(v) + ")";
 }
 
 // One claim's verdict in words: where the paper's effect lies against our interval, and the MDD beside
@@ -159,9 +123,7 @@ std::string claim_sentence(const RunSet& set, const ClaimTest& t) {
   else if (e < 0 ? d.lo > e : d.hi < e) what = "the paper's effect lies outside our interval: the effect here is smaller than the paper's";
   else if (e < 0 ? d.hi < e : d.lo > e) what = "the paper's effect lies outside our interval: the effect here is larger than the paper's";
   else what = "the paper's effect lies inside our interval";
-  std::string models = t.claim.model;
-  for (const auto& m : t.claim.trend_models) models += (models.empty() ? "" : ", ") + m;
-  return "**" + t.claim.id + "** (" + models + "): \"" + t.claim.text + "\" — " + shown_verdict(set, t, t.verdict) + "; " + what + "; MDD " +
+  return "**" + t.claim.id + "** (" + claim_models(t.claim) + "): \"" + t.claim.text + "\" — " + shown_verdict(set, t, t.verdict) + "; " + what + "; MDD " +
          mdd_text(t.mdd) + " pp against " + (t.claim.paper_sized() ? "the paper's " : "the registered effect of interest, ") +
          fmt("%.3f", std::fabs(t.claim.effect_of_interest)) + " pp.";
 }
@@ -176,7 +138,7 @@ std::string verdicts_section(const RunSet& set, const std::vector<ClaimTest>& te
   for (const auto& t : tests)
     for (const bool train : {false, true}) {
       const Interval& d = train ? t.diff_train : t.diff;
-      os << "| " << t.claim.id << " | " << (train ? "train, last K (secondary)" : "final val (primary)") << " | " << d.n << " | " << pp(d) << " | "
+      os << "| " << t.claim.id << " | " << (train ? "train, last K (secondary)" : "final val (primary)") << " | " << d.n << " | " << pp_interval(d) << " | "
          << p_text(train ? t.p_train : t.p) << " | " << p_text(train ? t.p_train_holm : t.p_holm) << " | " << mdd_text(train ? t.mdd_train : t.mdd)
          << " | " << (t.claim.paper_sized() ? fmt("%+.3f", t.claim.paper_effect) : std::string("not published")) << " | "
          << shown_verdict(set, t, train ? t.verdict_train : t.verdict) << " |\n";

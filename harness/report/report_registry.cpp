@@ -4,6 +4,8 @@
 
 #include "common/error.h"
 #include "common/fs.h"
+#include "harness/io/run_set.h"
+#include "harness/plan/campaign.h"
 #include "harness/report/report.h"
 
 namespace ufp4 {
@@ -24,13 +26,24 @@ std::string report_archived_analysis(const ReportInputs& in) {
   return report_analysis(in.root, in.tensors.empty() ? analysis + "/tensors-dense113m.h5" : in.tensors, chains, in.figures);
 }
 
+// The campaigns at the decisive design, in the paper's order, or the one --campaign names.
+std::string report_all_verdicts(const ReportInputs& in) {
+  std::vector<std::string> files;
+  if (!in.campaign.empty()) files.push_back(in.campaign);
+  for (const char* c : {"figure8", "figure10", "table2", "factorial", "table3", "figure9", "emulation"})
+    if (in.campaign.empty() && file_exists(in.root + "/experiments/" + c + "/campaign.toml")) files.push_back(std::string("experiments/") + c + "/campaign.toml");
+  std::vector<RunSet> sets;
+  for (const auto& f : files) sets.push_back(Campaign::load(f).resolve());
+  return report_verdicts(sets, "build/ufp4 report verdicts" + (in.campaign.empty() ? std::string() : " --campaign " + in.campaign));
+}
+
 std::vector<ReportEntry> entries() {
   const std::vector<std::string> f8 = {"results/archive/figure8-1600-steps"};
   return {
       {"table1", "the recipe presets against reports/paper/table1.toml", "", {}, false, [](const ReportInputs& in) { return report_table1(in.root); }},
       {"table2", "its campaign's run set; --results folders (CI scale); --archived: the 1,600-step campaign", "experiments/table2/campaign.toml",
        {"results/archive/table2-1600-steps", f8[0]}, true, [](const ReportInputs& in) { return report_table2(in.root, in.dirs, in.last_k, in.figures); }},
-      {"table3", "--results folders (default: the archived campaign); --campaign experiments/table3/campaign.toml", "",
+      {"table3", "its campaign's run set; --results folders (CI scale); --archived: the 1,600-step campaign", "experiments/table3/campaign.toml",
        {"results/archive/table3-1600-steps"}, true, [](const ReportInputs& in) { return report_table3(in.root, in.dirs, in.last_k, in.figures); }},
       {"figure8", "its campaign's run set (--campaign, default experiments/figure8/campaign.toml)", "experiments/figure8/campaign.toml", {}, false, nullptr},
       {"figure10", "its campaign's run set; --results folders (CI scale); --archived: the 1,600-step campaign", "experiments/figure10/campaign.toml",
@@ -46,6 +59,8 @@ std::vector<ReportEntry> entries() {
          return report_figure9(in.root, in.fits.empty() ? in.root + "/results/archive/figure9-mixed-stages/fits/figure9-proxy.h5" : in.fits, in.figures);
        },
        "figure9-fit"},
+      {"verdicts", "every registered campaign's claims (experiments/{figure8,figure10,table2,factorial,table3,figure9,emulation}); --campaign: one", "", {}, false,
+       report_all_verdicts, "", true},
       {"bench", "--results folder (default: results/bench)", "", {}, false,
        [](const ReportInputs& in) { return report_bench(in.root, in.dirs.empty() ? in.root + "/results/bench" : in.dirs.front(), in.figures); }},
   };

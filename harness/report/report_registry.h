@@ -30,6 +30,7 @@ struct ReportEntry {
   std::function<std::string(const ReportInputs&)> render;  // from folders, fits or captures (campaigns: report_campaign)
   std::string own_inputs_name{};  // its file name when rendered from inputs given here, where a campaign report takes
                                 // reports/NAME.md ("": NAME)
+  bool every_campaign = false;   // reads the registered campaigns itself (--campaign narrows it to one)
 };
 
 const std::vector<ReportEntry>& report_registry();

@@ -1,0 +1,53 @@
+#include "harness/report/campaign_text.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "harness/report/report.h"
+
+namespace ufp4 {
+
+std::string pp_interval(const Interval& i) { return i.n ? format_interval(i, "%+.3f") : "-"; }
+
+std::string p_text(double p) {
+  if (std::isnan(p)) return "-";
+  return p < 1e-4 ? std::string("<0.0001") : fmt("%.4f", p);
+}
+
+std::string mdd_text(double mdd) { return std::isnan(mdd) ? std::string("-") : fmt("%.3f", mdd); }
+
+std::string claim_models(const RegisteredClaim& c) {
+  std::string models = c.model;
+  for (const auto& m : c.trend_models) models += (models.empty() ? "" : ", ") + m;
+  return models;
+}
+
+std::pair<int64_t, int64_t> seeds_in(const RunSet& set, const ClaimTest& t) {
+  int64_t registered = 0, in = 0;
+  for (const auto& model : t.claim.trend() ? t.claim.trend_models : std::vector<std::string>{t.claim.model}) {
+    const auto it = set.seeds.seeds.find(model);
+    if (it == set.seeds.seeds.end()) return {-1, 0};
+    registered += it->second;
+    in += t.model_seeds.count(model) ? std::min<int64_t>(static_cast<int64_t>(t.model_seeds.at(model)), it->second) : 0;
+  }
+  return {registered, in};
+}
+
+bool interim(const RunSet& set, const ClaimTest& t) {
+  const auto [registered, in] = seeds_in(set, t);
+  return registered < 0 || in < registered;
+}
+
+std::string shown_verdict(const RunSet& set, const ClaimTest& t, Verdict v) {
+  if (!interim(set, t)) return std::string("**") + verdict_name(v) + "**";
+  const auto [registered, in] = seeds_in(set, t);
+  if (!t.diff.defined()) return "**inconclusive** (waiting for runs: fewer than two complete seeds, no test yet)";
+  const std::string of = registered < 0 ? "the pilot's seeds, before the seeds are decided" : std::to_string(in) + " of " + std::to_string(registered) + " registered seeds";
+  return std::string("**inconclusive** (interim look at ") + of + ": the test gives " + verdict_name(v) + ")";
+}
+
+std::string registered_effect_text(const RegisteredClaim& c) {
+  return c.paper_sized() ? fmt("%+.3f", c.paper_effect) : fmt("%+.3f", c.effect_of_interest) + " (of interest)";
+}
+
+}  // namespace ufp4

@@ -1,0 +1,137 @@
+// One page of every registered campaign's verdicts (reports/verdicts.md): per campaign whether its run set
+// is complete, then each claim's primary test as its own report gives it (difference of the gaps with its
+// interval, Holm-adjusted p, MDD beside the paper's effect, verdict), the one-factor groups' answers, and
+// the count of each verdict over all claims. A reader who wants the registration, the cells, the secondary
+// metric or the inputs of a claim follows the link to its campaign's report.
+#include <algorithm>
+#include <map>
+#include <sstream>
+
+#include "common/sha256.h"
+#include "harness/analysis/campaign_stats.h"
+#include "harness/report/campaign_text.h"
+#include "harness/report/report.h"
+
+namespace ufp4 {
+
+namespace {
+
+struct CampaignVerdicts {
+  const RunSet* set;
+  CampaignRuns runs;
+  std::vector<ClaimTest> tests;
+};
+
+std::string run_set_line(const RunSet& set) {
+  std::ostringstream os;
+  const size_t missing = set.missing();
+  if (missing == 0) os << "Run set complete: all " << set.runs.size() << " runs";
+  else os << "**Run set incomplete: " << missing << " of " << set.runs.size() << " runs missing**, so every claim reads inconclusive with an interim look";
+  if (set.seeds.seeds.empty()) {
+    os << "; seeds not decided yet (the pilot is seeds 1-" << set.seeds.pilot << ").";
+    return os.str();
+  }
+  os << "; seeds by the registered power rule:";
+  bool first = true;
+  for (const auto& [model, n] : set.seeds.seeds) os << (first ? " " : ", ") << model << " " << n, first = false;
+  os << ".";
+  return os.str();
+}
+
+std::string claims_table(const CampaignVerdicts& c) {
+  std::ostringstream os;
+  os << "| claim | model | statement | seeds | difference (pp) | Holm p | MDD (pp) | paper (pp) | verdict |\n|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& t : c.tests)
+    os << "| " << t.claim.id << " | " << claim_models(t.claim) << " | " << t.claim.text << (t.claim.powered ? "" : " (not powered)") << " | " << t.diff.n
+       << " | " << pp_interval(t.diff) << " | " << p_text(t.p_holm) << " | " << mdd_text(t.mdd) << " | " << registered_effect_text(t.claim) << " | "
+       << shown_verdict(*c.set, t, t.verdict) << " |\n";
+  return os.str();
+}
+
+// A one-factor search's answers per group (Table 3), undecided while any of the group's claims is an interim look.
+std::string groups_table(const CampaignVerdicts& c) {
+  const std::vector<GroupAnswer> groups = group_answers(c.tests);
+  if (groups.empty()) return "";
+  std::ostringstream os;
+  os << "\n| group | paper's choice | answer | lowest level (contrast against the choice, pp) | largest MDD (pp) |\n|---|---|---|---|---|\n";
+  for (const auto& g : groups) {
+    bool decided = true;
+    for (const auto& t : c.tests)
+      if (t.claim.group == g.group) decided = decided && !interim(*c.set, t);
+    std::string answer = "**" + g.answer + "**";
+    for (const auto& l : g.beaten_by) answer += (l == g.beaten_by.front() ? " by " : ", ") + l;
+    os << "| " << g.group << " | " << g.choice << " | " << (decided ? answer : "not decided (interim look: " + g.answer + ")") << " | "
+       << (g.best_level == g.choice ? "none below it" : g.best_level + " (" + fmt("%+.3f", g.best_contrast) + ")") << " | " << mdd_text(g.largest_mdd) << " |\n";
+  }
+  return os.str();
+}
+
+// The verdicts as shown (an interim look counts as inconclusive), over every campaign.
+std::string totals_line(const std::vector<CampaignVerdicts>& all) {
+  std::map<std::string, int> count;
+  int claims = 0, waiting = 0;
+  for (const auto& c : all)
+    for (const auto& t : c.tests) {
+      ++claims;
+      const bool early = interim(*c.set, t);
+      waiting += early;
+      ++count[early ? "inconclusive" : verdict_name(t.verdict)];
+    }
+  std::ostringstream os;
+  os << "**" << claims << " claim" << (claims == 1 ? "" : "s") << " in " << all.size() << " campaign" << (all.size() == 1 ? "" : "s") << ":**";
+  bool first = true;
+  for (const char* v : {"holds", "contradicted", "smaller than the paper", "inconclusive"}) os << (first ? " " : ", ") << count[v] << " " << v, first = false;
+  if (waiting) os << " (" << waiting << " of them waiting for runs)";
+  os << ".\n";
+  return os.str();
+}
+
+// The inputs: each campaign file and seeds file by content hash, and each run set as one digest of its
+// files' content hashes (each campaign's own report lists them one by one).
+std::vector<std::string> sources(const std::vector<CampaignVerdicts>& all) {
+  std::vector<std::string> out;
+  for (const auto& c : all) {
+    out.push_back(c.set->campaign_path);
+    if (!c.set->seeds.source.empty()) out.push_back(rel(c.set->seeds.source));
+    std::vector<std::string> lines;
+    for (const auto& [model, rs] : c.runs)
+      for (const auto& [recipe, seeds] : rs)
+        for (const auto& [seed, m] : seeds) lines.push_back(rel(m.path) + " " + m.content_sha256 + "\n");
+    std::sort(lines.begin(), lines.end());
+    std::string joined;
+    for (const auto& l : lines) joined += l;
+    out.push_back(std::to_string(lines.size()) + " result files of " + c.set->campaign + " (SHA-256 of their sorted \"path content\" lines " +
+                  sha256_hex(joined).substr(0, 12) + ")");
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string report_verdicts(const std::vector<RunSet>& sets, const std::string& command) {
+  std::vector<CampaignVerdicts> all;
+  for (const auto& set : sets) {
+    CampaignVerdicts c{&set, read_campaign_runs(set), {}};
+    c.tests = test_claims(set.registration, c.runs);
+    all.push_back(std::move(c));
+  }
+  std::ostringstream os;
+  os << "# Verdicts: every registered claim, at a glance\n\n"
+     << "Each row is a claim that a campaign registered before its runs, tested on the primary metric: the final validation loss over the whole "
+        "validation split, as the BF16-relative gap of the same seed. Difference: the paired difference of the gaps in percentage points with its "
+        "95% interval; Holm p: adjusted within the claim's registered family; MDD: the minimal detectable difference of the seeds run, beside the "
+        "paper's effect (or, where the paper gives no size, the registered effect of interest). The four verdicts are defined in "
+        "`reports/README.md`; a claim whose registered seeds are not all in reads inconclusive, with what the test gives so far. Each "
+        "campaign's report holds its registration, cells, secondary metric (the training loss of the last tenth of the steps), transition "
+        "delays, curves and inputs.\n\n"
+     << totals_line(all);
+  for (const auto& c : all) {
+    os << "\n## " << c.set->title << " (`reports/" << c.set->report << ".md`)\n\n" << run_set_line(*c.set) << "\n\n" << claims_table(c) << groups_table(c);
+  }
+  os << "\nThe mechanism (Key Findings 1 and 2, Eq. 5's chain) is measured on captured operands rather than tested over seeds of a campaign: "
+        "`reports/mechanism.md` opens with its verdicts at a glance.\n";
+  os << footer(command, sources(all));
+  return os.str();
+}
+
+}  // namespace ufp4
