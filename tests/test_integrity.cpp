@@ -287,19 +287,29 @@ TEST_CASE("ufp4 check fails when a reference run has no result, or a result hold
   CHECK(swapped.out.find("but holds run tiny_ufp4") != std::string::npos);
 }
 
+// A campaign of the tiny model on the CPU: bf16 / e2m1_ref / ufp4 at 20 steps, a pilot of 2 seeds that is also
+// the whole campaign, one claim. Returns the campaign file; `manifest` receives the manifest's path.
+static std::string tiny_campaign(const std::string& d, std::string* manifest_out = nullptr) {
+  const std::string manifest = test::write_manifest(
+      d, "runs_tiny",
+      "[model]\nname = \"tiny\"\n[recipe]\nname = \"bf16\"\n[data]\npath = \"" + test::ci_data() +
+      "\"\n[train]\nsteps = 20\nbatch = 4\nmicro_batch = 2\nwarmup = 5\ncheckpoint_every = 0\ndevice = \"cpu\"\n"
+      "[eval]\nevery = 10\nbatches = 2\nfinal = \"split\"\n[outputs]\ndir = \"" + d + "/runs\"\nname = \"f8\"\n"
+      "[sweep]\n\"recipe.name\" = [\"bf16\", \"e2m1_ref\", \"ufp4\"]\n");
+  if (manifest_out) *manifest_out = manifest;
+  return test::write_manifest(
+      d, "campaign",
+      "name = \"tiny_f8\"\nreport = \"figure8\"\nresults = \"" + d + "/runs\"\nmanifests = [\"runs_tiny.toml\"]\n"
+      "[seeds]\npilot = 2\nmin = 2\nmax = 2\n[registration]\ndate = \"2026-11-27\"\nmetric = \"final val\"\n"
+      "secondary = \"train\"\ntest = \"paired t\"\nalpha = 0.05\npower = 0.8\nfamily = \"tiny\"\n"
+      "[[registration.claims]]\nid = \"tiny\"\nmodel = \"tiny\"\ntext = \"ufp4 below e2m1_ref\"\na = \"ufp4\"\n"
+      "b = \"e2m1_ref\"\ndirection = -1\npaper_effect = -0.29\n");
+}
+
 TEST_CASE("reports and checks work from the campaign's run set: missing runs listed, stale files named and ignored", "[integrity]") {
   const std::string d = test::temp_dir();
-  const std::string manifest = test::write_manifest(d, "runs_tiny",
-                                                    "[model]\nname = \"tiny\"\n[recipe]\nname = \"bf16\"\n[data]\npath = \"" + test::ci_data() +
-                                                        "\"\n[train]\nsteps = 20\nbatch = 4\nmicro_batch = 2\nwarmup = 5\ncheckpoint_every = 0\ndevice = \"cpu\"\n"
-                                                        "[eval]\nevery = 10\nbatches = 2\nfinal = \"split\"\n[outputs]\ndir = \"" + d + "/runs\"\nname = \"f8\"\n"
-                                                        "[sweep]\n\"recipe.name\" = [\"bf16\", \"e2m1_ref\", \"ufp4\"]\n");
-  const std::string campaign = test::write_manifest(d, "campaign",
-                                                    "name = \"tiny_f8\"\nreport = \"figure8\"\nresults = \"" + d + "/runs\"\nmanifests = [\"runs_tiny.toml\"]\n"
-                                                    "[seeds]\npilot = 2\nmin = 2\nmax = 2\n[registration]\ndate = \"2026-11-27\"\nmetric = \"final val\"\n"
-                                                    "secondary = \"train\"\ntest = \"paired t\"\nalpha = 0.05\npower = 0.8\nfamily = \"tiny\"\n"
-                                                    "[[registration.claims]]\nid = \"tiny\"\nmodel = \"tiny\"\ntext = \"ufp4 below e2m1_ref\"\na = \"ufp4\"\n"
-                                                    "b = \"e2m1_ref\"\ndirection = -1\npaper_effect = -0.29\n");
+  std::string manifest;
+  const std::string campaign = tiny_campaign(d, &manifest);
   auto run = test::run_binary("campaign run " + campaign);
   INFO(run.out);
   REQUIRE(run.code == 0);
@@ -358,6 +368,27 @@ TEST_CASE("reports and checks work from the campaign's run set: missing runs lis
   CHECK(missing.out.find("FAIL " + set.runs.front().name + ": missing") != std::string::npos);
 }
 
+
+TEST_CASE("campaign run --models / --recipes: only those runs train, and the seeds wait for the whole pilot", "[integrity]") {
+  const std::string d = test::temp_dir();
+  const std::string campaign = tiny_campaign(d);
+  auto wrong = test::run_binary("campaign run " + campaign + " --recipes ufp4,e2m1");
+  CHECK(wrong.code == 2);
+  CHECK(wrong.out.find("--recipes: 'e2m1' is not one of " + campaign + "'s (allowed: bf16, e2m1_ref, ufp4)") != std::string::npos);
+  CHECK(test::run_binary("campaign plan " + campaign + " --models tiny").code == 2);  // a filter goes with run only
+  auto some = test::run_binary("campaign run " + campaign + " --recipes ufp4 --models tiny");
+  INFO(some.out);
+  REQUIRE(some.code == 0);
+  const RunSet after = Campaign::load(campaign).resolve();
+  for (const auto& r : after.runs) CHECK(r.path.empty() == (r.recipe != "ufp4"));
+  CHECK(!file_exists(d + "/runs/seeds.toml"));
+  CHECK(some.out.find("4 pilot run(s) outside --models/--recipes still missing") != std::string::npos);
+  auto rest = test::run_binary("campaign run " + campaign);
+  REQUIRE(rest.code == 0);
+  CHECK(rest.out.find("2 runs have results already") != std::string::npos);
+  CHECK(file_exists(d + "/runs/seeds.toml"));
+  CHECK(test::run_binary("campaign check " + campaign).code == 0);
+}
 TEST_CASE("a campaign reads another campaign's runs by run id and trains only its own; a claim the paper did not size registers an effect of interest", "[integrity]") {
   const std::string d = test::temp_dir();
   auto manifest = [&](const std::string& name, const std::string& dir, const std::string& recipes) {

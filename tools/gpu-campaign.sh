@@ -5,7 +5,8 @@
 # from the signal to the command's end is printed. Each campaign's results folder lives in an ignored
 # folder behind a link (logs/keep/), so a warm node keeps finished runs and checkpoints between device
 # calls; finished results and logs are packed into $OUT (see pack) when the command ends.
-#   UFP4_GIT_COMMIT=<commit> [RUN_UNTIL=S] [PER_GPU=K] [MPS=auto|on|off] [STALL=S] [GPUS=N] [UFP4_BUILT=1] tools/gpu-campaign.sh CAMPAIGN...
+# ONLY="--models M,... --recipes R,...": train only those of the missing runs (ufp4 campaign run's filter).
+#   UFP4_GIT_COMMIT=<commit> [RUN_UNTIL=S] [PER_GPU=K] [MPS=auto|on|off] [STALL=S] [GPUS=N] [ONLY=...] [UFP4_BUILT=1] tools/gpu-campaign.sh CAMPAIGN...
 source "$(dirname "$0")/gpu-common.sh" campaign
 # GPUS=N: the first N GPUs of CUDA_VISIBLE_DEVICES (others left to a command beside this one).
 ngpu=${GPUS:-$(nvidia-smi -L | wc -l)}
@@ -33,7 +34,7 @@ left=$(( ${RUN_UNTIL:-100000} - ($(date +%s) - t0) ))
 echo "training for at most $left s on $ngpu GPU(s), ${PER_GPU:-auto} a GPU, CUDA MPS ${MPS:-auto}"
 s=$(date +%s)
 for c in "$@"; do
-  timeout -s TERM "$left" build/ufp4 campaign run "$c" --gpus "$ngpu" --per-gpu "${PER_GPU:-auto}" --mps "${MPS:-auto}" --stall-timeout "${STALL:-120}" > "$LOGS/run-$(basename "$(dirname "$c")").log" 2>&1
+  timeout -s TERM "$left" build/ufp4 campaign run "$c" --gpus "$ngpu" --per-gpu "${PER_GPU:-auto}" --mps "${MPS:-auto}" --stall-timeout "${STALL:-120}" ${ONLY:-} > "$LOGS/run-$(basename "$(dirname "$c")").log" 2>&1
   rc=$?
   end=$(date +%s)
   echo "campaign $c: exit $rc after $(( end - s )) s (total $(elapsed))$([ $(( end - s )) -ge "$left" ] && echo "; SIGTERM at $left s, the command ended $(( end - s - left )) s later")"

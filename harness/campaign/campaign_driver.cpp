@@ -159,8 +159,43 @@ void decide_seeds(Campaign& c) {
 
 }  // namespace
 
+bool CampaignFilter::keeps(const PlannedRun& r) const {
+  const auto in = [](const std::vector<std::string>& list, const std::string& v) { return list.empty() || std::find(list.begin(), list.end(), v) != list.end(); };
+  return in(models, r.model) && in(recipes, r.recipe);
+}
+
+void check_filter(const Campaign& c, const CampaignFilter& f) {
+  std::set<std::string> models, recipes;
+  for (const auto& r : c.resolve().runs) models.insert(r.model), recipes.insert(r.recipe);
+  const auto check = [&](const char* option, const std::vector<std::string>& given, const std::set<std::string>& have) {
+    for (const auto& v : given)
+      if (!have.count(v)) {
+        std::string allowed;
+        for (const auto& h : have) allowed += (allowed.empty() ? "" : ", ") + h;
+        throw Error("campaign run: " + std::string(option) + ": '" + v + "' is not one of " + c.path + "'s (allowed: " + allowed + ")");
+      }
+  };
+  check("--models", f.models, models);
+  check("--recipes", f.recipes, recipes);
+}
+
+namespace {
+
+// The plans the filter keeps, by the run set's model and recipe names (plans and set share the campaign's order of runs).
+std::vector<RunPlan> filtered(const Campaign& c, std::vector<RunPlan> ps, const CampaignFilter& f) {
+  if (f.empty()) return ps;
+  std::set<std::string> kept;
+  for (const auto& r : c.resolve().runs)
+    if (f.keeps(r)) kept.insert(r.name);
+  ps.erase(std::remove_if(ps.begin(), ps.end(), [&](const RunPlan& p) { return !kept.count(p.name); }), ps.end());
+  return ps;
+}
+
+}  // namespace
+
 // `out_dir`: with --only, where the run goes instead of the campaign's folder (a retrained copy).
-int campaign_run(Campaign& c, const std::string& only, const std::string& out_dir, const std::string& expect_id, bool pilot_only, RunQueueOptions q) {
+int campaign_run(Campaign& c, const std::string& only, const std::string& out_dir, const std::string& expect_id, bool pilot_only, RunQueueOptions q,
+                 const CampaignFilter& filter) {
   if (!only.empty()) {  // one run, here: a child of the scheduler, or by hand
     std::vector<RunPlan> ps;
     for (const bool pilot : {false, true})
@@ -174,18 +209,23 @@ int campaign_run(Campaign& c, const std::string& only, const std::string& out_di
     const RunQueueOutcome out = train(c, ps, q, expect_id);
     return out.exit_code();
   }
-  const std::vector<RunPlan> pilot = runs_to_train(c, c.plans(/*pilot_only=*/true), q.run.force);
+  const std::vector<RunPlan> pilot = filtered(c, runs_to_train(c, c.plans(/*pilot_only=*/true), q.run.force), filter);
   RunQueueOutcome out = train(c, pilot, q);
   print_queue_outcome(out, pilot.size(), "campaign run");
   if (out.exit_code() != 0 || pilot_only) return out.exit_code();
   if (!c.seeds_decided()) {
+    if (const size_t missing = c.resolve(/*pilot_only=*/true).missing(); missing > 0) {  // a filter left part of the pilot
+      std::printf("campaign %s: %zu pilot run(s) outside --models/--recipes still missing: the seeds are decided when every pilot run is in\n",
+                  c.name.c_str(), missing);
+      return out.exit_code();
+    }
     if (!pilot_passes_transition_gate(c)) return kExitRuntime;
     decide_seeds(c);
   }
   std::vector<RunPlan> rest;  // the seeds past the pilot (the pilot's are in)
   for (const auto& m : c.runs())
     if (m.seed > c.seeds.pilot) rest.push_back(plan_run(m));
-  rest = runs_to_train(c, rest, q.run.force);
+  rest = filtered(c, runs_to_train(c, rest, q.run.force), filter);
   if (!rest.empty()) {
     out = train(c, rest, q);
     print_queue_outcome(out, rest.size(), "campaign run");

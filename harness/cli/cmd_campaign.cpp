@@ -5,6 +5,7 @@
 //   check  exit 1 unless every run of the set has verified results and no other result file sits in the
 //          folder; with --retrain, re-trains a sample into another folder and compares it bit for bit
 #include "common/error.h"
+#include "common/text.h"
 #include "harness/campaign/campaign_driver.h"
 #include "harness/cli/cli.h"
 #include "harness/plan/campaign.h"
@@ -15,7 +16,7 @@ namespace ufp4 {
 int cmd_campaign(const std::vector<std::string>& args) {
   std::string action, path, only, retrain, out_dir, expect_id;
   int gpus = 0;
-  std::string per_gpu = "auto", mps = "auto";
+  std::string per_gpu = "auto", mps = "auto", models, recipes;
   bool pilot_only = false, all_recipes = false;
   RunQueueOptions q;
   po::options_description d("options");
@@ -33,11 +34,13 @@ int cmd_campaign(const std::vector<std::string>& args) {
       ("force", po::bool_switch(&q.run.force), "run --only: train it again even when its results exist")
       ("out-dir", po::value(&out_dir), "run --only: write into this folder instead of the campaign's (a retrained copy)")
       ("pilot-only", po::bool_switch(&pilot_only), "run: stop after the pilot's seeds")
+      ("models", po::value(&models), "run: train only the missing runs of these models (comma list); the seeds are decided once every pilot run is in")
+      ("recipes", po::value(&recipes), "run: train only the missing runs of these recipes (comma list, the names the manifests give)")
       ("retrain", po::value(&retrain), "check: also retrain a sample into this folder and compare it bit for bit (GPU: the committed runs' GPU model)")
       ("all-recipes", po::bool_switch(&all_recipes), "check --retrain: seed 1 of every recipe, not only of the claimed ones");
   po::positional_options_description pos;
   pos.add("action", 1).add("campaign", 1);
-  auto vm = parse_command("campaign", "plan|run|check CAMPAIGN [--gpus N] [--retrain DIR]", d, args, &pos);
+  auto vm = parse_command("campaign", "plan|run|check CAMPAIGN [--gpus N] [--models M,...] [--recipes R,...] [--retrain DIR]", d, args, &pos);
   if (!vm) return 0;
   if (path.empty()) throw Error("campaign: give an action and a campaign file (usage: ufp4 campaign plan|run|check CAMPAIGN)");
   if (gpus < 0) throw Error("campaign: --gpus must be >= 0");
@@ -47,8 +50,13 @@ int cmd_campaign(const std::vector<std::string>& args) {
   if (gpus > 0) resolve_packing(per_gpu, mps, c.plans(), q.schedule);
   if (!out_dir.empty() && only.empty()) throw Error("campaign: --out-dir goes with --only (one retrained run)");
   if (!expect_id.empty() && only.empty()) throw Error("campaign: --run-id goes with --only (one run)");
+  const CampaignFilter filter{split(models, ',', true), split(recipes, ',', true)};
+  if (!filter.empty()) {
+    if (action != "run" || !only.empty()) throw Error("campaign: --models and --recipes go with run (without --only)");
+    check_filter(c, filter);
+  }
   if (action == "plan") return campaign_plan(c);
-  if (action == "run") return campaign_run(c, only, out_dir, expect_id, pilot_only, q);
+  if (action == "run") return campaign_run(c, only, out_dir, expect_id, pilot_only, q, filter);
   if (action == "check") return campaign_check(c, retrain, all_recipes, q);
   throw Error("campaign: unknown action '" + action + "' (allowed: plan, run, check)");
 }
