@@ -196,6 +196,12 @@ void print_cluster_plan(const ModelConfig& c, int gpus, int64_t micro_batch, dou
               gpus, static_cast<long long>(micro_batch), replicated, zero1, gpus);
   for (double cap : {80.0, 141.0})
     std::printf("    fits %.0f GB: replicated %s, ZeRO-1 %s\n", cap, replicated <= cap ? "yes" : "no", zero1 <= cap ? "yes" : "no");
+  // A 4-bit recipe's columnwise weight operands, whole on every rank (data parallelism replicates the weights).
+  const double four_bit = four_bit_operand_gb(c, 1);
+  std::printf("    with a 4-bit recipe: +%.2f GB of columnwise weight operands kept for DGRAD (2 B a quantized weight): %.2f GB replicated, %.2f GB "
+              "ZeRO-1 (fits 80 GB: %s / %s; 141 GB: %s / %s; activation operands not counted)\n",
+              four_bit, replicated + four_bit, zero1 + four_bit, replicated + four_bit <= 80 ? "yes" : "no", zero1 + four_bit <= 80 ? "yes" : "no",
+              replicated + four_bit <= 141 ? "yes" : "no", zero1 + four_bit <= 141 ? "yes" : "no");
   const auto est = speed.estimate(device, c.name, "ufp4", tokens, tokens * train_flops_per_token(c));
   // A MoE model without runs of its own: from its measured MoE layer before the median MFU of other runs.
   const bool own_runs = est.first > 0 && (est.second.empty() || est.second == "~");
