@@ -127,6 +127,8 @@ TEST_CASE("report verdicts: a campaign's claims on the one page, as its own repo
     CHECK(row.find(cells[i]) != std::string::npos);
   }
   CHECK(md.find("**1 claim in 1 campaign:**") != std::string::npos);
+  // The figure of every claim's interval, beside the page (or the reason it was skipped).
+  CHECK((file_exists(dir + "/figures/verdicts.svg") ? md.find("](figures/verdicts.svg)") : md.find("_(figure skipped: ")) != std::string::npos);
   CHECK(md.find("regenerate: `build/ufp4 report verdicts --campaign experiments/figure8/campaign_ci.toml`") != std::string::npos);
   CHECK(md.find("9 result files of figure8_ci") != std::string::npos);
   // It reads campaigns, not folders.

@@ -36,7 +36,7 @@ std::string render_svg(const Figure& f, const std::string& svg) {
   if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) return "gnuplot not installed (apt install gnuplot-nox)";
   std::ostringstream g;
   const std::string tmp = svg + ".tmp-" + std::to_string(getpid());
-  g << "set terminal svg size 720,440 dynamic font 'Helvetica,12' background '#ffffff'\nset output " << quoted(tmp) << "\n";
+  g << "set terminal svg size 720," << f.height << " dynamic font 'Helvetica,12' background '#ffffff'\nset output " << quoted(tmp) << "\n";
   g << "set title " << quoted(f.title) << " noenhanced\nset xlabel " << quoted(f.xlabel) << " noenhanced\nset ylabel " << quoted(f.ylabel)
     << " noenhanced\nset grid\nset key noenhanced\n";
   if (f.logx) g << "set logscale x\n";
@@ -45,12 +45,16 @@ std::string render_svg(const Figure& f, const std::string& svg) {
   if (f.kind == Figure::Kind::kXY) {
     for (size_t i = 0; i < f.series.size(); ++i) {
       g << "$d" << i << " << EOD\n";
-      for (size_t j = 0; j < f.series[i].x.size(); ++j) g << num(f.series[i].x[j]) << " " << num(f.series[i].y[j]) << "\n";
+      const Series& s = f.series[i];
+      const bool bars = !s.xlo.empty();
+      for (size_t j = 0; j < s.x.size(); ++j)
+        g << num(s.x[j]) << " " << num(s.y[j]) << (bars ? " " + num(s.xlo[j]) + " " + num(s.xhi[j]) : std::string()) << "\n";
       g << "EOD\n";
     }
     g << "plot ";
     for (size_t i = 0; i < f.series.size(); ++i)
-      g << (i ? ", " : "") << "$d" << i << " using 1:2 with " << f.series[i].style << " title " << quoted(f.series[i].title);
+      g << (i ? ", " : "") << "$d" << i << " using " << (f.series[i].xlo.empty() ? "1:2" : "1:2:3:4") << " with " << f.series[i].style << " title "
+        << quoted(f.series[i].title);
     g << "\n";
   } else if (f.kind == Figure::Kind::kBars) {
     g << "$d << EOD\n";

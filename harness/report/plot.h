@@ -9,7 +9,8 @@ namespace ufp4 {
 struct Series {
   std::string title;
   std::vector<double> x, y;
-  std::string style = "linespoints";  // gnuplot "with" clause: lines, points, linespoints, ...
+  std::string style = "linespoints";  // gnuplot "with" clause: lines, points, linespoints, xerrorbars, ...
+  std::vector<double> xlo, xhi;       // kXY with style "xerrorbars ...": each point's horizontal interval
 };
 
 struct Figure {
@@ -22,6 +23,7 @@ struct Figure {
   std::vector<std::string> row_labels;      // kHeatmap
   std::vector<std::vector<double>> matrix;  // kHeatmap: [row][column]
   std::string extra;                        // further gnuplot commands (e.g. "set key left")
+  int height = 440;                         // pixels (the width is 720): a tall figure for many rows
 };
 
 // Writes `svg` with gnuplot. Returns "" on success, else why it was skipped (one line).

@@ -59,8 +59,8 @@ std::string report_figure10(const std::string& root, const std::vector<std::stri
 struct RunSet;
 std::string report_campaign(const RunSet& set, const std::string& figures);
 // Every campaign's claims on one page (report_verdicts.cpp): per campaign its run set's state, each claim's
-// primary test and verdict, the one-factor groups' answers, and the count of each verdict.
-std::string report_verdicts(const std::vector<RunSet>& sets, const std::string& command);
+// primary test and verdict, the one-factor groups' answers, the count of each verdict, and a figure of every claim's interval.
+std::string report_verdicts(const std::vector<RunSet>& sets, const std::string& command, const std::string& figures);
 
 // The mechanism on current-corpus runs, claim by claim beside the paper (report_mechanism.cpp), from a
 // folder of `ufp4 analyze capture` step files.

@@ -34,7 +34,7 @@ std::string report_all_verdicts(const ReportInputs& in) {
     if (in.campaign.empty() && file_exists(in.root + "/experiments/" + c + "/campaign.toml")) files.push_back(std::string("experiments/") + c + "/campaign.toml");
   std::vector<RunSet> sets;
   for (const auto& f : files) sets.push_back(Campaign::load(f).resolve());
-  return report_verdicts(sets, "build/ufp4 report verdicts" + (in.campaign.empty() ? std::string() : " --campaign " + in.campaign));
+  return report_verdicts(sets, "build/ufp4 report verdicts" + (in.campaign.empty() ? std::string() : " --campaign " + in.campaign), in.figures);
 }
 
 std::vector<ReportEntry> entries() {

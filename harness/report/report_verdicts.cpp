@@ -10,6 +10,7 @@
 #include "common/sha256.h"
 #include "harness/analysis/campaign_stats.h"
 #include "harness/report/campaign_text.h"
+#include "harness/report/plot.h"
 #include "harness/report/report.h"
 
 namespace ufp4 {
@@ -106,9 +107,51 @@ std::vector<std::string> sources(const std::vector<CampaignVerdicts>& all) {
   return out;
 }
 
+// Every tested claim as a row: its difference and interval coloured by its verdict as shown, the paper's
+// effect (or the effect of interest) beside it, zero marked. Claims without an interval are left out.
+Figure forest_figure(const std::vector<CampaignVerdicts>& all) {
+  struct Row {
+    std::string label, verdict;
+    double mean, lo, hi, effect;
+  };
+  std::vector<Row> rows;
+  for (const auto& c : all)
+    for (const auto& t : c.tests)
+      if (t.diff.defined())
+        rows.push_back({c.set->campaign + " " + t.claim.id, interim(*c.set, t) ? "inconclusive" : verdict_name(t.verdict), t.diff.mean, t.diff.lo,
+                        t.diff.hi, t.claim.paper_sized() ? t.claim.paper_effect : t.claim.effect_of_interest});
+  Figure f;
+  f.title = "Every claim: paired difference of the BF16-relative gaps (pp), 95% interval";
+  f.xlabel = "difference of the gaps (percentage points)";
+  f.height = 120 + 16 * static_cast<int>(rows.size());
+  std::string tics;
+  for (size_t i = 0; i < rows.size(); ++i) tics += (i ? ", " : "") + std::string("\"") + rows[i].label + "\" " + std::to_string(rows.size() - i);
+  f.extra = "set ytics (" + tics + ") noenhanced font ',10'\nset yrange [0:" + std::to_string(rows.size() + 1) +
+            "]\nset arrow from 0, graph 0 to 0, graph 1 nohead lc rgb '#444444' dt 2\nset key outside bottom center horizontal maxrows 2 font ',10'\nset grid xtics noytics";
+  const std::vector<std::pair<std::string, std::string>> colours = {
+      {"holds", "#1a9850"}, {"contradicted", "#d73027"}, {"smaller than the paper", "#f46d43"}, {"inconclusive", "#878787"}};
+  for (const auto& [verdict, colour] : colours) {
+    Series s;
+    s.title = verdict;
+    s.style = "xerrorbars pt 7 ps 0.6 lc rgb '" + colour + "'";
+    for (size_t i = 0; i < rows.size(); ++i)
+      if (rows[i].verdict == verdict) {
+        s.x.push_back(rows[i].mean), s.y.push_back(static_cast<double>(rows.size() - i));
+        s.xlo.push_back(rows[i].lo), s.xhi.push_back(rows[i].hi);
+      }
+    if (!s.x.empty()) f.series.push_back(s);
+  }
+  Series paper;
+  paper.title = "the paper's effect (or the effect of interest)";
+  paper.style = "points pt 2 ps 0.8 lc rgb '#000000'";
+  for (size_t i = 0; i < rows.size(); ++i) paper.x.push_back(rows[i].effect), paper.y.push_back(static_cast<double>(rows.size() - i));
+  if (!paper.x.empty()) f.series.push_back(paper);
+  return f;
+}
+
 }  // namespace
 
-std::string report_verdicts(const std::vector<RunSet>& sets, const std::string& command) {
+std::string report_verdicts(const std::vector<RunSet>& sets, const std::string& command, const std::string& figures) {
   std::vector<CampaignVerdicts> all;
   for (const auto& set : sets) {
     CampaignVerdicts c{&set, read_campaign_runs(set), {}};
@@ -124,7 +167,7 @@ std::string report_verdicts(const std::vector<RunSet>& sets, const std::string& 
         "`reports/README.md`; a claim whose registered seeds are not all in reads inconclusive, with what the test gives so far. Each "
         "campaign's report holds its registration, cells, secondary metric (the training loss of the last tenth of the steps), transition "
         "delays, curves and inputs.\n\n"
-     << totals_line(all);
+     << totals_line(all) << "\n" << figure_markdown(figures, "verdicts", forest_figure(all));
   for (const auto& c : all) {
     os << "\n## " << c.set->title << " (`reports/" << c.set->report << ".md`)\n\n" << run_set_line(*c.set) << "\n\n" << claims_table(c) << groups_table(c);
   }
