@@ -131,8 +131,14 @@ TEST_CASE("report verdicts: a campaign's claims on the one page, as its own repo
   CHECK((file_exists(dir + "/figures/verdicts.svg") ? md.find("](figures/verdicts.svg)") : md.find("_(figure skipped: ")) != std::string::npos);
   CHECK(md.find("regenerate: `build/ufp4 report verdicts --campaign experiments/figure8/campaign_ci.toml`") != std::string::npos);
   CHECK(md.find("9 result files of figure8_ci") != std::string::npos);
-  // It reads campaigns, not folders.
+  // It reads campaigns, not folders; one campaign's page goes where --out says, not over the page of every campaign.
   Result folders = run_cli("report verdicts --results " + dir);
   CHECK(folders.code == 2);
   CHECK(folders.out.find("reads campaigns") != std::string::npos);
+  Result one = run_cli("report verdicts --campaign experiments/figure8/campaign_ci.toml");
+  CHECK(one.code == 2);
+  CHECK(one.out.find("give --out") != std::string::npos);
+  // The same inputs: the same bytes.
+  Result again = run_cli("report verdicts --campaign experiments/figure8/campaign_ci.toml --out " + dir + "/verdicts.md");
+  CHECK(again.out.find("unchanged: " + dir + "/verdicts.md") != std::string::npos);
 }

@@ -159,19 +159,20 @@ TEST_CASE("ufp4 plan --model DENSE --gpus N: a 4-bit recipe's weight operands wh
   Result r = run_cli("plan --model dense-1.5b --gpus 4");
   INFO(r.out);
   REQUIRE(r.code == 0);
-  double quantized_m = 0, replicated = 0, zero1 = 0, extra = 0, with_replicated = 0, with_zero1 = 0;
+  double quantized_b = 0, replicated = 0, zero1 = 0, extra = 0, with_replicated = 0, with_zero1 = 0;
   std::istringstream in(r.out);
   for (std::string line; std::getline(in, line);) {
     std::istringstream row(line);
     std::string name, unit;
     double total = 0, active = 0;
-    if (line.rfind("dense-1.5b ", 0) == 0) row >> name >> total >> unit >> active >> unit >> quantized_m;
+    if (line.rfind("dense-1.5b ", 0) == 0 && row >> name >> total >> unit >> active >> unit >> quantized_b >> unit)
+      quantized_b /= unit == "M" ? 1000.0 : 1.0;  // the table prints millions ("M") or billions ("B")
     std::sscanf(line.c_str(), "  4 GPUs, data parallel (micro-batch 1 a GPU): %lf GB a GPU with replicated AdamW state, %lf GB with ZeRO-1", &replicated, &zero1);
     std::sscanf(line.c_str(), "    with a 4-bit recipe: +%lf GB of columnwise weight operands kept for DGRAD (2 B a quantized weight): %lf GB replicated, %lf GB",
                 &extra, &with_replicated, &with_zero1);
   }
-  REQUIRE(quantized_m > 0);
-  CHECK(extra == Approx(2.0 * quantized_m / 1000).margin(0.01));  // the table's quantized weights (millions), 2 B each
+  REQUIRE(quantized_b > 0);
+  CHECK(extra == Approx(2.0 * quantized_b).margin(0.01));  // the table's quantized weights (billions), 2 B each
   CHECK(with_replicated == Approx(replicated + extra).margin(0.011));
   CHECK(with_zero1 == Approx(zero1 + extra).margin(0.011));
 }

@@ -383,6 +383,13 @@ TEST_CASE("campaign run --models / --recipes: only those runs train, and the see
   for (const auto& r : after.runs) CHECK(r.path.empty() == (r.recipe != "ufp4"));
   CHECK(!file_exists(d + "/runs/seeds.toml"));
   CHECK(some.out.find("4 pilot run(s) outside --models/--recipes still missing") != std::string::npos);
+  // The verdicts page of the part-run campaign: incomplete, its claim (ufp4 against e2m1_ref) without a complete seed.
+  REQUIRE(test::run_binary("report verdicts --campaign " + campaign + " --out " + d + "/verdicts.md").code == 0);
+  const std::string page = bytes_of(d + "/verdicts.md");
+  CHECK(page.find("**Run set incomplete: 4 of 6 runs missing**") != std::string::npos);
+  CHECK(page.find("**inconclusive** (waiting for runs: fewer than two complete seeds, no test yet)") != std::string::npos);
+  CHECK(page.find("0 holds, 0 contradicted, 0 smaller than the paper, 1 inconclusive (1 of them before their registered seeds are in)") != std::string::npos);
+  CHECK(test::run_binary("campaign run " + campaign + " --models ,").code == 2);  // named nothing: refused, not "every run"
   auto rest = test::run_binary("campaign run " + campaign);
   REQUIRE(rest.code == 0);
   CHECK(rest.out.find("2 runs have results already") != std::string::npos);

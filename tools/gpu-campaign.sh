@@ -39,6 +39,7 @@ for c in "$@"; do
   end=$(date +%s)
   echo "campaign $c: exit $rc after $(( end - s )) s (total $(elapsed))$([ $(( end - s )) -ge "$left" ] && echo "; SIGTERM at $left s, the command ended $(( end - s - left )) s later")"
   left=$(( left - (end - s) ))
+  s=$end
   [ "$left" -gt 30 ] || break
 done
 for c in "$@"; do build/ufp4 campaign plan "$c" 2>&1 | head -n 4; done

@@ -52,6 +52,7 @@ class FakeQuant:
         g = torch.Generator().manual_seed(seed)
         signs = torch.randint(0, 2, (16,), generator=g).float() * 2 - 1
         self.rot = (torch.diag(signs) @ h / 4.0).to(device)  # orthogonal: rot @ rot.T = I
+        self.rand_like = torch.rand_like  # stochastic rounding's uniforms (the self-test puts in its own)
 
     def spacing(self, a):
         """The distance between the grid's levels around magnitude a: E1M2 is uniform; E2M1 doubles at 2 and 4."""
@@ -80,7 +81,7 @@ class FakeQuant:
         a = t.abs()
         step = self.spacing(a)
         y = a / step
-        q = (torch.floor(y + torch.rand_like(y)) if sr else torch.round(y)) * step
+        q = (torch.floor(y + self.rand_like(y)) if sr else torch.round(y)) * step
         # At the top level y + rand can round up to the next integer in FP32 (rand within an ulp of 1, or t an ulp
         # above gmax from amax / (amax / gmax)): one level past the grid, so saturate as the hardware formats do.
         q = q.clamp_max(self.gmax)
@@ -202,6 +203,12 @@ def self_test(dev):
         check(f"{grid} stochastic rounding on the grid", on_grid < 1e-5)
         bias = (sr.mean(0) - x[:256]).abs() / (scale[:256 * 64 // 16].repeat_interleave(16, 0).reshape(256, 64) * fq.gmax)
         check(f"{grid} stochastic rounding unbiased (max |mean - x| {bias.max().item():.4f} of a block's max)", bias.max() < 0.03)
+        # The top level with the largest uniform below 1: y + rand rounds up to the next integer in FP32.
+        top = torch.zeros(1, 16, device=dev)
+        top[0, 0] = 3.0
+        fq.rand_like = lambda y: torch.full_like(y, 1 - 2.0**-24)
+        check(f"{grid} stochastic rounding saturates at the top level", fq(top, sr=True)[0, 0].item() == 3.0)
+        fq.rand_like = torch.rand_like
         w = torch.randn(96, 128, device=dev)
         check(f"{grid} blocks down columns = blocks of the transposed copy",
               torch.equal(fq(w, dim=-2), fq(w.t().contiguous()).t()))

@@ -214,9 +214,9 @@ int campaign_run(Campaign& c, const std::string& only, const std::string& out_di
   print_queue_outcome(out, pilot.size(), "campaign run");
   if (out.exit_code() != 0 || pilot_only) return out.exit_code();
   if (!c.seeds_decided()) {
-    if (const size_t missing = c.resolve(/*pilot_only=*/true).missing(); missing > 0) {  // a filter left part of the pilot
-      std::printf("campaign %s: %zu pilot run(s) outside --models/--recipes still missing: the seeds are decided when every pilot run is in\n",
-                  c.name.c_str(), missing);
+    if (const size_t missing = c.resolve(/*pilot_only=*/true).missing(); missing > 0) {  // a filter left part of the pilot, or a result was refused
+      std::printf("campaign %s: %zu pilot run(s)%s still missing: the seeds are decided when every pilot run is in\n", c.name.c_str(), missing,
+                  filter.empty() ? "" : " outside --models/--recipes");
       return out.exit_code();
     }
     if (!pilot_passes_transition_gate(c)) return kExitRuntime;

@@ -51,6 +51,8 @@ int cmd_campaign(const std::vector<std::string>& args) {
   if (!out_dir.empty() && only.empty()) throw Error("campaign: --out-dir goes with --only (one retrained run)");
   if (!expect_id.empty() && only.empty()) throw Error("campaign: --run-id goes with --only (one run)");
   const CampaignFilter filter{split(models, ',', true), split(recipes, ',', true)};
+  if ((vm->count("models") && filter.models.empty()) || (vm->count("recipes") && filter.recipes.empty()))
+    throw Error("campaign run: --models and --recipes need at least one name (a comma list); leave the option out to train every missing run");
   if (!filter.empty()) {
     if (action != "run" || !only.empty()) throw Error("campaign: --models and --recipes go with run (without --only)");
     check_filter(c, filter);

@@ -100,6 +100,8 @@ int cmd_report(const std::vector<std::string>& args) {
   if (in.campaign.empty() && in.dirs.empty() && !archived_wanted) in.campaign = entry.campaign;
   if (!in.campaign.empty() && (!in.dirs.empty() || archived_wanted)) throw Error("report: --campaign goes without --results and --archived");
   if (entry.every_campaign && !in.dirs.empty()) throw Error("report: " + name + " reads campaigns (--campaign FILE), not --results folders");
+  // One campaign's page goes elsewhere than the page of every campaign (reports/verdicts.md).
+  if (entry.every_campaign && !in.campaign.empty() && out.empty()) throw Error("report: " + name + " --campaign FILE: give --out (reports/" + name + ".md holds every campaign's)");
   if (in.campaign.empty() && !entry.render) throw Error("report: '" + name + "' renders from a campaign only (give --campaign FILE)");
   // Archived: an archived campaign's report from its own (default) inputs, not one from inputs given here.
   const bool defaulted = in.dirs.empty() && in.tensors.empty() && in.fits.empty() && in.chains.empty();

@@ -38,12 +38,22 @@ bool interim(const RunSet& set, const ClaimTest& t) {
   return registered < 0 || in < registered;
 }
 
-std::string shown_verdict(const RunSet& set, const ClaimTest& t, Verdict v) {
+std::string shown_verdict(const RunSet& set, const ClaimTest& t, Verdict v, const Interval& d) {
   if (!interim(set, t)) return std::string("**") + verdict_name(v) + "**";
   const auto [registered, in] = seeds_in(set, t);
-  if (!t.diff.defined()) return "**inconclusive** (waiting for runs: fewer than two complete seeds, no test yet)";
+  if (!d.defined()) return "**inconclusive** (waiting for runs: fewer than two complete seeds, no test yet)";
   const std::string of = registered < 0 ? "the pilot's seeds, before the seeds are decided" : std::to_string(in) + " of " + std::to_string(registered) + " registered seeds";
   return std::string("**inconclusive** (interim look at ") + of + ": the test gives " + verdict_name(v) + ")";
+}
+
+std::string group_answer_text(const GroupAnswer& g) {
+  std::string answer = "**" + g.answer + "**";
+  for (const auto& l : g.beaten_by) answer += (l == g.beaten_by.front() ? " by " : ", ") + l;
+  return answer;
+}
+
+std::string lowest_level_text(const GroupAnswer& g) {
+  return g.best_level == g.choice ? g.choice + " (no level below it)" : g.best_level + " (" + fmt("%+.3f", g.best_contrast) + ")";
 }
 
 std::string registered_effect_text(const RegisteredClaim& c) {

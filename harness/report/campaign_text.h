@@ -20,8 +20,12 @@ std::string claim_models(const RegisteredClaim& c);  // its model, or a trend's 
 std::pair<int64_t, int64_t> seeds_in(const RunSet& set, const ClaimTest& t);
 // A claim tested on fewer complete seeds than its models' registered number has no verdict yet.
 bool interim(const RunSet& set, const ClaimTest& t);
-// "**holds**", or "**inconclusive** (interim look at ...: the test gives holds)" before the seeds are in.
-std::string shown_verdict(const RunSet& set, const ClaimTest& t, Verdict v);
+// "**holds**", or "**inconclusive** (interim look at ...: the test gives holds)" before the seeds are in;
+// `d` is the row's interval (primary or secondary metric): without one, "waiting for runs".
+std::string shown_verdict(const RunSet& set, const ClaimTest& t, Verdict v, const Interval& d);
+// A one-factor group's answer ("**beaten** by a, b") and its lowest level ("a (-0.123)", or the choice itself).
+std::string group_answer_text(const GroupAnswer& g);
+std::string lowest_level_text(const GroupAnswer& g);
 // The registered effect: the paper's ("-0.290"), or the effect of interest ("+0.290 (of interest)").
 std::string registered_effect_text(const RegisteredClaim& c);
 

@@ -123,7 +123,7 @@ std::string claim_sentence(const RunSet& set, const ClaimTest& t) {
   else if (e < 0 ? d.lo > e : d.hi < e) what = "the paper's effect lies outside our interval: the effect here is smaller than the paper's";
   else if (e < 0 ? d.hi < e : d.lo > e) what = "the paper's effect lies outside our interval: the effect here is larger than the paper's";
   else what = "the paper's effect lies inside our interval";
-  return "**" + t.claim.id + "** (" + claim_models(t.claim) + "): \"" + t.claim.text + "\" — " + shown_verdict(set, t, t.verdict) + "; " + what + "; MDD " +
+  return "**" + t.claim.id + "** (" + claim_models(t.claim) + "): \"" + t.claim.text + "\" — " + shown_verdict(set, t, t.verdict, t.diff) + "; " + what + "; MDD " +
          mdd_text(t.mdd) + " pp against " + (t.claim.paper_sized() ? "the paper's " : "the registered effect of interest, ") +
          fmt("%.3f", std::fabs(t.claim.effect_of_interest)) + " pp.";
 }
@@ -141,7 +141,7 @@ std::string verdicts_section(const RunSet& set, const std::vector<ClaimTest>& te
       os << "| " << t.claim.id << " | " << (train ? "train, last K (secondary)" : "final val (primary)") << " | " << d.n << " | " << pp_interval(d) << " | "
          << p_text(train ? t.p_train : t.p) << " | " << p_text(train ? t.p_train_holm : t.p_holm) << " | " << mdd_text(train ? t.mdd_train : t.mdd)
          << " | " << (t.claim.paper_sized() ? fmt("%+.3f", t.claim.paper_effect) : std::string("not published")) << " | "
-         << shown_verdict(set, t, train ? t.verdict_train : t.verdict) << " |\n";
+         << shown_verdict(set, t, train ? t.verdict_train : t.verdict, d) << " |\n";
     }
   os << "\n";
   for (const auto& t : tests) os << "- " << claim_sentence(set, t) << "\n";
@@ -163,13 +163,8 @@ std::string groups_section(const RunSet& set, const std::vector<ClaimTest>& test
       if (t.claim.group == g.group) decided = decided && !interim(set, t);
     std::string levels;
     for (const auto& l : g.levels) levels += (levels.empty() ? "" : ", ") + l;
-    std::string answer = "**" + g.answer + "**";
-    if (!g.beaten_by.empty()) {
-      answer += " by";
-      for (const auto& l : g.beaten_by) answer += " " + l;
-    }
-    os << "| " << g.group << " | " << g.choice << " | " << levels << " | "
-       << (g.best_level == g.choice ? g.choice + " (no level below it)" : g.best_level + " (" + fmt("%+.3f", g.best_contrast) + ")") << " | "
+    const std::string answer = group_answer_text(g);
+    os << "| " << g.group << " | " << g.choice << " | " << levels << " | " << lowest_level_text(g) << " | "
        << (std::isnan(g.largest_mdd) ? std::string("-") : fmt("%.3f", g.largest_mdd)) << " | " << (decided ? answer : "not decided (interim look: " + g.answer + ")") << " |\n";
   }
   return os.str();

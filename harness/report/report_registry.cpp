@@ -26,12 +26,23 @@ std::string report_archived_analysis(const ReportInputs& in) {
   return report_analysis(in.root, in.tensors.empty() ? analysis + "/tensors-dense113m.h5" : in.tensors, chains, in.figures);
 }
 
-// The campaigns at the decisive design, in the paper's order, or the one --campaign names.
+// Every committed campaign (experiments/*/campaign.toml whose results live under results/: not the demo's), the
+// paper's tables and figures in its order and any other after them by name; or the one --campaign names.
 std::string report_all_verdicts(const ReportInputs& in) {
   std::vector<std::string> files;
   if (!in.campaign.empty()) files.push_back(in.campaign);
-  for (const char* c : {"figure8", "figure10", "table2", "factorial", "table3", "figure9", "emulation"})
-    if (in.campaign.empty() && file_exists(in.root + "/experiments/" + c + "/campaign.toml")) files.push_back(std::string("experiments/") + c + "/campaign.toml");
+  const std::vector<std::string> order = {"figure8", "figure10", "table2", "factorial", "table3", "figure9", "emulation"};
+  const auto rank = [&](const std::string& f) {
+    const std::string dir = f.substr(0, f.rfind('/'));
+    return std::find(order.begin(), order.end(), dir.substr(dir.rfind('/') + 1)) - order.begin();
+  };
+  if (in.campaign.empty()) {
+    for (const auto& f : campaign_files(in.root + "/experiments")) {
+      const std::string file = f.substr(in.root.size() + 1);  // as the campaigns name their paths: from the checkout's root
+      if (Campaign::load(file).results_dir.rfind("results/", 0) == 0) files.push_back(file);
+    }
+    std::stable_sort(files.begin(), files.end(), [&](const std::string& a, const std::string& b) { return rank(a) < rank(b); });
+  }
   std::vector<RunSet> sets;
   for (const auto& f : files) sets.push_back(Campaign::load(f).resolve());
   return report_verdicts(sets, "build/ufp4 report verdicts" + (in.campaign.empty() ? std::string() : " --campaign " + in.campaign), in.figures);
@@ -59,7 +70,7 @@ std::vector<ReportEntry> entries() {
          return report_figure9(in.root, in.fits.empty() ? in.root + "/results/archive/figure9-mixed-stages/fits/figure9-proxy.h5" : in.fits, in.figures);
        },
        "figure9-fit"},
-      {"verdicts", "every registered campaign's claims (experiments/{figure8,figure10,table2,factorial,table3,figure9,emulation}); --campaign: one", "", {}, false,
+      {"verdicts", "every committed campaign's claims (experiments/*/campaign.toml with results under results/); --campaign FILE --out F: one", "", {}, false,
        report_all_verdicts, "", true},
       {"bench", "--results folder (default: results/bench)", "", {}, false,
        [](const ReportInputs& in) { return report_bench(in.root, in.dirs.empty() ? in.root + "/results/bench" : in.dirs.front(), in.figures); }},

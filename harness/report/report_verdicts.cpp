@@ -27,7 +27,7 @@ std::string run_set_line(const RunSet& set) {
   std::ostringstream os;
   const size_t missing = set.missing();
   if (missing == 0) os << "Run set complete: all " << set.runs.size() << " runs";
-  else os << "**Run set incomplete: " << missing << " of " << set.runs.size() << " runs missing**, so every claim reads inconclusive with an interim look";
+  else os << "**Run set incomplete: " << missing << " of " << set.runs.size() << " runs missing**; a claim whose registered seeds are not all in reads inconclusive";
   if (set.seeds.seeds.empty()) {
     os << "; seeds not decided yet (the pilot is seeds 1-" << set.seeds.pilot << ").";
     return os.str();
@@ -45,7 +45,7 @@ std::string claims_table(const CampaignVerdicts& c) {
   for (const auto& t : c.tests)
     os << "| " << t.claim.id << " | " << claim_models(t.claim) << " | " << t.claim.text << (t.claim.powered ? "" : " (not powered)") << " | " << t.diff.n
        << " | " << pp_interval(t.diff) << " | " << p_text(t.p_holm) << " | " << mdd_text(t.mdd) << " | " << registered_effect_text(t.claim) << " | "
-       << shown_verdict(*c.set, t, t.verdict) << " |\n";
+       << shown_verdict(*c.set, t, t.verdict, t.diff) << " |\n";
   return os.str();
 }
 
@@ -59,10 +59,8 @@ std::string groups_table(const CampaignVerdicts& c) {
     bool decided = true;
     for (const auto& t : c.tests)
       if (t.claim.group == g.group) decided = decided && !interim(*c.set, t);
-    std::string answer = "**" + g.answer + "**";
-    for (const auto& l : g.beaten_by) answer += (l == g.beaten_by.front() ? " by " : ", ") + l;
-    os << "| " << g.group << " | " << g.choice << " | " << (decided ? answer : "not decided (interim look: " + g.answer + ")") << " | "
-       << (g.best_level == g.choice ? "none below it" : g.best_level + " (" + fmt("%+.3f", g.best_contrast) + ")") << " | " << mdd_text(g.largest_mdd) << " |\n";
+    os << "| " << g.group << " | " << g.choice << " | " << (decided ? group_answer_text(g) : "not decided (interim look: " + g.answer + ")") << " | "
+       << lowest_level_text(g) << " | " << mdd_text(g.largest_mdd) << " |\n";
   }
   return os.str();
 }
@@ -70,19 +68,19 @@ std::string groups_table(const CampaignVerdicts& c) {
 // The verdicts as shown (an interim look counts as inconclusive), over every campaign.
 std::string totals_line(const std::vector<CampaignVerdicts>& all) {
   std::map<std::string, int> count;
-  int claims = 0, waiting = 0;
+  int claims = 0, early = 0;
   for (const auto& c : all)
     for (const auto& t : c.tests) {
       ++claims;
-      const bool early = interim(*c.set, t);
-      waiting += early;
-      ++count[early ? "inconclusive" : verdict_name(t.verdict)];
+      const bool before = interim(*c.set, t);
+      early += before;
+      ++count[before ? "inconclusive" : verdict_name(t.verdict)];
     }
   std::ostringstream os;
   os << "**" << claims << " claim" << (claims == 1 ? "" : "s") << " in " << all.size() << " campaign" << (all.size() == 1 ? "" : "s") << ":**";
   bool first = true;
   for (const char* v : {"holds", "contradicted", "smaller than the paper", "inconclusive"}) os << (first ? " " : ", ") << count[v] << " " << v, first = false;
-  if (waiting) os << " (" << waiting << " of them waiting for runs)";
+  if (early) os << " (" << early << " of them before their registered seeds are in)";
   os << ".\n";
   return os.str();
 }
@@ -123,7 +121,7 @@ Figure forest_figure(const std::vector<CampaignVerdicts>& all) {
   Figure f;
   f.title = "Every claim: paired difference of the BF16-relative gaps (pp), 95% interval";
   f.xlabel = "difference of the gaps (percentage points)";
-  f.height = 120 + 16 * static_cast<int>(rows.size());
+  f.height = std::max(440, 120 + 16 * static_cast<int>(rows.size()));
   std::string tics;
   for (size_t i = 0; i < rows.size(); ++i) tics += (i ? ", " : "") + std::string("\"") + rows[i].label + "\" " + std::to_string(rows.size() - i);
   f.extra = "set ytics (" + tics + ") noenhanced font ',10'\nset yrange [0:" + std::to_string(rows.size() + 1) +
