@@ -159,14 +159,14 @@ void decide_seeds(Campaign& c) {
 
 }  // namespace
 
-bool CampaignFilter::keeps(const PlannedRun& r) const {
+bool CampaignFilter::keeps(const RunPlan& p) const {
   const auto in = [](const std::vector<std::string>& list, const std::string& v) { return list.empty() || std::find(list.begin(), list.end(), v) != list.end(); };
-  return in(models, r.model) && in(recipes, r.recipe);
+  return in(models, p.model.name) && in(recipes, recipe_stem(p.recipe_file));  // the names the campaign's run set gives them
 }
 
 void check_filter(const Campaign& c, const CampaignFilter& f) {
   std::set<std::string> models, recipes;
-  for (const auto& r : c.resolve().runs) models.insert(r.model), recipes.insert(r.recipe);
+  for (const auto& p : c.plans()) models.insert(p.model.name), recipes.insert(recipe_stem(p.recipe_file));
   const auto check = [&](const char* option, const std::vector<std::string>& given, const std::set<std::string>& have) {
     for (const auto& v : given)
       if (!have.count(v)) {
@@ -181,13 +181,8 @@ void check_filter(const Campaign& c, const CampaignFilter& f) {
 
 namespace {
 
-// The plans the filter keeps, by the run set's model and recipe names (plans and set share the campaign's order of runs).
-std::vector<RunPlan> filtered(const Campaign& c, std::vector<RunPlan> ps, const CampaignFilter& f) {
-  if (f.empty()) return ps;
-  std::set<std::string> kept;
-  for (const auto& r : c.resolve().runs)
-    if (f.keeps(r)) kept.insert(r.name);
-  ps.erase(std::remove_if(ps.begin(), ps.end(), [&](const RunPlan& p) { return !kept.count(p.name); }), ps.end());
+std::vector<RunPlan> filtered(std::vector<RunPlan> ps, const CampaignFilter& f) {
+  ps.erase(std::remove_if(ps.begin(), ps.end(), [&](const RunPlan& p) { return !f.keeps(p); }), ps.end());
   return ps;
 }
 
@@ -209,7 +204,7 @@ int campaign_run(Campaign& c, const std::string& only, const std::string& out_di
     const RunQueueOutcome out = train(c, ps, q, expect_id);
     return out.exit_code();
   }
-  const std::vector<RunPlan> pilot = filtered(c, runs_to_train(c, c.plans(/*pilot_only=*/true), q.run.force), filter);
+  const std::vector<RunPlan> pilot = filtered(runs_to_train(c, c.plans(/*pilot_only=*/true), q.run.force), filter);
   RunQueueOutcome out = train(c, pilot, q);
   print_queue_outcome(out, pilot.size(), "campaign run");
   if (out.exit_code() != 0 || pilot_only) return out.exit_code();
@@ -225,7 +220,7 @@ int campaign_run(Campaign& c, const std::string& only, const std::string& out_di
   std::vector<RunPlan> rest;  // the seeds past the pilot (the pilot's are in)
   for (const auto& m : c.runs())
     if (m.seed > c.seeds.pilot) rest.push_back(plan_run(m));
-  rest = filtered(c, runs_to_train(c, rest, q.run.force), filter);
+  rest = filtered(runs_to_train(c, rest, q.run.force), filter);
   if (!rest.empty()) {
     out = train(c, rest, q);
     print_queue_outcome(out, rest.size(), "campaign run");

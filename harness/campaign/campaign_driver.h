@@ -5,7 +5,6 @@
 #include <string>
 #include <vector>
 
-#include "harness/io/run_set.h"
 #include "harness/plan/campaign.h"
 #include "harness/train/run_queue.h"
 
@@ -22,7 +21,7 @@ int campaign_plan(const Campaign& c);
 // pilot run is in, whatever the filter.
 struct CampaignFilter {
   std::vector<std::string> models, recipes;
-  bool keeps(const PlannedRun& r) const;
+  bool keeps(const RunPlan& p) const;
   bool empty() const { return models.empty() && recipes.empty(); }
 };
 // Throws Error naming the campaign's models or recipes when the filter names one it does not have.

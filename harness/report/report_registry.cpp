@@ -29,22 +29,22 @@ std::string report_archived_analysis(const ReportInputs& in) {
 // Every committed campaign (experiments/*/campaign.toml whose results live under results/: not the demo's), the
 // paper's tables and figures in its order and any other after them by name; or the one --campaign names.
 std::string report_all_verdicts(const ReportInputs& in) {
-  std::vector<std::string> files;
-  if (!in.campaign.empty()) files.push_back(in.campaign);
+  std::vector<Campaign> campaigns;
+  if (!in.campaign.empty()) campaigns.push_back(Campaign::load(in.campaign));
   const std::vector<std::string> order = {"figure8", "figure10", "table2", "factorial", "table3", "figure9", "emulation"};
-  const auto rank = [&](const std::string& f) {
-    const std::string dir = f.substr(0, f.rfind('/'));
+  const auto rank = [&](const Campaign& c) {
+    const std::string dir = c.path.substr(0, c.path.rfind('/'));
     return std::find(order.begin(), order.end(), dir.substr(dir.rfind('/') + 1)) - order.begin();
   };
   if (in.campaign.empty()) {
     for (const auto& f : campaign_files(in.root + "/experiments")) {
-      const std::string file = f.substr(in.root.size() + 1);  // as the campaigns name their paths: from the checkout's root
-      if (Campaign::load(file).results_dir.rfind("results/", 0) == 0) files.push_back(file);
+      Campaign c = Campaign::load(f.substr(in.root.size() + 1));  // as the campaigns name their paths: from the checkout's root
+      if (c.results_dir.rfind("results/", 0) == 0) campaigns.push_back(std::move(c));
     }
-    std::stable_sort(files.begin(), files.end(), [&](const std::string& a, const std::string& b) { return rank(a) < rank(b); });
+    std::stable_sort(campaigns.begin(), campaigns.end(), [&](const Campaign& a, const Campaign& b) { return rank(a) < rank(b); });
   }
   std::vector<RunSet> sets;
-  for (const auto& f : files) sets.push_back(Campaign::load(f).resolve());
+  for (const auto& c : campaigns) sets.push_back(c.resolve());
   return report_verdicts(sets, "build/ufp4 report verdicts" + (in.campaign.empty() ? std::string() : " --campaign " + in.campaign), in.figures);
 }
 
