@@ -199,3 +199,38 @@ TEST_CASE("a trend claim: the slope of a recipe's gap over log10 compute, each s
   CHECK(!two.diff.defined());
   CHECK(two.verdict == Verdict::kInconclusive);
 }
+
+TEST_CASE("how far the seeds lie apart: the sd over seeds at each evaluation, and whether it is largest at the end", "[stats]") {
+  // Evaluations after 500, 1000 and 1500 steps (the files hold the steps' indices 499, 999, 1499).
+  CampaignRuns runs;
+  const std::vector<std::vector<double>> settling = {{3.0, 2.5, 2.0}, {3.2, 2.5, 2.0}, {3.4, 2.7, 2.2}};
+  const std::vector<std::vector<double>> parting = {{3.0, 2.6, 2.0}, {3.0, 2.5, 2.4}, {3.1, 2.6, 2.8}};
+  for (size_t s = 0; s < 3; ++s) {
+    RunMetrics a, b;
+    a.eval_step = b.eval_step = {499, 999, 1499};
+    a.eval_loss = settling[s];
+    b.eval_loss = parting[s];
+    runs["m"]["settles"][static_cast<int64_t>(s + 1)] = a;
+    runs["m"]["parts"][static_cast<int64_t>(s + 1)] = b;
+  }
+  RunMetrics lone;  // one seed of its own: no spread to give
+  lone.eval_step = {499};
+  lone.eval_loss = {3.0};
+  runs["m"]["lone"][1] = lone;
+  runs["m"]["parts"][3].eval_step.pop_back(), runs["m"]["parts"][3].eval_loss.pop_back();  // a seed without the last evaluation
+
+  const std::vector<SeedSpread> spreads = seed_spreads(runs);
+  REQUIRE(spreads.size() == 2);  // "lone" has no step that two seeds reached
+  const SeedSpread& parts = spreads[0];
+  const SeedSpread& settles = spreads[1];
+  CHECK(parts.recipe == "parts");
+  CHECK(settles.recipe == "settles");
+  CHECK(settles.steps == std::vector<double>{500, 1000, 1500});
+  CHECK(settles.seeds == std::vector<size_t>{3, 3, 3});
+  CHECK(settles.sd[0] == Approx(0.2).epsilon(1e-12));
+  CHECK(settles.sd[1] == Approx(std::sqrt(0.04 / 3)).epsilon(1e-12));
+  CHECK(!settles.largest_at_end());
+  CHECK(parts.seeds == std::vector<size_t>{3, 3, 2});
+  CHECK(parts.sd[2] == Approx(0.4 / std::sqrt(2.0)).epsilon(1e-12));  // 2.0 and 2.4
+  CHECK(parts.largest_at_end());
+}

@@ -27,6 +27,8 @@ CampaignRuns read_campaign_runs(const RunSet& set) {
     m.steps = r.steps_done;
     m.compute = r.flops_per_token * r.epochs * static_cast<double>(r.data_train_tokens);
     m.loss = r.curves.loss;
+    m.eval_step = r.curves.eval_step;
+    m.eval_loss = r.curves.eval_loss;
     out[p.model][p.recipe][p.seed] = m;
   }
   return out;
@@ -245,6 +247,31 @@ std::vector<TransitionDelay> transition_delays(const CampaignRuns& runs, const s
       out.push_back(d);
     }
   }
+  return out;
+}
+
+bool SeedSpread::largest_at_end() const {
+  return sd.size() >= 2 && std::max_element(sd.begin(), sd.end()) == sd.end() - 1;
+}
+
+std::vector<SeedSpread> seed_spreads(const CampaignRuns& runs) {
+  std::vector<SeedSpread> out;
+  for (const auto& [model, rs] : runs)
+    for (const auto& [recipe, seeds] : rs) {
+      std::map<double, std::vector<double>> at;  // evaluation step -> the seeds' validation losses
+      for (const auto& [seed, m] : seeds)
+        for (size_t i = 0; i < std::min(m.eval_step.size(), m.eval_loss.size()); ++i) at[m.eval_step[i]].push_back(m.eval_loss[i]);
+      SeedSpread s;
+      s.model = model;
+      s.recipe = recipe;
+      for (const auto& [step, losses] : at) {
+        if (losses.size() < 2) continue;
+        s.steps.push_back(step + 1);  // the file holds the step's index; the steps trained by then
+        s.sd.push_back(mean_interval(losses).sd);
+        s.seeds.push_back(losses.size());
+      }
+      if (!s.steps.empty()) out.push_back(s);
+    }
   return out;
 }
 

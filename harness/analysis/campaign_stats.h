@@ -22,6 +22,7 @@ struct RunMetrics {
   int64_t last_k = 0, steps = 0;
   double compute = NAN;      // training FLOPs: FLOPs per token x tokens trained
   std::vector<double> loss;  // the training curve
+  std::vector<double> eval_step, eval_loss;  // the validation loss at each evaluation
 };
 // model -> recipe -> seed -> metrics, for every run of the set that has results.
 using CampaignRuns = std::map<std::string, std::map<std::string, std::map<int64_t, RunMetrics>>>;
@@ -69,5 +70,17 @@ struct TransitionDelay {
   Interval steps, delay;  // steps to reach it; paired delay against the baseline
 };
 std::vector<TransitionDelay> transition_delays(const CampaignRuns& runs, const std::string& baseline);
+
+// How far a recipe's seeds lie apart as they train: the standard deviation over seeds of the validation
+// loss at each evaluation step that at least two seeds reached. The design assumes the spread falls once
+// the transition is past; a spread still at its largest at the last evaluation marks runs that end in a
+// seed-dependent descent, where more seeds buy little power.
+struct SeedSpread {
+  std::string model, recipe;
+  std::vector<double> steps, sd;  // per evaluation: the steps trained by then, the sd over seeds
+  std::vector<size_t> seeds;      // seeds with that evaluation
+  bool largest_at_end() const;    // the last evaluation's sd is the largest of all (and there are at least two)
+};
+std::vector<SeedSpread> seed_spreads(const CampaignRuns& runs);
 
 }  // namespace ufp4

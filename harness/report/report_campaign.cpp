@@ -1,7 +1,8 @@
 // Reports of campaigns (harness/plan/campaign.h), rendered from their run sets: what was registered
 // before the runs, whether the set is complete, each cell's numbers, each claim's registered test and
 // verdict beside the paper's effect, the seeds and what they can resolve, the delay of the fast-descent
-// transition, the loss curves, and the inputs by content hash.
+// transition, how far the seeds lie apart as they train, the loss curves, and the inputs by content hash.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -182,6 +183,23 @@ std::string transition_section(const std::vector<TransitionDelay>& delays, const
   return os.str();
 }
 
+std::string spread_section(const std::vector<SeedSpread>& spreads) {
+  if (spreads.empty()) return "";
+  std::ostringstream os;
+  os << "\n## How far the seeds lie apart\n\nThe standard deviation over seeds of the validation loss (nats) at each evaluation (before the last one a fixed part of "
+        "the split, at the last the whole split), and the last one against the largest. The design assumes the spread falls after the transition; a spread "
+        "at its largest at the end marks runs that end in a seed-dependent descent, where more seeds buy little power.\n\n"
+     << "| model | recipe | seeds | sd at each evaluation (steps trained: sd) | end / largest |\n|---|---|---|---|---|\n";
+  for (const auto& s : spreads) {
+    std::string at;
+    for (size_t i = 0; i < s.steps.size(); ++i) at += (i ? ", " : "") + fmt("%.0f", s.steps[i]) + ": " + fmt("%.3f", s.sd[i]);
+    const double largest = *std::max_element(s.sd.begin(), s.sd.end());
+    os << "| " << s.model << " | " << s.recipe << " | " << s.seeds.back() << " | " << at << " | "
+       << (s.largest_at_end() ? std::string("**largest at the end**") : fmt("%.2f", s.sd.back() / largest)) << " |\n";
+  }
+  return os.str();
+}
+
 std::string curves_section(const CampaignRuns& runs, const std::string& figures, const std::string& prefix) {
   if (figures.empty()) return "";
   std::ostringstream os;
@@ -228,7 +246,7 @@ std::string report_campaign(const RunSet& set, const std::string& figures) {
   os << registration_section(set) << seeds_section(set, tests) << cells_section(runs, baseline, paper) << verdicts_section(set, tests, set.registration.alpha) << groups_section(set, tests);
   if (const auto* large = paper["moe_large"].as_table())
     os << "- " << (*large)["model"].value_or<std::string>("") << ": no proxy of its own; the MoE proxy stands for both MoE sizes.\n";
-  os << transition_section(transition_delays(runs, baseline), baseline) << curves_section(runs, figures, set.campaign);
+  os << transition_section(transition_delays(runs, baseline), baseline) << spread_section(seed_spreads(runs)) << curves_section(runs, figures, set.campaign);
   std::vector<std::string> sources;
   for (const auto& [model, rs] : runs)
     for (const auto& [recipe, seeds] : rs)
