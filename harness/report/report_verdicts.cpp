@@ -105,8 +105,9 @@ std::vector<std::string> sources(const std::vector<CampaignVerdicts>& all) {
   return out;
 }
 
-// Every tested claim as a row: its difference and interval coloured by its verdict as shown, the paper's
-// effect (or the effect of interest) beside it, zero marked. Claims without an interval are left out.
+// Every tested claim as a row: its difference and interval coloured by its verdict as shown (an interim look
+// apart, open and pale), the paper's effect (or the effect of interest) beside it, zero marked. Claims
+// without an interval are left out.
 Figure forest_figure(const std::vector<CampaignVerdicts>& all) {
   struct Row {
     std::string label, verdict;
@@ -116,7 +117,7 @@ Figure forest_figure(const std::vector<CampaignVerdicts>& all) {
   for (const auto& c : all)
     for (const auto& t : c.tests)
       if (t.diff.defined())
-        rows.push_back({c.set->campaign + " " + t.claim.id, interim(*c.set, t) ? "inconclusive" : verdict_name(t.verdict), t.diff.mean, t.diff.lo,
+        rows.push_back({c.set->campaign + " " + t.claim.id, interim(*c.set, t) ? "interim look (no verdict yet)" : verdict_name(t.verdict), t.diff.mean, t.diff.lo,
                         t.diff.hi, t.claim.paper_sized() ? t.claim.paper_effect : t.claim.effect_of_interest});
   Figure f;
   f.title = "Every claim: paired difference of the BF16-relative gaps (pp), 95% interval";
@@ -127,11 +128,13 @@ Figure forest_figure(const std::vector<CampaignVerdicts>& all) {
   f.extra = "set ytics (" + tics + ") noenhanced font ',10'\nset yrange [0:" + std::to_string(rows.size() + 1) +
             "]\nset arrow from 0, graph 0 to 0, graph 1 nohead lc rgb '#444444' dt 2\nset key outside bottom center horizontal maxrows 2 font ',10'\nset grid xtics noytics";
   const std::vector<std::pair<std::string, std::string>> colours = {
-      {"holds", "#1a9850"}, {"contradicted", "#d73027"}, {"smaller than the paper", "#f46d43"}, {"inconclusive", "#878787"}};
+      {"holds", "#1a9850"}, {"contradicted", "#d73027"}, {"smaller than the paper", "#f46d43"}, {"inconclusive", "#878787"},
+      {"interim look (no verdict yet)", "#bdbdbd"}};
   for (const auto& [verdict, colour] : colours) {
     Series s;
     s.title = verdict;
-    s.style = "xerrorbars pt 7 ps 0.6 lc rgb '" + colour + "'";
+    // An interim look (fewer seeds than registered) is drawn open and pale: its interval is not a verdict's.
+    s.style = "xerrorbars pt " + std::string(verdict == colours.back().first ? "6" : "7") + " ps 0.6 lc rgb '" + colour + "'";
     for (size_t i = 0; i < rows.size(); ++i)
       if (rows[i].verdict == verdict) {
         s.x.push_back(rows[i].mean), s.y.push_back(static_cast<double>(rows.size() - i));
