@@ -200,7 +200,7 @@ TEST_CASE("a trend claim: the slope of a recipe's gap over log10 compute, each s
   CHECK(two.verdict == Verdict::kInconclusive);
 }
 
-TEST_CASE("how far the seeds lie apart: the sd over seeds at each evaluation, and whether it is largest at the end", "[stats]") {
+TEST_CASE("how far the seeds lie apart: the sd over seeds at each evaluation, and whether it has fallen by the end", "[stats]") {
   // Evaluations after 500, 1000 and 1500 steps (the files hold the steps' indices 499, 999, 1499).
   CampaignRuns runs;
   const std::vector<std::vector<double>> settling = {{3.0, 2.5, 2.0}, {3.2, 2.5, 2.0}, {3.4, 2.7, 2.2}};
@@ -218,19 +218,32 @@ TEST_CASE("how far the seeds lie apart: the sd over seeds at each evaluation, an
   lone.eval_loss = {3.0};
   runs["m"]["lone"][1] = lone;
   runs["m"]["parts"][3].eval_step.pop_back(), runs["m"]["parts"][3].eval_loss.pop_back();  // a seed without the last evaluation
+  RunMetrics flat;  // every seed alike; a diverged seed's NaN is left out
+  flat.eval_step = {499, 999};
+  flat.eval_loss = {3.0, 2.0};
+  runs["m"]["flat"][1] = runs["m"]["flat"][2] = flat;
+  runs["m"]["flat"][3] = flat;
+  runs["m"]["flat"][3].eval_loss[1] = NAN;
 
   const std::vector<SeedSpread> spreads = seed_spreads(runs);
-  REQUIRE(spreads.size() == 2);  // "lone" has no step that two seeds reached
-  const SeedSpread& parts = spreads[0];
-  const SeedSpread& settles = spreads[1];
+  REQUIRE(spreads.size() == 3);  // "lone" has no step that two seeds reached
+  const SeedSpread& flat_spread = spreads[0];
+  const SeedSpread& parts = spreads[1];
+  const SeedSpread& settles = spreads[2];
+  CHECK(flat_spread.seeds == std::vector<size_t>{3, 2});
+  CHECK(flat_spread.sd == std::vector<double>{0.0, 0.0});
+  CHECK(std::isnan(flat_spread.end_to_largest()));
+  CHECK(!flat_spread.not_fallen());
   CHECK(parts.recipe == "parts");
   CHECK(settles.recipe == "settles");
   CHECK(settles.steps == std::vector<double>{500, 1000, 1500});
   CHECK(settles.seeds == std::vector<size_t>{3, 3, 3});
   CHECK(settles.sd[0] == Approx(0.2).epsilon(1e-12));
   CHECK(settles.sd[1] == Approx(std::sqrt(0.04 / 3)).epsilon(1e-12));
-  CHECK(!settles.largest_at_end());
+  CHECK(settles.end_to_largest() == Approx(std::sqrt(0.04 / 3) / 0.2).epsilon(1e-12));  // 0.58: fallen
+  CHECK(!settles.not_fallen());
   CHECK(parts.seeds == std::vector<size_t>{3, 3, 2});
   CHECK(parts.sd[2] == Approx(0.4 / std::sqrt(2.0)).epsilon(1e-12));  // 2.0 and 2.4
-  CHECK(parts.largest_at_end());
+  CHECK(parts.end_to_largest() == 1.0);
+  CHECK(parts.not_fallen());
 }

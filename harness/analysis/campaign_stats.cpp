@@ -250,9 +250,13 @@ std::vector<TransitionDelay> transition_delays(const CampaignRuns& runs, const s
   return out;
 }
 
-bool SeedSpread::largest_at_end() const {
-  return sd.size() >= 2 && std::max_element(sd.begin(), sd.end()) == sd.end() - 1;
+double SeedSpread::end_to_largest() const {
+  if (sd.empty()) return NAN;
+  const double largest = *std::max_element(sd.begin(), sd.end());
+  return largest > 0 ? sd.back() / largest : NAN;
 }
+
+bool SeedSpread::not_fallen() const { return sd.size() >= 2 && end_to_largest() >= kNotFallen; }
 
 std::vector<SeedSpread> seed_spreads(const CampaignRuns& runs) {
   std::vector<SeedSpread> out;
@@ -260,7 +264,8 @@ std::vector<SeedSpread> seed_spreads(const CampaignRuns& runs) {
     for (const auto& [recipe, seeds] : rs) {
       std::map<double, std::vector<double>> at;  // evaluation step -> the seeds' validation losses
       for (const auto& [seed, m] : seeds)
-        for (size_t i = 0; i < std::min(m.eval_step.size(), m.eval_loss.size()); ++i) at[m.eval_step[i]].push_back(m.eval_loss[i]);
+        for (size_t i = 0; i < std::min(m.eval_step.size(), m.eval_loss.size()); ++i)
+          if (std::isfinite(m.eval_loss[i])) at[m.eval_step[i]].push_back(m.eval_loss[i]);
       SeedSpread s;
       s.model = model;
       s.recipe = recipe;

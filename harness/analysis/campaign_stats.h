@@ -72,14 +72,17 @@ struct TransitionDelay {
 std::vector<TransitionDelay> transition_delays(const CampaignRuns& runs, const std::string& baseline);
 
 // How far a recipe's seeds lie apart as they train: the standard deviation over seeds of the validation
-// loss at each evaluation step that at least two seeds reached. The design assumes the spread falls once
-// the transition is past; a spread still at its largest at the last evaluation marks runs that end in a
-// seed-dependent descent, where more seeds buy little power.
+// loss at each evaluation step that at least two seeds reached (non-finite losses left out). The design
+// assumes the spread falls once the transition is past; a spread that has not fallen by the last
+// evaluation (at least kNotFallen of its largest) marks runs that end in a seed-dependent descent, where
+// the paired sd is large too and the MDD falls only as 1 / sqrt(seeds) from a high level.
 struct SeedSpread {
+  static constexpr double kNotFallen = 0.9;
   std::string model, recipe;
   std::vector<double> steps, sd;  // per evaluation: the steps trained by then, the sd over seeds
   std::vector<size_t> seeds;      // seeds with that evaluation
-  bool largest_at_end() const;    // the last evaluation's sd is the largest of all (and there are at least two)
+  double end_to_largest() const;  // the last evaluation's sd over the largest; NaN when every sd is 0
+  bool not_fallen() const;        // at least two evaluations and end_to_largest() >= kNotFallen
 };
 std::vector<SeedSpread> seed_spreads(const CampaignRuns& runs);
 

@@ -203,15 +203,18 @@ def self_test(dev):
         check(f"{grid} stochastic rounding on the grid", on_grid < 1e-5)
         bias = (sr.mean(0) - x[:256]).abs() / (scale[:256 * 64 // 16].repeat_interleave(16, 0).reshape(256, 64) * fq.gmax)
         check(f"{grid} stochastic rounding unbiased (max |mean - x| {bias.max().item():.4f} of a block's max)", bias.max() < 0.03)
-        # The top level with the largest uniform below 1: y + rand rounds up to the next integer in FP32. Its
-        # dequantized value is the top level times the block's scale as the quantizer rounds it (on CUDA a
-        # division by a Python scalar is a multiplication by its reciprocal, so gmax * scale need not give back
-        # the block's max): round to nearest of the block's max gives exactly that value.
+        # The top level with the largest uniform below 1: y + rand rounds up to the next integer in FP32, one level
+        # past the grid, which the quantizer must saturate. A block whose max is 2 gmax has a scale of exactly 2
+        # however the division rounds (on CUDA a division by a Python scalar is a multiplication by its
+        # reciprocal), so t is exactly gmax and the top level dequantizes to the block's max again; first, that
+        # this block does reach past the grid without the saturation (else the check would pass vacuously).
         top = torch.zeros(1, 16, device=dev)
-        top[0, 0] = 3.0
-        nearest = fq(top)[0, 0].item()
+        top[0, 0] = 2 * fq.gmax
+        u = torch.full((1,), 1 - 2.0**-24, device=dev)
+        top_step = fq.spacing(torch.full((1,), fq.gmax, device=dev))
+        past = (torch.floor(fq.gmax / top_step + u) * top_step).item() > fq.gmax
         fq.rand_like = lambda y: torch.full_like(y, 1 - 2.0**-24)
-        check(f"{grid} stochastic rounding saturates at the top level", fq(top, sr=True)[0, 0].item() == nearest)
+        check(f"{grid} stochastic rounding saturates at the top level", past and fq(top, sr=True)[0, 0].item() == 2 * fq.gmax)
         fq.rand_like = torch.rand_like
         w = torch.randn(96, 128, device=dev)
         check(f"{grid} blocks down columns = blocks of the transposed copy",

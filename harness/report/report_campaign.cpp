@@ -186,16 +186,21 @@ std::string transition_section(const std::vector<TransitionDelay>& delays, const
 std::string spread_section(const std::vector<SeedSpread>& spreads) {
   if (spreads.empty()) return "";
   std::ostringstream os;
-  os << "\n## How far the seeds lie apart\n\nThe standard deviation over seeds of the validation loss (nats) at each evaluation (before the last one a fixed part of "
-        "the split, at the last the whole split), and the last one against the largest. The design assumes the spread falls after the transition; a spread "
-        "at its largest at the end marks runs that end in a seed-dependent descent, where more seeds buy little power.\n\n"
+  os << "\n## How far the seeds lie apart\n\nThe standard deviation over seeds of the validation loss (nats) at each evaluation, and the last one against the "
+        "largest. The design assumes the spread falls after the transition; one that has not fallen by the end (at least "
+     << fmt("%.1f", SeedSpread::kNotFallen)
+     << " of its largest) marks runs that end in a seed-dependent descent, where the paired sd behind the MDDs above is large too and the MDD "
+        "falls only as one over the square root of the seeds from a high level. The evaluations before the last read a fixed part of the split and the "
+        "last the whole split (the decisive design's manifests), whose smaller sampling noise makes the ratio lean low.\n\n"
      << "| model | recipe | seeds | sd at each evaluation (steps trained: sd) | end / largest |\n|---|---|---|---|---|\n";
   for (const auto& s : spreads) {
     std::string at;
     for (size_t i = 0; i < s.steps.size(); ++i) at += (i ? ", " : "") + fmt("%.0f", s.steps[i]) + ": " + fmt("%.3f", s.sd[i]);
-    const double largest = *std::max_element(s.sd.begin(), s.sd.end());
-    os << "| " << s.model << " | " << s.recipe << " | " << s.seeds.back() << " | " << at << " | "
-       << (s.largest_at_end() ? std::string("**largest at the end**") : fmt("%.2f", s.sd.back() / largest)) << " |\n";
+    const size_t most = *std::max_element(s.seeds.begin(), s.seeds.end());
+    const std::string seeds = std::to_string(most) + (s.seeds.back() < most ? " (" + std::to_string(s.seeds.back()) + " at the end)" : "");
+    const double ratio = s.end_to_largest();
+    const std::string end = std::isnan(ratio) ? std::string("-") : fmt("%.2f", ratio);
+    os << "| " << s.model << " | " << s.recipe << " | " << seeds << " | " << at << " | " << (s.not_fallen() ? "**" + end + ": not fallen**" : end) << " |\n";
   }
   return os.str();
 }
