@@ -321,6 +321,11 @@ TEST_CASE("reports and checks work from the campaign's run set: missing runs lis
   CHECK(md.find("Run set: all 6 runs") != std::string::npos);
   CHECK(md.find("## Registration (2026-11-27") != std::string::npos);
   const std::string verdicts = md.substr(md.find("## Verdicts"), md.find("## The fast-descent") - md.find("## Verdicts"));
+  // How far the seeds lie apart, in the report and in the plan, for the baseline's seeds.
+  CHECK(md.find("## How far the seeds lie apart") != std::string::npos);
+  CHECK(md.find("| tiny | bf16 | 2 | ") != std::string::npos);
+  auto planned = test::run_binary("campaign plan " + campaign);
+  CHECK(planned.out.find("tiny: the bf16 seeds' validation sd ends at ") != std::string::npos);
 
   // A stale result beside them: the same runs before a manifest edit (15 steps), other run ids.
   std::string edited = bytes_of(manifest);

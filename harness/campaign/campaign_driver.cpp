@@ -59,11 +59,20 @@ std::vector<TransitionMargin> transition_margins(const Campaign& c, const RunSet
   return out;
 }
 
+// Per model, where the transition lies against the runs' end, and whether the baseline's seeds have come
+// together again by the end (seed_spreads): a size can pass the transition and still end in a later,
+// seed-dependent descent, which the transition level does not see.
 void print_transition(const Campaign& c, const RunSet& set) {
   for (const auto& m : transition_margins(c, set))
     std::printf("%s: the slowest recipe reaches the transition level at step %.0f on average; the runs end at step %lld (%+.0f steps after)%s\n",
                 m.model.c_str(), m.latest, static_cast<long long>(m.steps), static_cast<double>(m.steps) - m.latest,
                 static_cast<double>(m.steps) - m.latest < 1000 ? "  WARNING: less than 1,000 steps past the transition: seed noise stays high" : "");
+  const std::string baseline = c.registration.claims.empty() ? "bf16" : c.registration.claims.front().baseline;
+  for (const auto& s : seed_spreads(read_campaign_runs(set)))
+    if (s.recipe == baseline && s.sd.size() >= 2)
+      std::printf("%s: the %s seeds' validation sd ends at %.3f nats, %.2f of its largest (%zu seeds)%s\n", s.model.c_str(), baseline.c_str(), s.sd.back(),
+                  s.end_to_largest(), s.seeds.back(),
+                  s.not_fallen() ? "  WARNING: the seeds have not come together by the end: the paired sd stays high (a seed-dependent descent)" : "");
 }
 
 // The registered gate on the pilot: every model's runs end at least transition_gate steps after its
