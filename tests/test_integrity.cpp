@@ -823,6 +823,9 @@ TEST_CASE("--per-gpu auto takes the fastest packing measured for the runs' model
   CHECK(none.why.find("no packing table at " + d + "/missing.csv") != std::string::npos);
   CHECK_FALSE(c.table_missing);
   CHECK(packed_estimate({{"m-a", 150.0 * 3600}}, d + "/p.csv").find("1 GPU-hours") != std::string::npos);
+  const std::string unmeasured = packed_estimate({{"m-a", 150.0 * 3600}, {"m-z", 5.0}}, d + "/p.csv");  // a model the table lacks is named
+  CHECK(unmeasured.find("1 GPU-hours") != std::string::npos);
+  CHECK(unmeasured.find("m-z: 5 tokens, no packing measured for this model") != std::string::npos);
   // The optional ninth column: the same K under MPS.
   const std::string h = "device,model,per_gpu,runs,steps_each,tokens_per_s_sum,tokens_per_s_each_mean,wall_s,mps\n";
   write_bytes(d + "/m.csv", h + "H,m-a,1,1,8,100,100,9,0\nH,m-a,4,4,2,90,22,9,0\nH,m-a,4,4,2,300,75,9,1\nH,m-b,2,2,4,90,45,9,0\nH,m-b,2,2,4,80,40,9,1\n");

@@ -32,7 +32,11 @@ std::string packed_estimate(const std::vector<std::pair<std::string, double>>& m
   os.precision(3);
   for (const auto& [model, t] : tokens) {
     const PackingRow* best = fastest_packing(rows, model);
-    if (!best || t <= 0) continue;
+    if (t <= 0) continue;
+    if (!best) {  // said, not dropped: a sum over the listed models would otherwise read as the whole
+      os << "  " << model << ": " << t << " tokens, no packing measured for this model (tools/gpu-packing.sh)\n";
+      continue;
+    }
     const double tps = best->tokens_per_s;
     os << "  " << model << ": " << t << " tokens at " << best->per_gpu << " run(s) a GPU" << (best->mps ? " under MPS" : "") << " (" << tps / 1e6
        << "M tokens/s a GPU measured): " << t / tps / 3600 << " GPU-hours\n";
