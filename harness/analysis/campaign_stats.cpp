@@ -34,6 +34,8 @@ CampaignRuns read_campaign_runs(const RunSet& set) {
   return out;
 }
 
+std::string baseline_recipe(const Registration& reg) { return reg.claims.empty() ? "bf16" : reg.claims.front().baseline; }
+
 std::vector<double> moving_average(const std::vector<double>& x, size_t w) {
   std::vector<double> out;
   double acc = 0;

@@ -37,6 +37,9 @@ struct ClaimTest {
   double p = NAN, p_holm = NAN, p_train = NAN, p_train_holm = NAN, mdd = NAN, mdd_train = NAN;
   Verdict verdict = Verdict::kInconclusive, verdict_train = Verdict::kInconclusive;
 };
+// The recipe every gap is taken against: the first claim's baseline, bf16 without claims.
+std::string baseline_recipe(const Registration& reg);
+
 // Every registered claim tested, Holm-adjusted within the family (primary and secondary apart).
 std::vector<ClaimTest> test_claims(const Registration& reg, const CampaignRuns& runs);
 

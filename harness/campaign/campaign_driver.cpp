@@ -42,9 +42,7 @@ struct TransitionMargin {
   double latest = NAN;
   int64_t steps = 0;
 };
-std::vector<TransitionMargin> transition_margins(const Campaign& c, const RunSet& set) {
-  const CampaignRuns runs = read_campaign_runs(set);
-  const std::string baseline = c.registration.claims.empty() ? "bf16" : c.registration.claims.front().baseline;
+std::vector<TransitionMargin> transition_margins(const CampaignRuns& runs, const std::string& baseline) {
   const std::vector<TransitionDelay> delays = transition_delays(runs, baseline);
   std::vector<TransitionMargin> out;
   for (const auto& [model, rs] : runs) {
@@ -63,12 +61,13 @@ std::vector<TransitionMargin> transition_margins(const Campaign& c, const RunSet
 // together again by the end (seed_spreads): a size can pass the transition and still end in a later,
 // seed-dependent descent, which the transition level does not see.
 void print_transition(const Campaign& c, const RunSet& set) {
-  for (const auto& m : transition_margins(c, set))
+  const CampaignRuns runs = read_campaign_runs(set);
+  const std::string baseline = baseline_recipe(c.registration);
+  for (const auto& m : transition_margins(runs, baseline))
     std::printf("%s: the slowest recipe reaches the transition level at step %.0f on average; the runs end at step %lld (%+.0f steps after)%s\n",
                 m.model.c_str(), m.latest, static_cast<long long>(m.steps), static_cast<double>(m.steps) - m.latest,
                 static_cast<double>(m.steps) - m.latest < 1000 ? "  WARNING: less than 1,000 steps past the transition: seed noise stays high" : "");
-  const std::string baseline = c.registration.claims.empty() ? "bf16" : c.registration.claims.front().baseline;
-  for (const auto& s : seed_spreads(read_campaign_runs(set)))
+  for (const auto& s : seed_spreads(runs))
     if (s.recipe == baseline && s.sd.size() >= 2)
       std::printf("%s: the %s seeds' validation sd ends at %.3f nats, %.2f of its largest (%zu seeds)%s\n", s.model.c_str(), baseline.c_str(), s.sd.back(),
                   s.end_to_largest(), s.seeds.back(),
@@ -80,7 +79,7 @@ void print_transition(const Campaign& c, const RunSet& set) {
 bool pilot_passes_transition_gate(const Campaign& c) {
   if (c.seeds.transition_gate <= 0) return true;
   bool ok = true;
-  for (const auto& m : transition_margins(c, c.resolve(/*pilot_only=*/true)))
+  for (const auto& m : transition_margins(read_campaign_runs(c.resolve(/*pilot_only=*/true)), baseline_recipe(c.registration)))
     if (static_cast<double>(m.steps) - m.latest < static_cast<double>(c.seeds.transition_gate)) {
       std::printf("campaign %s: %s: the pilot's runs end %.0f steps after the slowest recipe reaches the transition level (step %.0f), fewer than the "
                   "registered %lld (%s [seeds] transition_gate): the design fails for this size; the seeds are not decided and no seed past the "

@@ -240,7 +240,7 @@ std::string report_campaign(const RunSet& set, const std::string& figures) {
   const toml::table paper = set.paper.empty() ? toml::table{} : load_paper(set.paper);  // relative to where the campaign is read from, as its other paths
   const CampaignRuns runs = read_campaign_runs(set);
   const std::vector<ClaimTest> tests = test_claims(set.registration, runs);
-  const std::string baseline = set.registration.claims.empty() ? "bf16" : set.registration.claims.front().baseline;
+  const std::string baseline = baseline_recipe(set.registration);
   std::ostringstream os;
   os << "# " << set.title << "\n\n" << set_status(set) << "\n";
   if (!set.paper.empty()) {
