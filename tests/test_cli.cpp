@@ -467,6 +467,26 @@ TEST_CASE("ufp4 bench step on CPU writes step.h5 with provenance and report benc
   const std::string fq = read_text_file(dir + "/bench.md");
   std::snprintf(bar, sizeof bar, "%.2f", targets["step"]["ufp4_over_pytorch_fakequant_compiled_max"].value_or(0.0));
   CHECK(fq.find("| ufp4 step / PyTorch fake-quant ufp4 step, compiled, tiny | <= " + std::string(bar) + " | 0.250 (sd ") != std::string::npos);
+  // A fake-quant command of its own (fakequant/, made up here: the plumbing): its peer rows against our rows
+  // of the same file, not the step files' (ours there runs at another time).
+  {
+    auto row = [](const std::string& impl, const std::string& recipe, double ms) {
+      StepBenchRow r{impl, "tiny-fq", recipe, 1, 32, 2};
+      r.step_ms = ms, r.step_ms_sd = 0;
+      return r;
+    };
+    make_dirs(dir + "/fakequant");
+    H5Writer w(dir + "/fakequant/step-tiny-fq.h5");
+    write_bench_header(w, "test");
+    write_step_rows(w, {row("ufp4", "bf16", 8), row("ufp4", "ufp4", 10), row("pytorch-fakequant-eager-fused", "ufp4", 50),
+                        row("pytorch-fakequant-compiled-fused", "ufp4", 20)});
+    w.commit();
+  }
+  REQUIRE(run_cli("report bench --results " + dir + " --out " + dir + "/bench.md").code == 0);
+  const std::string own = read_text_file(dir + "/bench.md");
+  CHECK(own.find("## Against a fake-quant PyTorch peer") != std::string::npos);
+  CHECK(own.find("| tiny-fq | ufp4 | 10.00 | 50.00 | 20.00 | 0.500 | 1.250 | `") != std::string::npos);
+  CHECK(own.find("| ufp4 step / PyTorch fake-quant ufp4 step, compiled, tiny-fq | <= " + std::string(bar) + " | 0.500 (sd ") != std::string::npos);
   // The packing table and its bit check beside the step files (made up here: the plumbing, not a
   // measurement): each row against one run a GPU of its model and device, a bar on the fastest setting.
   write_text_atomically(dir + "/packing.csv", "device,model,per_gpu,runs,steps_each,tokens_per_s_sum,tokens_per_s_each_mean,wall_s,mps\n"

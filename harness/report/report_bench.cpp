@@ -916,6 +916,48 @@ StepTimes step_sections(const std::string& dir, const std::string& spath, const 
   return s;
 }
 
+// A model's fastest row of an implementation family (name prefix) for one recipe, or NAN.
+double fastest_row_ms(const std::vector<SRow>& rows, const std::string& model, const std::string& prefix, const std::string& recipe) {
+  double ms = NAN;
+  for (const auto& r : rows)
+    if (r.model == model && r.recipe == recipe && r.impl.rfind(prefix, 0) == 0 && !(r.step_ms >= ms)) ms = r.step_ms;
+  return ms;
+}
+
+// The fake-quant peer timed by commands of their own (fakequant/*.h5 beside the step files, one
+// command a file): each file's peer rows against our rows of the same file, so every ratio comes from
+// one command, without changing the other bars, which the step files judge; the ufp4 bar of dense models.
+void fakequant_sections(const std::string& dir, const BenchTargets& t, BenchOutput& out) {
+  std::vector<std::string> files;
+  if (is_dir(dir + "/fakequant")) walk_files(dir + "/fakequant", ".h5", files);
+  if (files.empty()) return;
+  std::sort(files.begin(), files.end());
+  out.md << "## Against a fake-quant PyTorch peer\n\n"
+         << "The 4-bit recipes written as a researcher would in PyTorch (`harness/bench/reference_step.py --recipe`: "
+         << "quantize-dequantize in torch ops, 1 x 16 blocks, FP32 max scales, RHT-16 as a 16 x 16 matmul, SR with "
+         << "`torch.rand`, an autograd Function for the three GEMMs of every linear), eager and under `torch.compile`, "
+         << "timed in the same command as our step (`ufp4 bench step --reference fakequant`; the peer runs only after "
+         << "its self-test passes). Our rows: the deterministic step replayed as a CUDA graph, as in the step table. "
+         << "ms a step, median of the timed steps.\n\n"
+         << "| model | recipe | ours | fake-quant eager | fake-quant compiled | ours / compiled | ours / our bf16 | file |\n"
+         << "|---|---|---|---|---|---|---|---|\n";
+  for (const auto& f : files) {
+    const std::vector<SRow> rows = load_steps(f);
+    StepTimes s = index_steps(rows);
+    for (const auto& [model, peers] : s.fakequant_ms)
+      for (const auto& [recipe, compiled] : peers) {
+        const double ours = s.recipe_ms[model].count(recipe) ? s.recipe_ms[model][recipe] : NAN;
+        const double bf16 = s.bf16_ms.count(model) ? s.bf16_ms[model] : NAN;
+        out.md << "| " << model << s.device_note[model] << " | " << recipe << " | " << fmt("%.2f", ours) << " | "
+               << fmt("%.2f", fastest_row_ms(rows, model, "pytorch-fakequant-eager", recipe)) << " | " << fmt("%.2f", compiled)
+               << " | " << fmt("%.3f", ours / compiled) << " | " << fmt("%.3f", ours / bf16) << " | `" << rel(f) << "` |\n";
+      }
+    for (const auto& kv : s.fakequant_ms) fakequant_bars(kv.first, kv.first.rfind("moe", 0) == 0, t, s, out.targets);
+    out.sources.push_back(provenance_line(f));
+  }
+  out.md << "\n";
+}
+
 // Profile evidence: Nsight Compute logs beside the results (tools/gpu-bench.sh writes them).
 // Returns the table's Markdown; fills ncu by kernel name (quantize_fused_<grid>_<rounding>_<layout>_<shape>).
 std::string profile_section(const std::string& dir, std::map<std::string, NcuStats>& ncu, std::vector<std::string>& sources) {
@@ -961,6 +1003,7 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
 
   if (file_exists(kpath)) kernel_sections(kpath, paper, t, figures, out, unmet);
   if (file_exists(spath)) times = step_sections(dir, spath, t, out, unmet);
+  fakequant_sections(dir, t, out);
 
   std::map<std::string, NcuStats> ncu;  // by kernel name (quantize_fused_<grid>_<rounding>_<layout>_<shape>)
   out.md << profile_section(dir, ncu, out.sources);
