@@ -166,7 +166,7 @@ ifeq ($(SCALE),ci)
 else
 	$(call campaign,figure9,figure9)
 	@mkdir -p results/fits
-	$(BUILD)/ufp4 fit --results results/figure9 results/figure8 --prefix figure9_,figure8_moe --out results/fits/figure9-ladder.h5
+	$(BUILD)/ufp4 fit --campaign experiments/figure9/campaign.toml --out results/fits/figure9-ladder.h5
 	$(BUILD)/ufp4 report figure9 --fits results/fits/figure9-ladder.h5 --out reports/figure9-fit.md > /dev/null
 	@echo "report written: reports/figure9-fit.md"
 endif

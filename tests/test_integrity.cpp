@@ -749,6 +749,27 @@ TEST_CASE("every committed campaign's results are its run set: ids recomputed fr
   CHECK(campaigns >= 1);
 }
 
+TEST_CASE("ufp4 fit --campaign fits exactly its run set's verified runs, per recipe; with --results beside it, refused", "[integrity]") {
+  const std::string d = test::temp_dir();
+  const AtRepositoryRoot at_root;
+  const std::string path = "experiments/figure9/campaign.toml";
+  std::map<std::string, int> runs;  // recipe -> verified runs of the set (Figure 8's moe-ne4.0m runs read by run id)
+  const RunSet set = Campaign::load(path).resolve();
+  for (const auto& r : set.runs) runs[r.recipe] += !r.path.empty();
+  Shell fit = sh(kBin + " fit --campaign " + path + " --form power --bootstrap 0 --out " + d + "/fits.h5");
+  INFO(fit.out);
+  REQUIRE(fit.code == 0);
+  for (const auto& [recipe, n] : runs) {
+    CHECK(n > 0);
+    CHECK(fit.out.find(recipe + std::string(10 - recipe.size(), ' ') + " power      n=" + std::to_string(n) + " ") != std::string::npos);
+  }
+  if (set.missing() > 0) CHECK(fit.out.find(std::to_string(set.missing()) + " missing are left out") != std::string::npos);
+  Shell both = sh(kBin + " fit --campaign " + path + " --results results/figure9 --out " + d + "/both.h5");
+  CHECK(both.code == 2);
+  CHECK(both.out.find("--campaign: not with --results or --prefix") != std::string::npos);
+  CHECK(!file_exists(d + "/both.h5"));
+}
+
 // The mechanism's captures (results/analysis/mechanism, `ufp4 analyze capture`) are no campaign: their run ids are
 // recomputed from the mechanism manifests on the corpus their step files name (results/data/), and every committed
 // run file and step file is one of those runs, its content verified.

@@ -133,7 +133,7 @@ void write_fits_attrs(H5Writer& w, const std::string& recipes, const ScalingFits
 }  // namespace
 
 void write_scaling_fits(const ScalingFitsOptions& opt) {
-  std::map<std::string, std::vector<LadderRun>> by_recipe = read_ladder(result_files(opt.results), opt);
+  std::map<std::string, std::vector<LadderRun>> by_recipe = read_ladder(opt.files.empty() ? result_files(opt.results) : opt.files, opt);
   if (opt.out.find('/') != std::string::npos) make_dirs(opt.out.substr(0, opt.out.rfind('/')));
   H5Writer w(opt.out);
   std::string recipes;

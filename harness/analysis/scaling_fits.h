@@ -14,6 +14,9 @@ namespace ufp4 {
 
 struct ScalingFitsOptions {
   std::vector<std::string> results;        // folders of run results (walked for .h5 files)
+  // The result files themselves (a campaign's verified run set, `ufp4 fit --campaign`): when set, the
+  // folders and the prefix are not read, so the fit holds exactly the runs its campaign's report does.
+  std::vector<std::string> files;
   std::string prefix;                      // only runs whose name starts with one of these (comma list; empty: all)
   std::string forms = "power,chinchilla";  // comma list of power (L vs C) and chinchilla (L vs N, D)
   std::string metric = "val";              // val (final validation loss) or train (mean training loss of the last K steps)
