@@ -468,25 +468,37 @@ TEST_CASE("ufp4 bench step on CPU writes step.h5 with provenance and report benc
   std::snprintf(bar, sizeof bar, "%.2f", targets["step"]["ufp4_over_pytorch_fakequant_compiled_max"].value_or(0.0));
   CHECK(fq.find("| ufp4 step / PyTorch fake-quant ufp4 step, compiled, tiny | <= " + std::string(bar) + " | 0.250 (sd ") != std::string::npos);
   // A fake-quant command of its own (fakequant/, made up here: the plumbing): its peer rows against our rows
-  // of the same file, not the step files' (ours there runs at another time).
+  // of the same file, not the step files' (ours there ran at another time); the fastest eager variant; and
+  // `tiny`'s fake-quant bar now judged from this file alone (one row), its other bars left to the step files.
+  const size_t bf16_bar_at = fq.find(bar_row);
+  const std::string bf16_bar = fq.substr(bf16_bar_at, fq.find('\n', bf16_bar_at) - bf16_bar_at);
   {
-    auto row = [](const std::string& impl, const std::string& recipe, double ms) {
-      StepBenchRow r{impl, "tiny-fq", recipe, 1, 32, 2};
+    auto row = [](const std::string& impl, const std::string& model, const std::string& recipe, double ms) {
+      StepBenchRow r{impl, model, recipe, 1, 32, 2};
       r.step_ms = ms, r.step_ms_sd = 0;
       return r;
     };
     make_dirs(dir + "/fakequant");
     H5Writer w(dir + "/fakequant/step-tiny-fq.h5");
     write_bench_header(w, "test");
-    write_step_rows(w, {row("ufp4", "bf16", 8), row("ufp4", "ufp4", 10), row("pytorch-fakequant-eager-fused", "ufp4", 50),
-                        row("pytorch-fakequant-compiled-fused", "ufp4", 20)});
+    write_step_rows(w, {row("ufp4", "tiny-fq", "bf16", 8), row("ufp4", "tiny-fq", "ufp4", 10),
+                        row("pytorch-fakequant-eager-fused", "tiny-fq", "ufp4", 50), row("pytorch-fakequant-eager-foreach", "tiny-fq", "ufp4", 40),
+                        row("pytorch-fakequant-compiled-fused", "tiny-fq", "ufp4", 20), row("ufp4", "tiny", "ufp4", 6),
+                        row("pytorch-fakequant-compiled-fused", "tiny", "ufp4", 30)});
     w.commit();
   }
   REQUIRE(run_cli("report bench --results " + dir + " --out " + dir + "/bench.md").code == 0);
   const std::string own = read_text_file(dir + "/bench.md");
   CHECK(own.find("## Against a fake-quant PyTorch peer") != std::string::npos);
-  CHECK(own.find("| tiny-fq | ufp4 | 10.00 | 50.00 | 20.00 | 0.500 | 1.250 | `") != std::string::npos);
+  CHECK(own.find("| tiny-fq | ufp4 | 10.00 | 40.00 | 20.00 | 0.500 | 1.250 | `") != std::string::npos);
+  CHECK(own.find("| tiny | ufp4 | 6.00 | - | 30.00 | 0.200 | - | `") != std::string::npos);
   CHECK(own.find("| ufp4 step / PyTorch fake-quant ufp4 step, compiled, tiny-fq | <= " + std::string(bar) + " | 0.500 (sd ") != std::string::npos);
+  const std::string tiny_fq_bar = "| ufp4 step / PyTorch fake-quant ufp4 step, compiled, tiny | <= " + std::string(bar) + " | ";
+  const size_t tiny_at = own.find(tiny_fq_bar);
+  REQUIRE(tiny_at != std::string::npos);
+  CHECK(own.find(tiny_fq_bar, tiny_at + 1) == std::string::npos);  // one row: the fakequant/ file's
+  CHECK(own.substr(tiny_at + tiny_fq_bar.size(), 5) == "0.200");
+  CHECK(own.find(bf16_bar) != std::string::npos);  // the step files' bars unchanged
   // The packing table and its bit check beside the step files (made up here: the plumbing, not a
   // measurement): each row against one run a GPU of its model and device, a bar on the fastest setting.
   write_text_atomically(dir + "/packing.csv", "device,model,per_gpu,runs,steps_each,tokens_per_s_sum,tokens_per_s_each_mean,wall_s,mps\n"

@@ -761,13 +761,18 @@ TEST_CASE("ufp4 fit --campaign fits exactly its run set's verified runs, per rec
   REQUIRE(fit.code == 0);
   for (const auto& [recipe, n] : runs) {
     CHECK(n > 0);
-    CHECK(fit.out.find(recipe + std::string(10 - recipe.size(), ' ') + " power      n=" + std::to_string(n) + " ") != std::string::npos);
+    char line[96];
+    std::snprintf(line, sizeof line, "%-10s power      n=%d ", recipe.c_str(), n);
+    CHECK(fit.out.find(line) != std::string::npos);
   }
   if (set.missing() > 0) CHECK(fit.out.find(std::to_string(set.missing()) + " missing are left out") != std::string::npos);
   Shell both = sh(kBin + " fit --campaign " + path + " --results results/figure9 --out " + d + "/both.h5");
   CHECK(both.code == 2);
   CHECK(both.out.find("--campaign: not with --results or --prefix") != std::string::npos);
   CHECK(!file_exists(d + "/both.h5"));
+  Shell prefixed = sh(kBin + " fit --campaign " + path + " --prefix figure9_ --out " + d + "/prefixed.h5");
+  CHECK(prefixed.code == 2);
+  CHECK(prefixed.out.find("--campaign: not with --results or --prefix") != std::string::npos);
 }
 
 // The mechanism's captures (results/analysis/mechanism, `ufp4 analyze capture`) are no campaign: their run ids are

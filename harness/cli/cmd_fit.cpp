@@ -52,8 +52,9 @@ int cmd_fit(const std::vector<std::string>& args) {
   if (opt.metric != "val" && opt.metric != "train") throw Error("--metric: '" + opt.metric + "' is not allowed (allowed: val, train)");
   if (!(opt.fit.coverage > 0 && opt.fit.coverage < 1)) throw Error("--coverage: must lie in (0, 1)");
   if (opt.fit.huber_delta < 0) throw Error("--huber: must be >= 0");
-  if (!campaign.empty()) {
-    if (!opt.results.empty() || !opt.prefix.empty()) throw Error("--campaign: not with --results or --prefix (the campaign names its runs)");
+  if (vm->count("campaign")) {
+    if (vm->count("results") || !(*vm)["prefix"].defaulted()) throw Error("--campaign: not with --results or --prefix (the campaign names its runs)");
+    if (campaign.empty()) throw Error("--campaign: a campaign file is needed (e.g. experiments/figure9/campaign.toml)");
     opt.files = campaign_result_files(campaign);
   }
   if (opt.results.empty()) opt.results = {"results/figure9"};

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "common/error.h"
@@ -903,9 +904,11 @@ void step_targets(const std::vector<SRow>& rows, const BenchTargets& t, StepTime
 
 // The step sections from step.h5 and its parts: the step table, what the graph, each fused kernel and
 // deterministic mode cost, the MoE layer; and the step bars.
-StepTimes step_sections(const std::string& dir, const std::string& spath, const BenchTargets& t, BenchOutput& out, UnmetFacts& unmet) {
+StepTimes step_sections(const std::string& dir, const std::string& spath, const std::set<std::string>& fakequant_models,
+                        const BenchTargets& t, BenchOutput& out, UnmetFacts& unmet) {
   const std::vector<SRow> rows = load_step_files(dir, spath, out.sources);
   StepTimes s = index_steps(rows);
+  for (const auto& m : fakequant_models) s.fakequant_ms.erase(m);  // judged from fakequant/ (fakequant_sections)
   out.md << step_table(rows, s, spath);
   out.md << graph_gain_section(s);
   out.md << leave_one_out_section(rows, s);
@@ -920,39 +923,60 @@ StepTimes step_sections(const std::string& dir, const std::string& spath, const 
 double fastest_row_ms(const std::vector<SRow>& rows, const std::string& model, const std::string& prefix, const std::string& recipe) {
   double ms = NAN;
   for (const auto& r : rows)
-    if (r.model == model && r.recipe == recipe && r.impl.rfind(prefix, 0) == 0 && !(r.step_ms >= ms)) ms = r.step_ms;
+    if (r.model == model && r.recipe == recipe && r.impl.rfind(prefix, 0) == 0 && std::isfinite(r.step_ms) && !(r.step_ms >= ms)) ms = r.step_ms;
   return ms;
 }
 
-// The fake-quant peer timed by commands of their own (fakequant/*.h5 beside the step files, one
-// command a file): each file's peer rows against our rows of the same file, so every ratio comes from
-// one command, without changing the other bars, which the step files judge; the ufp4 bar of dense models.
-void fakequant_sections(const std::string& dir, const BenchTargets& t, BenchOutput& out) {
+std::string ms_cell(double v, const char* f = "%.2f") { return std::isfinite(v) ? fmt(f, v) : "-"; }
+
+// The fake-quant peer's commands (fakequant/*.h5 beside the step files, one command a file, in name order) and,
+// per model, the one that judges its bar: the latest by its time of measurement.
+struct FakequantFiles {
   std::vector<std::string> files;
-  if (is_dir(dir + "/fakequant")) walk_files(dir + "/fakequant", ".h5", files);
-  if (files.empty()) return;
-  std::sort(files.begin(), files.end());
+  std::map<std::string, std::string> judging;  // model -> file
+};
+
+FakequantFiles fakequant_files(const std::string& dir) {
+  FakequantFiles f;
+  if (is_dir(dir + "/fakequant")) walk_files(dir + "/fakequant", ".h5", f.files);
+  std::sort(f.files.begin(), f.files.end());
+  std::map<std::string, std::string> latest_utc;
+  for (const auto& file : f.files) {
+    const std::string utc = read_h5_string_attrs(file)["utc"];
+    for (const auto& kv : index_steps(load_steps(file)).fakequant_ms)
+      if (!f.judging.count(kv.first) || utc >= latest_utc[kv.first]) f.judging[kv.first] = file, latest_utc[kv.first] = utc;
+  }
+  return f;
+}
+
+// The fake-quant peer timed by commands of their own: each file's peer rows against our rows of the same
+// file, so every ratio comes from one command, without changing the other bars, which the step files judge.
+// A model's fake-quant bar comes from its judging file only (the table lists every file's rows).
+void fakequant_sections(const FakequantFiles& fq, const BenchTargets& t, BenchOutput& out) {
+  if (fq.files.empty()) return;
   out.md << "## Against a fake-quant PyTorch peer\n\n"
          << "The 4-bit recipes written as a researcher would in PyTorch (`harness/bench/reference_step.py --recipe`: "
          << "quantize-dequantize in torch ops, 1 x 16 blocks, FP32 max scales, RHT-16 as a 16 x 16 matmul, SR with "
          << "`torch.rand`, an autograd Function for the three GEMMs of every linear), eager and under `torch.compile`, "
          << "timed in the same command as our step (`ufp4 bench step --reference fakequant`; the peer runs only after "
-         << "its self-test passes). Our rows: the deterministic step replayed as a CUDA graph, as in the step table. "
-         << "ms a step, median of the timed steps.\n\n"
+         << "its self-test passes). Our rows: the deterministic step replayed as a CUDA graph, as in the step table; the "
+         << "peer runs in PyTorch's default (non-deterministic) mode. ms a step, median of the timed steps; a model's bar "
+         << "in the Targets table comes from its latest file.\n\n"
          << "| model | recipe | ours | fake-quant eager | fake-quant compiled | ours / compiled | ours / our bf16 | file |\n"
          << "|---|---|---|---|---|---|---|---|\n";
-  for (const auto& f : files) {
+  for (const auto& f : fq.files) {
     const std::vector<SRow> rows = load_steps(f);
     StepTimes s = index_steps(rows);
     for (const auto& [model, peers] : s.fakequant_ms)
       for (const auto& [recipe, compiled] : peers) {
         const double ours = s.recipe_ms[model].count(recipe) ? s.recipe_ms[model][recipe] : NAN;
         const double bf16 = s.bf16_ms.count(model) ? s.bf16_ms[model] : NAN;
-        out.md << "| " << model << s.device_note[model] << " | " << recipe << " | " << fmt("%.2f", ours) << " | "
-               << fmt("%.2f", fastest_row_ms(rows, model, "pytorch-fakequant-eager", recipe)) << " | " << fmt("%.2f", compiled)
-               << " | " << fmt("%.3f", ours / compiled) << " | " << fmt("%.3f", ours / bf16) << " | `" << rel(f) << "` |\n";
+        out.md << "| " << model << s.device_note[model] << " | " << recipe << " | " << ms_cell(ours) << " | "
+               << ms_cell(fastest_row_ms(rows, model, "pytorch-fakequant-eager", recipe)) << " | " << ms_cell(compiled) << " | "
+               << ms_cell(ours / compiled, "%.3f") << " | " << ms_cell(ours / bf16, "%.3f") << " | `" << rel(f) << "` |\n";
       }
-    for (const auto& kv : s.fakequant_ms) fakequant_bars(kv.first, kv.first.rfind("moe", 0) == 0, t, s, out.targets);
+    for (const auto& kv : s.fakequant_ms)
+      if (fq.judging.at(kv.first) == f) fakequant_bars(kv.first, kv.first.rfind("moe", 0) == 0, t, s, out.targets);
     out.sources.push_back(provenance_line(f));
   }
   out.md << "\n";
@@ -1002,8 +1026,11 @@ std::string report_bench(const std::string& root, const std::string& dir, const 
   out.targets << "## Targets\n\n| target | bar | measured | verdict |\n|---|---|---|---|\n";
 
   if (file_exists(kpath)) kernel_sections(kpath, paper, t, figures, out, unmet);
-  if (file_exists(spath)) times = step_sections(dir, spath, t, out, unmet);
-  fakequant_sections(dir, t, out);
+  const FakequantFiles fq = fakequant_files(dir);
+  std::set<std::string> fakequant_models;
+  for (const auto& kv : fq.judging) fakequant_models.insert(kv.first);
+  if (file_exists(spath)) times = step_sections(dir, spath, fakequant_models, t, out, unmet);
+  fakequant_sections(fq, t, out);
 
   std::map<std::string, NcuStats> ncu;  // by kernel name (quantize_fused_<grid>_<rounding>_<layout>_<shape>)
   out.md << profile_section(dir, ncu, out.sources);
