@@ -252,6 +252,20 @@ TEST_CASE("Figure 9 from seeded ladder results: fit over several prefixes, the s
   // seeds a point the fitted claims get verdicts, not the one-seed caveat.
   CHECK(md.find("does not describe") == std::string::npos);
   CHECK(md.find("one seed") == std::string::npos);
+  // Four sizes cannot bootstrap the five-parameter Chinchilla form: its line says there are no intervals
+  // (it printed each estimate as its own zero-width "interval"); the power form's has them.
+  test::CliResult both = test::run_cli("fit --results '" + dir + "' --prefix ladder,other_moe --bootstrap 50 --out '" + dir + "/both.h5'");
+  INFO(both.out);
+  REQUIRE(both.code == 0);
+  const size_t ch = both.out.find("ufp4       chinchilla");
+  REQUIRE(ch != std::string::npos);
+  const std::string ch_line = both.out.substr(ch, both.out.find('\n', ch) - ch);
+  CHECK(ch_line.find("(no intervals: all 50 bootstrap resamples skipped; a resample needs at least 6 distinct sizes for 5 parameters)") != std::string::npos);
+  CHECK(ch_line.find('[') == std::string::npos);
+  const size_t pw = both.out.find("ufp4       power");
+  REQUIRE(pw != std::string::npos);
+  CHECK(both.out.substr(pw, both.out.find('\n', pw) - pw).find("alpha=") != std::string::npos);
+  CHECK(both.out.substr(pw, both.out.find('\n', pw) - pw).find(" used, ") != std::string::npos);
 }
 
 TEST_CASE("Figure 9: a fit that misses the ladder by more than twice its seed noise judges nothing", "[fit]") {

@@ -114,8 +114,14 @@ void fit_recipe(H5Writer& w, const std::string& recipe, const std::vector<FitPoi
     auto names = fit_param_names(form);
     write_fitted_form(w, fname, recipe, fitted_form(names, r));
     std::printf("%-10s %-10s n=%zu rmse=%.4f", recipe.c_str(), fname.c_str(), pts.size(), r.rmse);
-    for (size_t j = 0; j < names.size(); ++j) std::printf("  %s=%.4g [%.4g, %.4g]", names[j].c_str(), r.params[j], r.lo[j], r.hi[j]);
-    std::printf("  (bootstrap %d used, %d skipped)\n", r.bootstrap_used, r.bootstrap_skipped);
+    const bool intervals = r.bootstrap_used > 0;  // none used: lo = hi = the estimate, which is no interval
+    for (size_t j = 0; j < names.size(); ++j)
+      intervals ? std::printf("  %s=%.4g [%.4g, %.4g]", names[j].c_str(), r.params[j], r.lo[j], r.hi[j])
+                : std::printf("  %s=%.4g", names[j].c_str(), r.params[j]);
+    if (intervals || opt.bootstrap <= 0) std::printf("  (bootstrap %d used, %d skipped)\n", r.bootstrap_used, r.bootstrap_skipped);
+    else
+      std::printf("  (no intervals: all %d bootstrap resamples skipped; a resample needs at least %zu distinct sizes for %zu parameters)\n",
+                  r.bootstrap_skipped, names.size() + 1, names.size());
   }
 }
 
