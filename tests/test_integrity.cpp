@@ -326,6 +326,23 @@ TEST_CASE("reports and checks work from the campaign's run set: missing runs lis
   CHECK(md.find("| tiny | bf16 | 2 | ") != std::string::npos);
   auto planned = test::run_binary("campaign plan " + campaign);
   CHECK(planned.out.find("tiny: the bf16 seeds' validation sd ends at ") != std::string::npos);
+  CHECK(planned.out.find("the registered power rule on the complete seeds so far") == std::string::npos);  // decided: no preview
+  // Without the seeds file the plan previews the rule on the complete seeds: on the whole pilot it gives
+  // what the decision gave.
+  {
+    const Campaign decided = Campaign::load(campaign);
+    REQUIRE(std::rename((d + "/runs/seeds.toml").c_str(), (d + "/seeds.toml.kept").c_str()) == 0);
+    auto preview = test::run_binary("campaign plan " + campaign);
+    REQUIRE(std::rename((d + "/seeds.toml.kept").c_str(), (d + "/runs/seeds.toml").c_str()) == 0);
+    INFO(preview.out);
+    CHECK(preview.out.find("the registered power rule on the complete seeds so far (a preview; the seeds are decided once all 2 pilot seeds are in):") !=
+          std::string::npos);
+    char sd[160];
+    std::snprintf(sd, sizeof sd, "  claim tiny: paired sd %.3f pp over 2 seeds: %lld seeds for the power against 0.290 pp", decided.seeds.pilot_sd.at("tiny"),
+                  static_cast<long long>(decided.seeds.seeds_for_power.at("tiny")));
+    CHECK(preview.out.find(sd) != std::string::npos);
+    CHECK(preview.out.find("  tiny: 2 seeds within [2, 2]: 0 runs past the pilot, 0 tokens") != std::string::npos);
+  }
 
   // A stale result beside them: the same runs before a manifest edit (15 steps), other run ids.
   std::string edited = bytes_of(manifest);

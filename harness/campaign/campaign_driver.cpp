@@ -74,6 +74,39 @@ void print_transition(const Campaign& c, const RunSet& set) {
                   s.not_fallen() ? "  WARNING: the seeds have not come together by the end: the paired sd stays high (a seed-dependent descent)" : "");
 }
 
+// Before the seeds are decided: what the registered rule gives on the complete seeds so far, so that the
+// device time past the pilot can be planned. Only a preview: the decision waits for the whole pilot.
+void print_seed_preview(const Campaign& c, const RunSet& set) {
+  if (c.seeds_decided()) return;
+  const std::vector<ClaimTest> tests = test_claims(c.registration, read_campaign_runs(set));
+  SeedPlan policy = c.seeds;
+  size_t fewest = 0;
+  for (const auto& t : tests)
+    if (t.claim.powered) fewest = fewest == 0 ? t.diff.n : std::min(fewest, t.diff.n);
+  if (fewest < 2) return;  // no powered claim, or one without two complete seeds: no sd to plan from
+  policy.pilot = static_cast<int64_t>(fewest);
+  const SeedPlan preview = plan_seeds(policy, c.registration, tests);
+  std::printf("\nthe registered power rule on the complete seeds so far (a preview; the seeds are decided once all %lld pilot seeds are in):\n",
+              static_cast<long long>(c.seeds.pilot));
+  for (const auto& t : tests)
+    if (preview.pilot_sd.count(t.claim.id))
+      std::printf("  claim %s: paired sd %.3f pp over %zu seeds: %lld seeds for the power against %.3f pp\n", t.claim.id.c_str(),
+                  preview.pilot_sd.at(t.claim.id), t.diff.n, static_cast<long long>(preview.seeds_for_power.at(t.claim.id)),
+                  std::fabs(t.claim.effect_of_interest));
+  double total_runs = 0, total_tokens = 0;
+  for (const auto& [model, n] : preview.seeds) {
+    double runs_a_seed = 0, tokens_a_seed = 0;  // from the planned runs of seed 1
+    for (const auto& r : set.runs)
+      if (r.model == model && r.seed == 1) ++runs_a_seed, tokens_a_seed += static_cast<double>(r.train_tokens);
+    const double past = static_cast<double>(std::max<int64_t>(0, n - c.seeds.pilot));
+    std::printf("  %s: %lld seeds within [%lld, %lld]: %.0f runs past the pilot, %.3g tokens\n", model.c_str(), static_cast<long long>(n),
+                static_cast<long long>(c.seeds.min), static_cast<long long>(c.seeds.max), past * runs_a_seed, past * tokens_a_seed);
+    total_runs += past * runs_a_seed, total_tokens += past * tokens_a_seed;
+  }
+  std::printf("  in all %.0f runs past the pilot, %.3g tokens (runs that a folder this campaign reads holds are read, not trained)\n", total_runs,
+              total_tokens);
+}
+
 // The registered gate on the pilot: every model's runs end at least transition_gate steps after its
 // slowest recipe reaches the transition level. False (and why, printed) when one does not.
 bool pilot_passes_transition_gate(const Campaign& c) {
@@ -115,6 +148,7 @@ int campaign_plan(const Campaign& c) {
   if (const std::string packed = packed_estimate(missing, repository_root() + "/results/bench/packing.csv"); !packed.empty())
     std::printf("\nthe missing runs side by side (--gpus N, the packing table results/bench/packing.csv):\n%s", packed.c_str());
   print_transition(c, set);
+  print_seed_preview(c, set);
   return 0;
 }
 
