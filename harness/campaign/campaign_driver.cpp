@@ -60,8 +60,7 @@ std::vector<TransitionMargin> transition_margins(const CampaignRuns& runs, const
 // Per model, where the transition lies against the runs' end, and whether the baseline's seeds have come
 // together again by the end (seed_spreads): a size can pass the transition and still end in a later,
 // seed-dependent descent, which the transition level does not see.
-void print_transition(const Campaign& c, const RunSet& set) {
-  const CampaignRuns runs = read_campaign_runs(set);
+void print_transition(const Campaign& c, const CampaignRuns& runs) {
   const std::string baseline = baseline_recipe(c.registration);
   for (const auto& m : transition_margins(runs, baseline))
     std::printf("%s: the slowest recipe reaches the transition level at step %.0f on average; the runs end at step %lld (%+.0f steps after)%s\n",
@@ -76,9 +75,9 @@ void print_transition(const Campaign& c, const RunSet& set) {
 
 // Before the seeds are decided: what the registered rule gives on the complete seeds so far, so that the
 // device time past the pilot can be planned. Only a preview: the decision waits for the whole pilot.
-void print_seed_preview(const Campaign& c, const RunSet& set) {
+void print_seed_preview(const Campaign& c, const RunSet& set, const CampaignRuns& runs) {
   if (c.seeds_decided()) return;
-  const std::vector<ClaimTest> tests = test_claims(c.registration, read_campaign_runs(set));
+  const std::vector<ClaimTest> tests = test_claims(c.registration, runs);
   SeedPlan policy = c.seeds;
   size_t fewest = 0;
   for (const auto& t : tests)
@@ -147,8 +146,9 @@ int campaign_plan(const Campaign& c) {
     if (r.path.empty()) missing.emplace_back(r.model, static_cast<double>(r.train_tokens));
   if (const std::string packed = packed_estimate(missing, repository_root() + "/results/bench/packing.csv"); !packed.empty())
     std::printf("\nthe missing runs side by side (--gpus N, the packing table results/bench/packing.csv):\n%s", packed.c_str());
-  print_transition(c, set);
-  print_seed_preview(c, set);
+  const CampaignRuns runs = read_campaign_runs(set);  // every result file read once, for both
+  print_transition(c, runs);
+  print_seed_preview(c, set, runs);
   return 0;
 }
 

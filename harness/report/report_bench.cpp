@@ -933,6 +933,7 @@ std::string ms_cell(double v, const char* f = "%.2f") { return std::isfinite(v) 
 // per model, the one that judges its bar: the latest by its time of measurement.
 struct FakequantFiles {
   std::vector<std::string> files;
+  std::vector<std::vector<SRow>> rows;         // each file's rows, read once
   std::map<std::string, std::string> judging;  // model -> file
 };
 
@@ -942,8 +943,9 @@ FakequantFiles fakequant_files(const std::string& dir) {
   std::sort(f.files.begin(), f.files.end());
   std::map<std::string, std::string> latest_utc;
   for (const auto& file : f.files) {
+    f.rows.push_back(load_steps(file));
     const std::string utc = read_h5_string_attrs(file)["utc"];
-    for (const auto& kv : index_steps(load_steps(file)).fakequant_ms)
+    for (const auto& kv : index_steps(f.rows.back()).fakequant_ms)
       if (!f.judging.count(kv.first) || utc >= latest_utc[kv.first]) f.judging[kv.first] = file, latest_utc[kv.first] = utc;
   }
   return f;
@@ -964,8 +966,9 @@ void fakequant_sections(const FakequantFiles& fq, const BenchTargets& t, BenchOu
          << "in the Targets table comes from its latest file.\n\n"
          << "| model | recipe | ours | fake-quant eager | fake-quant compiled | ours / compiled | ours / our bf16 | file |\n"
          << "|---|---|---|---|---|---|---|---|\n";
-  for (const auto& f : fq.files) {
-    const std::vector<SRow> rows = load_steps(f);
+  for (size_t i = 0; i < fq.files.size(); ++i) {
+    const std::string& f = fq.files[i];
+    const std::vector<SRow>& rows = fq.rows[i];
     StepTimes s = index_steps(rows);
     for (const auto& [model, peers] : s.fakequant_ms)
       for (const auto& [recipe, compiled] : peers) {
