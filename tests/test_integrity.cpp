@@ -289,7 +289,7 @@ TEST_CASE("ufp4 check fails when a reference run has no result, or a result hold
 
 // A campaign of the tiny model on the CPU: bf16 / e2m1_ref / ufp4 at 20 steps, a pilot of 2 seeds that is also
 // the whole campaign, one claim. Returns the campaign file; `manifest` receives the manifest's path.
-static std::string tiny_campaign(const std::string& d, std::string* manifest_out = nullptr) {
+static std::string tiny_campaign(const std::string& d, std::string* manifest_out = nullptr, const std::string& claim_id = "tiny") {
   const std::string manifest = test::write_manifest(
       d, "runs_tiny",
       "[model]\nname = \"tiny\"\n[recipe]\nname = \"bf16\"\n[data]\npath = \"" + test::ci_data() +
@@ -302,7 +302,7 @@ static std::string tiny_campaign(const std::string& d, std::string* manifest_out
       "name = \"tiny_f8\"\nreport = \"figure8\"\nresults = \"" + d + "/runs\"\nmanifests = [\"runs_tiny.toml\"]\n"
       "[seeds]\npilot = 2\nmin = 2\nmax = 2\n[registration]\ndate = \"2026-11-27\"\nmetric = \"final val\"\n"
       "secondary = \"train\"\ntest = \"paired t\"\nalpha = 0.05\npower = 0.8\nfamily = \"tiny\"\n"
-      "[[registration.claims]]\nid = \"tiny\"\nmodel = \"tiny\"\ntext = \"ufp4 below e2m1_ref\"\na = \"ufp4\"\n"
+      "[[registration.claims]]\nid = \"" + claim_id + "\"\nmodel = \"tiny\"\ntext = \"ufp4 below e2m1_ref\"\na = \"ufp4\"\n"
       "b = \"e2m1_ref\"\ndirection = -1\npaper_effect = -0.29\n");
 }
 
@@ -390,6 +390,38 @@ TEST_CASE("reports and checks work from the campaign's run set: missing runs lis
   CHECK(missing.out.find("FAIL " + set.runs.front().name + ": missing") != std::string::npos);
 }
 
+
+TEST_CASE("the seeds file reads back as written, a dotted claim id included, and one that does not fit its campaign is refused", "[integrity]") {
+  const std::string d = test::temp_dir();
+  const std::string campaign = tiny_campaign(d, nullptr, "below_tiny-0.5m");  // a dot, as Figure 9's claim ids have
+  REQUIRE(test::run_binary("campaign run " + campaign).code == 0);
+  const std::string seeds = d + "/runs/seeds.toml", written = bytes_of(seeds);
+  const Campaign c = Campaign::load(campaign);
+  REQUIRE(c.seeds.pilot_sd.count("below_tiny-0.5m"));
+  CHECK(c.seeds.pilot_sd.at("below_tiny-0.5m") > 0);
+  CHECK(c.seeds.seeds_for_power.at("below_tiny-0.5m") >= 2);
+  CHECK(c.seeds.seeds.at("tiny") == 2);
+  // Hand edits and a file read with the wrong key spelling: each refused with the file, line and key.
+  // `from` to the end of its line becomes `to`.
+  const auto refused = [&](const std::string& from, const std::string& to, const std::string& message) {
+    std::string edited = written;
+    const size_t at = edited.find(from);
+    REQUIRE(at != std::string::npos);
+    edited.replace(at, edited.find('\n', at) - at, to);
+    write_bytes(seeds, edited);
+    auto r = test::run_binary("campaign check " + campaign);
+    CHECK(r.code == 2);
+    CHECK(r.out.find(seeds + ":") != std::string::npos);
+    CHECK(r.out.find(message) != std::string::npos);
+  };
+  refused("[claims.\"below_tiny-0.5m\"]", "[claims.below_tiny-0.5m]", "claims.below_tiny-0: unknown key (allowed: below_tiny-0.5m)");
+  refused("\"tiny\" = 2", "\"tiny\" = 5", "models.tiny: 5 is out of range (allowed: 2 to 2)");
+  refused("\"tiny\" = 2", "\"small\" = 2", "models.small: unknown key (allowed: tiny)");
+  refused("pilot = 2", "pilot = 3", "pilot: the campaign registers a pilot of 2 seeds");
+  refused("seeds_for_power = ", "seeds_for_power = 2.5", "claims.below_tiny-0.5m.seeds_for_power: expected an integer");
+  write_bytes(seeds, written);
+  CHECK(test::run_binary("campaign check " + campaign).code == 0);
+}
 
 TEST_CASE("campaign run --models / --recipes: only those runs train, and the seeds wait for the whole pilot", "[integrity]") {
   const std::string d = test::temp_dir();

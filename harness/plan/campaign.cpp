@@ -211,25 +211,52 @@ Registration read_registration(const toml::table& t, const Reader& r, const Swep
   return g;
 }
 
-// The seeds file, written once the pilot's runs were analysed.
-void read_seeds_file(const std::string& path, SeedPlan& s) {
+// The seeds file, written once the pilot's runs were analysed (write_seed_plan), read back against the
+// campaign it belongs to: its pilot, its models and their seed bounds, its powered claims. A file that
+// does not fit (another campaign's, a hand edit, a claim key read as nested tables) is an error naming
+// the key, not a silent fallback to the pilot's seeds or a claim without its pilot sd.
+void read_seeds_file(const std::string& path, const Swept& swept, const Registration& reg, SeedPlan& s) {
   if (!file_exists(path)) return;
   const Reader r{path};
   const toml::table t = toml_parse(path);
+  r.keys(t, "", {"pilot", "models", "claims"});
+  if (r.num(t, "", "pilot", 0, 1e6) != s.pilot) r.bad(t.get("pilot"), "pilot", "the campaign registers a pilot of " + std::to_string(s.pilot) + " seeds");
   const toml::table* models = t["models"].as_table();
   if (!models) r.bad(&t, "models", "missing (a table: model = seeds)");
-  for (auto&& [k, v] : *models) {
-    if (!v.is_integer() || *v.value<int64_t>() < 2) r.bad(&v, "models." + std::string(k.str()), "expected an integer of at least 2");
-    s.seeds[std::string(k.str())] = *v.value<int64_t>();
+  std::set<std::string> names;
+  for (const auto& [model, recipes] : swept) names.insert(model);
+  r.keys(*models, "models.", names);
+  const auto count = [&](const toml::table& in, const std::string& prefix, const std::string& key, double lo, double hi) {
+    const toml::node* n = in.get(key);
+    if (n && !n->is_integer()) r.bad(n, prefix + key, "expected an integer");
+    return static_cast<int64_t>(r.num(in, prefix, key.c_str(), lo, hi));
+  };
+  for (auto&& [k, v] : *models) s.seeds[std::string(k.str())] = count(*models, "models.", std::string(k.str()), s.min, s.max);
+  std::set<std::string> powered;
+  for (const auto& k : reg.claims)
+    if (k.powered && !k.trend()) powered.insert(k.id);
+  const toml::table* claims = t["claims"].as_table();
+  if (!claims && !powered.empty()) r.bad(&t, "claims", "missing (a table per powered claim: pilot_sd, seeds_for_power)");
+  if (claims) r.keys(*claims, "claims.", powered);
+  for (const auto& id : powered) {
+    const std::string q = "claims." + id + ".";
+    const toml::table* c = (*claims)[id].as_table();
+    if (!c) r.bad(claims, "claims." + id, "missing (a table: pilot_sd, seeds_for_power)");
+    r.keys(*c, q, {"pilot_sd", "seeds_for_power"});
+    s.pilot_sd[id] = r.num(*c, q, "pilot_sd", 0, 1e9);
+    s.seeds_for_power[id] = count(*c, q, "seeds_for_power", 1, 1e9);
   }
-  if (const toml::table* claims = t["claims"].as_table())
-    for (auto&& [k, v] : *claims) {
-      const toml::table* c = v.as_table();
-      if (!c) continue;
-      s.pilot_sd[std::string(k.str())] = (*c)["pilot_sd"].value_or(NAN);
-      s.seeds_for_power[std::string(k.str())] = (*c)["seeds_for_power"].value_or<int64_t>(0);
-    }
   s.source = path;
+}
+
+// A TOML key as a basic string, so that a dot in a name ("moe-ne0.65m") is not read as a nested table.
+std::string toml_key(const std::string& k) {
+  std::string q = "\"";
+  for (const char ch : k) {
+    if (ch == '"' || ch == '\\') q += '\\';
+    q += ch;
+  }
+  return q + "\"";
 }
 
 }  // namespace
@@ -297,7 +324,7 @@ Campaign Campaign::load(const std::string& path) {
       swept[m.model].insert(recipe_stem(m.recipe));
     }
   c.registration = read_registration(*reg, r, swept);
-  read_seeds_file(c.seeds_path(), c.seeds);
+  read_seeds_file(c.seeds_path(), swept, c.registration, c.seeds);
   return c;
 }
 
@@ -401,10 +428,10 @@ void write_seed_plan(const Campaign& c, const SeedPlan& plan) {
      << ", power " << c.registration.power << ", at the pilot's paired sd) reaches the claim's registered effect (the paper's, or its effect of interest), within [" << c.seeds.min << ", " << c.seeds.max
      << "]; a model takes the most any of its claims asks for. Written by `ufp4 campaign run`.\n";
   os << "pilot = " << c.seeds.pilot << "\n\n[models]\n";
-  for (const auto& [model, n] : plan.seeds) os << "\"" << model << "\" = " << n << "\n";
+  for (const auto& [model, n] : plan.seeds) os << toml_key(model) << " = " << n << "\n";
   os << "\n";
   for (const auto& [claim, sd] : plan.pilot_sd)
-    os << "[claims." << claim << "]\npilot_sd = " << sd << "  # percentage points\nseeds_for_power = " << plan.seeds_for_power.at(claim) << "\n\n";
+    os << "[claims." << toml_key(claim) << "]\npilot_sd = " << sd << "  # percentage points\nseeds_for_power = " << plan.seeds_for_power.at(claim) << "\n\n";
   make_dirs(c.results_dir);
   write_text_atomically(c.seeds_path(), os.str());
 }
