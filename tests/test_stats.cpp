@@ -5,6 +5,7 @@
 
 #include "harness/analysis/campaign_stats.h"
 #include "harness/analysis/stats.h"
+#include "harness/report/campaign_text.h"
 #include "tests/catch.h"
 
 using namespace ufp4;
@@ -124,6 +125,46 @@ TEST_CASE("a campaign's claims: signed sums of gaps (an interaction), Holm apart
   Registration unpowered;
   unpowered.claims = {other};
   CHECK(plan_seeds(policy, unpowered, test_claims(unpowered, runs)).seeds.at("m") == 5);
+}
+
+TEST_CASE("a claim whose seeds are in waits for its Holm family unless no p value of theirs can change its verdict", "[stats]") {
+  // Three powered claims, one family. gap = 50 (L - 2) against bf16's 2.0 and v's 2.0: u - v per seed is
+  // 50 (u - 2). Model a: -1, -2, -0.5, -2.5 pp (p about 0.046: below alpha alone, not at three times
+  // it); model c: -5, -4.5, -5, -4.5 (p far below alpha / 3); model b like c, its seeds short.
+  CampaignRuns runs;
+  const std::map<std::string, std::vector<double>> u = {{"a", {1.98, 1.96, 1.99, 1.95}}, {"b", {1.90, 1.91, 1.90, 1.91}}, {"c", {1.90, 1.91, 1.90, 1.91}}};
+  for (const auto& [model, ls] : u)
+    for (size_t s = 0; s < ls.size(); ++s) {
+      runs[model]["bf16"][static_cast<int64_t>(s + 1)].final_val = 2.0;
+      runs[model]["v"][static_cast<int64_t>(s + 1)].final_val = 2.0;
+      runs[model]["u"][static_cast<int64_t>(s + 1)].final_val = ls[s];
+    }
+  Registration reg;
+  for (const std::string model : {"a", "b", "c"}) {
+    RegisteredClaim c;
+    c.id = model, c.model = model, c.plus = {"u"}, c.minus = {"v"}, c.direction = -1, c.paper_effect = NAN, c.effect_of_interest = -0.5;
+    reg.claims.push_back(c);
+  }
+  const std::vector<ClaimTest> t = test_claims(reg, runs);
+  REQUIRE(t.size() == 3);
+  CHECK(t[0].p > 0.05 / 3);
+  CHECK(t[0].p < 0.05);
+  CHECK(t[0].p_holm < 0.05);  // b and c far below: Holm leaves a at its own p, and it holds for now
+  CHECK(t[0].verdict == Verdict::kHolds);
+  CHECK(!t[0].settled);       // at 3 p it would not hold
+  CHECK(t[2].settled);        // 3 p is still below alpha
+  RunSet set;
+  set.seeds.seeds = {{"a", 4}, {"b", 6}, {"c", 4}};
+  CHECK(!seeds_short(set, t[0]));
+  CHECK(seeds_short(set, t[1]));
+  CHECK(interim(set, t, t[0]));
+  CHECK(!interim(set, t, t[2]));
+  CHECK(shown_verdict(set, t, t[0]) ==
+        "**inconclusive** (its seeds are in, not yet those of its Holm family, whose p values can still move its Holm p across alpha: the test gives holds now)");
+  CHECK(shown_verdict(set, t, t[1]).find("(interim look at 4 of 6 registered seeds") != std::string::npos);
+  CHECK(shown_verdict(set, t, t[2]) == "**holds**");
+  set.seeds.seeds["b"] = 4;  // the family's seeds all in: a's verdict is its Holm p's
+  CHECK(shown_verdict(set, t, t[0]) == "**holds**");
 }
 
 TEST_CASE("a one-factor group: the paper's choice best, beaten, or tied within the MDD; Holm within each group", "[stats]") {

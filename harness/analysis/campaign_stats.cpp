@@ -106,6 +106,8 @@ void test_trend(const Registration& reg, const CampaignRuns& runs, ClaimTest& t)
 
 }  // namespace
 
+bool same_family(const RegisteredClaim& a, const RegisteredClaim& b) { return a.powered == b.powered && a.group == b.group; }
+
 std::vector<ClaimTest> test_claims(const Registration& reg, const CampaignRuns& runs) {
   std::vector<ClaimTest> out;
   for (const auto& c : reg.claims) {
@@ -131,20 +133,26 @@ std::vector<ClaimTest> test_claims(const Registration& reg, const CampaignRuns& 
   // Holm within the registered family: the powered claims (of one group, where claims name groups); the
   // contrasts reported without power form a family of their own, so they never weaken the claims the
   // seeds were set for.
-  std::set<std::pair<bool, std::string>> families;
-  for (const auto& t : out) families.insert({t.claim.powered, t.claim.group});
-  for (const auto& family : families) {
+  std::vector<bool> done(out.size(), false);
+  for (size_t first = 0; first < out.size(); ++first) {
+    if (done[first]) continue;
     std::vector<double> p, p_train;
     std::vector<size_t> at;
-    for (size_t i = 0; i < out.size(); ++i)
-      if (std::make_pair(out[i].claim.powered, out[i].claim.group) == family) p.push_back(out[i].p), p_train.push_back(out[i].p_train), at.push_back(i);
+    for (size_t i = first; i < out.size(); ++i)
+      if (same_family(out[i].claim, out[first].claim)) p.push_back(out[i].p), p_train.push_back(out[i].p_train), at.push_back(i), done[i] = true;
     const std::vector<double> holm = holm_adjust(p), holm_train = holm_adjust(p_train);
+    const double m = static_cast<double>(at.size());
     for (size_t j = 0; j < at.size(); ++j) {
       ClaimTest& t = out[at[j]];
       t.p_holm = holm[j];
       t.p_train_holm = holm_train[j];
-      t.verdict = registered_verdict(t.diff, t.claim.direction, t.p_holm, reg.alpha, t.claim.paper_effect);
-      t.verdict_train = registered_verdict(t.diff_train, t.claim.direction, t.p_train_holm, reg.alpha, t.claim.paper_effect);
+      const auto verdict_at = [&](const Interval& d, double p_adjusted) {
+        return registered_verdict(d, t.claim.direction, p_adjusted, reg.alpha, t.claim.paper_effect);
+      };
+      t.verdict = verdict_at(t.diff, t.p_holm);
+      t.verdict_train = verdict_at(t.diff_train, t.p_train_holm);
+      t.settled = verdict_at(t.diff, t.p) == verdict_at(t.diff, std::min(1.0, m * t.p));
+      t.settled_train = verdict_at(t.diff_train, t.p_train) == verdict_at(t.diff_train, std::min(1.0, m * t.p_train));
     }
   }
   return out;

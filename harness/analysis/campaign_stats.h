@@ -36,7 +36,15 @@ struct ClaimTest {
   Interval diff, diff_train;              // its mean and interval (pp): final validation loss, training loss of the last tenth
   double p = NAN, p_holm = NAN, p_train = NAN, p_train_holm = NAN, mdd = NAN, mdd_train = NAN;
   Verdict verdict = Verdict::kInconclusive, verdict_train = Verdict::kInconclusive;
+  // Whether the verdict stands whatever the rest of its Holm family comes to: it is the same at the claim's
+  // own p and at the family's size times it, the least and the most that Holm's adjustment can make of
+  // that p (primary, secondary metric). A claim whose seeds are in is final once settled, even while other
+  // claims of its family still wait for theirs.
+  bool settled = false, settled_train = false;
 };
+// Claims of one Holm family: the powered claims of one group (every powered claim where none names a
+// group), or the contrasts reported without power, a family of their own.
+bool same_family(const RegisteredClaim& a, const RegisteredClaim& b);
 // The recipe every gap is taken against: the first claim's baseline, bf16 without claims.
 std::string baseline_recipe(const Registration& reg);
 

@@ -33,15 +33,28 @@ std::pair<int64_t, int64_t> seeds_in(const RunSet& set, const ClaimTest& t) {
   return {registered, in};
 }
 
-bool interim(const RunSet& set, const ClaimTest& t) {
+bool seeds_short(const RunSet& set, const ClaimTest& t) {
   const auto [registered, in] = seeds_in(set, t);
   return registered < 0 || in < registered;
 }
 
-std::string shown_verdict(const RunSet& set, const ClaimTest& t, Verdict v, const Interval& d) {
-  if (!interim(set, t)) return std::string("**") + verdict_name(v) + "**";
-  const auto [registered, in] = seeds_in(set, t);
+bool interim(const RunSet& set, const std::vector<ClaimTest>& tests, const ClaimTest& t, bool train) {
+  if (seeds_short(set, t)) return true;
+  if (train ? t.settled_train : t.settled) return false;
+  for (const auto& other : tests)
+    if (same_family(other.claim, t.claim) && seeds_short(set, other)) return true;
+  return false;
+}
+
+std::string shown_verdict(const RunSet& set, const std::vector<ClaimTest>& tests, const ClaimTest& t, bool train) {
+  const Verdict v = train ? t.verdict_train : t.verdict;
+  const Interval& d = train ? t.diff_train : t.diff;
+  if (!interim(set, tests, t, train)) return std::string("**") + verdict_name(v) + "**";
   if (!d.defined()) return "**inconclusive** (waiting for runs: fewer than two complete seeds, no test yet)";
+  if (!seeds_short(set, t))
+    return std::string("**inconclusive** (its seeds are in, not yet those of its Holm family, whose p values can still move its Holm p across alpha: the test gives ") +
+           verdict_name(v) + " now)";
+  const auto [registered, in] = seeds_in(set, t);
   const std::string of = registered < 0 ? "the pilot's seeds, before the seeds are decided" : std::to_string(in) + " of " + std::to_string(registered) + " registered seeds";
   return std::string("**inconclusive** (interim look at ") + of + ": the test gives " + verdict_name(v) + ")";
 }

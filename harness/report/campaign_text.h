@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "harness/analysis/campaign_stats.h"
 #include "harness/analysis/stats.h"
@@ -18,11 +19,15 @@ std::string claim_models(const RegisteredClaim& c);  // its model, or a trend's 
 
 // The claim's models' registered seeds and the complete seeds in (registered -1 while the seeds are not decided).
 std::pair<int64_t, int64_t> seeds_in(const RunSet& set, const ClaimTest& t);
-// A claim tested on fewer complete seeds than its models' registered number has no verdict yet.
-bool interim(const RunSet& set, const ClaimTest& t);
+// Whether a claim is tested on fewer complete seeds than its models' registered number.
+bool seeds_short(const RunSet& set, const ClaimTest& t);
+// A claim has no verdict yet while its seeds are short, or while another claim of its Holm family (among
+// `tests`) is and its own verdict could still change with theirs (ClaimTest::settled; `train`: the
+// secondary metric's).
+bool interim(const RunSet& set, const std::vector<ClaimTest>& tests, const ClaimTest& t, bool train = false);
 // "**holds**", or "**inconclusive** (interim look at ...: the test gives holds)" before the seeds are in;
-// `d` is the row's interval (primary or secondary metric): without one, "waiting for runs".
-std::string shown_verdict(const RunSet& set, const ClaimTest& t, Verdict v, const Interval& d);
+// the primary metric's, or with `train` the secondary's; without an interval, "waiting for runs".
+std::string shown_verdict(const RunSet& set, const std::vector<ClaimTest>& tests, const ClaimTest& t, bool train = false);
 // A one-factor group's answer ("**beaten** by a, b") and its lowest level ("a (-0.123)", or the choice itself).
 std::string group_answer_text(const GroupAnswer& g);
 std::string lowest_level_text(const GroupAnswer& g);

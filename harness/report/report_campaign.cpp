@@ -115,7 +115,7 @@ std::string cells_section(const CampaignRuns& runs, const std::string& baseline,
 
 // One claim's verdict in words: where the paper's effect lies against our interval, and the MDD beside
 // the registered effect (the paper's, or the effect of interest of a claim the paper did not size).
-std::string claim_sentence(const RunSet& set, const ClaimTest& t) {
+std::string claim_sentence(const RunSet& set, const std::vector<ClaimTest>& tests, const ClaimTest& t) {
   const Interval& d = t.diff;
   const double e = t.claim.paper_effect;
   std::string what;
@@ -124,7 +124,7 @@ std::string claim_sentence(const RunSet& set, const ClaimTest& t) {
   else if (e < 0 ? d.lo > e : d.hi < e) what = "the paper's effect lies outside our interval: the effect here is smaller than the paper's";
   else if (e < 0 ? d.hi < e : d.lo > e) what = "the paper's effect lies outside our interval: the effect here is larger than the paper's";
   else what = "the paper's effect lies inside our interval";
-  return "**" + t.claim.id + "** (" + claim_models(t.claim) + "): \"" + t.claim.text + "\" — " + shown_verdict(set, t, t.verdict, t.diff) + "; " + what + "; MDD " +
+  return "**" + t.claim.id + "** (" + claim_models(t.claim) + "): \"" + t.claim.text + "\" — " + shown_verdict(set, tests, t) + "; " + what + "; MDD " +
          mdd_text(t.mdd) + " pp against " + (t.claim.paper_sized() ? "the paper's " : "the registered effect of interest, ") +
          fmt("%.3f", std::fabs(t.claim.effect_of_interest)) + " pp.";
 }
@@ -142,10 +142,10 @@ std::string verdicts_section(const RunSet& set, const std::vector<ClaimTest>& te
       os << "| " << t.claim.id << " | " << (train ? "train, last K (secondary)" : "final val (primary)") << " | " << d.n << " | " << pp_interval(d) << " | "
          << p_text(train ? t.p_train : t.p) << " | " << p_text(train ? t.p_train_holm : t.p_holm) << " | " << mdd_text(train ? t.mdd_train : t.mdd)
          << " | " << (t.claim.paper_sized() ? fmt("%+.3f", t.claim.paper_effect) : std::string("not published")) << " | "
-         << shown_verdict(set, t, train ? t.verdict_train : t.verdict, d) << " |\n";
+         << shown_verdict(set, tests, t, train) << " |\n";
     }
   os << "\n";
-  for (const auto& t : tests) os << "- " << claim_sentence(set, t) << "\n";
+  for (const auto& t : tests) os << "- " << claim_sentence(set, tests, t) << "\n";
   return os.str();
 }
 
@@ -161,7 +161,7 @@ std::string groups_section(const RunSet& set, const std::vector<ClaimTest>& test
   for (const auto& g : groups) {
     bool decided = true;
     for (const auto& t : tests)
-      if (t.claim.group == g.group) decided = decided && !interim(set, t);
+      if (t.claim.group == g.group) decided = decided && !interim(set, tests, t);
     std::string levels;
     for (const auto& l : g.levels) levels += (levels.empty() ? "" : ", ") + l;
     const std::string answer = group_answer_text(g);

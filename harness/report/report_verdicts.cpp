@@ -45,7 +45,7 @@ std::string claims_table(const CampaignVerdicts& c) {
   for (const auto& t : c.tests)
     os << "| " << t.claim.id << " | " << claim_models(t.claim) << " | " << t.claim.text << (t.claim.powered ? "" : " (not powered)") << " | " << t.diff.n
        << " | " << pp_interval(t.diff) << " | " << p_text(t.p_holm) << " | " << mdd_text(t.mdd) << " | " << registered_effect_text(t.claim) << " | "
-       << shown_verdict(*c.set, t, t.verdict, t.diff) << " |\n";
+       << shown_verdict(*c.set, c.tests, t) << " |\n";
   return os.str();
 }
 
@@ -58,7 +58,7 @@ std::string groups_table(const CampaignVerdicts& c) {
   for (const auto& g : groups) {
     bool decided = true;
     for (const auto& t : c.tests)
-      if (t.claim.group == g.group) decided = decided && !interim(*c.set, t);
+      if (t.claim.group == g.group) decided = decided && !interim(*c.set, c.tests, t);
     os << "| " << g.group << " | " << g.choice << " | " << (decided ? group_answer_text(g) : "not decided (interim look: " + g.answer + ")") << " | "
        << lowest_level_text(g) << " | " << mdd_text(g.largest_mdd) << " |\n";
   }
@@ -68,19 +68,21 @@ std::string groups_table(const CampaignVerdicts& c) {
 // The verdicts as shown (an interim look counts as inconclusive), over every campaign.
 std::string totals_line(const std::vector<CampaignVerdicts>& all) {
   std::map<std::string, int> count;
-  int claims = 0, early = 0;
+  int claims = 0, early = 0, family = 0;  // interim: their own seeds short; their Holm family's
   for (const auto& c : all)
     for (const auto& t : c.tests) {
       ++claims;
-      const bool before = interim(*c.set, t);
-      early += before;
+      const bool before = interim(*c.set, c.tests, t), own = seeds_short(*c.set, t);
+      early += before && own;
+      family += before && !own;
       ++count[before ? "inconclusive" : verdict_name(t.verdict)];
     }
   std::ostringstream os;
   os << "**" << claims << " claim" << (claims == 1 ? "" : "s") << " in " << all.size() << " campaign" << (all.size() == 1 ? "" : "s") << ":**";
   bool first = true;
   for (const char* v : {"holds", "contradicted", "smaller than the paper", "inconclusive"}) os << (first ? " " : ", ") << count[v] << " " << v, first = false;
-  if (early) os << " (" << early << " of them before their registered seeds are in)";
+  if (early) os << " (" << early << " of them before their registered seeds are in" << (family ? "" : ")");
+  if (family) os << (early ? ", " : " (") << family << " waiting for their Holm family's seeds)";
   os << ".\n";
   return os.str();
 }
@@ -117,7 +119,7 @@ Figure forest_figure(const std::vector<CampaignVerdicts>& all) {
   for (const auto& c : all)
     for (const auto& t : c.tests)
       if (t.diff.defined())
-        rows.push_back({c.set->campaign + " " + t.claim.id, interim(*c.set, t) ? "interim look (no verdict yet)" : verdict_name(t.verdict), t.diff.mean, t.diff.lo,
+        rows.push_back({c.set->campaign + " " + t.claim.id, interim(*c.set, c.tests, t) ? "interim look (no verdict yet)" : verdict_name(t.verdict), t.diff.mean, t.diff.lo,
                         t.diff.hi, t.claim.paper_sized() ? t.claim.paper_effect : t.claim.effect_of_interest});
   Figure f;
   f.title = "Every claim: paired difference of the BF16-relative gaps (pp), 95% interval";
