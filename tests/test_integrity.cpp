@@ -402,23 +402,34 @@ TEST_CASE("the seeds file reads back as written, a dotted claim id included, and
   CHECK(c.seeds.seeds_for_power.at("below_tiny-0.5m") >= 2);
   CHECK(c.seeds.seeds.at("tiny") == 2);
   // Hand edits and a file read with the wrong key spelling: each refused with the file, line and key.
-  // `from` to the end of its line becomes `to`.
-  const auto refused = [&](const std::string& from, const std::string& to, const std::string& message) {
+  const auto line_of = [&](const std::string& text) {
+    REQUIRE(written.find(text) != std::string::npos);
+    return std::to_string(1 + std::count(written.begin(), written.begin() + static_cast<std::ptrdiff_t>(written.find(text)), '\n'));
+  };
+  const auto refused = [&](const std::string& edited, const std::string& where, const std::string& message) {
+    write_bytes(seeds, edited);
+    auto r = test::run_binary("campaign check " + campaign);
+    INFO(r.out);
+    CHECK(r.code == 2);
+    CHECK(r.out.find(seeds + ":" + where + ": " + message) != std::string::npos);
+  };
+  // `from` to the end of its line replaced by `to`.
+  const auto replaced = [&](const std::string& from, const std::string& to) {
     std::string edited = written;
     const size_t at = edited.find(from);
     REQUIRE(at != std::string::npos);
-    edited.replace(at, edited.find('\n', at) - at, to);
-    write_bytes(seeds, edited);
-    auto r = test::run_binary("campaign check " + campaign);
-    CHECK(r.code == 2);
-    CHECK(r.out.find(seeds + ":") != std::string::npos);
-    CHECK(r.out.find(message) != std::string::npos);
+    return edited.replace(at, edited.find('\n', at) - at, to);
   };
-  refused("[claims.\"below_tiny-0.5m\"]", "[claims.below_tiny-0.5m]", "claims.below_tiny-0: unknown key (allowed: below_tiny-0.5m)");
-  refused("\"tiny\" = 2", "\"tiny\" = 5", "models.tiny: 5 is out of range (allowed: 2 to 2)");
-  refused("\"tiny\" = 2", "\"small\" = 2", "models.small: unknown key (allowed: tiny)");
-  refused("pilot = 2", "pilot = 3", "pilot: the campaign registers a pilot of 2 seeds");
-  refused("seeds_for_power = ", "seeds_for_power = 2.5", "claims.below_tiny-0.5m.seeds_for_power: expected an integer");
+  const std::string claim = "[claims.\"below_tiny-0.5m\"]", before_claims = written.substr(0, written.find(claim));
+  refused(replaced(claim, "[claims.below_tiny-0.5m]"), line_of(claim), "claims.below_tiny-0: unknown key (allowed: below_tiny-0.5m)");
+  refused(replaced("\"tiny\" = 2", "\"tiny\" = 5"), line_of("\"tiny\" = 2"), "models.tiny: 5 is out of range (allowed: 2 to 2)");
+  refused(replaced("\"tiny\" = 2", "\"small\" = 2"), line_of("\"tiny\" = 2"), "models.small: unknown key (allowed: tiny)");
+  refused(replaced("\"tiny\" = 2", ""), line_of("[models]"), "models.tiny: missing (claim below_tiny-0.5m is tested on it)");
+  refused(replaced("pilot = 2", "pilot = 3"), line_of("pilot = 2"), "pilot: the campaign registers a pilot of 2 seeds");
+  refused(replaced("seeds_for_power = ", "seeds_for_power = 2.5"), line_of("seeds_for_power = "), "claims.below_tiny-0.5m.seeds_for_power: expected an integer");
+  refused(before_claims + "[claims]\n", line_of(claim), "claims.below_tiny-0.5m: missing (a table: pilot_sd, seeds_for_power)");
+  refused(before_claims + "[claims]\n\"below_tiny-0.5m\" = 3\n", std::to_string(std::stoi(line_of(claim)) + 1),
+          "claims.below_tiny-0.5m: expected a table (pilot_sd, seeds_for_power)");
   write_bytes(seeds, written);
   CHECK(test::run_binary("campaign check " + campaign).code == 0);
 }

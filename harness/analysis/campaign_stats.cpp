@@ -149,10 +149,13 @@ std::vector<ClaimTest> test_claims(const Registration& reg, const CampaignRuns& 
       const auto verdict_at = [&](const Interval& d, double p_adjusted) {
         return registered_verdict(d, t.claim.direction, p_adjusted, reg.alpha, t.claim.paper_effect);
       };
+      // Whatever p values the family's other claims come to, Holm makes of this p at least p and at most
+      // m p (m counts the whole registered family, those without a p yet too).
+      const auto settled_at = [&](const Interval& d, double p) { return verdict_at(d, p) == verdict_at(d, std::min(1.0, m * p)); };
       t.verdict = verdict_at(t.diff, t.p_holm);
       t.verdict_train = verdict_at(t.diff_train, t.p_train_holm);
-      t.settled = verdict_at(t.diff, t.p) == verdict_at(t.diff, std::min(1.0, m * t.p));
-      t.settled_train = verdict_at(t.diff_train, t.p_train) == verdict_at(t.diff_train, std::min(1.0, m * t.p_train));
+      t.settled = settled_at(t.diff, t.p);
+      t.settled_train = settled_at(t.diff_train, t.p_train);
     }
   }
   return out;

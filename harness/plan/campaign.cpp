@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <set>
 #include <sstream>
@@ -211,50 +212,78 @@ Registration read_registration(const toml::table& t, const Reader& r, const Swep
   return g;
 }
 
-// The seeds file, written once the pilot's runs were analysed (write_seed_plan), read back against the
-// campaign it belongs to: its pilot, its models and their seed bounds, its powered claims. A file that
-// does not fit (another campaign's, a hand edit, a claim key read as nested tables) is an error naming
-// the key, not a silent fallback to the pilot's seeds or a claim without its pilot sd.
-void read_seeds_file(const std::string& path, const Swept& swept, const Registration& reg, SeedPlan& s) {
-  if (!file_exists(path)) return;
-  const Reader r{path};
-  const toml::table t = toml_parse(path);
-  r.keys(t, "", {"pilot", "models", "claims"});
-  if (r.num(t, "", "pilot", 0, 1e6) != s.pilot) r.bad(t.get("pilot"), "pilot", "the campaign registers a pilot of " + std::to_string(s.pilot) + " seeds");
+// An integer at `key` of `in` within [lo, hi] (a count of seeds).
+int64_t integer_in(const Reader& r, const toml::table& in, const std::string& prefix, const std::string& key, double lo, double hi) {
+  const toml::node* n = in.get(key);
+  if (n && !n->is_integer()) r.bad(n, prefix + key, "expected an integer");
+  return static_cast<int64_t>(r.num(in, prefix, key.c_str(), lo, hi));
+}
+
+// [models]: campaign models only, each with its seeds within the registered [min, max], and every model a
+// claim names among them (plan_seeds writes each; one left out would quietly run at the pilot's seeds).
+void read_seed_models(const Reader& r, const toml::table& t, const Swept& swept, const Registration& reg, SeedPlan& s) {
   const toml::table* models = t["models"].as_table();
   if (!models) r.bad(&t, "models", "missing (a table: model = seeds)");
   std::set<std::string> names;
   for (const auto& [model, recipes] : swept) names.insert(model);
   r.keys(*models, "models.", names);
-  const auto count = [&](const toml::table& in, const std::string& prefix, const std::string& key, double lo, double hi) {
-    const toml::node* n = in.get(key);
-    if (n && !n->is_integer()) r.bad(n, prefix + key, "expected an integer");
-    return static_cast<int64_t>(r.num(in, prefix, key.c_str(), lo, hi));
-  };
-  for (auto&& [k, v] : *models) s.seeds[std::string(k.str())] = count(*models, "models.", std::string(k.str()), s.min, s.max);
+  for (auto&& [k, v] : *models) s.seeds[std::string(k.str())] = integer_in(r, *models, "models.", std::string(k.str()), s.min, s.max);
+  for (const auto& k : reg.claims)
+    for (const auto& model : k.trend() ? k.trend_models : std::vector<std::string>{k.model})
+      if (!s.seeds.count(model)) r.bad(models, "models." + model, "missing (claim " + k.id + " is tested on it)");
+}
+
+// [claims."<id>"]: a table for each powered claim (only those set the seeds), with the pilot's paired sd
+// and the seeds its power asked for.
+void read_claim_sds(const Reader& r, const toml::table& t, const Registration& reg, SeedPlan& s) {
   std::set<std::string> powered;
   for (const auto& k : reg.claims)
-    if (k.powered && !k.trend()) powered.insert(k.id);
+    if (k.powered) powered.insert(k.id);
   const toml::table* claims = t["claims"].as_table();
   if (!claims && !powered.empty()) r.bad(&t, "claims", "missing (a table per powered claim: pilot_sd, seeds_for_power)");
   if (claims) r.keys(*claims, "claims.", powered);
   for (const auto& id : powered) {
     const std::string q = "claims." + id + ".";
-    const toml::table* c = (*claims)[id].as_table();
-    if (!c) r.bad(claims, "claims." + id, "missing (a table: pilot_sd, seeds_for_power)");
-    r.keys(*c, q, {"pilot_sd", "seeds_for_power"});
-    s.pilot_sd[id] = r.num(*c, q, "pilot_sd", 0, 1e9);
-    s.seeds_for_power[id] = count(*c, q, "seeds_for_power", 1, 1e9);
+    const toml::node* n = claims->get(id);
+    if (!n || !n->is_table()) r.bad(n ? n : claims, "claims." + id, n ? "expected a table (pilot_sd, seeds_for_power)" : "missing (a table: pilot_sd, seeds_for_power)");
+    const toml::table& c = *n->as_table();
+    r.keys(c, q, {"pilot_sd", "seeds_for_power"});
+    s.pilot_sd[id] = r.num(c, q, "pilot_sd", 0, 1e9);
+    s.seeds_for_power[id] = integer_in(r, c, q, "seeds_for_power", 1, 1e9);
   }
+}
+
+// The seeds file, written once the pilot's runs were analysed (write_seed_plan), read back against the
+// campaign it belongs to: its pilot, its models and their seed bounds, its powered claims. A file that
+// does not fit (another campaign's, a hand edit, a claim key read as nested tables) is an error naming
+// the file, line and key, not a silent fallback to the pilot's seeds or a claim without its pilot sd.
+void read_seeds_file(const std::string& path, const Swept& swept, const Registration& reg, SeedPlan& s) {
+  if (!file_exists(path)) return;
+  const Reader r{path};
+  const toml::table t = toml_parse(path);
+  r.keys(t, "", {"pilot", "models", "claims"});
+  if (integer_in(r, t, "", "pilot", 0, 1e6) != s.pilot) r.bad(t.get("pilot"), "pilot", "the campaign registers a pilot of " + std::to_string(s.pilot) + " seeds");
+  read_seed_models(r, t, swept, reg, s);
+  read_claim_sds(r, t, reg, s);
   s.source = path;
 }
 
-// A TOML key as a basic string, so that a dot in a name ("moe-ne0.65m") is not read as a nested table.
+// A TOML key as a basic string, so that a dot in a name ("moe-ne0.65m") is not read as a nested table;
+// quotes, backslashes and control characters escaped as TOML asks.
 std::string toml_key(const std::string& k) {
   std::string q = "\"";
   for (const char ch : k) {
-    if (ch == '"' || ch == '\\') q += '\\';
-    q += ch;
+    const auto u = static_cast<unsigned char>(ch);
+    if (ch == '"' || ch == '\\') {
+      q += '\\';
+      q += ch;
+    } else if (u < 0x20 || u == 0x7f) {
+      char esc[8];
+      std::snprintf(esc, sizeof esc, "\\u%04X", u);
+      q += esc;
+    } else {
+      q += ch;
+    }
   }
   return q + "\"";
 }

@@ -25,8 +25,9 @@ bool seeds_short(const RunSet& set, const ClaimTest& t);
 // `tests`) is and its own verdict could still change with theirs (ClaimTest::settled; `train`: the
 // secondary metric's).
 bool interim(const RunSet& set, const std::vector<ClaimTest>& tests, const ClaimTest& t, bool train = false);
-// "**holds**", or "**inconclusive** (interim look at ...: the test gives holds)" before the seeds are in;
-// the primary metric's, or with `train` the secondary's; without an interval, "waiting for runs".
+// "**holds**", or "**inconclusive** (interim look at ...: the test gives holds)" before the seeds are in,
+// "**inconclusive** (its seeds are in, not yet those of its Holm family ...)" while it waits for the
+// family; the primary metric's, or with `train` the secondary's; without an interval, "waiting for runs".
 std::string shown_verdict(const RunSet& set, const std::vector<ClaimTest>& tests, const ClaimTest& t, bool train = false);
 // A one-factor group's answer ("**beaten** by a, b") and its lowest level ("a (-0.123)", or the choice itself).
 std::string group_answer_text(const GroupAnswer& g);
