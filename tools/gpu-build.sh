@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # On an offline GPU node: unpack .gpu-deps/debs into a local prefix (no root, no apt), then
 # configure against the installed PyTorch's LibTorch with CUDA kernels for TORCH_CUDA_ARCH_LIST
-# (default 9.0a, Hopper) and build. Usage: tools/gpu-build.sh [build-dir]
+# (default 9.0a, Hopper) and build. Usage: [UFP4_BUILD_TARGETS="ufp4 ..."] tools/gpu-build.sh [build-dir]
+# UFP4_BUILD_TARGETS: only these targets (a campaign call needs only ufp4: a fresh node then skips the
+# test binary's compile); all of them when unset.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -20,4 +22,4 @@ cmake -S . -B "$build" $gen -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$torch_prefix;$prefix/usr" -DBoost_DIR="$boost_dir" \
   -DCMAKE_INCLUDE_PATH="$prefix/usr/include" \
   -DTORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0a}" -DUFP4_CUDA=ON
-cmake --build "$build" -j "$(nproc)"
+cmake --build "$build" -j "$(nproc)" ${UFP4_BUILD_TARGETS:+--target $UFP4_BUILD_TARGETS}
