@@ -633,16 +633,22 @@ TEST_CASE("two processes on one run: the second waits for the first and finds it
   CHECK(killed.out.find("exit=130") != std::string::npos);
 }
 
-TEST_CASE("the run scheduler: a stalled run is logged with its state, stopped and started once more; a stop ends it within the grace", "[integrity]") {
-  const std::string d = test::temp_dir();
+// The scheduler's options for jobs that are shell one-liners: one GPU, quick polls, and no thread stacks
+// (gdb's attach takes seconds; the wait channels and state are enough to check).
+static ScheduleOptions quick_schedule(int per_gpu, double stall_seconds, double stop_grace_seconds) {
   ScheduleOptions o;
   o.gpus = 1;
-  o.per_gpu = 2;
-  o.stall_seconds = 1;
-  o.stop_grace_seconds = 1;
-  o.poll_seconds = 0.05;
-  o.thread_stacks = false;  // gdb's attach takes seconds; the wait channels and state are enough to check
-  o.per_gpu = 3;
+  o.per_gpu = per_gpu;
+  o.stall_seconds = stall_seconds;
+  o.stop_grace_seconds = stop_grace_seconds;
+  o.poll_seconds = 0.02;
+  o.thread_stacks = false;
+  return o;
+}
+
+TEST_CASE("the run scheduler: a stalled run is logged with its state, stopped and started once more; a stop ends it within the grace", "[integrity]") {
+  const std::string d = test::temp_dir();
+  ScheduleOptions o = quick_schedule(3, 1, 1);
   // Two jobs stall after their first line (every time they start), side by side; one finishes. Each
   // stalled job is started again itself, once (not a neighbour in the scheduler's list).
   const std::vector<ScheduledJob> jobs = {{"stalls", "sh -c 'echo started; sleep 30'", d + "/stalls.log"},
@@ -682,6 +688,42 @@ TEST_CASE("the run scheduler: a stalled run is logged with its state, stopped an
   CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count() < 10);
   CHECK(s[0].status == JobStatus::kStopped);
   CHECK(bytes_of(d + "/stubborn.log").find("still running 1 s after a stop signal") != std::string::npos);
+}
+
+TEST_CASE("the run scheduler's time limit: no run started that its kind says would not end in time, and the rest stopped at the limit", "[integrity]") {
+  const std::string d = test::temp_dir();
+  ScheduleOptions o = quick_schedule(1, 300, 2);
+  // One slot. a takes 1 s: b (its kind, 1 s) fits in the 1.6 s left and runs; c (its kind) would end at
+  // about 3 s: not started. The call returns once b ends, before the limit.
+  const auto job = [&](const std::string& name, const std::string& kind, const std::string& body) {
+    return ScheduledJob{name, "sh -c '" + body + "'", d + "/" + name + ".log", kind};
+  };
+  const std::vector<ScheduledJob> one_kind = {job("a", "k", "echo a; sleep 1"), job("b", "k", "echo b; sleep 1"), job("c", "k", "echo c; sleep 1")};
+  const auto t0 = std::chrono::steady_clock::now();
+  o.deadline = t0 + std::chrono::milliseconds(2600);
+  const std::vector<JobResult> r = run_scheduled_jobs(one_kind, o);
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 2.6);
+  CHECK(r[0].status == JobStatus::kDone);
+  CHECK(r[1].status == JobStatus::kDone);
+  CHECK(r[2].status == JobStatus::kNotStarted);
+  CHECK(!file_exists(d + "/c.log"));
+  // A kind with no finished run starts; at the limit it is stopped as on a signal, and the call returns.
+  const auto t1 = std::chrono::steady_clock::now();
+  o.deadline = t1 + std::chrono::seconds(1);
+  const std::vector<JobResult> s = run_scheduled_jobs({job("long", "other", "echo long; sleep 30")}, o);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  CHECK(took >= 1);
+  CHECK(took < 5);
+  CHECK(s[0].status == JobStatus::kStopped);
+}
+
+TEST_CASE("run and campaign run refuse a negative time limit, and one without --gpus N", "[integrity]") {
+  const auto r = test::run_binary("run experiments/ci/bf16.toml --time-limit 60");
+  CHECK(r.code == 2);
+  CHECK(r.out.find("run: --time-limit goes with --gpus N") != std::string::npos);
+  const auto n = test::run_binary("campaign run experiments/demo/campaign.toml --gpus 1 --time-limit -5");
+  CHECK(n.code == 2);
+  CHECK(n.out.find("campaign run: --time-limit: -5") != std::string::npos);
 }
 
 namespace {

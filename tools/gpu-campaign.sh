@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One GPU command for registered campaigns (experiments/*/campaign.toml): build, prepare the default
 # corpus once (timed), then `ufp4 campaign run` on every GPU until RUN_UNTIL seconds after this script
-# started, when SIGTERM stops it (every run checkpoints; the same command resumes them), and the time
-# from the signal to the command's end is printed. Each campaign's results folder lives in an ignored
+# started (its --time-limit: it starts no run that would not end by then, and stops the rest then; every
+# run checkpoints and the same command resumes them), and the time from the limit to the command's end is
+# printed. Each campaign's results folder lives in an ignored
 # folder behind a link (logs/keep/), so a warm node keeps finished runs and checkpoints between device
 # calls; finished results and logs are packed into $OUT (see pack) when the command ends.
 # ONLY="--models M,... --recipes R,...": train only those of the missing runs (ufp4 campaign run's filter).
@@ -34,10 +35,13 @@ left=$(( ${RUN_UNTIL:-100000} - ($(date +%s) - t0) ))
 echo "training for at most $left s on $ngpu GPU(s), ${PER_GPU:-auto} a GPU, CUDA MPS ${MPS:-auto}"
 s=$(date +%s)
 for c in "$@"; do
-  timeout -s TERM "$left" build/ufp4 campaign run "$c" --gpus "$ngpu" --per-gpu "${PER_GPU:-auto}" --mps "${MPS:-auto}" --stall-timeout "${STALL:-120}" ${ONLY:-} > "$LOGS/run-$(basename "$(dirname "$c")").log" 2>&1
+  # The scheduler keeps the time itself (--time-limit: no run started that its model's finished runs say
+  # would not end in time, the rest stopped at the limit with their checkpoints); the timeout is a backstop.
+  timeout -s TERM $(( left + 20 )) build/ufp4 campaign run "$c" --gpus "$ngpu" --per-gpu "${PER_GPU:-auto}" --mps "${MPS:-auto}" --stall-timeout "${STALL:-120}" \
+    --time-limit "$left" ${ONLY:-} > "$LOGS/run-$(basename "$(dirname "$c")").log" 2>&1
   rc=$?
   end=$(date +%s)
-  echo "campaign $c: exit $rc after $(( end - s )) s (total $(elapsed))$([ $(( end - s )) -ge "$left" ] && echo "; SIGTERM at $left s, the command ended $(( end - s - left )) s later")"
+  echo "campaign $c: exit $rc after $(( end - s )) s (total $(elapsed))$([ $(( end - s )) -ge "$left" ] && echo "; time limit $left s, the command ended $(( end - s - left )) s later")"
   left=$(( left - (end - s) ))
   s=$end
   [ "$left" -gt 30 ] || break

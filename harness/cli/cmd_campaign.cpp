@@ -18,6 +18,7 @@ int cmd_campaign(const std::vector<std::string>& args) {
   int gpus = 0;
   std::string per_gpu = "auto", mps = "auto", models, recipes;
   bool pilot_only = false, all_recipes = false;
+  double time_limit = 0;
   RunQueueOptions q;
   po::options_description d("options");
   d.add_options()
@@ -28,6 +29,7 @@ int cmd_campaign(const std::vector<std::string>& args) {
       ("mps", po::value(&mps)->default_value("auto"), "run: the runs of a GPU under CUDA MPS: on, off, or auto (as measured faster for the runs' model)")
       ("stall-timeout", po::value(&q.schedule.stall_seconds)->default_value(300), "run: seconds without progress before a run is stopped and started again once")
       ("stop-grace", po::value(&q.schedule.stop_grace_seconds)->default_value(40), "run: seconds a stopped run may take to checkpoint before it is killed")
+      ("time-limit", po::value(&time_limit)->default_value(0), "run --gpus N: stop every run this many seconds from the start (each checkpoints), and before that start no run that a finished run of its model says would not end in time (0: none)")
       ("device", po::value(&q.run.device), "override the manifests' device: auto, cpu, cuda")
       ("only", po::value(&only), "run: train only the run of this name, here")
       ("run-id", po::value(&expect_id), "run --only: refuse unless the run plans as this run id (the scheduler's children)")
@@ -44,6 +46,7 @@ int cmd_campaign(const std::vector<std::string>& args) {
   if (!vm) return 0;
   if (path.empty()) throw Error("campaign: give an action and a campaign file (usage: ufp4 campaign plan|run|check CAMPAIGN)");
   if (gpus < 0) throw Error("campaign: --gpus must be >= 0");
+  set_time_limit("campaign run", time_limit, gpus, q.schedule);
   check_mps_option(mps, gpus);
   Campaign c = Campaign::load(path);
   q.gpus = gpus;

@@ -35,6 +35,7 @@ int cmd_run(const std::vector<std::string>& args) {
   std::string backend = "auto";
   RunOptions opt;
   ScheduleOptions sched;
+  double time_limit = 0;
   po::options_description d("options");
   d.add_options()
       ("manifests", po::value(&manifests)->multitoken(), "run manifests (.toml)")
@@ -45,6 +46,7 @@ int cmd_run(const std::vector<std::string>& args) {
       ("mps", po::value(&mps)->default_value("auto"), "with --gpus: the runs of a GPU under CUDA MPS: on, off, or auto (as measured faster for the runs' model)")
       ("stall-timeout", po::value(&sched.stall_seconds)->default_value(300), "with --gpus: seconds without progress after which a run is stopped and started again once")
       ("stop-grace", po::value(&sched.stop_grace_seconds)->default_value(40), "with --gpus: seconds a stopped run may take to checkpoint before it is killed")
+      ("time-limit", po::value(&time_limit)->default_value(0), "with --gpus: stop every run this many seconds from the start (each checkpoints), and before that start no run that a finished run of its model says would not end in time (0: none)")
       ("only", po::value(&only), "run only the run of this name (one member of a sweep or ablation)")
       ("run-id", po::value(&expect_id), "with --only: refuse unless the run plans as this run id (the scheduler's children)")
       ("stop-after", po::value(&opt.stop_after)->default_value(-1), "checkpoint and stop after this step (resume tests)")
@@ -60,6 +62,7 @@ int cmd_run(const std::vector<std::string>& args) {
   if (!vm) return 0;
   if (manifests.empty()) throw Error("run: give at least one manifest");
   if (gpus < 0) throw Error("run: --gpus must be >= 0");
+  set_time_limit("run", time_limit, gpus, sched);
   check_mps_option(mps, gpus);
   if (nproc < 0 || dist_timeout < 1 || !(bucket_mb > 0) || ep < 0)
     throw Error("run: --nproc-per-node must be >= 0, --dist-timeout >= 1, --bucket-mb > 0 and --ep >= 0");

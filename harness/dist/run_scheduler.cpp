@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <thread>
@@ -98,7 +99,7 @@ struct Running {
   pid_t pid;
   int gpu;
   int64_t log_size;
-  Clock::time_point last_growth;
+  Clock::time_point started, last_growth;
   bool stalled = false;          // SIGTERM sent for a stall; restart once it is gone
   Clock::time_point term_sent{};
 };
@@ -156,8 +157,35 @@ std::string describe_process(int pid, bool thread_stacks) {
   return os.str();
 }
 
+namespace {
+
+// The time limit's rule for starting a job: the longest finished job of its kind (seconds, by kind) must
+// fit in the time left; a kind with none finished yet always starts.
+class TimeLimit {
+ public:
+  explicit TimeLimit(Clock::time_point deadline) : deadline_(deadline) {}
+  bool reached(Clock::time_point now) const { return now >= deadline_; }
+  void finished(const std::string& kind, double took) { longest_[kind] = std::max(longest_[kind], took); }
+  // "" when `job` may start now, else why not.
+  std::string refuses(const ScheduledJob& job, Clock::time_point now) const {
+    const auto it = longest_.find(job.kind);
+    if (deadline_ == Clock::time_point::max() || it == longest_.end()) return "";
+    const double left = seconds(deadline_ - now);
+    if (it->second <= left) return "";
+    return "not started: the longest finished run of " + job.kind + " took " + std::to_string(static_cast<int>(it->second)) + " s, and " +
+           std::to_string(static_cast<int>(std::max(0.0, left))) + " s of the time limit are left";
+  }
+
+ private:
+  Clock::time_point deadline_;
+  std::map<std::string, double> longest_;
+};
+
+}  // namespace
+
 std::vector<JobResult> run_scheduled_jobs(const std::vector<ScheduledJob>& jobs, const ScheduleOptions& o) {
   if (o.gpus < 1 || o.per_gpu < 1) throw Error("run: --gpus and --per-gpu must be >= 1");
+  TimeLimit limit(o.deadline);
   std::vector<JobResult> results(jobs.size());
   std::vector<int> load(static_cast<size_t>(o.gpus), 0);
   std::unique_ptr<MpsDaemons> mps;  // declared before the cleanup below: it outlives every job it serves
@@ -184,16 +212,16 @@ std::vector<JobResult> run_scheduled_jobs(const std::vector<ScheduledJob>& jobs,
     const int gpu = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
     ++load[static_cast<size_t>(gpu)];
     const pid_t pid = spawn(jobs[j], mps ? mps->client_env(gpu) : "CUDA_VISIBLE_DEVICES=" + shell_quote(device_of(gpu)));
-    running.push_back({j, pid, gpu, file_size(jobs[j].log), Clock::now()});
+    running.push_back({j, pid, gpu, file_size(jobs[j].log), Clock::now(), Clock::now()});
     log_info("run " + jobs[j].name + ": started on GPU " + std::to_string(gpu) + " (log " + jobs[j].log + ")");
   };
   while (true) {
     const Clock::time_point now = Clock::now();
-    if (g_stop != 0 && !forwarded) {
+    if ((g_stop != 0 || limit.reached(now)) && !forwarded) {
       stop_seen = now;
       forwarded = true;
-      log_info("run: signal " + std::to_string(g_stop.load()) + ": stopping " + std::to_string(running.size()) +
-               " run(s) at their next step (each checkpoints; the same command resumes them)");
+      log_info("run: " + (g_stop != 0 ? "signal " + std::to_string(g_stop.load()) : std::string("the time limit")) +
+               ": stopping " + std::to_string(running.size()) + " run(s) at their next step (each checkpoints; the same command resumes them)");
       for (auto& r : running) ::kill(r.pid, SIGTERM);
     }
     if (forwarded && !killed && seconds(now - stop_seen) > o.stop_grace_seconds && !running.empty()) {
@@ -207,8 +235,13 @@ std::vector<JobResult> run_scheduled_jobs(const std::vector<ScheduledJob>& jobs,
         ::kill(r.pid, SIGKILL);
       }
     }
-    // Starts, while slots are free and no stop was asked for.
-    while (!forwarded && next < jobs.size() && static_cast<int>(running.size()) < o.gpus * o.per_gpu) start(next++);
+    // Starts, while slots are free and no stop was asked for; a job the time limit refuses is left for the
+    // next command (the time left only shrinks and the estimates only grow, so it would not fit later).
+    while (!forwarded && next < jobs.size() && static_cast<int>(running.size()) < o.gpus * o.per_gpu) {
+      const size_t j = next++;
+      if (const std::string why = limit.refuses(jobs[j], now); why.empty()) start(j);
+      else log_info("run " + jobs[j].name + ": " + why);
+    }
     // Ended jobs.
     for (size_t i = 0; i < running.size();) {
       Running& r = running[i];
@@ -228,6 +261,7 @@ std::vector<JobResult> run_scheduled_jobs(const std::vector<ScheduledJob>& jobs,
         continue;
       }
       const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      if (ok) limit.finished(job.kind, seconds(Clock::now() - r.started));
       // A stalled job that ended some other way than by finishing is started again, once.
       if (r.stalled && !forwarded && res.restarts == 0 && !ok) {
         const size_t again = r.job;  // `r` goes with the erase

@@ -4,9 +4,12 @@
 // progress line every few seconds) is logged with what its process is doing, stopped, and started
 // again once, resuming from its checkpoint. On SIGINT/SIGTERM it starts nothing new, passes SIGTERM
 // on (each run checkpoints at its next step and exits 130), and kills what is still running after
-// `stop_grace_seconds`, so that it returns within a minute of the signal. With `mps`, the jobs of a GPU
-// run under CUDA MPS (harness/dist/mps.h). No LibTorch here.
+// `stop_grace_seconds`, so that it returns within a minute of the signal. With a time limit it stops the
+// same way when the limit is reached, and before that starts no job whose kind's longest finished job
+// would not fit in the time left. With `mps`, the jobs of a GPU run under CUDA MPS (harness/dist/mps.h).
+// No LibTorch here.
 #pragma once
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -16,6 +19,7 @@ struct ScheduledJob {
   std::string name;     // for messages
   std::string command;  // a shell command line; its output is appended to `log`
   std::string log;      // the job's heartbeat: it must grow while the job makes progress
+  std::string kind;     // jobs of one kind take about as long (the runs of one model): the time limit's estimate
 };
 
 struct ScheduleOptions {
@@ -25,6 +29,12 @@ struct ScheduleOptions {
   double poll_seconds = 0.2;
   bool thread_stacks = true;       // a stalled job's log gets each thread's stack (gdb), not only its wait channels
   bool mps = false;                // CUDA MPS while the jobs run: one control daemon a GPU (harness/dist/mps.h)
+  // When every running job is stopped as on a signal (each run checkpoints; the same command resumes
+  // them). Before that a job is started only when the longest job of its kind finished so far (none: any)
+  // fits in the time left, so that the last minutes of a time-boxed machine go to runs that can end rather
+  // than to runs cut off part-way. A point in time, not a span: a command that schedules twice (a
+  // campaign's pilot, then its other seeds) keeps one limit. max(): no limit.
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 };
 
 enum class JobStatus { kDone, kStopped, kFailed, kNotStarted };

@@ -104,6 +104,13 @@ void prepare_plans(std::vector<RunPlan>& plans, const std::shared_ptr<ProcessGro
   if (!differ.empty()) throw Error("run: the ranks planned different runs (" + differ + "): every rank must see the same manifests, recipes and data");
 }
 
+void set_time_limit(const std::string& command, double seconds, int gpus, ScheduleOptions& o) {
+  if (!(seconds >= 0)) throw Error(command + ": --time-limit: " + std::to_string(seconds) + " (allowed: seconds >= 0; 0: none)");
+  if (seconds > 0 && gpus <= 0) throw Error(command + ": --time-limit goes with --gpus N (the scheduler of child processes keeps the time)");
+  if (seconds > 0)
+    o.deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));
+}
+
 RunQueueOutcome train_queue(const std::vector<RunPlan>& plans, const std::function<std::string(size_t)>& child_command, const RunQueueOptions& o) {
   RunQueueOutcome q;
   if (o.gpus <= 0) {
@@ -114,7 +121,7 @@ RunQueueOutcome train_queue(const std::vector<RunPlan>& plans, const std::functi
   for (size_t i = 0; i < plans.size(); ++i) {
     const RunPlan& p = plans[i];
     make_dirs(p.out_dir + "/logs");
-    jobs.push_back({p.name, child_command(i), p.out_dir + "/logs/" + p.name + ".log"});
+    jobs.push_back({p.name, child_command(i), p.out_dir + "/logs/" + p.name + ".log", p.model.name});
   }
   ScheduleOptions s = o.schedule;
   s.gpus = o.gpus;

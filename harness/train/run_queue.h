@@ -31,6 +31,9 @@ struct RunQueueOutcome {
 // `--mps` checked as soon as it is parsed: auto, on or off; on only with --gpus N and the MPS control
 // program installed. Throws Error naming what is wrong.
 void check_mps_option(const std::string& mps, int gpus);
+// `--time-limit` into the scheduler's deadline, from now: seconds >= 0 (0: none), above 0 only with
+// --gpus N (the scheduler keeps the time). Throws Error.
+void set_time_limit(const std::string& command, double seconds, int gpus, ScheduleOptions& o);
 void resolve_packing(const std::string& per_gpu, const std::string& mps, const std::vector<RunPlan>& runs, ScheduleOptions& o);
 
 // The plans' data ready to train: rank 0 (or this process alone) prepares each data folder that needs
