@@ -693,16 +693,16 @@ TEST_CASE("the run scheduler: a stalled run is logged with its state, stopped an
 TEST_CASE("the run scheduler's time limit: no run started that its kind says would not end in time, and the rest stopped at the limit", "[integrity]") {
   const std::string d = test::temp_dir();
   ScheduleOptions o = quick_schedule(1, 300, 2);
-  // One slot. a takes 1 s: b (its kind, 1 s) fits in the 1.6 s left and runs; c (its kind) would end at
-  // about 3 s: not started. The call returns once b ends, before the limit.
+  // One slot, 4 s. a takes 1 s: b (its kind, 2 s) fits in the 3 s left and runs; then the kind's longest,
+  // 2 s, does not fit in the 1 s left: c is not started. The call returns once b ends, before the limit.
   const auto job = [&](const std::string& name, const std::string& kind, const std::string& body) {
     return ScheduledJob{name, "sh -c '" + body + "'", d + "/" + name + ".log", kind};
   };
-  const std::vector<ScheduledJob> one_kind = {job("a", "k", "echo a; sleep 1"), job("b", "k", "echo b; sleep 1"), job("c", "k", "echo c; sleep 1")};
+  const std::vector<ScheduledJob> one_kind = {job("a", "k", "echo a; sleep 1"), job("b", "k", "echo b; sleep 2"), job("c", "k", "echo c; sleep 1")};
   const auto t0 = std::chrono::steady_clock::now();
-  o.deadline = t0 + std::chrono::milliseconds(2600);
+  o.deadline = t0 + std::chrono::seconds(4);
   const std::vector<JobResult> r = run_scheduled_jobs(one_kind, o);
-  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 2.6);
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 4);
   CHECK(r[0].status == JobStatus::kDone);
   CHECK(r[1].status == JobStatus::kDone);
   CHECK(r[2].status == JobStatus::kNotStarted);
@@ -715,15 +715,30 @@ TEST_CASE("the run scheduler's time limit: no run started that its kind says wou
   CHECK(took >= 1);
   CHECK(took < 5);
   CHECK(s[0].status == JobStatus::kStopped);
+  // What a call measured carries to the next call made with the same options (a campaign's pilot, then
+  // the rest): c's kind took 2 s at most, more than the 1 s left.
+  o.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  CHECK(run_scheduled_jobs({one_kind[2]}, o)[0].status == JobStatus::kNotStarted);
+  // A job whose log held lines when it started is not timed (it may have resumed a checkpoint): a kind
+  // timed only by such a job has no estimate, and its next job starts.
+  o = quick_schedule(1, 300, 2);
+  write_bytes(d + "/resumed.log", "an earlier command's lines\n");
+  o.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);  // timed, its 2 s would not fit in the 1 s left
+  const std::vector<JobResult> resumed = run_scheduled_jobs({job("resumed", "r", "sleep 2"), job("fresh", "r", "sleep 0.1")}, o);
+  CHECK(resumed[1].status == JobStatus::kDone);
 }
 
-TEST_CASE("run and campaign run refuse a negative time limit, and one without --gpus N", "[integrity]") {
+TEST_CASE("run and campaign run refuse a time limit out of range, without --gpus N, or outside campaign run", "[integrity]") {
   const auto r = test::run_binary("run experiments/ci/bf16.toml --time-limit 60");
   CHECK(r.code == 2);
   CHECK(r.out.find("run: --time-limit goes with --gpus N") != std::string::npos);
   const auto n = test::run_binary("campaign run experiments/demo/campaign.toml --gpus 1 --time-limit -5");
   CHECK(n.code == 2);
   CHECK(n.out.find("campaign run: --time-limit: -5") != std::string::npos);
+  CHECK(test::run_binary("run experiments/ci/bf16.toml --gpus 1 --time-limit 1e9").code == 2);
+  const auto check = test::run_binary("campaign check experiments/demo/campaign.toml --gpus 1 --time-limit 60");
+  CHECK(check.code == 2);
+  CHECK(check.out.find("campaign: --time-limit goes with run (without --only)") != std::string::npos);
 }
 
 namespace {

@@ -37,14 +37,15 @@ s=$(date +%s)
 for c in "$@"; do
   # The scheduler keeps the time itself (--time-limit: no run started that its model's finished runs say
   # would not end in time, the rest stopped at the limit with their checkpoints); the timeout is a backstop.
-  timeout -s TERM $(( left + 20 )) build/ufp4 campaign run "$c" --gpus "$ngpu" --per-gpu "${PER_GPU:-auto}" --mps "${MPS:-auto}" --stall-timeout "${STALL:-120}" \
-    --time-limit "$left" ${ONLY:-} > "$LOGS/run-$(basename "$(dirname "$c")").log" 2>&1
+  # A stopped run gets 20 s to checkpoint, and the backstop comes after that.
+  [ "$left" -gt 30 ] || break
+  timeout -k 5 -s TERM $(( left + 25 )) build/ufp4 campaign run "$c" --gpus "$ngpu" --per-gpu "${PER_GPU:-auto}" --mps "${MPS:-auto}" --stall-timeout "${STALL:-120}" \
+    --stop-grace 20 --time-limit "$left" ${ONLY:-} > "$LOGS/run-$(basename "$(dirname "$c")").log" 2>&1
   rc=$?
   end=$(date +%s)
-  echo "campaign $c: exit $rc after $(( end - s )) s (total $(elapsed))$([ $(( end - s )) -ge "$left" ] && echo "; time limit $left s, the command ended $(( end - s - left )) s later")"
+  echo "campaign $c: exit $rc after $(( end - s )) s (total $(elapsed)); time limit $left s$([ $(( end - s )) -ge "$left" ] && echo ", the command ended $(( end - s - left )) s after it")$([ "$rc" = 130 ] && echo "; runs left for the next call (stopped with their checkpoints, or not started for want of time)")"
   left=$(( left - (end - s) ))
   s=$end
-  [ "$left" -gt 30 ] || break
 done
 for c in "$@"; do build/ufp4 campaign plan "$c" 2>&1 | head -n 4; done
 pack "$@"

@@ -46,6 +46,7 @@ int cmd_campaign(const std::vector<std::string>& args) {
   if (!vm) return 0;
   if (path.empty()) throw Error("campaign: give an action and a campaign file (usage: ufp4 campaign plan|run|check CAMPAIGN)");
   if (gpus < 0) throw Error("campaign: --gpus must be >= 0");
+  if (time_limit != 0 && (action != "run" || !only.empty())) throw Error("campaign: --time-limit goes with run (without --only)");
   set_time_limit("campaign run", time_limit, gpus, q.schedule);
   check_mps_option(mps, gpus);
   Campaign c = Campaign::load(path);

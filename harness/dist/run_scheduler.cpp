@@ -100,6 +100,7 @@ struct Running {
   int gpu;
   int64_t log_size;
   Clock::time_point started, last_growth;
+  bool timed;                    // started with an empty log, not after a stall: its time is a whole job's
   bool stalled = false;          // SIGTERM sent for a stall; restart once it is gone
   Clock::time_point term_sent{};
 };
@@ -163,13 +164,13 @@ namespace {
 // fit in the time left; a kind with none finished yet always starts.
 class TimeLimit {
  public:
-  explicit TimeLimit(Clock::time_point deadline) : deadline_(deadline) {}
+  TimeLimit(Clock::time_point deadline, std::shared_ptr<std::map<std::string, double>> longest) : deadline_(deadline), longest_(std::move(longest)) {}
   bool reached(Clock::time_point now) const { return now >= deadline_; }
-  void finished(const std::string& kind, double took) { longest_[kind] = std::max(longest_[kind], took); }
+  void finished(const std::string& kind, double took) { (*longest_)[kind] = std::max((*longest_)[kind], took); }
   // "" when `job` may start now, else why not.
   std::string refuses(const ScheduledJob& job, Clock::time_point now) const {
-    const auto it = longest_.find(job.kind);
-    if (deadline_ == Clock::time_point::max() || it == longest_.end()) return "";
+    const auto it = longest_->find(job.kind);
+    if (deadline_ == Clock::time_point::max() || it == longest_->end()) return "";
     const double left = seconds(deadline_ - now);
     if (it->second <= left) return "";
     return "not started: the longest finished run of " + job.kind + " took " + std::to_string(static_cast<int>(it->second)) + " s, and " +
@@ -178,14 +179,14 @@ class TimeLimit {
 
  private:
   Clock::time_point deadline_;
-  std::map<std::string, double> longest_;
+  std::shared_ptr<std::map<std::string, double>> longest_;  // seconds of the longest finished job, by kind
 };
 
 }  // namespace
 
 std::vector<JobResult> run_scheduled_jobs(const std::vector<ScheduledJob>& jobs, const ScheduleOptions& o) {
   if (o.gpus < 1 || o.per_gpu < 1) throw Error("run: --gpus and --per-gpu must be >= 1");
-  TimeLimit limit(o.deadline);
+  TimeLimit limit(o.deadline, o.longest_by_kind ? o.longest_by_kind : std::make_shared<std::map<std::string, double>>());
   std::vector<JobResult> results(jobs.size());
   std::vector<int> load(static_cast<size_t>(o.gpus), 0);
   std::unique_ptr<MpsDaemons> mps;  // declared before the cleanup below: it outlives every job it serves
@@ -211,8 +212,9 @@ std::vector<JobResult> run_scheduled_jobs(const std::vector<ScheduledJob>& jobs,
   auto start = [&](size_t j) {
     const int gpu = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
     ++load[static_cast<size_t>(gpu)];
+    const int64_t log_size = file_size(jobs[j].log);  // before the job writes to it
     const pid_t pid = spawn(jobs[j], mps ? mps->client_env(gpu) : "CUDA_VISIBLE_DEVICES=" + shell_quote(device_of(gpu)));
-    running.push_back({j, pid, gpu, file_size(jobs[j].log), Clock::now(), Clock::now()});
+    running.push_back({j, pid, gpu, log_size, Clock::now(), Clock::now(), log_size <= 0 && results[j].restarts == 0});
     log_info("run " + jobs[j].name + ": started on GPU " + std::to_string(gpu) + " (log " + jobs[j].log + ")");
   };
   while (true) {
@@ -261,7 +263,7 @@ std::vector<JobResult> run_scheduled_jobs(const std::vector<ScheduledJob>& jobs,
         continue;
       }
       const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-      if (ok) limit.finished(job.kind, seconds(Clock::now() - r.started));
+      if (ok && r.timed) limit.finished(job.kind, seconds(Clock::now() - r.started));
       // A stalled job that ended some other way than by finishing is started again, once.
       if (r.stalled && !forwarded && res.restarts == 0 && !ok) {
         const size_t again = r.job;  // `r` goes with the erase

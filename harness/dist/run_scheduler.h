@@ -10,6 +10,8 @@
 // No LibTorch here.
 #pragma once
 #include <chrono>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,9 +34,13 @@ struct ScheduleOptions {
   // When every running job is stopped as on a signal (each run checkpoints; the same command resumes
   // them). Before that a job is started only when the longest job of its kind finished so far (none: any)
   // fits in the time left, so that the last minutes of a time-boxed machine go to runs that can end rather
-  // than to runs cut off part-way. A point in time, not a span: a command that schedules twice (a
-  // campaign's pilot, then its other seeds) keeps one limit. max(): no limit.
+  // than to runs cut off part-way. A point in time, not a span, and the finished jobs' seconds shared by
+  // every copy of these options: a command that schedules twice (a campaign's pilot, then its other
+  // seeds) keeps one limit and what it measured. A job whose log held lines when it started (it may
+  // resume an earlier command's checkpoint), or one started again after a stall, is not timed: it may
+  // not have run whole. max(): no limit.
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  std::shared_ptr<std::map<std::string, double>> longest_by_kind = std::make_shared<std::map<std::string, double>>();
 };
 
 enum class JobStatus { kDone, kStopped, kFailed, kNotStarted };

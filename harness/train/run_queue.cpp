@@ -105,7 +105,7 @@ void prepare_plans(std::vector<RunPlan>& plans, const std::shared_ptr<ProcessGro
 }
 
 void set_time_limit(const std::string& command, double seconds, int gpus, ScheduleOptions& o) {
-  if (!(seconds >= 0)) throw Error(command + ": --time-limit: " + std::to_string(seconds) + " (allowed: seconds >= 0; 0: none)");
+  if (!(seconds >= 0 && seconds <= 1e8)) throw Error(command + ": --time-limit: " + std::to_string(seconds) + " (allowed: 0 to 1e8 seconds; 0: none)");
   if (seconds > 0 && gpus <= 0) throw Error(command + ": --time-limit goes with --gpus N (the scheduler of child processes keeps the time)");
   if (seconds > 0)
     o.deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));

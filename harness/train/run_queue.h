@@ -20,7 +20,7 @@ struct RunQueueOptions {
 struct RunQueueOutcome {
   std::vector<std::string> finished;  // results files
   std::vector<std::string> failed;    // "name (why)"
-  int stopped = 0;                    // checkpointed or not started after a stop signal: the same command goes on
+  int stopped = 0;                    // checkpointed, or not started, after a stop signal or at the time limit: the same command goes on
   int exit_code() const { return !failed.empty() ? 1 : stopped ? 130 : 0; }
 };
 
@@ -28,13 +28,13 @@ struct RunQueueOutcome {
 // auto: as measured for the runs' model in results/bench/packing.csv of the checkout
 // (harness/plan/packing.h); 1 run a GPU, without MPS, when not measured. MPS only where
 // nvidia-cuda-mps-control is installed (`--mps on` without it is an Error). Throws Error for other values.
+void resolve_packing(const std::string& per_gpu, const std::string& mps, const std::vector<RunPlan>& runs, ScheduleOptions& o);
 // `--mps` checked as soon as it is parsed: auto, on or off; on only with --gpus N and the MPS control
 // program installed. Throws Error naming what is wrong.
 void check_mps_option(const std::string& mps, int gpus);
-// `--time-limit` into the scheduler's deadline, from now: seconds >= 0 (0: none), above 0 only with
+// `--time-limit` into the scheduler's deadline, from now: 0 (none) to 1e8 seconds, above 0 only with
 // --gpus N (the scheduler keeps the time). Throws Error.
 void set_time_limit(const std::string& command, double seconds, int gpus, ScheduleOptions& o);
-void resolve_packing(const std::string& per_gpu, const std::string& mps, const std::vector<RunPlan>& runs, ScheduleOptions& o);
 
 // The plans' data ready to train: rank 0 (or this process alone) prepares each data folder that needs
 // it while the other ranks wait, then every rank names the data by content and checks each plan can train
