@@ -21,6 +21,7 @@
 #include "common/fs.h"
 #include "common/sha256.h"
 #include "common/stack_dump.h"
+#include "harness/campaign/run_times.h"
 #include "harness/dist/mps.h"
 #include "harness/dist/run_scheduler.h"
 #include "harness/data/data.h"
@@ -726,6 +727,45 @@ TEST_CASE("the run scheduler's time limit: no run started that its kind says wou
   o.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);  // timed, its 2 s would not fit in the 1 s left
   const std::vector<JobResult> resumed = run_scheduled_jobs({job("resumed", "r", "sleep 2"), job("fresh", "r", "sleep 0.1")}, o);
   CHECK(resumed[1].status == JobStatus::kDone);
+}
+
+// A device call that first resumes an earlier call's runs times none of them; its fresh runs are judged by
+// the training time the campaign's results record, so that the last minutes do not go to runs cut off.
+TEST_CASE("the time limit's estimate before a run finishes: the longest training time the campaign's results record, by model", "[integrity]") {
+  const std::string d = test::temp_dir();
+  const auto result = [&](const std::string& name, const std::string& model, std::vector<double> time_s) {
+    RunResults r;
+    r.run_name = name;
+    r.run_id = "0123456789abcdef";
+    r.recipe = "bf16";
+    r.model = model;
+    r.diverged_step = -1;
+    for (size_t i = 0; i < time_s.size(); ++i) {
+      r.curves.step.push_back(static_cast<double>(i));
+      r.curves.tokens.push_back(10.0 * (i + 1));
+      r.curves.loss.push_back(5.0);
+      r.curves.lr.push_back(1e-3);
+      r.curves.grad_norm.push_back(1.0);
+      r.curves.time_s.push_back(time_s[i]);
+    }
+    write_run_results(d + "/" + name + ".h5", r);
+    return PlannedRun{name, r.run_id, model, "bf16", 1, 0, 0, d + "/" + name + ".h5"};
+  };
+  RunSet set;
+  set.runs = {result("m1", "m", {1, 10}), result("m2", "m", {5, 25.5}), result("n1", "n", {7}), PlannedRun{"n2", "fedcba9876543210", "n", "bf16"}};
+  const std::map<std::string, double> recorded = recorded_training_seconds(set);
+  CHECK(recorded == std::map<std::string, double>{{"m", 25.5}, {"n", 7}});
+  // A longer time measured in this command stays; a model measured shorter, or not yet, takes the record.
+  std::map<std::string, double> longest = {{"m", 30}, {"n", 3}};
+  add_time_estimates(recorded, longest);
+  CHECK(longest == std::map<std::string, double>{{"m", 30}, {"n", 7}});
+  // The scheduler starts no job of a kind whose estimate does not fit in the time left.
+  ScheduleOptions o = quick_schedule(1, 300, 2);
+  o.longest_by_kind = std::make_shared<std::map<std::string, double>>(longest);
+  o.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  const std::vector<JobResult> r = run_scheduled_jobs({{"fresh", "sh -c 'echo fresh'", d + "/fresh.log", "n"}, {"fits", "sh -c 'echo fits'", d + "/fits.log", "other"}}, o);
+  CHECK(r[0].status == JobStatus::kNotStarted);
+  CHECK(r[1].status == JobStatus::kDone);
 }
 
 TEST_CASE("run and campaign run refuse a time limit out of range, without --gpus N, or outside campaign run", "[integrity]") {

@@ -1,6 +1,7 @@
 #include "harness/campaign/campaign_driver.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <set>
@@ -10,6 +11,7 @@
 #include "common/log.h"
 #include "common/sha256.h"
 #include "harness/analysis/campaign_stats.h"
+#include "harness/campaign/run_times.h"
 #include "harness/data/data.h"
 #include "harness/io/run_compare.h"
 #include "harness/plan/run_files.h"
@@ -246,6 +248,8 @@ int campaign_run(Campaign& c, const std::string& only, const std::string& out_di
     const RunQueueOutcome out = train(c, ps, q, expect_id);
     return out.exit_code();
   }
+  if (q.schedule.deadline != std::chrono::steady_clock::time_point::max() && q.schedule.longest_by_kind)
+    add_time_estimates(recorded_training_seconds(c.resolve()), *q.schedule.longest_by_kind);
   const std::vector<RunPlan> pilot = filtered(runs_to_train(c, c.plans(/*pilot_only=*/true), q.run.force), filter);
   RunQueueOutcome out = train(c, pilot, q);
   print_queue_outcome(out, pilot.size(), "campaign run");
