@@ -959,7 +959,7 @@ void fakequant_sections(const FakequantFiles& fq, const BenchTargets& t, BenchOu
   out.md << "## Against a fake-quant PyTorch peer\n\n"
          << "The 4-bit recipes written as a researcher would in PyTorch (`harness/bench/reference_step.py --recipe`: "
          << "quantize-dequantize in torch ops, 1 x 16 blocks, FP32 max scales, RHT-16 as a 16 x 16 matmul, SR with "
-         << "`torch.rand`, an autograd Function for the three GEMMs of every linear), eager and under `torch.compile`, "
+         << "`torch.rand`, an autograd Function for the three GEMMs of every linear; the routed experts' three as grouped GEMMs, WGRAD over each expert's tokens padded to blocks of 16), eager and under `torch.compile`, "
          << "timed in the same command as our step (`ufp4 bench step --reference fakequant`; the peer runs only after "
          << "its self-test passes). Our rows: the deterministic step replayed as a CUDA graph, as in the step table; the "
          << "peer runs in PyTorch's default (non-deterministic) mode. ms a step, median of the timed steps; a model's bar "
