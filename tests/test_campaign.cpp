@@ -12,8 +12,10 @@
 
 #include "common/error.h"
 #include "common/fs.h"
+#include "harness/campaign/run_times.h"
 #include "harness/io/array_io.h"
 #include "harness/io/run_results.h"
+#include "harness/plan/campaign.h"
 #include <hdf5.h>
 #include "models/quant_ops.h"
 #include "tests/catch.h"
@@ -95,6 +97,27 @@ TEST_CASE("Figure 8 at CI scale: the fixture's runs as a campaign's run set, pai
          row.find("**smaller than the paper**") != std::string::npos || row.find("**inconclusive**") != std::string::npos));
   CHECK(md.find("## The fast-descent transition") != std::string::npos);
   CHECK(md.find("regenerate: `build/ufp4 report figure8 --campaign experiments/figure8/campaign_ci.toml`") != std::string::npos);
+}
+
+// The time limit's prior (harness/campaign/run_times.h) from a campaign's resolved set: every run of the
+// CI fixture, read back by model, its training time at its last step.
+TEST_CASE("the time limit's prior from a campaign: the CI fixture's runs, by model", "[campaign]") {
+  test::ci_fixture("runs");
+  // A campaign's paths are the checkout's (the CLI runs from its root): read from there, then back.
+  struct InCheckout {
+    std::array<char, 4096> was{};
+    InCheckout() {
+      if (!::getcwd(was.data(), was.size()) || ::chdir(UFP4_SOURCE_DIR) != 0) throw std::runtime_error("cannot enter " + std::string(UFP4_SOURCE_DIR));
+    }
+    ~InCheckout() { (void)::chdir(was.data()); }
+  } here;
+  const RunSet set = Campaign::load("experiments/figure8/campaign_ci.toml").resolve();
+  REQUIRE(set.missing() == 0);
+  double longest = 0;
+  for (const auto& r : set.runs) longest = std::max(longest, read_run_results(r.path).curves.time_s.back());
+  CHECK(longest > 0);
+  CHECK(recorded_training_seconds(set, "") == std::map<std::string, double>{{"tiny", longest}});
+  CHECK(recorded_training_seconds(set, "no such GPU").empty());
 }
 
 TEST_CASE("report verdicts: a campaign's claims on the one page, as its own report gives them, and the count of each verdict", "[campaign]") {

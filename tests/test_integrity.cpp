@@ -731,14 +731,15 @@ TEST_CASE("the run scheduler's time limit: no run started that its kind says wou
 
 // A device call that first resumes an earlier call's runs times none of them; its fresh runs are judged by
 // the training time the campaign's results record, so that the last minutes do not go to runs cut off.
-TEST_CASE("the time limit's estimate before a run finishes: the longest training time the campaign's results record, by model", "[integrity]") {
+TEST_CASE("the time limit's prior: the longest training time the campaign's results record on this GPU, by model, plus the start's margin", "[integrity]") {
   const std::string d = test::temp_dir();
-  const auto result = [&](const std::string& name, const std::string& model, std::vector<double> time_s) {
+  const auto result = [&](const std::string& name, const std::string& model, const std::string& device, std::vector<double> time_s) {
     RunResults r;
     r.run_name = name;
     r.run_id = "0123456789abcdef";
     r.recipe = "bf16";
     r.model = model;
+    r.device_name = device;
     r.diverged_step = -1;
     for (size_t i = 0; i < time_s.size(); ++i) {
       r.curves.step.push_back(static_cast<double>(i));
@@ -751,21 +752,43 @@ TEST_CASE("the time limit's estimate before a run finishes: the longest training
     write_run_results(d + "/" + name + ".h5", r);
     return PlannedRun{name, r.run_id, model, "bf16", 1, 0, 0, d + "/" + name + ".h5"};
   };
+  write_bytes(d + "/damaged.h5", "not an HDF5 file");
   RunSet set;
-  set.runs = {result("m1", "m", {1, 10}), result("m2", "m", {5, 25.5}), result("n1", "n", {7}), PlannedRun{"n2", "fedcba9876543210", "n", "bf16"}};
-  const std::map<std::string, double> recorded = recorded_training_seconds(set);
-  CHECK(recorded == std::map<std::string, double>{{"m", 25.5}, {"n", 7}});
-  // A longer time measured in this command stays; a model measured shorter, or not yet, takes the record.
-  std::map<std::string, double> longest = {{"m", 30}, {"n", 3}};
-  add_time_estimates(recorded, longest);
-  CHECK(longest == std::map<std::string, double>{{"m", 30}, {"n", 7}});
-  // The scheduler starts no job of a kind whose estimate does not fit in the time left.
+  set.runs = {result("m1", "m", "GPU A", {1, 10}), result("m2", "m", "GPU A", {5, 25.5}), result("m3", "m", "GPU B", {99}),
+              result("n1", "n", "GPU A", {7}), result("n2", "n", "GPU A", {1, NAN}), PlannedRun{"n3", "fedcba9876543210", "n", "bf16"},
+              PlannedRun{"bad", "0123456789abcdef", "n", "bf16", 1, 0, 0, d + "/damaged.h5"}};
+  // Another GPU's runs, a NaN time, a missing run and an unreadable file count for nothing.
+  CHECK(recorded_training_seconds(set, "GPU A") == std::map<std::string, double>{{"m", 25.5}, {"n", 7}});
+  CHECK(recorded_training_seconds(set, "") == std::map<std::string, double>{{"m", 99}, {"n", 7}});
+  CHECK(recorded_training_seconds(set, "GPU C").empty());
+  CHECK(time_limit_priors(set, "GPU A") == std::map<std::string, double>{{"m", 25.5 + kRunOverheadSeconds}, {"n", 7 + kRunOverheadSeconds}});
+}
+
+TEST_CASE("the run scheduler's time limit with a prior: fresh jobs judged by it until one of their kind is timed, resumed jobs always started", "[integrity]") {
+  const std::string d = test::temp_dir();
+  const auto job = [&](const std::string& name, const std::string& kind, const std::string& body, bool resumes = false) {
+    return ScheduledJob{name, "sh -c '" + body + "'", d + "/" + name + ".log", kind, resumes};
+  };
   ScheduleOptions o = quick_schedule(1, 300, 2);
-  o.longest_by_kind = std::make_shared<std::map<std::string, double>>(longest);
-  o.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  const std::vector<JobResult> r = run_scheduled_jobs({{"fresh", "sh -c 'echo fresh'", d + "/fresh.log", "n"}, {"fits", "sh -c 'echo fits'", d + "/fits.log", "other"}}, o);
-  CHECK(r[0].status == JobStatus::kNotStarted);
-  CHECK(r[1].status == JobStatus::kDone);
+  // 60 s left, a prior of 100 s: the fresh job is not started; the one that resumes a checkpoint is, and
+  // a kind without a prior starts. The call returns as soon as they end.
+  o.prior_by_kind = {{"k", 100}};
+  o.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  const std::vector<JobResult> r = run_scheduled_jobs({job("resumed", "k", "echo resumed", true), job("fresh", "k", "echo fresh"), job("other", "u", "echo other")}, o);
+  CHECK(r[0].status == JobStatus::kDone);
+  CHECK(r[1].status == JobStatus::kNotStarted);
+  CHECK(!file_exists(d + "/fresh.log"));
+  CHECK(r[2].status == JobStatus::kDone);
+  // The resumed job was not timed: its kind still has no measured time.
+  CHECK(o.longest_by_kind->count("k") == 0);
+  // Once a job of its kind has been timed here, its time replaces the prior: a prior of 10 s lets the first
+  // 6 s job start with 15 s left; then 9 s are left, less than the prior, more than the 6 s measured.
+  o = quick_schedule(1, 300, 2);
+  o.prior_by_kind = {{"m", 10}};
+  o.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  const std::vector<JobResult> s = run_scheduled_jobs({job("first", "m", "echo first; sleep 6"), job("second", "m", "echo second")}, o);
+  CHECK(s[0].status == JobStatus::kDone);
+  CHECK(s[1].status == JobStatus::kDone);
 }
 
 TEST_CASE("run and campaign run refuse a time limit out of range, without --gpus N, or outside campaign run", "[integrity]") {

@@ -248,8 +248,8 @@ int campaign_run(Campaign& c, const std::string& only, const std::string& out_di
     const RunQueueOutcome out = train(c, ps, q, expect_id);
     return out.exit_code();
   }
-  if (q.schedule.deadline != std::chrono::steady_clock::time_point::max() && q.schedule.longest_by_kind)
-    add_time_estimates(recorded_training_seconds(c.resolve()), *q.schedule.longest_by_kind);
+  // A time limit judges each fresh run by its model's runs; until one finishes here, by those on record.
+  if (q.schedule.deadline != std::chrono::steady_clock::time_point::max()) q.schedule.prior_by_kind = time_limit_priors(c.resolve(), this_gpu_name());
   const std::vector<RunPlan> pilot = filtered(runs_to_train(c, c.plans(/*pilot_only=*/true), q.run.force), filter);
   RunQueueOutcome out = train(c, pilot, q);
   print_queue_outcome(out, pilot.size(), "campaign run");

@@ -2,31 +2,40 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 
 #include "common/log.h"
 #include "harness/io/run_results.h"
 
 namespace ufp4 {
 
-std::map<std::string, double> recorded_training_seconds(const RunSet& set) {
+std::map<std::string, double> recorded_training_seconds(const RunSet& set, const std::string& device) {
   std::map<std::string, double> out;
   for (const auto& r : set.runs) {
     if (r.path.empty()) continue;
-    const RunResults res = read_run_results(r.path, /*with_curves=*/true);
-    if (res.curves.time_s.empty() || !std::isfinite(res.curves.time_s.back())) continue;
+    RunResults res;
+    try {
+      res = read_run_results(r.path, /*with_curves=*/true);
+    } catch (const std::exception& e) {
+      log_warn("time limit: " + r.path + " not read for its training time (" + e.what() + ")");
+      continue;
+    }
+    if ((!device.empty() && res.device_name != device) || res.curves.time_s.empty() || !std::isfinite(res.curves.time_s.back())) continue;
     double& longest = out[r.model];
     longest = std::max(longest, res.curves.time_s.back());
   }
   return out;
 }
 
-void add_time_estimates(const std::map<std::string, double>& recorded, std::map<std::string, double>& longest_by_kind) {
-  for (const auto& [model, seconds] : recorded) {
-    double& have = longest_by_kind[model];
-    have = std::max(have, seconds);
-    log_info("time limit: runs of " + model + " take up to " + std::to_string(static_cast<int>(std::ceil(have))) +
-             " s of training (the longest of this campaign's results; a run's start comes on top)");
+std::map<std::string, double> time_limit_priors(const RunSet& set, const std::string& device) {
+  std::map<std::string, double> priors = recorded_training_seconds(set, device);
+  for (auto& [model, seconds] : priors) {
+    seconds += kRunOverheadSeconds;
+    log_info("time limit: until one of its runs finishes here, a run of " + model + " is taken to need " + std::to_string(static_cast<int>(std::ceil(seconds))) +
+             " s: the longest training time of its results" + (device.empty() ? "" : " on " + device) + ", plus " +
+             std::to_string(static_cast<int>(kRunOverheadSeconds)) + " s for its start, final evaluation and results");
   }
+  return priors;
 }
 
 }  // namespace ufp4

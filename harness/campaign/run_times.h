@@ -1,23 +1,29 @@
-// How long a campaign's runs take, read from the results it holds: the time limit's estimate of a model's
-// runs before one of them has finished in this command (harness/dist/run_scheduler.h). A device call that
-// first resumes the runs an earlier call stopped times none of them (they did not run whole), so without
-// this its fresh runs would start with no estimate however little time was left, and be cut off.
+// How long a campaign's runs take, read from the results it holds: the time limit's prior estimate of a
+// model's runs until one of them has finished in the command (ScheduleOptions::prior_by_kind,
+// harness/dist/run_scheduler.h). A device call that first resumes the runs an earlier call stopped times
+// none of them, so without it the call's fresh runs would start however little time was left.
 #pragma once
 #include <map>
-#include <memory>
 #include <string>
 
 #include "harness/io/run_set.h"
 
 namespace ufp4 {
 
-// Per model, the longest training time a finished result of the set records (`train/time` at its last
-// step: seconds of training, summed over resumed processes). A lower bound on the wall time a scheduler
-// measures: a run's start (model build, data checks) comes on top. Models without a result are absent.
-std::map<std::string, double> recorded_training_seconds(const RunSet& set);
+// What `train/time` leaves out of a run's time under the scheduler: the process's start, the final
+// evaluation over the whole validation split and the writing of its results: about 5 s on an H200 at eight
+// runs a GPU (results/figure9/logs/campaign-call-i.log: the scheduler timed 167 s and 289 s where the
+// longest files then finished record 162 s and 284 s). The margin is three times that.
+constexpr double kRunOverheadSeconds = 15;
 
-// Adds `recorded` to the scheduler's estimates where it has none of a model yet or a shorter one, and logs
-// each model's estimate.
-void add_time_estimates(const std::map<std::string, double>& recorded, std::map<std::string, double>& longest_by_kind);
+// Per model, the longest training time a finished result of the set records (`train/time` at its last
+// step: seconds of training, summed over resumed processes), of results made on `device` ("" : any; the
+// name runs record, "NVIDIA H200"). A file that cannot be read is skipped with a warning: an estimate is
+// advice, not a check. Models without such a result are absent.
+std::map<std::string, double> recorded_training_seconds(const RunSet& set, const std::string& device);
+
+// The time limit's priors for `set`'s runs: the recorded time of each model plus kRunOverheadSeconds,
+// each logged.
+std::map<std::string, double> time_limit_priors(const RunSet& set, const std::string& device);
 
 }  // namespace ufp4

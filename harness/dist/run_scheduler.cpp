@@ -100,7 +100,7 @@ struct Running {
   int gpu;
   int64_t log_size;
   Clock::time_point started, last_growth;
-  bool timed;                    // started with an empty log, not after a stall: its time is a whole job's
+  bool timed;                    // started with an empty log, not resuming, not after a stall: its time is a whole job's
   bool stalled = false;          // SIGTERM sent for a stall; restart once it is gone
   Clock::time_point term_sent{};
 };
@@ -160,33 +160,41 @@ std::string describe_process(int pid, bool thread_stacks) {
 
 namespace {
 
-// The time limit's rule for starting a job: the longest finished job of its kind (seconds, by kind) must
-// fit in the time left; a kind with none finished yet always starts.
+// The time limit's rule for starting a job: the longest job of its kind finished in this command (seconds,
+// by kind), or before one has, the caller's prior estimate, must fit in the time left. A kind with neither,
+// and a job that resumes a checkpoint, always start.
 class TimeLimit {
  public:
-  TimeLimit(Clock::time_point deadline, std::shared_ptr<std::map<std::string, double>> longest) : deadline_(deadline), longest_(std::move(longest)) {}
+  TimeLimit(Clock::time_point deadline, std::shared_ptr<std::map<std::string, double>> longest, std::map<std::string, double> prior)
+      : deadline_(deadline), longest_(std::move(longest)), prior_(std::move(prior)) {}
   bool reached(Clock::time_point now) const { return now >= deadline_; }
   void finished(const std::string& kind, double took) { (*longest_)[kind] = std::max((*longest_)[kind], took); }
   // "" when `job` may start now, else why not.
   std::string refuses(const ScheduledJob& job, Clock::time_point now) const {
-    const auto it = longest_->find(job.kind);
-    if (deadline_ == Clock::time_point::max() || it == longest_->end()) return "";
+    if (deadline_ == Clock::time_point::max() || job.resumes) return "";
+    const auto measured = longest_->find(job.kind);
+    const auto prior = prior_.find(job.kind);
+    const bool have_measured = measured != longest_->end();
+    if (!have_measured && prior == prior_.end()) return "";
+    const double estimate = have_measured ? measured->second : prior->second;
     const double left = seconds(deadline_ - now);
-    if (it->second <= left) return "";
-    return "not started: the longest finished run of " + job.kind + " took " + std::to_string(static_cast<int>(it->second)) + " s, and " +
-           std::to_string(static_cast<int>(std::max(0.0, left))) + " s of the time limit are left";
+    if (estimate <= left) return "";
+    const std::string n = std::to_string(static_cast<int>(estimate));
+    return "not started: " + (have_measured ? "the longest finished run of " + job.kind + " took " + n + " s" : "runs of " + job.kind + " take about " + n + " s (the campaign's results)") +
+           ", and " + std::to_string(static_cast<int>(std::max(0.0, left))) + " s of the time limit are left";
   }
 
  private:
   Clock::time_point deadline_;
   std::shared_ptr<std::map<std::string, double>> longest_;  // seconds of the longest finished job, by kind
+  std::map<std::string, double> prior_;                     // the caller's estimates, by kind
 };
 
 }  // namespace
 
 std::vector<JobResult> run_scheduled_jobs(const std::vector<ScheduledJob>& jobs, const ScheduleOptions& o) {
   if (o.gpus < 1 || o.per_gpu < 1) throw Error("run: --gpus and --per-gpu must be >= 1");
-  TimeLimit limit(o.deadline, o.longest_by_kind ? o.longest_by_kind : std::make_shared<std::map<std::string, double>>());
+  TimeLimit limit(o.deadline, o.longest_by_kind ? o.longest_by_kind : std::make_shared<std::map<std::string, double>>(), o.prior_by_kind);
   std::vector<JobResult> results(jobs.size());
   std::vector<int> load(static_cast<size_t>(o.gpus), 0);
   std::unique_ptr<MpsDaemons> mps;  // declared before the cleanup below: it outlives every job it serves
@@ -214,7 +222,7 @@ std::vector<JobResult> run_scheduled_jobs(const std::vector<ScheduledJob>& jobs,
     ++load[static_cast<size_t>(gpu)];
     const int64_t log_size = file_size(jobs[j].log);  // before the job writes to it
     const pid_t pid = spawn(jobs[j], mps ? mps->client_env(gpu) : "CUDA_VISIBLE_DEVICES=" + shell_quote(device_of(gpu)));
-    running.push_back({j, pid, gpu, log_size, Clock::now(), Clock::now(), log_size <= 0 && results[j].restarts == 0});
+    running.push_back({j, pid, gpu, log_size, Clock::now(), Clock::now(), log_size <= 0 && !jobs[j].resumes && results[j].restarts == 0});
     log_info("run " + jobs[j].name + ": started on GPU " + std::to_string(gpu) + " (log " + jobs[j].log + ")");
   };
   while (true) {
@@ -238,7 +246,7 @@ std::vector<JobResult> run_scheduled_jobs(const std::vector<ScheduledJob>& jobs,
       }
     }
     // Starts, while slots are free and no stop was asked for; a job the time limit refuses is left for the
-    // next command (the time left only shrinks and the estimates only grow, so it would not fit later).
+    // next command (the time left only shrinks, and a kind's estimate seldom falls, so it would not fit later).
     while (!forwarded && next < jobs.size() && static_cast<int>(running.size()) < o.gpus * o.per_gpu) {
       const size_t j = next++;
       if (const std::string why = limit.refuses(jobs[j], now); why.empty()) start(j);

@@ -22,6 +22,9 @@ struct ScheduledJob {
   std::string command;  // a shell command line; its output is appended to `log`
   std::string log;      // the job's heartbeat: it must grow while the job makes progress
   std::string kind;     // jobs of one kind take about as long (the runs of one model): the time limit's estimate
+  // It continues from a checkpoint, so it needs only the rest of a whole job's time: the time limit always
+  // starts it (at the limit it checkpoints again), and it is not timed.
+  bool resumes = false;
 };
 
 struct ScheduleOptions {
@@ -32,8 +35,8 @@ struct ScheduleOptions {
   bool thread_stacks = true;       // a stalled job's log gets each thread's stack (gdb), not only its wait channels
   bool mps = false;                // CUDA MPS while the jobs run: one control daemon a GPU (harness/dist/mps.h)
   // When every running job is stopped as on a signal (each run checkpoints; the same command resumes
-  // them). Before that a job is started only when the longest job of its kind finished so far (none: any)
-  // fits in the time left, so that the last minutes of a time-boxed machine go to runs that can end rather
+  // them). Before that a job is started only when the longest job of its kind finished so far (none yet:
+  // the prior below, or any; a job that resumes: always) fits in the time left, so that the last minutes of a time-boxed machine go to runs that can end rather
   // than to runs cut off part-way. A point in time, not a span, and the finished jobs' seconds shared by
   // every copy of these options: a command that schedules twice (a campaign's pilot, then its other
   // seeds) keeps one limit and what it measured. A job whose log held lines when it started (it may
@@ -41,6 +44,10 @@ struct ScheduleOptions {
   // not have run whole. max(): no limit.
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   std::shared_ptr<std::map<std::string, double>> longest_by_kind = std::make_shared<std::map<std::string, double>>();
+  // The caller's estimate of a kind's jobs (seconds), used until a job of that kind has been timed here:
+  // a campaign's recorded training times (harness/campaign/run_times.h). A call that first resumes earlier
+  // calls' jobs times none of them, and without it would start fresh jobs however little time is left.
+  std::map<std::string, double> prior_by_kind;
 };
 
 enum class JobStatus { kDone, kStopped, kFailed, kNotStarted };

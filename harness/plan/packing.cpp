@@ -44,14 +44,13 @@ std::string packed_estimate(const std::vector<std::pair<std::string, double>>& m
   return os.str();
 }
 
-namespace {
+std::string this_gpu_name() { return first_output_line("nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null"); }
 
-// The first GPU's name as nvidia-smi gives it ("" without one): the device the table's rows must match.
-std::string this_gpu() { return first_output_line("nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null"); }
+namespace {
 
 // The rows of this machine's GPU when the table has any, else the device "" (rows of any GPU).
 std::string table_device(const std::vector<PackingRow>& rows) {
-  const std::string device = this_gpu();
+  const std::string device = this_gpu_name();  // the device the table's rows must match
   for (const auto& r : rows)
     if (r.device == device) return device;
   return "";

@@ -20,6 +20,9 @@ double packed_tokens_per_s(const std::vector<PackingRow>& rows, const std::strin
 // table has not measured ("dense-ne6.6m: 1.3e+10 tokens at 4 runs a GPU (3.9M tokens/s a GPU): 0.93 GPU-h").
 std::string packed_estimate(const std::vector<std::pair<std::string, double>>& model_tokens, const std::string& table);
 
+// The first GPU's name as nvidia-smi gives it, as runs record it ("NVIDIA H200"); "" without one.
+std::string this_gpu_name();
+
 // How the runs of some models share a GPU, and the sentence that says why.
 struct PackingChoice {
   int per_gpu = 1;

@@ -121,7 +121,7 @@ RunQueueOutcome train_queue(const std::vector<RunPlan>& plans, const std::functi
   for (size_t i = 0; i < plans.size(); ++i) {
     const RunPlan& p = plans[i];
     make_dirs(p.out_dir + "/logs");
-    jobs.push_back({p.name, child_command(i), p.out_dir + "/logs/" + p.name + ".log", p.model.name});
+    jobs.push_back({p.name, child_command(i), p.out_dir + "/logs/" + p.name + ".log", p.model.name, file_exists(p.checkpoint.path)});
   }
   ScheduleOptions s = o.schedule;
   s.gpus = o.gpus;
