@@ -4,11 +4,14 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <sstream>
+#include <stdexcept>
 
 #include "common/error.h"
 #include "common/fs.h"

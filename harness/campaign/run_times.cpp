@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <exception>
+#include <set>
 
 #include "common/log.h"
 #include "harness/io/run_results.h"
@@ -29,12 +30,18 @@ std::map<std::string, double> recorded_training_seconds(const RunSet& set, const
 
 std::map<std::string, double> time_limit_priors(const RunSet& set, const std::string& device) {
   std::map<std::string, double> priors = recorded_training_seconds(set, device);
+  const std::string where = device.empty() ? "" : " on " + device;
   for (auto& [model, seconds] : priors) {
     seconds += kRunOverheadSeconds;
-    log_info("time limit: until one of its runs finishes here, a run of " + model + " is taken to need " + std::to_string(static_cast<int>(std::ceil(seconds))) +
-             " s: the longest training time of its results" + (device.empty() ? "" : " on " + device) + ", plus " +
-             std::to_string(static_cast<int>(kRunOverheadSeconds)) + " s for its start, final evaluation and results");
+    log_info("time limit: a run of " + model + " is expected to take at least " + std::to_string(static_cast<int>(seconds)) +
+             " s: the longest training time of its results" + where + ", plus " + std::to_string(static_cast<int>(kRunOverheadSeconds)) +
+             " s for its start, final evaluation and results");
   }
+  std::set<std::string> without;
+  for (const auto& r : set.runs)
+    if (!priors.count(r.model)) without.insert(r.model);
+  for (const auto& model : without)
+    log_info("time limit: no result of " + model + where + " records its training time: its runs start until one of them has finished here");
   return priors;
 }
 

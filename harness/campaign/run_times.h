@@ -1,5 +1,5 @@
-// How long a campaign's runs take, read from the results it holds: the time limit's prior estimate of a
-// model's runs until one of them has finished in the command (ScheduleOptions::prior_by_kind,
+// How long a campaign's runs take, read from the results it holds: the least the time limit expects of a
+// model's runs, before and after one of them has finished in the command (ScheduleOptions::prior_by_kind,
 // harness/dist/run_scheduler.h). A device call that first resumes the runs an earlier call stopped times
 // none of them, so without it the call's fresh runs would start however little time was left.
 #pragma once
@@ -23,7 +23,7 @@ constexpr double kRunOverheadSeconds = 15;
 std::map<std::string, double> recorded_training_seconds(const RunSet& set, const std::string& device);
 
 // The time limit's priors for `set`'s runs: the recorded time of each model plus kRunOverheadSeconds,
-// each logged.
+// each logged, and the models without one named (their runs start until one finishes in the command).
 std::map<std::string, double> time_limit_priors(const RunSet& set, const std::string& device);
 
 }  // namespace ufp4

@@ -160,9 +160,10 @@ std::string describe_process(int pid, bool thread_stacks) {
 
 namespace {
 
-// The time limit's rule for starting a job: the longest job of its kind finished in this command (seconds,
-// by kind), or before one has, the caller's prior estimate, must fit in the time left. A kind with neither,
-// and a job that resumes a checkpoint, always start.
+// The time limit's rule for starting a job: its kind's estimate must fit in the time left. The estimate is
+// the longer of the caller's prior and the longest job of the kind finished here, so that neither a prior
+// from slower runs nor a job that ended early (a run copied from an identical one exits in seconds) leaves
+// runs that cannot end in time; it only grows. A kind with neither, and a job that resumes, always start.
 class TimeLimit {
  public:
   TimeLimit(Clock::time_point deadline, std::shared_ptr<std::map<std::string, double>> longest, std::map<std::string, double> prior)
@@ -174,14 +175,13 @@ class TimeLimit {
     if (deadline_ == Clock::time_point::max() || job.resumes) return "";
     const auto measured = longest_->find(job.kind);
     const auto prior = prior_.find(job.kind);
-    const bool have_measured = measured != longest_->end();
-    if (!have_measured && prior == prior_.end()) return "";
-    const double estimate = have_measured ? measured->second : prior->second;
+    const double took = measured == longest_->end() ? 0 : measured->second, expected = prior == prior_.end() ? 0 : prior->second;
+    if (measured == longest_->end() && prior == prior_.end()) return "";
     const double left = seconds(deadline_ - now);
-    if (estimate <= left) return "";
-    const std::string n = std::to_string(static_cast<int>(estimate));
-    return "not started: " + (have_measured ? "the longest finished run of " + job.kind + " took " + n + " s" : "runs of " + job.kind + " take about " + n + " s (the campaign's results)") +
-           ", and " + std::to_string(static_cast<int>(std::max(0.0, left))) + " s of the time limit are left";
+    if (std::max(took, expected) <= left) return "";
+    const std::string why = took >= expected ? "the longest finished run of " + job.kind + " took " + std::to_string(static_cast<int>(took)) + " s"
+                                             : "a run of " + job.kind + " is expected to take " + std::to_string(static_cast<int>(expected)) + " s";
+    return "not started: " + why + ", and " + std::to_string(static_cast<int>(std::max(0.0, left))) + " s of the time limit are left";
   }
 
  private:
@@ -246,7 +246,7 @@ std::vector<JobResult> run_scheduled_jobs(const std::vector<ScheduledJob>& jobs,
       }
     }
     // Starts, while slots are free and no stop was asked for; a job the time limit refuses is left for the
-    // next command (the time left only shrinks, and a kind's estimate seldom falls, so it would not fit later).
+    // next command (the time left only shrinks and the estimates only grow, so it would not fit later).
     while (!forwarded && next < jobs.size() && static_cast<int>(running.size()) < o.gpus * o.per_gpu) {
       const size_t j = next++;
       if (const std::string why = limit.refuses(jobs[j], now); why.empty()) start(j);

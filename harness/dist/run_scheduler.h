@@ -5,8 +5,8 @@
 // again once, resuming from its checkpoint. On SIGINT/SIGTERM it starts nothing new, passes SIGTERM
 // on (each run checkpoints at its next step and exits 130), and kills what is still running after
 // `stop_grace_seconds`, so that it returns within a minute of the signal. With a time limit it stops the
-// same way when the limit is reached, and before that starts no job whose kind's longest finished job
-// would not fit in the time left. With `mps`, the jobs of a GPU run under CUDA MPS (harness/dist/mps.h).
+// same way when the limit is reached, and before that starts no job whose kind's estimate (the longest
+// finished job of the kind, or the caller's prior if longer) would not fit in the time left. With `mps`, the jobs of a GPU run under CUDA MPS (harness/dist/mps.h).
 // No LibTorch here.
 #pragma once
 #include <chrono>
@@ -35,17 +35,17 @@ struct ScheduleOptions {
   bool thread_stacks = true;       // a stalled job's log gets each thread's stack (gdb), not only its wait channels
   bool mps = false;                // CUDA MPS while the jobs run: one control daemon a GPU (harness/dist/mps.h)
   // When every running job is stopped as on a signal (each run checkpoints; the same command resumes
-  // them). Before that a job is started only when the longest job of its kind finished so far (none yet:
-  // the prior below, or any; a job that resumes: always) fits in the time left, so that the last minutes of a time-boxed machine go to runs that can end rather
+  // them). Before that a job is started only when the longest job of its kind finished so far, or the prior
+  // below if longer, fits in the time left (neither: it starts; a job that resumes: always), so that the last minutes of a time-boxed machine go to runs that can end rather
   // than to runs cut off part-way. A point in time, not a span, and the finished jobs' seconds shared by
   // every copy of these options: a command that schedules twice (a campaign's pilot, then its other
-  // seeds) keeps one limit and what it measured. A job whose log held lines when it started (it may
-  // resume an earlier command's checkpoint), or one started again after a stall, is not timed: it may
-  // not have run whole. max(): no limit.
+  // seeds) keeps one limit and what it measured. A job that resumes, one whose log held lines when it
+  // started (it may resume an earlier command's checkpoint), or one started again after a stall, is not
+  // timed: it may not have run whole. max(): no limit.
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   std::shared_ptr<std::map<std::string, double>> longest_by_kind = std::make_shared<std::map<std::string, double>>();
-  // The caller's estimate of a kind's jobs (seconds), used until a job of that kind has been timed here:
-  // a campaign's recorded training times (harness/campaign/run_times.h). A call that first resumes earlier
+  // The caller's estimate of a kind's jobs (seconds), the least the time limit expects of them: a
+  // campaign's recorded training times (harness/campaign/run_times.h). A call that first resumes earlier
   // calls' jobs times none of them, and without it would start fresh jobs however little time is left.
   std::map<std::string, double> prior_by_kind;
 };
