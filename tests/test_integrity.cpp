@@ -957,6 +957,46 @@ TEST_CASE("ufp4 fit --campaign fits exactly its run set's verified runs, per rec
   CHECK(prefixed.out.find("--campaign: not with --results or --prefix") != std::string::npos);
 }
 
+TEST_CASE("the fit report of a campaign's runs shows its registered verdicts, and refuses a fit of another run set", "[integrity]") {
+  const std::string d = test::temp_dir(), co = d + "/co", root = UFP4_SOURCE_DIR;
+  const std::string path = "experiments/figure9/campaign.toml";
+  // A checkout of its own whose results/figure9 links every committed file, so that one can be taken away.
+  REQUIRE(sh("mkdir -p " + co + "/results/figure9 " + co + "/reports && touch " + co + "/CMakeLists.txt && ln -s " + root + "/models " + co +
+             "/models && ln -s " + root + "/experiments " + co + "/experiments && cp -r " + root + "/reports/paper " + co + "/reports/ && ln -s " +
+             root + "/results/data " + co + "/results/data && ln -s " + root + "/results/figure8 " + co + "/results/figure8 && cp " + root +
+             "/results/figure9/seeds.toml " + co + "/results/figure9/ && for f in " + root + "/results/figure9/*.h5; do ln -s $f " + co +
+             "/results/figure9/; done")
+              .code == 0);
+  const std::string in_co = "cd " + co + " && " + kBin;
+  Shell fit = sh(in_co + " fit --campaign " + path + " --form power --bootstrap 20 --out " + d + "/fits.h5");
+  INFO(fit.out);
+  REQUIRE(fit.code == 0);
+  CHECK(read_h5_string_attrs(d + "/fits.h5")["campaign"] == path);
+  Shell fitted = sh(in_co + " report figure9 --fits " + d + "/fits.h5 --out " + d + "/fit.md");
+  Shell registered = sh(in_co + " report figure9 --campaign " + path + " --out " + d + "/campaign.md");
+  INFO(fitted.out);
+  REQUIRE(fitted.code == 0);
+  REQUIRE(registered.code == 0);
+  // Every row of the campaign report's verdicts table, word for word, in the fit report.
+  const std::string fit_md = read_text_file(d + "/fit.md"), campaign_md = read_text_file(d + "/campaign.md");
+  const size_t table = campaign_md.find("| claim | metric | seeds | difference (pp) |");
+  REQUIRE(table != std::string::npos);
+  std::istringstream rows(campaign_md.substr(table, campaign_md.find("\n\n", table) - table));
+  int checked = 0;
+  for (std::string row; std::getline(rows, row); ++checked) CHECK(fit_md.find(row + "\n") != std::string::npos);
+  CHECK(checked >= 3);
+  // Its own readings are labelled, not set as verdicts.
+  CHECK(fit_md.find("## The paper's claims, judged from the runs (descriptive, not registered)") != std::string::npos);
+  CHECK(fit_md.find("## The paper's claims, judged from our fits (descriptive, not registered)") != std::string::npos);
+  CHECK(fit_md.find("UFP4 below E2M1 (registered verdict)") != std::string::npos);
+  // One result taken from the run set: the fit no longer holds it, and the report says how to make it again.
+  REQUIRE(sh("rm " + co + "/results/figure9/figure9_moe-ne5.8m-ufp4-1-*.h5").code == 0);
+  Shell stale = sh(in_co + " report figure9 --fits " + d + "/fits.h5 --out " + d + "/stale.md");
+  CHECK(stale.code == 2);
+  CHECK(stale.out.find("in the fit and not in its run set): fit again with `ufp4 fit --campaign " + path) != std::string::npos);
+  CHECK(!file_exists(d + "/stale.md"));
+}
+
 // The mechanism's captures (results/analysis/mechanism, `ufp4 analyze capture`) are no campaign: their run ids are
 // recomputed from the mechanism manifests on the corpus their step files name (results/data/), and every committed
 // run file and step file is one of those runs, its content verified.

@@ -134,6 +134,7 @@ void write_fits_attrs(H5Writer& w, const std::string& recipes, const ScalingFits
   w.attr("e_constraint", std::string(opt.fit.positive_e ? "E > 0 (fitted as exp(log E))" : "E free"));
   w.attr("coverage", opt.fit.coverage);
   w.attr("bootstrap", static_cast<int64_t>(opt.fit.bootstrap));
+  if (!opt.campaign.empty()) w.attr("campaign", opt.campaign);
 }
 
 }  // namespace

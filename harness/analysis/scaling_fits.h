@@ -17,6 +17,9 @@ struct ScalingFitsOptions {
   // The result files themselves (a campaign's verified run set, `ufp4 fit --campaign`): when set, the
   // folders and the prefix are not read, so the fit holds exactly the runs its campaign's report does.
   std::vector<std::string> files;
+  // The campaign those files are the run set of, as given (attribute "campaign"): the fit report then
+  // shows its registered verdicts, and refuses a fit of another run set than the campaign's now.
+  std::string campaign;
   std::string prefix;                      // only runs whose name starts with one of these (comma list; empty: all)
   std::string forms = "power,chinchilla";  // comma list of power (L vs C) and chinchilla (L vs N, D)
   std::string metric = "val";              // val (final validation loss) or train (mean training loss of the last K steps)

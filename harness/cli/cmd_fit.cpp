@@ -1,6 +1,8 @@
 // `ufp4 fit`: scaling-law fits over runs read from results folders, one fit per recipe, written to HDF5
 // (harness/analysis/scaling_fits.h, which says how compute is counted; --attention-flops adds the
 // attention terms of our FLOP model).
+#include <iostream>
+
 #include "common/error.h"
 #include "common/fs.h"
 #include "harness/analysis/scaling_fits.h"
@@ -56,6 +58,7 @@ int cmd_fit(const std::vector<std::string>& args) {
     if (vm->count("results") || !(*vm)["prefix"].defaulted()) throw Error("--campaign: not with --results or --prefix (the campaign names its runs)");
     if (campaign.empty()) throw Error("--campaign: a campaign file is needed (e.g. experiments/figure9/campaign.toml)");
     opt.files = campaign_result_files(campaign);
+    opt.campaign = campaign;
   }
   if (opt.results.empty()) opt.results = {"results/figure9"};
   opt.fit.positive_e = !(*vm)["free-e"].as<bool>();

@@ -34,5 +34,10 @@ std::string group_answer_text(const GroupAnswer& g);
 std::string lowest_level_text(const GroupAnswer& g);
 // The registered effect: the paper's ("-0.290"), or the effect of interest ("+0.290 (of interest)").
 std::string registered_effect_text(const RegisteredClaim& c);
+// "**id** (models): "statement" — verdict; the effect against the paper's; MDD against the effect": one claim's line.
+std::string claim_sentence(const RunSet& set, const std::vector<ClaimTest>& tests, const ClaimTest& t);
+// "## Verdicts": every claim's test on both metrics (interval, p, Holm p, MDD, verdict), then a line a claim; a
+// campaign's report and the fit report of its runs (report_scaling.cpp) show the same table.
+std::string verdicts_section(const RunSet& set, const std::vector<ClaimTest>& tests, double alpha);
 
 }  // namespace ufp4

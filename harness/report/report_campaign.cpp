@@ -115,40 +115,6 @@ std::string cells_section(const CampaignRuns& runs, const std::string& baseline,
 
 // One claim's verdict in words: where the paper's effect lies against our interval, and the MDD beside
 // the registered effect (the paper's, or the effect of interest of a claim the paper did not size).
-std::string claim_sentence(const RunSet& set, const std::vector<ClaimTest>& tests, const ClaimTest& t) {
-  const Interval& d = t.diff;
-  const double e = t.claim.paper_effect;
-  std::string what;
-  if (!d.defined()) what = "no interval yet (fewer than two complete seeds)";
-  else if (!t.claim.paper_sized()) what = "the paper gives no size for this claim, so only its direction is tested";
-  else if (e < 0 ? d.lo > e : d.hi < e) what = "the paper's effect lies outside our interval: the effect here is smaller than the paper's";
-  else if (e < 0 ? d.hi < e : d.lo > e) what = "the paper's effect lies outside our interval: the effect here is larger than the paper's";
-  else what = "the paper's effect lies inside our interval";
-  return "**" + t.claim.id + "** (" + claim_models(t.claim) + "): \"" + t.claim.text + "\" — " + shown_verdict(set, tests, t) + "; " + what + "; MDD " +
-         mdd_text(t.mdd) + " pp against " + (t.claim.paper_sized() ? "the paper's " : "the registered effect of interest, ") +
-         fmt("%.3f", std::fabs(t.claim.effect_of_interest)) + " pp.";
-}
-
-std::string verdicts_section(const RunSet& set, const std::vector<ClaimTest>& tests, double alpha) {
-  std::ostringstream os;
-  os << "\n## Verdicts\n\nPer claim the paired difference of the gaps (percentage points), its " << fmt("%.0f", 100 * (1 - alpha))
-     << "% interval, the paired t test's p and its Holm adjustment within the family, and the minimal detectable difference (MDD) beside "
-        "the paper's effect (or, where the paper gives none, the registered effect of interest; `reports/README.md`: holds, contradicted, smaller than the paper, inconclusive). Until a claim has "
-        "the registered number of seeds its verdict is inconclusive; what the test gives on the seeds present is shown as an interim look.\n\n"
-     << "| claim | metric | seeds | difference (pp) | p | Holm p | MDD (pp) | paper (pp) | verdict |\n|---|---|---|---|---|---|---|---|---|\n";
-  for (const auto& t : tests)
-    for (const bool train : {false, true}) {
-      const Interval& d = train ? t.diff_train : t.diff;
-      os << "| " << t.claim.id << " | " << (train ? "train, last K (secondary)" : "final val (primary)") << " | " << d.n << " | " << pp_interval(d) << " | "
-         << p_text(train ? t.p_train : t.p) << " | " << p_text(train ? t.p_train_holm : t.p_holm) << " | " << mdd_text(train ? t.mdd_train : t.mdd)
-         << " | " << (t.claim.paper_sized() ? fmt("%+.3f", t.claim.paper_effect) : std::string("not published")) << " | "
-         << shown_verdict(set, tests, t, train) << " |\n";
-    }
-  os << "\n";
-  for (const auto& t : tests) os << "- " << claim_sentence(set, tests, t) << "\n";
-  return os.str();
-}
-
 // One-factor groups (Table 3): per group whether the paper's choice is best, tied within the MDD, or
 // beaten, from the group's Holm-adjusted claims; undecided while any of them is an interim look.
 std::string groups_section(const RunSet& set, const std::vector<ClaimTest>& tests) {

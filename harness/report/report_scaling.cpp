@@ -1,21 +1,27 @@
 // Figure 9: loss vs training compute for the MoE ladder, fitted L(C) = E + A (C/C0)^-alpha per recipe
 // (from `ufp4 fit`), bootstrap bands, the BF16-relative gap and its extrapolation to the paper's
-// compute, and the paper's two claims judged from our fits with intervals.
+// compute, and the paper's two claims judged from the runs and from our fits with intervals. A fit of a
+// registered campaign's run set (`ufp4 fit --campaign`) shows that campaign's registered verdicts, and
+// the readings of its own below them as descriptive.
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
 #include "common/error.h"
 #include "common/fs.h"
+#include "harness/analysis/campaign_stats.h"
 #include "harness/analysis/fit.h"
 #include "harness/analysis/stats.h"
 #include "harness/io/array_io.h"
 #include "harness/io/fit_files.h"
+#include "harness/plan/campaign.h"
+#include "harness/report/campaign_text.h"
 #include "harness/report/plot.h"
 #include "harness/report/report.h"
 #include "models/model_config.h"
@@ -123,12 +129,15 @@ double seed_sd(const std::vector<LadderSize>& sizes) {
 
 // The ladder point by point, before any fit: per size, each recipe's loss over seeds and the paired
 // differences the claims rest on (Student-t intervals over seeds, paired by seed across recipes).
-std::string ladder_table(const std::vector<LadderSize>& sizes, const std::string& metric, const toml::table& figure8) {
+// `registered`: per model, its registered claim's verdict as the campaign's report shows it (the column then
+// shows that instead of this table's own unadjusted test).
+std::string ladder_table(const std::vector<LadderSize>& sizes, const std::string& metric, const toml::table& figure8,
+                         const std::map<std::string, std::string>& registered) {
   std::ostringstream os;
   os << "## The ladder, size by size\n\n" << metric << ", mean and 95% Student-t interval over seeds; differences paired by seed (same "
      << "initial weights and batches across recipes); gaps relative to bf16 of the same seed.\n\n"
      << "| model | non-emb params | active (with head) | tokens | tokens / non-emb param | epochs | seeds | bf16 | e2m1_ref | ufp4 | e2m1_ref gap | ufp4 gap | "
-        "ufp4 - e2m1_ref (nats) | UFP4 below E2M1 |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+        "ufp4 - e2m1_ref (nats) | UFP4 below E2M1" << (registered.empty() ? "" : " (registered verdict)") << " |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   std::vector<double> sd_diff;
   size_t seeds_min = SIZE_MAX;
   for (const auto& z : sizes) {
@@ -142,7 +151,8 @@ std::string ladder_table(const std::vector<LadderSize>& sizes, const std::string
        << (std::isnan(z.epochs) ? std::string("n/a") : fmt("%.2f", z.epochs)) << " | " << d.n << " | "
        << format_interval(mean_interval(z.losses("bf16"))) << " | " << format_interval(mean_interval(z.losses("e2m1_ref"))) << " | "
        << format_interval(mean_interval(z.losses("ufp4"))) << " | " << format_interval(mean_interval(de), "%+.2f%%") << " | "
-       << format_interval(mean_interval(du), "%+.2f%%") << " | " << format_interval(d, "%+.4f") << " | " << verdict_name(verdict(d, -1)) << " |\n";
+       << format_interval(mean_interval(du), "%+.2f%%") << " | " << format_interval(d, "%+.4f") << " | "
+       << (registered.count(z.model) ? registered.at(z.model) : verdict_name(verdict(d, -1))) << " |\n";
   }
   os << "\n";
   if (seeds_min >= 2 && seeds_min != SIZE_MAX)
@@ -282,11 +292,69 @@ std::string gap_table(const LossFits& fits, const std::vector<std::pair<std::str
   return os.str();
 }
 
+// A claim's answer as a verdict ("**holds**"), or, beside a campaign's registered verdicts, as a reading
+// that is not one ("holds (descriptive)").
+std::string shown(const std::string& answer, bool descriptive) { return descriptive ? answer + " (descriptive)" : "**" + answer + "**"; }
+
+// The campaign the fits were made from (`ufp4 fit --campaign`, the file's attribute "campaign"): its run
+// set now and its claims' registered tests.
+struct RegisteredCampaign {
+  RunSet set;
+  std::vector<ClaimTest> tests;
+};
+
+// The result files a fit read ("path (model, commit ...)" lines of each recipe's sources).
+std::set<std::string> fitted_files(const LossFits& fits) {
+  std::set<std::string> files;
+  for (const auto& [recipe, fit] : fits.f) {
+    std::istringstream in(fit.sources);
+    for (std::string line; std::getline(in, line);)
+      if (!line.empty()) files.insert(rel(line.substr(0, line.find(" ("))));
+  }
+  return files;
+}
+
+// Loads the campaign and checks that the fit holds exactly its run set's verified results: a fit made
+// before runs were added, or after files changed, would put numbers of another run set beside the
+// campaign's verdicts. Throws naming the fit file, the difference and the command that makes it again.
+RegisteredCampaign registered_campaign(const std::string& fits_file, const std::string& campaign, const LossFits& fits) {
+  if (!file_exists(campaign))
+    throw Error("figure9: " + rel(fits_file) + " was fitted from the campaign " + campaign + ", which is not there (render from the checkout's root)");
+  RegisteredCampaign r{Campaign::load(campaign).resolve(), {}};
+  std::set<std::string> verified;
+  for (const auto& run : r.set.runs)
+    if (!run.path.empty()) verified.insert(rel(run.path));
+  const std::set<std::string> fitted = fitted_files(fits);
+  if (fitted != verified) {
+    size_t not_fitted = 0, gone = 0;
+    for (const auto& f : verified) not_fitted += !fitted.count(f);
+    for (const auto& f : fitted) gone += !verified.count(f);
+    throw Error("figure9: " + rel(fits_file) + " fits " + std::to_string(fitted.size()) + " runs, and " + campaign + " has " +
+                std::to_string(verified.size()) + " verified now (" + std::to_string(not_fitted) + " not in the fit, " + std::to_string(gone) +
+                " in the fit and not in its run set): fit again with `ufp4 fit --campaign " + campaign + " --out " + rel(fits_file) + "`");
+  }
+  r.tests = test_claims(r.set.registration, read_campaign_runs(r.set));
+  return r;
+}
+
+// Each model's per-size claim's verdict as the campaign's report shows it (trend claims have no one model).
+std::map<std::string, std::string> verdicts_by_model(const RegisteredCampaign& c) {
+  std::map<std::string, std::string> out;
+  for (const auto& t : c.tests)
+    if (!t.claim.trend()) out[t.claim.model] = shown_verdict(c.set, c.tests, t);
+  return out;
+}
+
 // ---- verdicts from the runs themselves (no fit) ----
 // "## The paper's claims, judged from the runs": each size's seed-paired differences, sizes as the unit.
-std::string run_claims(const std::vector<LadderSize>& sizes) {
+// `descriptive`: a registered campaign's verdicts are shown above it, and this reading (no family correction,
+// not registered) is labelled as such, its answers not set as verdicts.
+std::string run_claims(const std::vector<LadderSize>& sizes, bool descriptive) {
   std::ostringstream os;
-  os << "\n## The paper's claims, judged from the runs\n\n";
+  os << "\n## The paper's claims, judged from the runs" << (descriptive ? " (descriptive, not registered)" : "") << "\n\n";
+  if (descriptive)
+    os << "Another reading of the same runs, not the registered test: sizes as the unit, no Holm correction. The registered verdicts "
+          "above decide each claim.\n\n";
   // The unit is the size: each contributes the mean of its seed-paired differences, so seeds of one
   // size are not counted as independent evidence about the ladder (t intervals over sizes).
   std::vector<double> diff;
@@ -302,7 +370,7 @@ std::string run_claims(const std::vector<LadderSize>& sizes) {
   // A verdict needs at least three seeds a size, here as everywhere: with fewer, the spread over
   // sizes is not the run-to-run spread, and every claim is inconclusive.
   const bool seeded = seeds_min >= 3 && seeds_min != SIZE_MAX;
-  auto judged = [&](Verdict v) { return verdict_name(seeded ? v : Verdict::kInconclusive); };
+  auto judged = [&](Verdict v) { return shown(verdict_name(seeded ? v : Verdict::kInconclusive), descriptive); };
   const Interval over = mean_interval(diff);
   // Holds when the mean over sizes is below zero and no size says otherwise.
   const Verdict v = per_size["contradicted"] > 0 ? (verdict(over, -1) == Verdict::kContradicted ? Verdict::kContradicted : Verdict::kInconclusive)
@@ -311,7 +379,7 @@ std::string run_claims(const std::vector<LadderSize>& sizes) {
     os << "Seeds a size: " << (seeds_min == SIZE_MAX ? 0 : seeds_min) << ". A verdict needs at least three, so every claim below is "
        << "**inconclusive** whatever its interval says.\n\n";
   os << "Each size counts once (the mean over its seeds), and intervals are Student-t over the " << sizes.size() << " sizes.\n\n"
-     << "- \"UFP4 below E2M1 over the measured range\" (paper: yes): **" << judged(v) << "** — ufp4 - e2m1_ref, mean over sizes of "
+     << "- \"UFP4 below E2M1 over the measured range\" (paper: yes): " << judged(v) << " — ufp4 - e2m1_ref, mean over sizes of "
      << "the seed-paired differences: " << format_interval(over, "%+.4f") << " nats; size by size " << per_size["holds"] << " hold, "
      << per_size["inconclusive"] << " inconclusive, " << per_size["contradicted"] << " contradicted.\n";
   for (const char* r : {"e2m1_ref", "ufp4"}) {
@@ -321,20 +389,21 @@ std::string run_claims(const std::vector<LadderSize>& sizes) {
       if (g.n > 0) x.push_back(std::log10(z.compute)), y.push_back(g.mean);
     }
     const Interval slope = slope_interval(x, y);
-    os << "- \"The gap to BF16 shrinks with compute\" (paper: yes), " << r << ": **" << judged(verdict(slope, -1))
-       << "** — least-squares slope of the size's mean gap on log10 compute: " << format_interval(slope, "%+.2f") << " points a decade.\n";
+    os << "- \"The gap to BF16 shrinks with compute\" (paper: yes), " << r << ": " << judged(verdict(slope, -1))
+       << " — least-squares slope of the size's mean gap on log10 compute: " << format_interval(slope, "%+.2f") << " points a decade.\n";
   }
   return os.str();
 }
 
 // "## The paper's claims, judged from our fits": each claim from the fits over the measured range, with
 // paired bootstrap intervals; inconclusive with too few seeds or fits that miss the runs.
-std::string fit_claims(const LossFits& fits, const FitQuality& quality) {
+std::string fit_claims(const LossFits& fits, const FitQuality& quality, bool descriptive) {
   const auto& f = fits.f;
   const double cmin = fits.cmin, cmax = fits.cmax, lo_q = fits.lo_q, hi_q = fits.hi_q, coverage = fits.coverage;
   const bool fit_ok = quality.ok;
   std::ostringstream os;
-  os << "\n## The paper's claims, judged from our fits\n\n";
+  os << "\n## The paper's claims, judged from our fits" << (descriptive ? " (descriptive, not registered)" : "") << "\n\n";
+  if (descriptive) os << "The fits' reading of the claims, not the registered test; the registered verdicts above decide.\n\n";
   std::vector<double> grid;
   for (int i = 0; i <= 20; ++i) grid.push_back(cmin * std::pow(cmax / cmin, i / 20.0));
   // Seeds per ladder point (runs of one size and recipe): a verdict needs at least three; with fewer,
@@ -354,7 +423,7 @@ std::string fit_claims(const LossFits& fits, const FitQuality& quality) {
        << fmt("%.4f", quality.noise) << "): the power law does not describe this ladder, so every claim below is **inconclusive** whatever its "
        << "interval says, and the extrapolations above are not predictions. The verdicts from the runs above stand on their own.\n\n";
   auto judged = [&](bool holds, bool contradicted) {
-    return std::string(!enough_seeds || !fit_ok || (!holds && !contradicted) ? "inconclusive" : holds ? "holds" : "contradicted");
+    return shown(!enough_seeds || !fit_ok || (!holds && !contradicted) ? "inconclusive" : holds ? "holds" : "contradicted", descriptive);
   };
   double worst = -INFINITY, worst_hi = -INFINITY, worst_lo = -INFINITY;
   for (double c : grid) {
@@ -363,7 +432,7 @@ std::string fit_claims(const LossFits& fits, const FitQuality& quality) {
     worst_hi = std::max(worst_hi, quantile(diff, hi_q));
     worst_lo = std::max(worst_lo, quantile(diff, lo_q));
   }
-  os << "- \"UFP4 below E2M1 over the measured range\" (paper: yes): **" << judged(worst_hi < 0, worst_lo > 0) << "** — the largest fitted "
+  os << "- \"UFP4 below E2M1 over the measured range\" (paper: yes): " << judged(worst_hi < 0, worst_lo > 0) << " — the largest fitted "
      << "L_ufp4 - L_e2m1 over [" << fmt("%.2e", cmin) << ", " << fmt("%.2e", cmax) << "] FLOPs is " << fmt("%+.4f", worst) << "; its upper "
      << fmt("%.0f", 100 * coverage) << "% bound is " << fmt("%+.4f", worst_hi) << (worst_hi < 0 ? " (below zero)" : " (not below zero)") << ".\n";
   for (const char* r : {"e2m1_ref", "ufp4"}) {
@@ -377,8 +446,8 @@ std::string fit_claims(const LossFits& fits, const FitQuality& quality) {
       shrink.push_back(gap(f.at(r).at(x, cmin), f.at("bf16").at(b, cmin)) - gap(f.at(r).at(x, cmax), f.at("bf16").at(b, cmax)));
     }
     const double s = g(cmin) - g(cmax);
-    os << "- \"The gap to BF16 shrinks with compute\" (paper: yes), " << rr << ": **" << judged(quantile(shrink, lo_q) > 0, quantile(shrink, hi_q) < 0)
-       << "** — gap " << fmt("%+.3f%%", g(cmin)) << " at the smallest run, " << fmt("%+.3f%%", g(cmax)) << " at the largest; shrinkage "
+    os << "- \"The gap to BF16 shrinks with compute\" (paper: yes), " << rr << ": " << judged(quantile(shrink, lo_q) > 0, quantile(shrink, hi_q) < 0)
+       << " — gap " << fmt("%+.3f%%", g(cmin)) << " at the smallest run, " << fmt("%+.3f%%", g(cmax)) << " at the largest; shrinkage "
        << fmt("%+.3f", s) << " points " << bootstrap_interval(fits, shrink, "%+.3f") << ".\n";
   }
   return os.str();
@@ -443,7 +512,12 @@ std::string report_figure9(const std::string& root, const std::string& fits, con
 
   const bool by_size = !fitted.f.at("bf16").runs.empty() && !fitted.f.at("e2m1_ref").runs.empty() && !fitted.f.at("ufp4").runs.empty();
   const std::vector<LadderSize> sizes = by_size ? ladder_sizes(fitted.f) : std::vector<LadderSize>{};
-  if (by_size) os << ladder_table(sizes, attrs["metric"], load_paper(root + "/reports/paper/figure8.toml"));
+  const bool registered = attrs.count("campaign") > 0;
+  const std::optional<RegisteredCampaign> campaign =
+      registered ? std::optional<RegisteredCampaign>(registered_campaign(fits, attrs["campaign"], fitted)) : std::nullopt;
+  if (by_size)
+    os << ladder_table(sizes, attrs["metric"], load_paper(root + "/reports/paper/figure8.toml"),
+                       campaign ? verdicts_by_model(*campaign) : std::map<std::string, std::string>{});
   else os << runs_table(fitted.f);
 
   os << fits_table(fitted);
@@ -452,8 +526,12 @@ std::string report_figure9(const std::string& root, const std::string& fits, con
   os << gap_table(fitted, at, paper, quality.ok);
 
   // ---- verdicts ----
-  if (by_size) os << run_claims(sizes);
-  os << fit_claims(fitted, quality);
+  if (campaign)
+    os << verdicts_section(campaign->set, campaign->tests, campaign->set.registration.alpha) << "\nThe campaign's registered tests ("
+       << "`" << attrs["campaign"] << "`; its report, `build/ufp4 report " << campaign->set.report << " --campaign " << attrs["campaign"]
+       << "`, shows the same table). The sections below read the runs and the fits other ways.\n";
+  if (by_size) os << run_claims(sizes, registered);
+  os << fit_claims(fitted, quality, registered);
 
   // ---- figure ----
   os << figure9_markdown(fitted, at, figures);
