@@ -1,4 +1,5 @@
 #include "tests/helpers.h"
+#include "tests/tensor_helpers.h"
 
 #include <fstream>
 

@@ -1,7 +1,7 @@
-// Shared test helpers: bitwise tensor comparison, GPU detection, input regimes.
+// Shared test helpers: GPU detection, the CLI and shell in tests, temporary folders, training fixtures.
+// No LibTorch here, so that a test file without tensors compiles without it (tests/tensor_helpers.h
+// holds the tensor helpers).
 #pragma once
-#include <torch/torch.h>
-
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -10,12 +10,6 @@ namespace ufp4::test {
 
 bool gpu_available();
 
-// Index of the first element whose bits differ (NaN == NaN only when the bits match), or -1.
-int64_t first_bit_mismatch(const torch::Tensor& a, const torch::Tensor& b);
-std::string describe_mismatch(const torch::Tensor& a, const torch::Tensor& b, int64_t index);
-
-// Input regimes of a quantizer test (fixed seed): "normal", "zeros", "subnormal", "near_overflow",
-// "outliers", "dyadic", "mixed" (a bit of everything, including zero blocks, inf and NaN).
 struct CliResult {
   int code;
   std::string out;  // stdout and stderr
@@ -53,7 +47,5 @@ std::string ci_fixture(const std::string& sub);
 std::string write_manifest(const std::string& dir, const std::string& name, const std::string& body);
 std::string tiny_manifest(const std::string& dir, const std::string& recipe, int steps, const std::string& extra = "",
                           const std::string& model = "tiny");
-
-torch::Tensor make_input(const std::string& regime, int64_t rows, int64_t cols, uint64_t seed);
 
 }  // namespace ufp4::test

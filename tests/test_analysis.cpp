@@ -15,6 +15,7 @@
 #include "harness/io/labelled_table.h"
 #include "kernels/quantize/grid.h"
 #include "tests/catch.h"
+#include "tests/tensor_helpers.h"
 #include "tests/helpers.h"
 #include "tests/run_helpers.h"
 

@@ -15,6 +15,7 @@
 #include "models/fused_ops.h"
 #include "models/layers.h"
 #include "tests/catch.h"
+#include "tests/tensor_helpers.h"
 
 using namespace ufp4;
 

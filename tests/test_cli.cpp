@@ -23,6 +23,7 @@
 #include "models/quant_ops.h"
 #include "harness/report/report_registry.h"
 #include "tests/catch.h"
+#include "tests/tensor_helpers.h"
 #include "tests/helpers.h"
 
 using namespace ufp4;

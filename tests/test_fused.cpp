@@ -13,6 +13,7 @@
 #include "models/layers.h"
 #include "models/transformer.h"
 #include "tests/catch.h"
+#include "tests/tensor_helpers.h"
 #include "tests/helpers.h"
 
 using namespace ufp4;

@@ -10,6 +10,7 @@
 #include "models/quant_linear.h"
 #include "models/quant_ops.h"
 #include "tests/catch.h"
+#include "tests/tensor_helpers.h"
 #include "tests/helpers.h"
 
 using namespace ufp4;

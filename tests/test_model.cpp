@@ -3,6 +3,7 @@
 #include "common/error.h"
 #include "models/transformer.h"
 #include "tests/catch.h"
+#include "tests/tensor_helpers.h"
 #include "tests/helpers.h"
 
 using namespace ufp4;

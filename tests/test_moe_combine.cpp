@@ -11,6 +11,7 @@
 #include "models/fused_ops.h"
 #include "models/moe_routing.h"
 #include "tests/catch.h"
+#include "tests/tensor_helpers.h"
 #include "tests/helpers.h"
 
 using namespace ufp4;

@@ -8,6 +8,7 @@
 #include "models/grouped_linear.h"
 #include "models/moe.h"
 #include "tests/catch.h"
+#include "tests/tensor_helpers.h"
 #include "tests/helpers.h"
 #include "tests/moe_reference.h"
 #ifdef UFP4_WITH_CUDA

@@ -10,6 +10,7 @@
 #include "kernels/quantize/quant_spec.h"
 #include "kernels/quantize/quantize.h"
 #include "tests/catch.h"
+#include "tests/tensor_helpers.h"
 #include "tests/helpers.h"
 
 using namespace ufp4;

@@ -8,6 +8,7 @@
 #include "kernels/quantize/quantize_pair.h"
 #include "models/quant_ops.h"
 #include "tests/catch.h"
+#include "tests/tensor_helpers.h"
 #include "tests/helpers.h"
 
 using namespace ufp4;

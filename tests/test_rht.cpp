@@ -5,6 +5,7 @@
 #include "kernels/quantize/quantize.h"
 #include "models/quant_ops.h"
 #include "tests/catch.h"
+#include "tests/tensor_helpers.h"
 #include "tests/helpers.h"
 
 using namespace ufp4;

@@ -9,6 +9,7 @@
 #include "kernels/numerics/rounding.h"
 #include "models/quant_ops.h"
 #include "tests/catch.h"
+#include "tests/tensor_helpers.h"
 #include "tests/helpers.h"
 
 using namespace ufp4;

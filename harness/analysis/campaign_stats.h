@@ -5,6 +5,7 @@
 // (stats.h registered_verdict); the same for the secondary metric, the training loss of the last
 // tenth of the steps. Also the pilot's seed plan and the delay of the fast-descent transition.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <string>
