@@ -986,14 +986,18 @@ TEST_CASE("the fit report of a campaign's runs shows its registered verdicts, an
   for (std::string row; std::getline(rows, row); ++checked) CHECK(fit_md.find(row + "\n") != std::string::npos);
   CHECK(checked >= 3);
   // Its own readings are labelled, not set as verdicts.
-  CHECK(fit_md.find("## The paper's claims, judged from the runs (descriptive, not registered)") != std::string::npos);
+  REQUIRE(fit_md.find("## The paper's claims, judged from the runs (descriptive, not registered)") != std::string::npos);
   CHECK(fit_md.find("## The paper's claims, judged from our fits (descriptive, not registered)") != std::string::npos);
   CHECK(fit_md.find("UFP4 below E2M1 (registered verdict)") != std::string::npos);
+  const std::string readings = fit_md.substr(fit_md.find("## The paper's claims, judged from the runs"));
+  for (const char* verdict : {"**holds**", "**contradicted**", "**inconclusive**", "**smaller"}) CHECK(readings.find(verdict) == std::string::npos);
   // One result taken from the run set: the fit no longer holds it, and the report says how to make it again.
   REQUIRE(sh("rm " + co + "/results/figure9/figure9_moe-ne5.8m-ufp4-1-*.h5").code == 0);
   Shell stale = sh(in_co + " report figure9 --fits " + d + "/fits.h5 --out " + d + "/stale.md");
   CHECK(stale.code == 2);
-  CHECK(stale.out.find("in the fit and not in its run set): fit again with `ufp4 fit --campaign " + path) != std::string::npos);
+  CHECK(stale.out.find("(0 not in the fit, 1 in the fit and not in its run set, 0 changed since; e.g. results/figure9/figure9_moe-ne5.8m-ufp4-1-") !=
+        std::string::npos);
+  CHECK(stale.out.find("fit again with `ufp4 fit --campaign " + path) != std::string::npos);
   CHECK(!file_exists(d + "/stale.md"));
 }
 

@@ -78,7 +78,7 @@ std::map<std::string, std::vector<LadderRun>> read_ladder(const std::vector<std:
     if (!selected(r.run_name)) continue;
     ModelConfig mc = model_config(r.model);
     if (r.curves.tokens.empty()) continue;
-    by_recipe[r.recipe].push_back({ladder_point(r, mc, opt), r.model, f + " (" + r.model + ", commit " + r.attr("git_commit") + ")",
+    by_recipe[r.recipe].push_back({ladder_point(r, mc, opt), r.model, f + " (" + r.model + ", commit " + r.attr("git_commit") + ", content " + r.attr("content_sha256") + ")",
                                    static_cast<double>(count_params(mc).non_embedding()), r.epochs});
   }
   if (by_recipe.empty()) throw Error("fit: no runs found in the given folders" + (opt.prefix.empty() ? std::string() : " with prefix '" + opt.prefix + "'"));

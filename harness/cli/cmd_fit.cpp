@@ -8,6 +8,7 @@
 #include "harness/analysis/scaling_fits.h"
 #include "harness/cli/cli.h"
 #include "harness/plan/campaign.h"
+#include "harness/report/report.h"
 
 namespace ufp4 {
 namespace {
@@ -58,7 +59,7 @@ int cmd_fit(const std::vector<std::string>& args) {
     if (vm->count("results") || !(*vm)["prefix"].defaulted()) throw Error("--campaign: not with --results or --prefix (the campaign names its runs)");
     if (campaign.empty()) throw Error("--campaign: a campaign file is needed (e.g. experiments/figure9/campaign.toml)");
     opt.files = campaign_result_files(campaign);
-    opt.campaign = campaign;
+    opt.campaign = rel(campaign);  // as the checkout names it: the report reads it from the checkout's root
   }
   if (opt.results.empty()) opt.results = {"results/figure9"};
   opt.fit.positive_e = !(*vm)["free-e"].as<bool>();

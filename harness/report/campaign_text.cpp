@@ -74,6 +74,8 @@ std::string registered_effect_text(const RegisteredClaim& c) {
   return c.paper_sized() ? fmt("%+.3f", c.paper_effect) : fmt("%+.3f", c.effect_of_interest) + " (of interest)";
 }
 
+// One claim's verdict in words: where the paper's effect lies against our interval, and the MDD beside
+// the registered effect (the paper's, or the effect of interest of a claim the paper did not size).
 std::string claim_sentence(const RunSet& set, const std::vector<ClaimTest>& tests, const ClaimTest& t) {
   const Interval& d = t.diff;
   const double e = t.claim.paper_effect;

@@ -1,5 +1,6 @@
-// How a campaign's tested claims are written, shared by its own report (report_campaign.cpp) and the
-// page of every campaign's verdicts (report_verdicts.cpp), so that both say the same thing the same way.
+// How a campaign's tested claims are written, shared by its own report (report_campaign.cpp), the page
+// of every campaign's verdicts (report_verdicts.cpp) and the fit report of its runs (report_scaling.cpp),
+// so that all say the same thing the same way.
 #pragma once
 #include <cstdint>
 #include <string>

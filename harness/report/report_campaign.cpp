@@ -113,8 +113,6 @@ std::string cells_section(const CampaignRuns& runs, const std::string& baseline,
   return os.str();
 }
 
-// One claim's verdict in words: where the paper's effect lies against our interval, and the MDD beside
-// the registered effect (the paper's, or the effect of interest of a claim the paper did not size).
 // One-factor groups (Table 3): per group whether the paper's choice is best, tied within the MDD, or
 // beaten, from the group's Holm-adjusted claims; undecided while any of them is an interim look.
 std::string groups_section(const RunSet& set, const std::vector<ClaimTest>& tests) {

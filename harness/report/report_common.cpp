@@ -1,6 +1,7 @@
 // Pieces shared by the report renderers.
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <sstream>
 
 #include "common/error.h"

@@ -7,6 +7,7 @@
 #include <iterator>
 #include <map>
 #include <set>
+#include <tuple>
 #include <sstream>
 #include <utility>
 #include <toml++/toml.h>

@@ -152,7 +152,7 @@ std::string ladder_table(const std::vector<LadderSize>& sizes, const std::string
        << format_interval(mean_interval(z.losses("bf16"))) << " | " << format_interval(mean_interval(z.losses("e2m1_ref"))) << " | "
        << format_interval(mean_interval(z.losses("ufp4"))) << " | " << format_interval(mean_interval(de), "%+.2f%%") << " | "
        << format_interval(mean_interval(du), "%+.2f%%") << " | " << format_interval(d, "%+.4f") << " | "
-       << (registered.count(z.model) ? registered.at(z.model) : verdict_name(verdict(d, -1))) << " |\n";
+       << (registered.empty() ? verdict_name(verdict(d, -1)) : registered.count(z.model) ? registered.at(z.model) : std::string("not registered")) << " |\n";
   }
   os << "\n";
   if (seeds_min >= 2 && seeds_min != SIZE_MAX)
@@ -303,37 +303,55 @@ struct RegisteredCampaign {
   std::vector<ClaimTest> tests;
 };
 
-// The result files a fit read ("path (model, commit ...)" lines of each recipe's sources).
-std::set<std::string> fitted_files(const LossFits& fits) {
-  std::set<std::string> files;
+// The result files a fit read, each with the content hash it had ("path (model, commit c, content h)"
+// lines of each recipe's sources; "" where a line has none).
+std::map<std::string, std::string> fitted_files(const LossFits& fits) {
+  std::map<std::string, std::string> files;
   for (const auto& [recipe, fit] : fits.f) {
     std::istringstream in(fit.sources);
-    for (std::string line; std::getline(in, line);)
-      if (!line.empty()) files.insert(rel(line.substr(0, line.find(" ("))));
+    for (std::string line; std::getline(in, line);) {
+      if (line.empty()) continue;
+      const size_t content = line.find(", content ");
+      files[rel(line.substr(0, line.find(" (")))] = content == std::string::npos ? "" : line.substr(content + 10, line.find(')', content) - content - 10);
+    }
   }
   return files;
 }
 
-// Loads the campaign and checks that the fit holds exactly its run set's verified results: a fit made
-// before runs were added, or after files changed, would put numbers of another run set beside the
-// campaign's verdicts. Throws naming the fit file, the difference and the command that makes it again.
+// Loads the campaign and checks that the fit holds exactly its run set's verified results, each with the
+// content it has now: a fit made before runs were added, or before a file was replaced, would put numbers
+// of another run set beside the campaign's verdicts. Throws naming the fit file, the difference, a file
+// that differs and what makes the fit again.
 RegisteredCampaign registered_campaign(const std::string& fits_file, const std::string& campaign, const LossFits& fits) {
   if (!file_exists(campaign))
     throw Error("figure9: " + rel(fits_file) + " was fitted from the campaign " + campaign + ", which is not there (render from the checkout's root)");
   RegisteredCampaign r{Campaign::load(campaign).resolve(), {}};
-  std::set<std::string> verified;
-  for (const auto& run : r.set.runs)
-    if (!run.path.empty()) verified.insert(rel(run.path));
-  const std::set<std::string> fitted = fitted_files(fits);
-  if (fitted != verified) {
-    size_t not_fitted = 0, gone = 0;
-    for (const auto& f : verified) not_fitted += !fitted.count(f);
-    for (const auto& f : fitted) gone += !verified.count(f);
+  const CampaignRuns runs = read_campaign_runs(r.set);
+  std::map<std::string, std::string> verified;  // path -> content hash
+  for (const auto& [model, recipes] : runs)
+    for (const auto& [recipe, seeds] : recipes)
+      for (const auto& [seed, m] : seeds) verified[rel(m.path)] = m.content_sha256;
+  const std::map<std::string, std::string> fitted = fitted_files(fits);
+  size_t not_fitted = 0, gone = 0, changed = 0;
+  std::string example;
+  for (const auto& [path, content] : verified) {
+    const auto f = fitted.find(path);
+    const bool differs = f == fitted.end() || f->second != content;
+    not_fitted += f == fitted.end();
+    changed += f != fitted.end() && differs;
+    if (differs && example.empty()) example = path;
+  }
+  for (const auto& [path, content] : fitted)
+    if (!verified.count(path)) {
+      ++gone;
+      if (example.empty()) example = path;
+    }
+  if (not_fitted + gone + changed > 0)
     throw Error("figure9: " + rel(fits_file) + " fits " + std::to_string(fitted.size()) + " runs, and " + campaign + " has " +
                 std::to_string(verified.size()) + " verified now (" + std::to_string(not_fitted) + " not in the fit, " + std::to_string(gone) +
-                " in the fit and not in its run set): fit again with `ufp4 fit --campaign " + campaign + " --out " + rel(fits_file) + "`");
-  }
-  r.tests = test_claims(r.set.registration, read_campaign_runs(r.set));
+                " in the fit and not in its run set, " + std::to_string(changed) + " changed since; e.g. " + example + "): fit again with `ufp4 fit --campaign " +
+                campaign + " --out " + rel(fits_file) + "` and the options it was made with");
+  r.tests = test_claims(r.set.registration, runs);
   return r;
 }
 
@@ -377,7 +395,7 @@ std::string run_claims(const std::vector<LadderSize>& sizes, bool descriptive) {
                                                    : verdict(over, -1);
   if (!seeded)
     os << "Seeds a size: " << (seeds_min == SIZE_MAX ? 0 : seeds_min) << ". A verdict needs at least three, so every claim below is "
-       << "**inconclusive** whatever its interval says.\n\n";
+       << shown("inconclusive", descriptive) << " whatever its interval says.\n\n";
   os << "Each size counts once (the mean over its seeds), and intervals are Student-t over the " << sizes.size() << " sizes.\n\n"
      << "- \"UFP4 below E2M1 over the measured range\" (paper: yes): " << judged(v) << " — ufp4 - e2m1_ref, mean over sizes of "
      << "the seed-paired differences: " << format_interval(over, "%+.4f") << " nats; size by size " << per_size["holds"] << " hold, "
@@ -417,11 +435,12 @@ std::string fit_claims(const LossFits& fits, const FitQuality& quality, bool des
   const bool enough_seeds = seeds >= 3;
   if (!enough_seeds)
     os << "Runs per ladder point: " << seeds << " (one seed). A verdict needs at least three seeds a point, so every claim below is "
-       << "**inconclusive** whatever its interval says; the intervals bootstrap over sizes only.\n\n";
+       << shown("inconclusive", descriptive) << " whatever its interval says; the intervals bootstrap over sizes only.\n\n";
   if (!fit_ok)
     os << "The fits miss the runs by up to " << fmt("%.4f", quality.worst_rmse) << " nats (rmse), more than twice the seed-to-seed standard deviation ("
-       << fmt("%.4f", quality.noise) << "): the power law does not describe this ladder, so every claim below is **inconclusive** whatever its "
-       << "interval says, and the extrapolations above are not predictions. The verdicts from the runs above stand on their own.\n\n";
+       << fmt("%.4f", quality.noise) << "): the power law does not describe this ladder, so every claim below is " << shown("inconclusive", descriptive)
+       << " whatever its interval says, and the extrapolations above are not predictions. "
+       << (descriptive ? "The registered verdicts above stand on their own.\n\n" : "The verdicts from the runs above stand on their own.\n\n");
   auto judged = [&](bool holds, bool contradicted) {
     return shown(!enough_seeds || !fit_ok || (!holds && !contradicted) ? "inconclusive" : holds ? "holds" : "contradicted", descriptive);
   };
