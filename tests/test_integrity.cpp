@@ -989,6 +989,9 @@ TEST_CASE("the fit report of a campaign's runs shows its registered verdicts, an
   REQUIRE(fit_md.find("## The paper's claims, judged from the runs (descriptive, not registered)") != std::string::npos);
   CHECK(fit_md.find("## The paper's claims, judged from our fits (descriptive, not registered)") != std::string::npos);
   CHECK(fit_md.find("UFP4 below E2M1 (registered verdict)") != std::string::npos);
+  // The provenance names what the verdicts come from: the registration and the seeds its power rule decided.
+  CHECK(fit_md.find("- " + path + " (the campaign's registration) [") != std::string::npos);
+  CHECK(fit_md.find("- results/figure9/seeds.toml (the seeds its power rule decided) [") != std::string::npos);
   const std::string readings = fit_md.substr(fit_md.find("## The paper's claims, judged from the runs"));
   for (const char* verdict : {"**holds**", "**contradicted**", "**inconclusive**", "**smaller"}) CHECK(readings.find(verdict) == std::string::npos);
   // One result taken from the run set: the fit no longer holds it, and the report says how to make it again.

@@ -178,10 +178,27 @@ std::vector<hsize_t> dims_of(const std::vector<int64_t>& shape) {
   return d;
 }
 
+// HDF5 stamps every object header of the 1.8 format with the time it was made unless told not to; without the
+// stamps a file's bytes follow from its content alone, so the same values written twice give the same file.
+void create_parent_groups(int64_t file, const std::string& name) {
+  hid_t gcpl = H5Pcreate(H5P_GROUP_CREATE);
+  H5Pset_obj_track_times(gcpl, 0);
+  for (size_t slash = name.find('/', 1); slash != std::string::npos; slash = name.find('/', slash + 1)) {
+    const std::string group = name.substr(0, slash);
+    if (H5Lexists(file, group.c_str(), H5P_DEFAULT) > 0) continue;
+    hid_t g = H5Gcreate2(file, group.c_str(), H5P_DEFAULT, gcpl, H5P_DEFAULT);
+    if (g < 0) { H5Pclose(gcpl); throw RuntimeError("HDF5: cannot create group '" + group + "'"); }
+    H5Gclose(g);
+  }
+  H5Pclose(gcpl);
+}
+
 void write_ds(int64_t file, const std::string& name, hid_t type, const void* data, const std::vector<int64_t>& shape) {
+  create_parent_groups(file, name);
   std::vector<hsize_t> d = dims_of(shape);
   hid_t space = H5Screate_simple(static_cast<int>(d.size()), d.data(), nullptr);
   hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  H5Pset_obj_track_times(dcpl, 0);
   hsize_t numel = 1;
   for (hsize_t x : d) numel *= x;
   if (numel > 4096 && !d.empty()) {  // chunk + deflate large arrays
@@ -191,10 +208,7 @@ void write_ds(int64_t file, const std::string& name, hid_t type, const void* dat
     H5Pset_chunk(dcpl, static_cast<int>(chunk.size()), chunk.data());
     H5Pset_deflate(dcpl, 4);
   }
-  hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
-  H5Pset_create_intermediate_group(lcpl, 1);  // "a/b/c" creates groups a and a/b
-  hid_t ds = H5Dcreate2(file, name.c_str(), type, space, lcpl, dcpl, H5P_DEFAULT);
-  H5Pclose(lcpl);
+  hid_t ds = H5Dcreate2(file, name.c_str(), type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
   H5Pclose(dcpl);
   if (ds < 0) { H5Sclose(space); throw RuntimeError("HDF5: cannot create dataset '" + name + "'"); }
   herr_t rc = H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
@@ -269,7 +283,10 @@ H5Writer::H5Writer(const std::string& path) : path_(path), image_(std::make_uniq
   // so the driver's buffer (and the image's callbacks) never outlive this writer.
   const bool set = H5Pset_file_image_callbacks(fapl, &callbacks) >= 0 && H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V18) >= 0 &&
                    H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) >= 0;
-  file_ = set ? H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl) : -1;
+  hid_t fcpl = H5Pcreate(H5P_FILE_CREATE);  // the root group's header: no time stamp either
+  const bool untimed = H5Pset_obj_track_times(fcpl, 0) >= 0;
+  file_ = set && untimed ? H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl, fapl) : -1;
+  H5Pclose(fcpl);
   H5Pclose(fapl);
   if (file_ < 0) throw RuntimeError(path + ": cannot create an HDF5 file in memory");
 }
