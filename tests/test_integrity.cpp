@@ -779,6 +779,10 @@ TEST_CASE("the run scheduler's time limit with a prior: fresh jobs expected to t
   CHECK(r[0].status == JobStatus::kDone);
   CHECK(r[1].status == JobStatus::kNotStarted);
   CHECK(!file_exists(d + "/fresh.log"));
+  // Whole seconds, the estimate rounded up and the time left down (just under 60 s reads 59 or less, never 60).
+  INFO(r[1].detail);
+  CHECK(r[1].detail.rfind("not started: a run of k is expected to take 100 s, and 5", 0) == 0);
+  CHECK(ends_with(r[1].detail, " s of the time limit are left"));
   CHECK(r[2].status == JobStatus::kDone);
   // The resumed job was not timed: its kind still has no measured time.
   CHECK(o.longest_by_kind->count("k") == 0);

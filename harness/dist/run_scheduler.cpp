@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -179,9 +180,11 @@ class TimeLimit {
     if (measured == longest_->end() && prior == prior_.end()) return "";
     const double left = seconds(deadline_ - now);
     if (std::max(took, expected) <= left) return "";
-    const std::string why = took >= expected ? "the longest finished run of " + job.kind + " took " + std::to_string(static_cast<int>(took)) + " s"
-                                             : "a run of " + job.kind + " is expected to take " + std::to_string(static_cast<int>(expected)) + " s";
-    return "not started: " + why + ", and " + std::to_string(static_cast<int>(std::max(0.0, left))) + " s of the time limit are left";
+    // Whole seconds, the estimate rounded up and the time left down: a refusal never reads "148 s ... 148 s left".
+    const auto up = [](double s) { return std::to_string(static_cast<int64_t>(std::ceil(s))); };
+    const std::string why = took >= expected ? "the longest finished run of " + job.kind + " took " + up(took) + " s"
+                                             : "a run of " + job.kind + " is expected to take " + up(expected) + " s";
+    return "not started: " + why + ", and " + std::to_string(static_cast<int64_t>(std::floor(std::max(0.0, left)))) + " s of the time limit are left";
   }
 
  private:
@@ -249,8 +252,12 @@ std::vector<JobResult> run_scheduled_jobs(const std::vector<ScheduledJob>& jobs,
     // next command (the time left only shrinks and the estimates only grow, so it would not fit later).
     while (!forwarded && next < jobs.size() && static_cast<int>(running.size()) < o.gpus * o.per_gpu) {
       const size_t j = next++;
-      if (const std::string why = limit.refuses(jobs[j], now); why.empty()) start(j);
-      else log_info("run " + jobs[j].name + ": " + why);
+      if (const std::string why = limit.refuses(jobs[j], now); why.empty()) {
+        start(j);
+      } else {
+        results[j].detail = why;
+        log_info("run " + jobs[j].name + ": " + why);
+      }
     }
     // Ended jobs.
     for (size_t i = 0; i < running.size();) {

@@ -53,7 +53,7 @@ struct ScheduleOptions {
 enum class JobStatus { kDone, kStopped, kFailed, kNotStarted };
 struct JobResult {
   JobStatus status = JobStatus::kNotStarted;
-  std::string detail;  // how a failed job ended, with its log
+  std::string detail;  // how a failed job ended, with its log; why the time limit left one unstarted
   int restarts = 0;    // times it was restarted after a stall
 };
 

@@ -182,7 +182,7 @@ std::vector<hsize_t> dims_of(const std::vector<int64_t>& shape) {
 // stamps a file's bytes follow from its content alone, so the same values written twice give the same file.
 void create_parent_groups(int64_t file, const std::string& name) {
   hid_t gcpl = H5Pcreate(H5P_GROUP_CREATE);
-  H5Pset_obj_track_times(gcpl, 0);
+  if (H5Pset_obj_track_times(gcpl, 0) < 0) { H5Pclose(gcpl); throw RuntimeError("HDF5: cannot make groups without time stamps"); }
   for (size_t slash = name.find('/', 1); slash != std::string::npos; slash = name.find('/', slash + 1)) {
     const std::string group = name.substr(0, slash);
     if (H5Lexists(file, group.c_str(), H5P_DEFAULT) > 0) continue;
@@ -198,7 +198,7 @@ void write_ds(int64_t file, const std::string& name, hid_t type, const void* dat
   std::vector<hsize_t> d = dims_of(shape);
   hid_t space = H5Screate_simple(static_cast<int>(d.size()), d.data(), nullptr);
   hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
-  H5Pset_obj_track_times(dcpl, 0);
+  if (H5Pset_obj_track_times(dcpl, 0) < 0) { H5Pclose(dcpl); H5Sclose(space); throw RuntimeError("HDF5: cannot make datasets without time stamps"); }
   hsize_t numel = 1;
   for (hsize_t x : d) numel *= x;
   if (numel > 4096 && !d.empty()) {  // chunk + deflate large arrays

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <tuple>
 #include <variant>
+#include <vector>
 
 #include "common/error.h"
 #include "common/fs.h"
@@ -106,6 +109,9 @@ void read_member_attrs(RunResults& r, const std::map<std::string, double>& numbe
   }
 }
 
+// K of the stored training-loss summary: the last tenth of the steps, at least 1 and at most 1,000.
+int64_t summary_last_k(int64_t steps) { return std::max<int64_t>(1, std::min<int64_t>(1000, steps / 10)); }
+
 }  // namespace
 
 double RunResults::tail_mean(int64_t k) const {
@@ -154,7 +160,7 @@ void write_run_results(const std::string& path, const RunResults& r) {
     w.attr("units", std::string("alpha (Eq. 3) of each quantized operand; rows: telemetry/alpha_step"), "telemetry/alpha");
     put("telemetry/alpha_step", c.alpha_step, "optimizer step");
   }
-  const int64_t k = std::max<int64_t>(1, std::min<int64_t>(1000, n / 10));
+  const int64_t k = summary_last_k(n);
   w.attr("final_loss", n ? c.loss.back() : NAN);
   w.attr("mean_loss_last_k", n ? r.tail_mean(k) : NAN);
   w.attr("last_k", k);
@@ -194,6 +200,33 @@ void check_identity(const std::string& path, const RunResults& r) {
     throw Error(path + ": named for run id " + named + " but holds run " + r.run_name + " (run id " + r.run_id + "); remove or rename it");
 }
 
+std::string fmt_g17(double v) {  // every digit of a double: two values that differ print differently
+  char b[32];
+  std::snprintf(b, sizeof b, "%.17g", v);
+  return b;
+}
+
+// The summaries every report and verdict reads (final_eval_loss, mean_loss_last_k, ...) are root attributes, which the
+// content hash does not cover; each is a function of the curves it does cover. A file whose summary is not what its
+// curves give was edited after the run: refused, so that an edited number cannot move a verdict unseen.
+void check_summaries(const std::string& path, const RunResults& r, const std::vector<double>& loss, const std::vector<double>& eval_loss) {
+  const auto same = [](double a, double b) { return (std::isnan(a) && std::isnan(b)) || a == b; };
+  const int64_t n = static_cast<int64_t>(loss.size());
+  RunResults from_curves;
+  from_curves.curves.loss = loss;
+  const int64_t k = summary_last_k(n);
+  const std::vector<std::tuple<const char*, double, double>> summaries = {
+      {"steps_done", static_cast<double>(r.steps_done), static_cast<double>(n)},
+      {"last_k", static_cast<double>(r.last_k), static_cast<double>(k)},
+      {"final_loss", r.final_loss, n ? loss.back() : NAN},
+      {"mean_loss_last_k", r.mean_loss_last_k, n ? from_curves.tail_mean(k) : NAN},
+      {"final_eval_loss", r.final_eval_loss, eval_loss.empty() ? NAN : eval_loss.back()}};
+  for (const auto& [name, stored, derived] : summaries)
+    if (!same(stored, derived))
+      throw Error(path + ": " + name + " " + fmt_g17(stored) + " is not what its curves give (" + fmt_g17(derived) +
+                  "): the file was edited after the run; remove it (a run trains it again)");
+}
+
 }  // namespace
 
 RunResults read_run_results(const std::string& path, bool with_curves) {
@@ -220,9 +253,13 @@ RunResults read_run_results(const std::string& path, bool with_curves) {
   r.final_eval_loss = d("final_eval_loss", NAN);
   r.epochs = d("epochs", NAN);
   check_identity(path, r);
-  if (!with_curves) return r;
   const std::vector<std::string> datasets = list_h5_datasets(path);
   auto has = [&](const char* name) { return std::find(datasets.begin(), datasets.end(), name) != datasets.end(); };
+  if (!with_curves) {
+    if (r.content_verified && has("train/loss"))
+      check_summaries(path, r, read_h5_f64(path, "train/loss"), has("eval/loss") ? read_h5_f64(path, "eval/loss") : std::vector<double>{});
+    return r;
+  }
   RunCurves& c = r.curves;
   for (const auto& col : std::vector<std::pair<const char*, std::vector<double>*>>{
            {"train/step", &c.step}, {"train/tokens", &c.tokens}, {"train/loss", &c.loss}, {"train/lr", &c.lr},
@@ -236,6 +273,7 @@ RunResults read_run_results(const std::string& path, bool with_curves) {
     for (size_t row = 0; width && (row + 1) * width <= flat.size(); ++row)
       c.alpha.emplace_back(flat.begin() + static_cast<std::ptrdiff_t>(row * width), flat.begin() + static_cast<std::ptrdiff_t>((row + 1) * width));
   }
+  if (r.content_verified && has("train/loss")) check_summaries(path, r, c.loss, c.eval_loss);
   return r;
 }
 

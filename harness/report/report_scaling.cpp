@@ -556,7 +556,7 @@ std::string report_figure9(const std::string& root, const std::string& fits, con
   os << figure9_markdown(fitted, at, figures);
   std::vector<std::string> sources = {rel(fits) + " (commit " + attrs["git_commit"] + ", " + attrs["device"] + ")"};
   if (campaign) {  // the verdicts above come from the registration and the seeds its power rule decided
-    sources.push_back(attrs["campaign"] + " (the campaign's registration)");
+    sources.push_back(rel(attrs["campaign"]) + " (the campaign's registration)");
     if (!campaign->set.seeds.source.empty()) sources.push_back(rel(campaign->set.seeds.source) + " (the seeds its power rule decided)");
   }
   for (const char* r : {"bf16", "e2m1_ref", "ufp4"}) {
