@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <memory>
 
 #include "common/error.h"
@@ -182,8 +183,9 @@ TEST_CASE("a run's results: what write_run_results writes, read_run_results read
   CHECK_THROWS_AS(read_run_results(dir + "/other.h5"), Error);
 }
 
-// The verdicts read a run's summaries (final_eval_loss, mean_loss_last_k), which are root attributes outside the
-// content hash; each must be what the hashed curves give, so an edited summary is refused, with or without curves.
+// The verdicts read a run's summaries (final_eval_loss, mean_loss_last_k), root attributes that the content hash of a
+// file written before `content_scope` (every committed result) does not cover; each must be what the hashed curves
+// give, so an edited summary is refused, with or without curves.
 TEST_CASE("a run's results whose summary was edited after the run are refused, naming the file and the summary", "[io]") {
   const std::string dir = test::temp_dir();
   RunResults r = made_up_run("edited", "bf16", 40);
@@ -192,17 +194,31 @@ TEST_CASE("a run's results whose summary was edited after the run are refused, n
   const std::string path = dir + "/edited.h5";
   write_run_results(path, r);
   REQUIRE(read_run_results(path).final_eval_loss == 3.25);
-  const auto set_attr = [&](const char* name, double v) {  // an edit in place, as h5py or HDFView would make it
+  const auto edit = [&](const std::function<void(hid_t)>& change) {  // an edit in place, as h5py or HDFView would make it
     const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
     REQUIRE(f >= 0);
-    const hid_t a = H5Aopen(f, name, H5P_DEFAULT);
-    REQUIRE(a >= 0);
-    CHECK(H5Awrite(a, H5T_NATIVE_DOUBLE, &v) >= 0);
-    H5Aclose(a);
+    change(f);
     H5Fclose(f);
   };
-  set_attr("final_eval_loss", 3.0);
-  CHECK(verify_h5_content(path));  // the content hash alone does not see it
+  const auto set_double = [&](const char* name, double v) {
+    edit([&](hid_t f) {
+      const hid_t a = H5Aopen(f, name, H5P_DEFAULT);
+      CHECK(H5Awrite(a, H5T_NATIVE_DOUBLE, &v) >= 0);
+      H5Aclose(a);
+    });
+  };
+  // As a file written before `content_scope`: without it, and stamped with the hash of that time.
+  edit([](hid_t f) { CHECK(H5Adelete(f, "content_scope") >= 0); });
+  const std::string old_hash = h5_content_sha256(path);
+  edit([&](hid_t f) {
+    const hid_t a = H5Aopen(f, "content_sha256", H5P_DEFAULT), t = H5Aget_type(a);
+    CHECK(H5Awrite(a, t, old_hash.data()) >= 0);
+    H5Tclose(t);
+    H5Aclose(a);
+  });
+  REQUIRE(verify_h5_content(path));
+  set_double("final_eval_loss", 3.0);
+  CHECK(verify_h5_content(path));  // the content hash of that time does not see it
   for (const bool with_curves : {true, false}) {
     try {
       read_run_results(path, with_curves);
@@ -211,7 +227,45 @@ TEST_CASE("a run's results whose summary was edited after the run are refused, n
       CHECK(std::string(e.what()) == path + ": final_eval_loss 3 is not what its curves give (3.25): the file was edited after the run; remove it (a run trains it again)");
     }
   }
-  set_attr("final_eval_loss", 3.25);
-  set_attr("mean_loss_last_k", 1.0);
+  set_double("final_eval_loss", 3.25);
+  set_double("mean_loss_last_k", 1.0);
   CHECK_THROWS_WITH(read_run_results(path, false), Catch::Contains("mean_loss_last_k 1 is not what its curves give"));
+}
+
+// The content hash covers the root group's attributes (a run's identity, provenance and outcome live there): an
+// attribute edited in place, added or removed is seen. Files written before `content_scope` are still checked as
+// they were hashed (every committed result verifies in tests/test_integrity.cpp).
+TEST_CASE("the content hash covers the root group's attributes: one edited, added or removed is seen", "[io]") {
+  const std::string dir = temp_dir(), path = dir + "/root.h5";
+  const std::vector<float> x(8, 2.0f);
+  {
+    H5Writer w(path);
+    w.write_f32("x", x.data(), {8});
+    w.attr("device_name", std::string("NVIDIA H200"));
+    w.attr("weights", 1.5);
+    w.commit();
+  }
+  REQUIRE(verify_h5_content(path));
+  CHECK(read_h5_string_attrs(path)["content_scope"] == "every dataset and attribute");
+  const auto edit = [&](const std::function<void(hid_t)>& change) {
+    const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    REQUIRE(f >= 0);
+    change(f);
+    H5Fclose(f);
+  };
+  const std::string kept = read_text_file(path);
+  edit([](hid_t f) {  // a value changed
+    const double v = 2.5;
+    const hid_t a = H5Aopen(f, "weights", H5P_DEFAULT);
+    CHECK(H5Awrite(a, H5T_NATIVE_DOUBLE, &v) >= 0);
+    H5Aclose(a);
+  });
+  CHECK_THROWS_WITH(verify_h5_content(path), Catch::Contains(path + ": content does not match the content_sha256 it was written with"));
+  write_text_atomically(path, kept);
+  REQUIRE(verify_h5_content(path));
+  edit([](hid_t f) { CHECK(H5Adelete(f, "device_name") >= 0); });  // one removed
+  CHECK_THROWS_AS(verify_h5_content(path), Error);
+  write_text_atomically(path, kept);
+  edit([](hid_t f) { CHECK(H5Adelete(f, "content_scope") >= 0); });  // the scope removed: hashed the old way, which differs
+  CHECK_THROWS_AS(verify_h5_content(path), Error);
 }

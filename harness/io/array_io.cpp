@@ -317,10 +317,15 @@ void H5Writer::attr(const std::string& key, int64_t value, const std::string& ob
 
 namespace {
 std::string content_sha256_of(hid_t file);
+// Files written before this attribute existed were hashed without their root group's attributes (the hash
+// asked a file id, not its root group, for them, and got none): they are still checked as they were written.
+constexpr const char* kContentScopeAttr = "content_scope";
+constexpr const char* kContentScopeAll = "every dataset and attribute";
 }  // namespace
 
 void H5Writer::commit() {
   if (H5Fflush(file_, H5F_SCOPE_GLOBAL) < 0) throw RuntimeError(path_ + ": HDF5 flush failed");
+  attr(kContentScopeAttr, std::string(kContentScopeAll));  // the hash below covers the root's attributes too
   attr("content_sha256", content_sha256_of(file_));
   if (H5Fflush(file_, H5F_SCOPE_GLOBAL) < 0) throw RuntimeError(path_ + ": HDF5 flush failed");
   const ssize_t size = H5Fget_file_image(file_, nullptr, 0);
@@ -525,6 +530,7 @@ std::string shape_text(hid_t space) {
 
 void hash_attributes(Sha256& h, hid_t obj, bool root) {
   const int n = H5Aget_num_attrs(obj);
+  if (n < 0) throw RuntimeError("HDF5: cannot count an object's attributes");
   for (int i = 0; i < n; ++i) {
     const H5Id a{H5Aopen_by_idx(obj, ".", H5_INDEX_NAME, H5_ITER_INC, static_cast<hsize_t>(i), H5P_DEFAULT, H5P_DEFAULT), H5Aclose};
     if (a.id < 0) throw RuntimeError("HDF5: cannot open an attribute");
@@ -550,7 +556,11 @@ herr_t collect_object(hid_t, const char* name, const ObjectInfo* info, void* out
 std::string content_sha256_of(hid_t file) {
   Sha256 h;
   put(h, std::string("ufp4 HDF5 content 1"));
-  hash_attributes(h, file, /*root=*/true);
+  if (H5Aexists_by_name(file, "/", kContentScopeAttr, H5P_DEFAULT) > 0) {
+    const H5Id root{H5Oopen(file, "/", H5P_DEFAULT), H5Oclose};
+    if (root.id < 0) throw RuntimeError("HDF5: cannot open the root group");
+    hash_attributes(h, root.id, /*root=*/true);
+  }
   ObjectNames names;
 #if H5_VERSION_GE(1, 12, 0)
   h5check(H5Ovisit(file, H5_INDEX_NAME, H5_ITER_INC, collect_object, &names, H5O_INFO_BASIC), "listing objects");
