@@ -230,6 +230,36 @@ TEST_CASE("a run's results whose summary was edited after the run are refused, n
   set_double("final_eval_loss", 3.25);
   set_double("mean_loss_last_k", 1.0);
   CHECK_THROWS_WITH(read_run_results(path, false), Catch::Contains("mean_loss_last_k 1 is not what its curves give"));
+  set_double("mean_loss_last_k", r.tail_mean(4));
+  REQUIRE(read_run_results(path, false).mean_loss_last_k == r.tail_mean(4));
+  set_double("epochs", 2.0);  // a trend's compute reads it
+  CHECK_THROWS_WITH(read_run_results(path, false), Catch::Contains("epochs 2 is not what its curves give (0)"));
+}
+
+// Files a run legitimately writes still read: no steps, no evaluation, a diverged run's NaN or infinite loss.
+TEST_CASE("a run's results with no steps, no evaluation, or NaN and infinite losses read back", "[io]") {
+  const std::string dir = test::temp_dir();
+  RunResults none = made_up_run("none", "bf16", 0);
+  RunResults no_eval = made_up_run("no_eval", "bf16", 12);
+  no_eval.data_train_tokens = 1000;
+  RunResults diverged = made_up_run("diverged", "ufp4", 30);
+  diverged.curves.loss[27] = INFINITY;
+  diverged.curves.loss[29] = NAN;
+  diverged.curves.eval_step = {29};
+  diverged.curves.eval_loss = {NAN};
+  diverged.diverged = true;
+  diverged.diverged_step = 27;
+  for (const RunResults* r : {&none, &no_eval, &diverged}) {
+    INFO(r->run_name);
+    write_run_results(dir + "/" + r->run_name + ".h5", *r);
+    const RunResults back = read_run_results(dir + "/" + r->run_name + ".h5");
+    CHECK(back.content_verified);
+    CHECK(back.steps_done == static_cast<int64_t>(r->curves.loss.size()));
+    CHECK(read_run_results(dir + "/" + r->run_name + ".h5", /*with_curves=*/false).run_name == r->run_name);
+  }
+  CHECK(std::isnan(read_run_results(dir + "/no_eval.h5").final_eval_loss));
+  CHECK(read_run_results(dir + "/no_eval.h5").epochs == 0.12);
+  CHECK(std::isnan(read_run_results(dir + "/diverged.h5").mean_loss_last_k));  // the last three steps hold NaN and inf
 }
 
 // The content hash covers the root group's attributes (a run's identity, provenance and outcome live there): an
@@ -264,6 +294,15 @@ TEST_CASE("the content hash covers the root group's attributes: one edited, adde
   write_text_atomically(path, kept);
   REQUIRE(verify_h5_content(path));
   edit([](hid_t f) { CHECK(H5Adelete(f, "device_name") >= 0); });  // one removed
+  CHECK_THROWS_AS(verify_h5_content(path), Error);
+  write_text_atomically(path, kept);
+  edit([](hid_t f) {  // one added
+    const double v = 1.0;
+    const hid_t space = H5Screate(H5S_SCALAR), a = H5Acreate2(f, "added", H5T_NATIVE_DOUBLE, space, H5P_DEFAULT, H5P_DEFAULT);
+    CHECK(H5Awrite(a, H5T_NATIVE_DOUBLE, &v) >= 0);
+    H5Aclose(a);
+    H5Sclose(space);
+  });
   CHECK_THROWS_AS(verify_h5_content(path), Error);
   write_text_atomically(path, kept);
   edit([](hid_t f) { CHECK(H5Adelete(f, "content_scope") >= 0); });  // the scope removed: hashed the old way, which differs

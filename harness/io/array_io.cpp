@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "common/atomic_file.h"
@@ -316,17 +317,18 @@ void H5Writer::attr(const std::string& key, int64_t value, const std::string& ob
 }
 
 namespace {
-std::string content_sha256_of(hid_t file);
-// Files written before this attribute existed were hashed without their root group's attributes (the hash
-// asked a file id, not its root group, for them, and got none): they are still checked as they were written.
+// Files written before `content_scope` existed were hashed by asking the file id, not its root group, for the
+// root's attributes: HDF5 1.10 answers no attributes, 1.12 and later (through its VOL layer) the root's. They
+// are checked as they were written: the earlier way, then, if that differs, with the root's attributes.
 constexpr const char* kContentScopeAttr = "content_scope";
 constexpr const char* kContentScopeAll = "every dataset and attribute";
+std::string content_sha256_of(hid_t file, bool root_attributes);
 }  // namespace
 
 void H5Writer::commit() {
   if (H5Fflush(file_, H5F_SCOPE_GLOBAL) < 0) throw RuntimeError(path_ + ": HDF5 flush failed");
   attr(kContentScopeAttr, std::string(kContentScopeAll));  // the hash below covers the root's attributes too
-  attr("content_sha256", content_sha256_of(file_));
+  attr("content_sha256", content_sha256_of(file_, /*root_attributes=*/true));
   if (H5Fflush(file_, H5F_SCOPE_GLOBAL) < 0) throw RuntimeError(path_ + ": HDF5 flush failed");
   const ssize_t size = H5Fget_file_image(file_, nullptr, 0);
   if (size <= 0) throw RuntimeError(path_ + ": HDF5 file image unavailable");
@@ -553,10 +555,25 @@ herr_t collect_object(hid_t, const char* name, const ObjectInfo* info, void* out
   return 0;
 }
 
-std::string content_sha256_of(hid_t file) {
+// Whether the file says its hash covers the root's attributes; a value this build does not know is refused.
+bool scoped(hid_t file) {
+  const htri_t has = H5Aexists_by_name(file, "/", kContentScopeAttr, H5P_DEFAULT);
+  if (has < 0) throw RuntimeError("HDF5: cannot look for the attribute content_scope");
+  if (has == 0) return false;
+  const H5Id a{H5Aopen_by_name(file, "/", kContentScopeAttr, H5P_DEFAULT, H5P_DEFAULT), H5Aclose};
+  if (a.id < 0) throw RuntimeError("HDF5: cannot open the attribute content_scope");
+  const H5Id t{H5Aget_type(a.id), H5Tclose}, space{H5Aget_space(a.id), H5Sclose};
+  std::string tag;
+  const std::string scope = native_bytes(a.id, t.id, space.id, /*attribute=*/true, tag);
+  if (scope != kContentScopeAll)
+    throw RuntimeError("content_scope '" + scope + "' is not one this ufp4 knows (allowed: " + kContentScopeAll + "): a file of a later ufp4?");
+  return true;
+}
+
+std::string content_sha256_of(hid_t file, bool root_attributes) {
   Sha256 h;
   put(h, std::string("ufp4 HDF5 content 1"));
-  if (H5Aexists_by_name(file, "/", kContentScopeAttr, H5P_DEFAULT) > 0) {
+  if (root_attributes) {
     const H5Id root{H5Oopen(file, "/", H5P_DEFAULT), H5Oclose};
     if (root.id < 0) throw RuntimeError("HDF5: cannot open the root group");
     hash_attributes(h, root.id, /*root=*/true);
@@ -587,11 +604,14 @@ std::string content_sha256_of(hid_t file) {
 
 }  // namespace
 
-std::string h5_content_sha256(const std::string& path) {
+namespace {
+
+// `root_attributes`: nullopt, as the file's content_scope says; else with or without the root's attributes.
+std::string content_sha256_at(const std::string& path, std::optional<bool> root_attributes) {
   hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (file < 0) throw Error(path + ": cannot open as HDF5");
   try {
-    const std::string hex = content_sha256_of(file);
+    const std::string hex = content_sha256_of(file, root_attributes ? *root_attributes : scoped(file));
     H5Fclose(file);
     return hex;
   } catch (const std::exception& e) {
@@ -600,11 +620,17 @@ std::string h5_content_sha256(const std::string& path) {
   }
 }
 
+}  // namespace
+
+std::string h5_content_sha256(const std::string& path) { return content_sha256_at(path, std::nullopt); }
+
 bool verify_h5_content(const std::string& path) {
   const auto attrs = read_h5_string_attrs(path);
   const auto it = attrs.find(kContentAttr);
   if (it == attrs.end()) return false;
-  const std::string now = h5_content_sha256(path);
+  std::string now = h5_content_sha256(path);
+  // Without content_scope, a file that HDF5 1.12 or later hashed with the root's attributes (above).
+  if (now != it->second && !attrs.count(kContentScopeAttr) && content_sha256_at(path, true) == it->second) now = it->second;
   if (now != it->second)
     throw Error(path + ": content does not match the content_sha256 it was written with (" + it->second.substr(0, 16) + ", now " + now.substr(0, 16) +
                 "): the file is damaged or was edited; remove it (a run trains it again)");

@@ -59,8 +59,8 @@ double read_h5_double_attr(const std::string& path, const std::string& key, cons
 // The SHA-256 of a file's content, independent of HDF5's layout: every object's path, every
 // attribute's name and value, every dataset's type, shape and values, in name order; the root
 // attribute `content_sha256` (where H5Writer stores this hash) left out. The root group's attributes
-// count where the root says so (`content_scope`, which H5Writer writes); files written before it were
-// hashed without them and are checked that way.
+// count where the root says so (`content_scope`, which H5Writer writes). A file written before it is
+// checked as it was hashed: without the root's attributes (HDF5 1.10), or with them (1.12 and later).
 std::string h5_content_sha256(const std::string& path);
 // Checks a file against the hash it carries: throws Error naming the file when the content does not
 // match it (damaged, or edited after it was written). Returns false when the file carries no hash

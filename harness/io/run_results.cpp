@@ -111,6 +111,10 @@ void read_member_attrs(RunResults& r, const std::map<std::string, double>& numbe
 
 // K of the stored training-loss summary: the last tenth of the steps, at least 1 and at most 1,000.
 int64_t summary_last_k(int64_t steps) { return std::max<int64_t>(1, std::min<int64_t>(1000, steps / 10)); }
+// The epochs a run trained: the tokens it saw over the training split's (0 when that is not recorded).
+double epochs_of(double tokens_done, int64_t data_train_tokens) {
+  return data_train_tokens > 0 ? tokens_done / static_cast<double>(data_train_tokens) : 0.0;
+}
 
 }  // namespace
 
@@ -166,8 +170,7 @@ void write_run_results(const std::string& path, const RunResults& r) {
   w.attr("last_k", k);
   w.attr("final_eval_loss", c.eval_loss.empty() ? NAN : c.eval_loss.back());
   w.attr("steps_done", n);
-  const double tokens_done = n ? c.tokens.back() : 0.0;
-  w.attr("epochs", r.data_train_tokens > 0 ? tokens_done / static_cast<double>(r.data_train_tokens) : 0.0);
+  w.attr("epochs", epochs_of(n ? c.tokens.back() : 0.0, r.data_train_tokens));
   write_member_attrs(w, r, outcome_attrs());
   w.commit();
 }
@@ -206,10 +209,12 @@ std::string fmt_g17(double v) {  // every digit of a double: two values that dif
   return b;
 }
 
-// The summaries every report and verdict reads (final_eval_loss, mean_loss_last_k, ...) are root attributes, which the
-// content hash does not cover; each is a function of the curves it does cover. A file whose summary is not what its
-// curves give was edited after the run: refused, so that an edited number cannot move a verdict unseen.
-void check_summaries(const std::string& path, const RunResults& r, const std::vector<double>& loss, const std::vector<double>& eval_loss) {
+// The summaries every report and verdict reads (final_eval_loss, mean_loss_last_k, epochs, ...) are root attributes,
+// which the content hash of a file written before `content_scope` (array_io.h) does not cover; each is a function of
+// the curves it does cover (epochs with data_train_tokens). A file whose summary is not what its curves give was
+// edited after the run: refused. flops_per_token, which a trend's compute also reads, has no such check.
+void check_summaries(const std::string& path, const RunResults& r, const std::vector<double>& loss, const std::vector<double>& eval_loss,
+                     const std::vector<double>& tokens) {
   const auto same = [](double a, double b) { return (std::isnan(a) && std::isnan(b)) || a == b; };
   const int64_t n = static_cast<int64_t>(loss.size());
   RunResults from_curves;
@@ -220,7 +225,8 @@ void check_summaries(const std::string& path, const RunResults& r, const std::ve
       {"last_k", static_cast<double>(r.last_k), static_cast<double>(k)},
       {"final_loss", r.final_loss, n ? loss.back() : NAN},
       {"mean_loss_last_k", r.mean_loss_last_k, n ? from_curves.tail_mean(k) : NAN},
-      {"final_eval_loss", r.final_eval_loss, eval_loss.empty() ? NAN : eval_loss.back()}};
+      {"final_eval_loss", r.final_eval_loss, eval_loss.empty() ? NAN : eval_loss.back()},
+      {"epochs", r.epochs, epochs_of(tokens.empty() ? 0.0 : tokens.back(), r.data_train_tokens)}};
   for (const auto& [name, stored, derived] : summaries)
     if (!same(stored, derived))
       throw Error(path + ": " + name + " " + fmt_g17(stored) + " is not what its curves give (" + fmt_g17(derived) +
@@ -257,7 +263,8 @@ RunResults read_run_results(const std::string& path, bool with_curves) {
   auto has = [&](const char* name) { return std::find(datasets.begin(), datasets.end(), name) != datasets.end(); };
   if (!with_curves) {
     if (r.content_verified && has("train/loss"))
-      check_summaries(path, r, read_h5_f64(path, "train/loss"), has("eval/loss") ? read_h5_f64(path, "eval/loss") : std::vector<double>{});
+      check_summaries(path, r, read_h5_f64(path, "train/loss"), has("eval/loss") ? read_h5_f64(path, "eval/loss") : std::vector<double>{},
+                      has("train/tokens") ? read_h5_f64(path, "train/tokens") : std::vector<double>{});
     return r;
   }
   RunCurves& c = r.curves;
@@ -273,7 +280,7 @@ RunResults read_run_results(const std::string& path, bool with_curves) {
     for (size_t row = 0; width && (row + 1) * width <= flat.size(); ++row)
       c.alpha.emplace_back(flat.begin() + static_cast<std::ptrdiff_t>(row * width), flat.begin() + static_cast<std::ptrdiff_t>((row + 1) * width));
   }
-  if (r.content_verified && has("train/loss")) check_summaries(path, r, c.loss, c.eval_loss);
+  if (r.content_verified && has("train/loss")) check_summaries(path, r, c.loss, c.eval_loss, c.tokens);
   return r;
 }
 
