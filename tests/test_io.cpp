@@ -28,6 +28,14 @@ namespace {
 using test::temp_dir;
 bool exists(const std::string& p) { return access(p.c_str(), F_OK) == 0; }
 
+// An HDF5 file changed in place, as h5py or HDFView would change it.
+void edit_in_place(const std::string& path, const std::function<void(hid_t)>& change) {
+  const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  REQUIRE(f >= 0);
+  change(f);
+  H5Fclose(f);
+}
+
 // A run's results of `steps` steps with made-up curves (loss 5 - 0.1 a step).
 RunResults made_up_run(const std::string& name, const std::string& recipe, int steps) {
   RunResults r;
@@ -194,12 +202,7 @@ TEST_CASE("a run's results whose summary was edited after the run are refused, n
   const std::string path = dir + "/edited.h5";
   write_run_results(path, r);
   REQUIRE(read_run_results(path).final_eval_loss == 3.25);
-  const auto edit = [&](const std::function<void(hid_t)>& change) {  // an edit in place, as h5py or HDFView would make it
-    const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
-    REQUIRE(f >= 0);
-    change(f);
-    H5Fclose(f);
-  };
+  const auto edit = [&](const std::function<void(hid_t)>& change) { edit_in_place(path, change); };
   const auto set_double = [&](const char* name, double v) {
     edit([&](hid_t f) {
       const hid_t a = H5Aopen(f, name, H5P_DEFAULT);
@@ -277,12 +280,7 @@ TEST_CASE("the content hash covers the root group's attributes: one edited, adde
   }
   REQUIRE(verify_h5_content(path));
   CHECK(read_h5_string_attrs(path)["content_scope"] == "every dataset and attribute");
-  const auto edit = [&](const std::function<void(hid_t)>& change) {
-    const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
-    REQUIRE(f >= 0);
-    change(f);
-    H5Fclose(f);
-  };
+  const auto edit = [&](const std::function<void(hid_t)>& change) { edit_in_place(path, change); };
   const std::string kept = read_text_file(path);
   edit([](hid_t f) {  // a value changed
     const double v = 2.5;

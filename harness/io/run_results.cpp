@@ -109,23 +109,35 @@ void read_member_attrs(RunResults& r, const std::map<std::string, double>& numbe
   }
 }
 
-// K of the stored training-loss summary: the last tenth of the steps, at least 1 and at most 1,000.
-int64_t summary_last_k(int64_t steps) { return std::max<int64_t>(1, std::min<int64_t>(1000, steps / 10)); }
-// The epochs a run trained: the tokens it saw over the training split's (0 when that is not recorded).
-double epochs_of(double tokens_done, int64_t data_train_tokens) {
-  return data_train_tokens > 0 ? tokens_done / static_cast<double>(data_train_tokens) : 0.0;
-}
-
-}  // namespace
-
-double RunResults::tail_mean(int64_t k) const {
-  const auto& l = curves.loss;
+double mean_of_last(const std::vector<double>& l, int64_t k) {
   const size_t n = l.size(), m = std::min(n, static_cast<size_t>(std::max<int64_t>(k, 1)));
   if (m == 0) return NAN;
   double s = 0;
   for (size_t i = n - m; i < n; ++i) s += l[i];
   return s / static_cast<double>(m);
 }
+
+// The summaries a results file stores beside its curves, each a function of them: written from them, and checked
+// against them when read (check_summaries). `steps`: the steps recorded (train/step's length when written).
+struct Summaries {
+  int64_t steps_done, last_k;
+  double final_loss, mean_loss_last_k, final_eval_loss, epochs;
+};
+Summaries summaries_of(int64_t steps, const std::vector<double>& loss, const std::vector<double>& eval_loss, const std::vector<double>& tokens,
+                       int64_t data_train_tokens) {
+  const int64_t k = std::max<int64_t>(1, std::min<int64_t>(1000, steps / 10));  // the last tenth, at most 1,000
+  const double tokens_done = steps && !tokens.empty() ? tokens.back() : 0.0;
+  return {steps,
+          k,
+          steps ? loss.back() : NAN,
+          steps ? mean_of_last(loss, k) : NAN,
+          eval_loss.empty() ? NAN : eval_loss.back(),
+          data_train_tokens > 0 ? tokens_done / static_cast<double>(data_train_tokens) : 0.0};  // 0: the split's size not recorded
+}
+
+}  // namespace
+
+double RunResults::tail_mean(int64_t k) const { return mean_of_last(curves.loss, k); }
 
 const std::string& RunResults::attr(const std::string& key) const {
   static const std::string none;
@@ -164,13 +176,13 @@ void write_run_results(const std::string& path, const RunResults& r) {
     w.attr("units", std::string("alpha (Eq. 3) of each quantized operand; rows: telemetry/alpha_step"), "telemetry/alpha");
     put("telemetry/alpha_step", c.alpha_step, "optimizer step");
   }
-  const int64_t k = summary_last_k(n);
-  w.attr("final_loss", n ? c.loss.back() : NAN);
-  w.attr("mean_loss_last_k", n ? r.tail_mean(k) : NAN);
-  w.attr("last_k", k);
-  w.attr("final_eval_loss", c.eval_loss.empty() ? NAN : c.eval_loss.back());
-  w.attr("steps_done", n);
-  w.attr("epochs", epochs_of(n ? c.tokens.back() : 0.0, r.data_train_tokens));
+  const Summaries sum = summaries_of(n, c.loss, c.eval_loss, c.tokens, r.data_train_tokens);
+  w.attr("final_loss", sum.final_loss);
+  w.attr("mean_loss_last_k", sum.mean_loss_last_k);
+  w.attr("last_k", sum.last_k);
+  w.attr("final_eval_loss", sum.final_eval_loss);
+  w.attr("steps_done", sum.steps_done);
+  w.attr("epochs", sum.epochs);
   write_member_attrs(w, r, outcome_attrs());
   w.commit();
 }
@@ -216,17 +228,14 @@ std::string fmt_g17(double v) {  // every digit of a double: two values that dif
 void check_summaries(const std::string& path, const RunResults& r, const std::vector<double>& loss, const std::vector<double>& eval_loss,
                      const std::vector<double>& tokens) {
   const auto same = [](double a, double b) { return (std::isnan(a) && std::isnan(b)) || a == b; };
-  const int64_t n = static_cast<int64_t>(loss.size());
-  RunResults from_curves;
-  from_curves.curves.loss = loss;
-  const int64_t k = summary_last_k(n);
+  const Summaries sum = summaries_of(static_cast<int64_t>(loss.size()), loss, eval_loss, tokens, r.data_train_tokens);
   const std::vector<std::tuple<const char*, double, double>> summaries = {
-      {"steps_done", static_cast<double>(r.steps_done), static_cast<double>(n)},
-      {"last_k", static_cast<double>(r.last_k), static_cast<double>(k)},
-      {"final_loss", r.final_loss, n ? loss.back() : NAN},
-      {"mean_loss_last_k", r.mean_loss_last_k, n ? from_curves.tail_mean(k) : NAN},
-      {"final_eval_loss", r.final_eval_loss, eval_loss.empty() ? NAN : eval_loss.back()},
-      {"epochs", r.epochs, epochs_of(tokens.empty() ? 0.0 : tokens.back(), r.data_train_tokens)}};
+      {"steps_done", static_cast<double>(r.steps_done), static_cast<double>(sum.steps_done)},
+      {"last_k", static_cast<double>(r.last_k), static_cast<double>(sum.last_k)},
+      {"final_loss", r.final_loss, sum.final_loss},
+      {"mean_loss_last_k", r.mean_loss_last_k, sum.mean_loss_last_k},
+      {"final_eval_loss", r.final_eval_loss, sum.final_eval_loss},
+      {"epochs", r.epochs, sum.epochs}};
   for (const auto& [name, stored, derived] : summaries)
     if (!same(stored, derived))
       throw Error(path + ": " + name + " " + fmt_g17(stored) + " is not what its curves give (" + fmt_g17(derived) +
@@ -259,6 +268,7 @@ RunResults read_run_results(const std::string& path, bool with_curves) {
   r.final_eval_loss = d("final_eval_loss", NAN);
   r.epochs = d("epochs", NAN);
   check_identity(path, r);
+  if (!with_curves && !r.content_verified) return r;
   const std::vector<std::string> datasets = list_h5_datasets(path);
   auto has = [&](const char* name) { return std::find(datasets.begin(), datasets.end(), name) != datasets.end(); };
   if (!with_curves) {
