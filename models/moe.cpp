@@ -82,7 +82,7 @@ torch::Tensor MoeImpl::experts_over_ranks(const torch::Tensor& rows, const Routi
       for (int64_t i = 0; i < got[static_cast<size_t>(p * L + e)]; ++i) perm.push_back(at + i);
     }
   const torch::Tensor to_experts = torch::tensor(perm, torch::kInt64).to(rows.device());
-  const torch::Tensor back = torch::argsort(to_experts);
+  const torch::Tensor back = inverse_permutation(to_experts);
   const Routing here = grouped_routing(local, rows.device());
   torch::Tensor y = fc2(swiglu(fc1(permute_rows(x, to_experts, back), here)), here);
   y = exchange_rows(permute_rows(y, back, to_experts), recv, send, expert_group);
@@ -95,9 +95,9 @@ torch::Tensor MoeImpl::forward(const torch::Tensor& x) {
   torch::Tensor flat = x.reshape({-1, d});
   const int64_t T = flat.size(0);
   torch::Tensor probs = torch::softmax(torch::nn::functional::linear(flat.to(torch::kFloat32), router), -1);  // [T, E]
-  auto top = probs.topk(top_k, -1);
-  torch::Tensor weights = std::get<0>(top) / std::get<0>(top).sum(-1, true);
-  torch::Tensor idx = std::get<1>(top);  // [T, k]
+  const auto top = top_k_experts(probs, top_k);
+  torch::Tensor weights = top.first / top.first.sum(-1, true);
+  torch::Tensor idx = top.second;  // [T, k]
   const int64_t capacity = capacity_factor > 0 ? static_cast<int64_t>(std::ceil(capacity_factor * T * top_k / E)) : 0;
   const Routing r = route(idx, weights, E, capacity);
   // Switch-style balance loss: E * sum_e (fraction of assignments to e) * (mean probability of e).

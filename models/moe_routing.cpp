@@ -1,10 +1,38 @@
 #include "models/moe_routing.h"
 
+#include <algorithm>
+#include <tuple>
+
+#include "common/error.h"
+#include "kernels/moe/inverse_permutation.h"
+#include "kernels/moe/router_top_k.h"
 #include "models/fused_ops.h"
+#ifdef UFP4_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#endif
 
 namespace ufp4 {
 
 namespace {
+
+// The router's top k by our kernel (kernels/moe/router_top_k.h) where it applies: FP32 probabilities on
+// the GPU, k <= 8. False where it does not (the caller then uses LibTorch's topk).
+bool router_top_k_on_gpu(const torch::Tensor& probs, int64_t k, torch::Tensor& values, torch::Tensor& ids) {
+#ifdef UFP4_WITH_CUDA
+  if (!probs.is_cuda() || probs.scalar_type() != torch::kFloat32 || k > kRouterTopKMaxK) return false;
+  const torch::Tensor p = probs.contiguous();
+  values = torch::empty({p.size(0), k}, p.options());
+  ids = torch::empty({p.size(0), k}, p.options().dtype(torch::kInt64));
+  RouterTopKIO io;
+  io.rows = p.size(0), io.experts = p.size(1), io.k = k;
+  io.probs = p.data_ptr<float>(), io.values = values.data_ptr<float>(), io.ids = ids.data_ptr<int64_t>();
+  cuda_router_top_k(io, at::cuda::getCurrentCUDAStream(p.device().index()).stream());
+  return true;
+#else
+  (void)probs, (void)k, (void)values, (void)ids;
+  return false;
+#endif
+}
 
 // Rows of x in a new order: row r of the result is x[perm[r]]; the backward is the inverse gather.
 struct PermuteRows : public torch::autograd::Function<PermuteRows> {
@@ -22,7 +50,7 @@ struct PermuteRows : public torch::autograd::Function<PermuteRows> {
 // gather (LibTorch's gather backward would scatter-add).
 struct PermuteCols : public torch::autograd::Function<PermuteCols> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& perm) {
-    ctx->saved_data["inverse"] = torch::argsort(perm, /*dim=*/1, /*descending=*/false);
+    ctx->saved_data["inverse"] = inverse_permutation(perm);
     return x.gather(1, perm);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list g) {
@@ -46,6 +74,32 @@ struct DispatchTokens : public torch::autograd::Function<DispatchTokens> {
   }
 };
 
+// The router's top k (values and expert ids of probs [T, E]), with topk's gradient: the values' gradient
+// at their experts, zero elsewhere. LibTorch's own backward scatters, and a scatter in deterministic
+// mode sorts its indices (several kernels a layer); ids distinct in a row make k selections the same.
+struct TopKExperts : public torch::autograd::Function<TopKExperts> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& probs, int64_t k) {
+    torch::Tensor values, ids;
+    // On the GPU one kernel: topk's selection, in its order but among equal values, whose exchange leaves
+    // the sequence of values, and so the weights' normalising sum, as it was.
+    if (!router_top_k_on_gpu(probs, k, values, ids)) std::tie(values, ids) = probs.topk(k, -1);
+    ctx->saved_data["ids"] = ids;
+    ctx->saved_data["experts"] = probs.size(-1);
+    ctx->mark_non_differentiable({ids});
+    return {values, ids};
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list g) {
+    const torch::Tensor ids = ctx->saved_data["ids"].toTensor();
+    const int64_t E = ctx->saved_data["experts"].toInt();
+    torch::Tensor dprobs = torch::zeros({ids.size(0), E}, g[0].defined() ? g[0].options() : ids.options().dtype(torch::kFloat32));
+    if (!g[0].defined()) return {dprobs, torch::Tensor()};
+    const torch::Tensor e = torch::arange(E, ids.options());
+    for (int64_t j = 0; j < ids.size(1); ++j)
+      dprobs = torch::where(ids.select(1, j).unsqueeze(1) == e, g[0].select(1, j).unsqueeze(1), dprobs);
+    return {dprobs, torch::Tensor()};
+  }
+};
+
 // Integer keys no larger than max_key in the narrowest type that holds them: LibTorch's radix sort on
 // the GPU takes one pass per byte of its key type (8 for int64), and a stable sort by the same values
 // gives the same order in any type.
@@ -56,7 +110,43 @@ torch::Tensor narrow_keys(const torch::Tensor& keys, int64_t max_key) {
   return keys;
 }
 
+// Each token's expert ids in ascending order and the slots they came from (sort(-1) of idx [T, k],
+// whose ids are distinct in a row). Two slots: one comparison, not a bitonic sort a row.
+std::pair<torch::Tensor, torch::Tensor> slots_by_expert(const torch::Tensor& idx) {
+  if (idx.size(1) != 2) {
+    auto sorted = idx.sort(-1);
+    return {std::get<0>(sorted), std::get<1>(sorted)};
+  }
+  const torch::Tensor a = idx.select(1, 0), b = idx.select(1, 1), swap = (a > b).to(torch::kInt64);
+  return {torch::stack({torch::minimum(a, b), torch::maximum(a, b)}, 1), torch::stack({swap, 1 - swap}, 1)};
+}
+
 }  // namespace
+
+std::pair<torch::Tensor, torch::Tensor> top_k_experts(const torch::Tensor& probs, int64_t k) {
+  if (probs.dim() != 2 || k < 1 || k > probs.size(1)) throw RuntimeError("top_k_experts: probs [tokens, experts] and 1 <= k <= experts expected");
+  const auto out = TopKExperts::apply(probs, k);
+  return {out[0], out[1]};
+}
+
+torch::Tensor inverse_permutation(const torch::Tensor& perm) {
+  if (perm.scalar_type() != torch::kInt64 || perm.dim() < 1) throw RuntimeError("inverse_permutation: int64 rows of permutations expected");
+#ifdef UFP4_WITH_CUDA
+  if (perm.is_cuda()) {
+    const torch::Tensor p = perm.contiguous();
+    torch::Tensor inv = torch::empty_like(p);
+    InversePermutationIO io;
+    io.width = p.size(-1);
+    io.rows = io.width ? p.numel() / io.width : 0;
+    io.perm = p.data_ptr<int64_t>();
+    io.inv = inv.data_ptr<int64_t>();
+    cuda_inverse_permutation(io, at::cuda::getCurrentCUDAStream(p.device().index()).stream());
+    return inv;
+  }
+#endif
+  // The CPU keeps LibTorch's sort (the CI reference curves were made with it); the keys are unique.
+  return torch::argsort(narrow_keys(perm, std::max<int64_t>(perm.size(-1) - 1, 0)), /*dim=*/-1, /*descending=*/false);
+}
 
 torch::Tensor Routing::host_ends() const {
   if (!host_ends_.defined()) host_ends_ = ends.to(torch::kCPU).to(torch::kInt64);
@@ -70,9 +160,9 @@ Routing route(const torch::Tensor& idx, const torch::Tensor& weights, int64_t ex
   r.experts = experts;
   const int64_t A = r.tokens * r.top_k;
   // Slots in ascending expert order: the experts' contributions to a token are summed in that order.
-  auto by_expert = idx.sort(-1);
-  r.weights = PermuteCols::apply(weights, std::get<1>(by_expert));
-  torch::Tensor flat = std::get<0>(by_expert).flatten();  // [A], assignment a = t * k + slot
+  const auto by_expert = slots_by_expert(idx);
+  r.weights = PermuteCols::apply(weights, by_expert.second);
+  torch::Tensor flat = by_expert.first.flatten();  // [A], assignment a = t * k + slot
   // Stable: within an expert, assignments stay in token order (capacity keeps the first ones).
   auto sorted = narrow_keys(flat, experts - 1).sort(/*stable=*/true, /*dim=*/0, /*descending=*/false);
   torch::Tensor expert_of_row = std::get<0>(sorted).to(flat.scalar_type()), order = std::get<1>(sorted);
@@ -91,7 +181,7 @@ Routing route(const torch::Tensor& idx, const torch::Tensor& weights, int64_t ex
     ends = torch::cumsum(torch::clamp_max(ends - starts, capacity), 0);
   }
   r.order = order;
-  r.inverse = torch::argsort(narrow_keys(order, A - 1), /*dim=*/0, /*descending=*/false);  // a permutation: unique keys
+  r.inverse = inverse_permutation(order);
   r.ends = ends.to(torch::kInt32);
   return r;
 }

@@ -1,9 +1,12 @@
 #include "tests/moe_reference.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
 
+#include "kernels/moe/inverse_permutation.h"
+#include "kernels/moe/router_top_k.h"
 #include "models/fused_ops.h"
 #include "models/grouped_linear.h"
 #include "models/moe.h"
@@ -64,6 +67,79 @@ bool same(const torch::Tensor& a, const torch::Tensor& b) {
 // Routing of random top-k choices on `device` against its definition, for capacities 0 (dropless), 5
 // and 1000: the inverse inverts the order; each token's slots and weights in ascending expert order;
 // each expert's segment its assignments in token order, the first `capacity` of them; dropped rows last.
+void check_inverse_permutation(torch::Device device) {
+  torch::manual_seed(11);
+  for (const auto& shape : std::vector<std::array<int64_t, 2>>{{1, 65536}, {4096, 2}, {333, 8}, {5, 1}, {0, 2}}) {
+    const int64_t rows = shape[0], width = shape[1];
+    INFO(device << " rows " << rows << " width " << width);
+    torch::Tensor perm = torch::argsort(torch::rand({rows, width}), /*dim=*/-1, /*descending=*/false);
+    if (rows == 1) perm = perm.view({width});  // one permutation as a 1-D tensor
+    std::vector<int64_t> inv(static_cast<size_t>(rows * width), -1);
+    InversePermutationIO io;
+    io.rows = rows, io.width = width, io.perm = perm.data_ptr<int64_t>(), io.inv = inv.data();
+    reference_inverse_permutation(io);
+    const torch::Tensor expected = torch::from_blob(inv.data(), perm.sizes(), torch::kInt64);
+    const torch::Tensor got = inverse_permutation(perm.to(device));
+    CHECK(got.sizes() == perm.sizes());
+    CHECK(torch::equal(got.cpu(), expected));
+    if (rows * width) CHECK(torch::equal(perm.gather(-1, expected), torch::arange(width).expand_as(perm)));
+  }
+  const std::vector<int64_t> bad{0, 2};
+  std::vector<int64_t> out(2);
+  InversePermutationIO io;
+  io.rows = 1, io.width = 2, io.perm = bad.data(), io.inv = out.data();
+  CHECK_THROWS_WITH(reference_inverse_permutation(io), Catch::Contains("row 0 holds 2, outside 0..1"));
+}
+
+void check_top_k_experts(torch::Device device) {
+  torch::manual_seed(12);
+  // The same pairs a row, by expert id; and the values in the order given, bit for bit.
+  auto by_id = [](const torch::Tensor& v, const torch::Tensor& i) {
+    const auto s = i.sort(-1);
+    return std::make_pair(v.gather(1, std::get<1>(s)).cpu(), std::get<0>(s).cpu());
+  };
+  auto same_bits = [](const torch::Tensor& a, const torch::Tensor& b) { return torch::equal(a.cpu().view(torch::kInt32), b.cpu().view(torch::kInt32)); };
+  for (const int64_t k : {1, 2, 3, 8}) {
+    // 16 experts; every third row drawn from four levels, so that rows hold ties at and inside the top
+    // k; two rows hold a NaN (topk counts it the largest).
+    torch::Tensor probs = torch::rand({600, 16});
+    const torch::Tensor levels = (torch::randint(0, 4, {200, 16}).to(torch::kFloat32) + 1) / 8;
+    probs.index_put_({torch::indexing::Slice(0, 600, 3)}, levels);
+    probs[7][5].fill_(std::nanf(""));
+    probs[8][0].fill_(std::nanf(""));
+    // The upstream gradient per (token, expert), with exact and negative zeros among it.
+    torch::Tensor G = torch::randn({600, 16});
+    G.index_put_({torch::indexing::Slice(0, 600, 5)}, 0.0);
+    G.index_put_({torch::indexing::Slice(1, 600, 5)}, -0.0);
+    INFO(device << " k " << k);
+    // The GPU kernel's CPU reference against topk on the CPU.
+    torch::Tensor rv = torch::empty({600, k}), ri = torch::empty({600, k}, torch::kInt64);
+    RouterTopKIO io;
+    io.rows = 600, io.experts = 16, io.k = k, io.probs = probs.data_ptr<float>(), io.values = rv.data_ptr<float>(), io.ids = ri.data_ptr<int64_t>();
+    reference_router_top_k(io);
+    // The CPU's topk breaks a tie at the k-th value as it likes (the GPU's keeps the smallest columns, as
+    // the reference does; the device check below holds every row): the ids on rows without one.
+    const auto cpu_top = probs.topk(k, -1);
+    const torch::Tensor desc = std::get<0>(probs.sort(-1, /*descending=*/true));
+    const torch::Tensor clear = desc.select(1, k - 1) != desc.select(1, std::min<int64_t>(k, 15));
+    CHECK(clear.sum().item<int64_t>() > 300);
+    CHECK(torch::equal(by_id(rv, ri).second.index({clear}), by_id(std::get<0>(cpu_top), std::get<1>(cpu_top)).second.index({clear})));
+    CHECK(same_bits(rv, std::get<0>(cpu_top)));  // the values, larger first: equal values make the same sequence
+    // top_k_experts on the device against topk and its autograd there.
+    torch::Tensor p1 = probs.to(device).clone().requires_grad_(true), p2 = probs.to(device).clone().requires_grad_(true);
+    const torch::Tensor Gd = G.to(device);
+    const auto ours = top_k_experts(p1, k);
+    const auto theirs = p2.topk(k, -1);
+    const auto a = by_id(ours.first.detach(), ours.second), b = by_id(std::get<0>(theirs).detach(), std::get<1>(theirs));
+    CHECK(torch::equal(a.second, b.second));
+    CHECK(same_bits(a.first, b.first));
+    CHECK(same_bits(ours.first.detach(), std::get<0>(theirs).detach()));  // larger first: the same sequence of values
+    (ours.first * Gd.gather(1, ours.second)).sum().backward();
+    (std::get<0>(theirs) * Gd.gather(1, std::get<1>(theirs))).sum().backward();
+    CHECK(same_bits(p1.grad(), p2.grad()));  // bits: -0 is not +0
+  }
+}
+
 void check_routing(torch::Device device) {
   torch::manual_seed(7);
   // 6 experts (one-byte sort keys), and 300 experts over 400 assignments (two-byte keys).

@@ -13,6 +13,13 @@ namespace ufp4::test {
 
 // Catch2 checks of route() on `device` (tests/moe_reference.cpp says which).
 void check_routing(torch::Device device);
+// Catch2 checks of inverse_permutation() on `device` against the CPU reference
+// (kernels/moe/inverse_permutation.h), bit for bit: rows of widths 1 to 65536, none, and out of range.
+void check_inverse_permutation(torch::Device device);
+// Catch2 checks of top_k_experts() on `device` against LibTorch's topk and its autograd on that device:
+// the same (expert, value) pairs a row, and the probabilities' gradient bit for bit (signed zeros too),
+// with ties among the probabilities.
+void check_top_k_experts(torch::Device device);
 
 struct MoeComparison {
   bool output_equal = false;           // bit for bit

@@ -20,6 +20,10 @@ TEST_CASE("routing: expert segments in token order, capacity drops the latest, i
   test::check_routing(torch::kCPU);
 }
 
+TEST_CASE("routing's inverse permutations: the CPU reference equals argsort", "[moe]") { test::check_inverse_permutation(torch::kCPU); }
+
+TEST_CASE("the router's top k: topk's pairs and its gradient bit for bit", "[moe]") { test::check_top_k_experts(torch::kCPU); }
+
 TEST_CASE("MoE layer equals the per-expert formulation bit for bit: output, expert gradients, quantized operands, alpha", "[moe]") {
   for (const char* recipe : {"bf16", "e2m1_ref", "ufp4", "nvfp4_nvidia", "mxfp4"})
     for (int64_t top_k : {2, 3})

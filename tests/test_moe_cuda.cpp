@@ -46,6 +46,18 @@ TEST_CASE("routing on the GPU: the same layout as its definition", "[moe][cuda]"
   test::check_routing(torch::kCUDA);
 }
 
+TEST_CASE("routing's inverse permutations on the GPU: one kernel, the CPU reference's integers", "[moe][cuda]") {
+  UFP4_NEED_GPU();
+  set_deterministic(true);
+  test::check_inverse_permutation(torch::kCUDA);
+}
+
+TEST_CASE("the router's top k on the GPU: unsorted, topk's pairs and its gradient bit for bit", "[moe][cuda]") {
+  UFP4_NEED_GPU();
+  set_deterministic(true);
+  test::check_top_k_experts(torch::kCUDA);
+}
+
 TEST_CASE("MoE on the GPU: quantized operands equal the per-expert formulation; grouped BF16 GEMMs agree", "[moe][cuda]") {
   UFP4_NEED_GPU();
   set_deterministic(true);

@@ -1,0 +1,57 @@
+// The router's choice of experts: for each row of probs [rows, experts] (FP32), the k largest values and
+// their columns, ordered by value, larger first, and among equal values by column, smaller first. NaN
+// counts as larger than every number and -0 as smaller than +0, as LibTorch's topk orders them (its radix
+// keys), so the selection is topk's, ties included: topk keeps, of the values equal to the k-th largest,
+// those of the smallest columns. One thread a row in the CUDA kernel (router_top_k_cuda.cu), where topk
+// took a radix selection and, sorted, a bitonic sort a row; the CPU reference
+// (router_top_k_reference.cpp) runs the same comparisons, so the two agree bit for bit. Raw pointers,
+// no LibTorch types.
+#pragma once
+#include <cstdint>
+
+#include "kernels/numerics/float_bits.h"
+#include "kernels/numerics/hd.h"
+
+typedef struct CUstream_st* cudaStream_t;
+
+namespace ufp4 {
+
+constexpr int64_t kRouterTopKMaxK = 8;
+
+struct RouterTopKIO {
+  int64_t rows = 0, experts = 0, k = 0;  // 1 <= k <= min(experts, kRouterTopKMaxK)
+  const float* probs = nullptr;          // [rows, experts]
+  float* values = nullptr;               // [rows, k]
+  int64_t* ids = nullptr;                // [rows, k]
+};
+
+// The order key of a value: larger key, larger value (LibTorch's radix key for FP32, NaN the largest).
+UFP4_HD uint32_t router_key(float v) {
+  const uint32_t x = f32_bits(v);
+  return is_nan(v) ? 0xffffffffu : x ^ ((x & 0x80000000u) ? 0xffffffffu : 0x80000000u);
+}
+
+// One row: scan the columns in order, insert each value behind every kept value of a key at least its own.
+UFP4_HD void router_top_k_row(const float* p, int64_t experts, int64_t k, float* values, int64_t* ids) {
+  uint32_t key[kRouterTopKMaxK] = {};
+  int64_t n = 0;
+  for (int64_t e = 0; e < experts; ++e) {
+    const uint32_t ke = router_key(p[e]);
+    if (n == k && ke <= key[k - 1]) continue;
+    int64_t at = n < k ? n++ : k - 1;
+    for (; at > 0 && key[at - 1] < ke; --at) {
+      key[at] = key[at - 1];
+      values[at] = values[at - 1];
+      ids[at] = ids[at - 1];
+    }
+    key[at] = ke;
+    values[at] = p[e];
+    ids[at] = e;
+  }
+}
+
+void reference_router_top_k(const RouterTopKIO& io);
+// On `stream` (the caller's); device pointers.
+void cuda_router_top_k(const RouterTopKIO& io, cudaStream_t stream);
+
+}  // namespace ufp4
