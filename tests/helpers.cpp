@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <exception>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -23,6 +24,15 @@
 #endif
 
 namespace ufp4::test {
+
+std::string thrown_message(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
 
 bool gpu_available() {
 #ifdef UFP4_WITH_CUDA

@@ -3,12 +3,18 @@
 // holds the tensor helpers).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 namespace ufp4::test {
 
 bool gpu_available();
+
+// The message of the exception f throws, "" when it throws none (for CHECK(contains(...)) under Catch2 v2
+// and v3 alike, whose matchers differ).
+std::string thrown_message(const std::function<void()>& f);
+inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 struct CliResult {
   int code;
