@@ -7,6 +7,7 @@
 # $LOGS/exact.log and a Markdown table $LOGS/packing.md (the fastest setting a model, and its tokens/s
 # against one run a GPU without MPS). After `make gpu` and the corpus.
 #   UFP4_GIT_COMMIT=<commit> [MODELS="dense-ne6.6m moe-ne4.0m"] [PACK="1 2 4 8"] [MPS="off on"] [TOKENS=52428800] [GPUS="0 1"] tools/gpu-packing.sh
+# UFP4_BIN: the binary that trains (default build/ufp4), e.g. one built from an earlier commit for a before/after.
 set -uo pipefail
 export UFP4_REUSE=${UFP4_REUSE:-off}  # what it checks, it trains: no run copied from another folder
 cd "$(dirname "$0")/.."
@@ -16,6 +17,7 @@ MODELS=${MODELS:-dense-ne6.6m moe-ne4.0m moe-ne5.8m}
 PACK=${PACK:-1 2 4 8}
 MPS=${MPS:-off on}
 TOKENS=${TOKENS:-52428800}  # tokens a GPU trains for each K, split over its K runs
+BIN=${UFP4_BIN:-build/ufp4}
 # GPUS: the GPUs to use (default: all), e.g. "1 2 3" beside another job on GPU 0.
 gpus=(${GPUS:-$(seq 0 $(( $(nvidia-smi -L | wc -l) - 1 )))})
 ngpu=${#gpus[@]}
@@ -36,7 +38,7 @@ measure() {  # measure MODEL K MODE GPU: one setting on one GPU, its row appende
   rm -rf "$dir"
   manifest "$model" "$k" "$dir" > build/packing/$name.toml
   local s=$(date +%s.%N)
-  CUDA_VISIBLE_DEVICES=$gpu build/ufp4 run --force --gpus 1 --per-gpu "$k" --mps "$mode" build/packing/$name.toml > "$LOGS/$name.log" 2>&1
+  CUDA_VISIBLE_DEVICES=$gpu "$BIN" run --force --gpus 1 --per-gpu "$k" --mps "$mode" build/packing/$name.toml > "$LOGS/$name.log" 2>&1
   local rc=$?
   local wall=$(python3 -c "print(round($(date +%s.%N) - $s, 1))")
   # Each run's last progress line gives its training-loop tokens/s.
@@ -83,10 +85,10 @@ if [[ " $MPS " == *" on "* ]]; then
       first=$(ls "$packed"/*-1-*.h5 2>/dev/null | head -n 1)
       [ -n "$first" ] || { echo "$model: no packed run to check (the K = $kmax MPS setting left no results)" >> "$LOGS/exact.log"; exit 0; }
       name=$(basename "$first" | sed 's/-[0-9a-f]\{16\}\.h5$//')
-      CUDA_VISIBLE_DEVICES=${gpus[i % ngpu]} build/ufp4 run --force --only "$name" "$alone.toml" > "$LOGS/$model-alone.log" 2>&1
+      CUDA_VISIBLE_DEVICES=${gpus[i % ngpu]} "$BIN" run --force --only "$name" "$alone.toml" > "$LOGS/$model-alone.log" 2>&1
       # The reference folder holds that run only (every reference run must be among the files checked).
       rm -rf "$alone-ref" && mkdir -p "$alone-ref" && cp "$packed/$name"-*.h5 "$alone-ref/"
-      build/ufp4 check "$alone"/*.h5 --reference "$alone-ref" --exact > "$LOGS/$model-exact.log" 2>&1
+      "$BIN" check "$alone"/*.h5 --reference "$alone-ref" --exact > "$LOGS/$model-exact.log" 2>&1
       echo "$model: $name alone against its run among $kmax under MPS: check exit $?: $(grep -c '^ok' "$LOGS/$model-exact.log") ok, $(grep -c '^FAIL' "$LOGS/$model-exact.log") FAIL" >> "$LOGS/exact.log"
     ) &
     i=$((i + 1))
