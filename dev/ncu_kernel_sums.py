@@ -7,6 +7,7 @@ a step). Kernel names keep their template
 arguments and lose their call arguments.
 
 usage: python dev/ncu_kernel_sums.py ncu.csv[.gz] [--top 40]
+       python dev/ncu_kernel_sums.py ncu.csv[.gz] --groups   (a Markdown table: the step's time by kind of kernel)
        python dev/ncu_kernel_sums.py after.csv --before before.csv [--min-us 20]   (a Markdown table of the kernels whose
        sum changed by at least min-us, the step's total first)
 """
@@ -51,6 +52,27 @@ def step_sums(rows):
     return total, count, sum(ns for _, ns in step), len(step)
 
 
+# Kinds of kernel, first match wins (kernel names as Nsight Compute gives them).
+GROUPS = [
+    ("attention (forward, backward, RoPE)", r"attention|sdpa|flash|rope"),
+    ("4-bit quantizers", r"quantize|segments_pair"),
+    ("GEMMs (with cuBLAS's split-K reductions)", r"nvjet|cutlass|gemm|splitKreduce|xmma"),
+    ("RMSNorm, SwiGLU, cross entropy", r"rms_norm|swiglu|cross_entropy"),
+    ("MoE routing, dispatch and combine", r"moe_|router_top_k|inverse_permutation|padded_segments|[Tt]op[Kk]|[Ss]ort|searchsorted|scatter_gather|indexing_backward|MaxNan|MinNan|assert_async|where_kernel|CompareEq"),
+    ("AdamW, fills, copies, other elementwise", r"."),
+]
+
+
+def group_table(total, ns_all):
+    by = collections.OrderedDict((g, 0.0) for g, _ in GROUPS)
+    for n, ns in total.items():
+        by[next(g for g, rx in GROUPS if re.search(rx, n))] += ns
+    print("| kind of kernel | us | share |\n|---|---|---|")
+    for g, ns in by.items():
+        print(f"| {g} | {ns / 1e3:.0f} | {100 * ns / ns_all:.1f}% |")
+    print(f"| all kernels of the step | {ns_all / 1e3:.0f} | 100% |")
+
+
 def short(name):
     return re.sub(r"^void ", "", name).replace("native::", "").replace("<unnamed>::", "")[:100]
 
@@ -61,8 +83,11 @@ def main():
     ap.add_argument("--top", type=int, default=40)
     ap.add_argument("--before", help="a CSV of the same step before a change: print the differences")
     ap.add_argument("--min-us", type=float, default=20.0)
+    ap.add_argument("--groups", action="store_true", help="the step's time by kind of kernel")
     args = ap.parse_args()
     total, count, ns_all, launches = step_sums(read(args.csv))
+    if args.groups:
+        return group_table(total, ns_all)
     if args.before:
         b_total, b_count, b_all, b_launches = step_sums(read(args.before))
         print("| kernel | before: us (launches) | after: us (launches) | after - before, us |\n|---|---|---|---|")

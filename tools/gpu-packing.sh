@@ -117,7 +117,9 @@ fi
       $3 == 1 && $9 == 0 { one = $6 }
       $9 == 0 && $6 > off { off = $6; koff = $3 }
       $6 > best { best = $6; kb = $3; mb = $9 }
-      END { printf "| %s | %.0f | %.0f (K = %d) | %.0f (K = %d%s) | %.2fx |\n", m, one, off, koff, best, kb, (mb == 1 ? ", MPS" : ""), (one > 0 ? best / one : 0) }'
+      END { printf "| %s | %s | %s | %.0f (K = %d%s) | %s |\n", m, (one > 0 ? sprintf("%.0f", one) : "not measured"),
+                   (off > 0 ? sprintf("%.0f (K = %d)", off, koff) : "not measured"), best, kb, (mb == 1 ? ", MPS" : ""),
+                   (one > 0 ? sprintf("%.2fx", best / one) : "-") }'
   done
   echo
   echo "Bits (seed 1 of K = $kmax under MPS, trained again alone without MPS, \`ufp4 check --exact\`):"
