@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "models/fused_ops.h"
+#include "models/router_top_k.h"
 
 namespace ufp4 {
 

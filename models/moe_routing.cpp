@@ -1,11 +1,9 @@
 #include "models/moe_routing.h"
 
 #include <algorithm>
-#include <tuple>
 
 #include "common/error.h"
 #include "kernels/moe/inverse_permutation.h"
-#include "kernels/moe/router_top_k.h"
 #include "models/fused_ops.h"
 #ifdef UFP4_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -14,25 +12,6 @@
 namespace ufp4 {
 
 namespace {
-
-// The router's top k by our kernel (kernels/moe/router_top_k.h) where it applies: FP32 probabilities on
-// the GPU, k <= 8. False where it does not (the caller then uses LibTorch's topk).
-bool router_top_k_on_gpu(const torch::Tensor& probs, int64_t k, torch::Tensor& values, torch::Tensor& ids) {
-#ifdef UFP4_WITH_CUDA
-  if (!probs.is_cuda() || probs.scalar_type() != torch::kFloat32 || k > kRouterTopKMaxK) return false;
-  const torch::Tensor p = probs.contiguous();
-  values = torch::empty({p.size(0), k}, p.options());
-  ids = torch::empty({p.size(0), k}, p.options().dtype(torch::kInt64));
-  RouterTopKIO io;
-  io.rows = p.size(0), io.experts = p.size(1), io.k = k;
-  io.probs = p.data_ptr<float>(), io.values = values.data_ptr<float>(), io.ids = ids.data_ptr<int64_t>();
-  cuda_router_top_k(io, at::cuda::getCurrentCUDAStream(p.device().index()).stream());
-  return true;
-#else
-  (void)probs, (void)k, (void)values, (void)ids;
-  return false;
-#endif
-}
 
 // Rows of x in a new order: row r of the result is x[perm[r]]; the backward is the inverse gather.
 struct PermuteRows : public torch::autograd::Function<PermuteRows> {
@@ -74,32 +53,6 @@ struct DispatchTokens : public torch::autograd::Function<DispatchTokens> {
   }
 };
 
-// The router's top k (values and expert ids of probs [T, E]), with topk's gradient: the values' gradient
-// at their experts, zero elsewhere. LibTorch's own backward scatters, and a scatter in deterministic
-// mode sorts its indices (several kernels a layer); ids distinct in a row make k selections the same.
-struct TopKExperts : public torch::autograd::Function<TopKExperts> {
-  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& probs, int64_t k) {
-    torch::Tensor values, ids;
-    // On the GPU one kernel: topk's selection, in its order but among equal values, whose exchange leaves
-    // the sequence of values, and so the weights' normalising sum, as it was.
-    if (!router_top_k_on_gpu(probs, k, values, ids)) std::tie(values, ids) = probs.topk(k, -1);
-    ctx->saved_data["ids"] = ids;
-    ctx->saved_data["experts"] = probs.size(-1);
-    ctx->mark_non_differentiable({ids});
-    return {values, ids};
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list g) {
-    const torch::Tensor ids = ctx->saved_data["ids"].toTensor();
-    const int64_t E = ctx->saved_data["experts"].toInt();
-    torch::Tensor dprobs = torch::zeros({ids.size(0), E}, g[0].defined() ? g[0].options() : ids.options().dtype(torch::kFloat32));
-    if (!g[0].defined()) return {dprobs, torch::Tensor()};
-    const torch::Tensor e = torch::arange(E, ids.options());
-    for (int64_t j = 0; j < ids.size(1); ++j)
-      dprobs = torch::where(ids.select(1, j).unsqueeze(1) == e, g[0].select(1, j).unsqueeze(1), dprobs);
-    return {dprobs, torch::Tensor()};
-  }
-};
-
 // Integer keys no larger than max_key in the narrowest type that holds them: LibTorch's radix sort on
 // the GPU takes one pass per byte of its key type (8 for int64), and a stable sort by the same values
 // gives the same order in any type.
@@ -123,12 +76,6 @@ std::pair<torch::Tensor, torch::Tensor> slots_by_expert(const torch::Tensor& idx
 
 }  // namespace
 
-std::pair<torch::Tensor, torch::Tensor> top_k_experts(const torch::Tensor& probs, int64_t k) {
-  if (probs.dim() != 2 || k < 1 || k > probs.size(1)) throw RuntimeError("top_k_experts: probs [tokens, experts] and 1 <= k <= experts expected");
-  const auto out = TopKExperts::apply(probs, k);
-  return {out[0], out[1]};
-}
-
 torch::Tensor inverse_permutation(const torch::Tensor& perm) {
   if (perm.scalar_type() != torch::kInt64 || perm.dim() < 1) throw RuntimeError("inverse_permutation: int64 rows of permutations expected");
 #ifdef UFP4_WITH_CUDA
@@ -144,7 +91,7 @@ torch::Tensor inverse_permutation(const torch::Tensor& perm) {
     return inv;
   }
 #endif
-  // The CPU keeps LibTorch's sort (the CI reference curves were made with it); the keys are unique.
+  // The CPU keeps LibTorch's sort: a permutation's inverse is unique, so any method gives these integers.
   return torch::argsort(narrow_keys(perm, std::max<int64_t>(perm.size(-1) - 1, 0)), /*dim=*/-1, /*descending=*/false);
 }
 

@@ -27,12 +27,6 @@ struct Routing {
   mutable torch::Tensor host_ends_;
 };
 
-// The router's choice: the k largest of probs [T, E] a row and their expert ids [T, k], larger first,
-// with the bits of LibTorch's topk and its autograd. On the GPU (FP32, k <= 8) one kernel
-// (kernels/moe/router_top_k.h) selects them, ordered as topk orders them but among equal values; the
-// gradient is formed without topk's scatter, which sorts its indices in deterministic mode.
-std::pair<torch::Tensor, torch::Tensor> top_k_experts(const torch::Tensor& probs, int64_t k);
-
 // The inverse of each row's permutation of perm [..., w] int64 (argsort of a permutation): on CUDA one
 // kernel (kernels/moe/inverse_permutation.h), on the CPU LibTorch's argsort.
 torch::Tensor inverse_permutation(const torch::Tensor& perm);

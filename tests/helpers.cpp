@@ -12,9 +12,9 @@
 #include <sys/wait.h>
 
 #include <array>
-#include <exception>
 #include <csignal>
 #include <cstdio>
+#include <exception>
 #include <iostream>
 #include <sstream>
 #include <stdexcept>

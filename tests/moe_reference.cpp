@@ -10,6 +10,7 @@
 #include "models/fused_ops.h"
 #include "models/grouped_linear.h"
 #include "models/moe.h"
+#include "models/router_top_k.h"
 #include "tests/catch.h"
 
 namespace ufp4::test {
@@ -64,12 +65,11 @@ bool same(const torch::Tensor& a, const torch::Tensor& b) {
 
 }  // namespace
 
-// Routing of random top-k choices on `device` against its definition, for capacities 0 (dropless), 5
-// and 1000: the inverse inverts the order; each token's slots and weights in ascending expert order;
-// each expert's segment its assignments in token order, the first `capacity` of them; dropped rows last.
 void check_inverse_permutation(torch::Device device) {
   torch::manual_seed(11);
-  for (const auto& shape : std::vector<std::array<int64_t, 2>>{{1, 65536}, {4096, 2}, {333, 8}, {5, 1}, {0, 2}}) {
+  std::vector<std::array<int64_t, 2>> shapes{{1, 65536}, {4096, 2}, {333, 8}, {5, 1}, {0, 2}};
+  if (device.is_cuda()) shapes.push_back({1, (int64_t{1} << 24) + 3});  // past 65535 blocks of 256: the grid loops
+  for (const auto& shape : shapes) {
     const int64_t rows = shape[0], width = shape[1];
     INFO(device << " rows " << rows << " width " << width);
     torch::Tensor perm = torch::argsort(torch::rand({rows, width}), /*dim=*/-1, /*descending=*/false);
@@ -91,55 +91,89 @@ void check_inverse_permutation(torch::Device device) {
   CHECK(contains(thrown_message([&] { reference_inverse_permutation(io); }), "row 0 holds 2, outside 0..1"));
 }
 
-void check_top_k_experts(torch::Device device) {
-  torch::manual_seed(12);
-  // The same pairs a row, by expert id; and the values in the order given, bit for bit.
-  auto by_id = [](const torch::Tensor& v, const torch::Tensor& i) {
-    const auto s = i.sort(-1);
-    return std::make_pair(v.gather(1, std::get<1>(s)).cpu(), std::get<0>(s).cpu());
-  };
-  auto same_bits = [](const torch::Tensor& a, const torch::Tensor& b) { return torch::equal(a.cpu().view(torch::kInt32), b.cpu().view(torch::kInt32)); };
-  for (const int64_t k : {1, 2, 3, 8}) {
-    // 16 experts; every third row drawn from four levels, so that rows hold ties at and inside the top
-    // k; two rows hold a NaN (topk counts it the largest).
-    torch::Tensor probs = torch::rand({600, 16});
-    const torch::Tensor levels = (torch::randint(0, 4, {200, 16}).to(torch::kFloat32) + 1) / 8;
-    probs.index_put_({torch::indexing::Slice(0, 600, 3)}, levels);
-    probs[7][5].fill_(std::nanf(""));
-    probs[8][0].fill_(std::nanf(""));
-    // The upstream gradient per (token, expert), with exact and negative zeros among it.
-    torch::Tensor G = torch::randn({600, 16});
-    G.index_put_({torch::indexing::Slice(0, 600, 5)}, 0.0);
-    G.index_put_({torch::indexing::Slice(1, 600, 5)}, -0.0);
-    INFO(device << " k " << k);
-    // The GPU kernel's CPU reference against topk on the CPU.
-    torch::Tensor rv = torch::empty({600, k}), ri = torch::empty({600, k}, torch::kInt64);
-    RouterTopKIO io;
-    io.rows = 600, io.experts = 16, io.k = k, io.probs = probs.data_ptr<float>(), io.values = rv.data_ptr<float>(), io.ids = ri.data_ptr<int64_t>();
-    reference_router_top_k(io);
-    // The CPU's topk breaks a tie at the k-th value as it likes (the GPU's keeps the smallest columns, as
-    // the reference does; the device check below holds every row): the ids on rows without one.
-    const auto cpu_top = probs.topk(k, -1);
-    const torch::Tensor desc = std::get<0>(probs.sort(-1, /*descending=*/true));
-    const torch::Tensor clear = desc.select(1, k - 1) != desc.select(1, std::min<int64_t>(k, 15));
-    CHECK(clear.sum().item<int64_t>() > 300);
-    CHECK(torch::equal(by_id(rv, ri).second.index({clear}), by_id(std::get<0>(cpu_top), std::get<1>(cpu_top)).second.index({clear})));
-    CHECK(same_bits(rv, std::get<0>(cpu_top)));  // the values, larger first: equal values make the same sequence
-    // top_k_experts on the device against topk and its autograd there.
-    torch::Tensor p1 = probs.to(device).clone().requires_grad_(true), p2 = probs.to(device).clone().requires_grad_(true);
-    const torch::Tensor Gd = G.to(device);
-    const auto ours = top_k_experts(p1, k);
-    const auto theirs = p2.topk(k, -1);
-    const auto a = by_id(ours.first.detach(), ours.second), b = by_id(std::get<0>(theirs).detach(), std::get<1>(theirs));
-    CHECK(torch::equal(a.second, b.second));
-    CHECK(same_bits(a.first, b.first));
-    CHECK(same_bits(ours.first.detach(), std::get<0>(theirs).detach()));  // larger first: the same sequence of values
-    (ours.first * Gd.gather(1, ours.second)).sum().backward();
-    (std::get<0>(theirs) * Gd.gather(1, std::get<1>(theirs))).sum().backward();
-    CHECK(same_bits(p1.grad(), p2.grad()));  // bits: -0 is not +0
-  }
+namespace {
+
+bool same_bits(const torch::Tensor& a, const torch::Tensor& b) { return torch::equal(a.cpu().view(torch::kInt32), b.cpu().view(torch::kInt32)); }
+
+// Values and ids of each row in ascending id order: the same pairs compare equal whatever their order.
+std::pair<torch::Tensor, torch::Tensor> by_id(const torch::Tensor& v, const torch::Tensor& i) {
+  const auto s = i.sort(-1);
+  return {v.gather(1, std::get<1>(s)).cpu(), std::get<0>(s).cpu()};
 }
 
+// Router probabilities with topk's hard cases: every third row drawn from four levels (ties at and inside
+// the top k), row 7 one NaN and row 8 two (topk counts NaN the largest), row 9 zeros of both signs (-0
+// below +0 in topk's order).
+constexpr int64_t kSignedZeroRow = 9;
+torch::Tensor router_probs(int64_t rows, int64_t experts) {
+  torch::Tensor p = torch::rand({rows, experts});
+  p.index_put_({torch::indexing::Slice(0, rows, 3)}, (torch::randint(0, 4, {(rows + 2) / 3, experts}).to(torch::kFloat32) + 1) / 8);
+  p[7][5].fill_(std::nanf(""));
+  p[8][3].fill_(std::nanf(""));
+  p[8][experts - 2].fill_(std::nanf(""));
+  p[kSignedZeroRow].copy_(torch::where(torch::arange(experts) % 2 == 0, torch::full({experts}, -0.0), torch::zeros({experts})));
+  return p;
+}
+
+// The kernel's CPU reference (rv, ri) against topk on the CPU, which breaks a tie at the k-th value as it
+// likes and sees -0 and +0 as one value (the GPU's topk keeps the smallest columns and orders the zeros,
+// as the reference does: the device check holds every row): the ids on rows without such a tie or a
+// NaN, the values, larger first, on every row but the signed zeros'.
+void check_reference_against_cpu_topk(const torch::Tensor& probs, int64_t k, const torch::Tensor& rv, const torch::Tensor& ri) {
+  const int64_t rows = probs.size(0), E = probs.size(1);
+  const auto cpu_top = probs.topk(k, -1);
+  const torch::Tensor desc = std::get<0>(probs.sort(-1, /*descending=*/true));
+  const torch::Tensor others = torch::arange(rows) != kSignedZeroRow;
+  const torch::Tensor clear = (desc.select(1, k - 1) != desc.select(1, std::min<int64_t>(k, E - 1))) & probs.isnan().any(1).logical_not() & others;
+  CHECK(clear.sum().item<int64_t>() > rows / 2);
+  CHECK(torch::equal(by_id(rv, ri).second.index({clear}), by_id(std::get<0>(cpu_top), std::get<1>(cpu_top)).second.index({clear})));
+  CHECK(same_bits(rv.index({others}), std::get<0>(cpu_top).index({others})));  // equal values make the same sequence
+}
+
+// top_k_experts on `device` against topk and its autograd there: the same pairs, the same sequence of
+// values, the probabilities' gradient bit for bit (signed zeros too); where the kernel selects (CUDA,
+// k <= 2), its order is the reference's.
+void check_against_topk_autograd(const torch::Tensor& probs, int64_t k, torch::Device device, const torch::Tensor& rv, const torch::Tensor& ri) {
+  torch::Tensor G = torch::randn(probs.sizes());  // the upstream gradient per (token, expert), exact and negative zeros among it
+  G.index_put_({torch::indexing::Slice(0, probs.size(0), 5)}, 0.0);
+  G.index_put_({torch::indexing::Slice(1, probs.size(0), 5)}, -0.0);
+  torch::Tensor p1 = probs.to(device).clone().requires_grad_(true), p2 = probs.to(device).clone().requires_grad_(true);
+  const torch::Tensor Gd = G.to(device);
+  const auto ours = top_k_experts(p1, k);
+  const auto theirs = p2.topk(k, -1);
+  const auto a = by_id(ours.first.detach(), ours.second), b = by_id(std::get<0>(theirs).detach(), std::get<1>(theirs));
+  CHECK(torch::equal(a.second, b.second));
+  CHECK(same_bits(a.first, b.first));
+  CHECK(same_bits(ours.first.detach(), std::get<0>(theirs).detach()));
+  if (device.is_cuda() && k <= 2) {
+    CHECK(torch::equal(ours.second.cpu(), ri));
+    CHECK(same_bits(ours.first.detach(), rv));
+  }
+  (ours.first * Gd.gather(1, ours.second)).sum().backward();
+  (std::get<0>(theirs) * Gd.gather(1, std::get<1>(theirs))).sum().backward();
+  CHECK(same_bits(p1.grad(), p2.grad()));
+}
+
+}  // namespace
+
+void check_top_k_experts(torch::Device device) {
+  torch::manual_seed(12);
+  for (const int64_t E : {16, 128})
+    for (const int64_t k : {1, 2, 3, 8}) {
+      INFO(device << " experts " << E << " k " << k);
+      const torch::Tensor probs = router_probs(600, E);
+      torch::Tensor rv = torch::empty({600, k}), ri = torch::empty({600, k}, torch::kInt64);
+      RouterTopKIO io;
+      io.rows = 600, io.experts = E, io.k = k, io.probs = probs.data_ptr<float>(), io.values = rv.data_ptr<float>(), io.ids = ri.data_ptr<int64_t>();
+      reference_router_top_k(io);
+      check_reference_against_cpu_topk(probs, k, rv, ri);
+      check_against_topk_autograd(probs, k, device, rv, ri);
+    }
+}
+
+// Routing of random top-k choices on `device` against its definition, for capacities 0 (dropless), 5
+// and 1000: the inverse inverts the order; each token's slots and weights in ascending expert order;
+// each expert's segment its assignments in token order, the first `capacity` of them; dropped rows last.
 void check_routing(torch::Device device) {
   torch::manual_seed(7);
   // 6 experts (one-byte sort keys), and 300 experts over 400 assignments (two-byte keys).

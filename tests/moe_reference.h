@@ -14,11 +14,12 @@ namespace ufp4::test {
 // Catch2 checks of route() on `device` (tests/moe_reference.cpp says which).
 void check_routing(torch::Device device);
 // Catch2 checks of inverse_permutation() on `device` against the CPU reference
-// (kernels/moe/inverse_permutation.h), bit for bit: rows of widths 1 to 65536, none, and out of range.
+// (kernels/moe/inverse_permutation.h), bit for bit: rows of widths 1 to 65536, none, and out of range;
+// on CUDA also one of 2^24 + 3 entries (the kernel's grid-stride loop past its 65535 blocks).
 void check_inverse_permutation(torch::Device device);
-// Catch2 checks of top_k_experts() on `device` against LibTorch's topk and its autograd on that device:
-// the same (expert, value) pairs a row, and the probabilities' gradient bit for bit (signed zeros too),
-// with ties among the probabilities.
+// Catch2 checks of top_k_experts() (models/router_top_k.h) on `device` against LibTorch's topk and its
+// autograd there, and of the GPU kernel's CPU reference against topk on the CPU: 16 and 128 experts, k 1, 2,
+// 3 and 8, ties at and inside the top k, NaNs and signed zeros; the probabilities' gradient bit for bit.
 void check_top_k_experts(torch::Device device);
 
 struct MoeComparison {

@@ -52,7 +52,7 @@ TEST_CASE("routing's inverse permutations on the GPU: one kernel, the CPU refere
   test::check_inverse_permutation(torch::kCUDA);
 }
 
-TEST_CASE("the router's top k on the GPU: unsorted, topk's pairs and its gradient bit for bit", "[moe][cuda]") {
+TEST_CASE("the router's top k on the GPU: topk's pairs and gradient bit for bit, the kernel's order the reference's", "[moe][cuda]") {
   UFP4_NEED_GPU();
   set_deterministic(true);
   test::check_top_k_experts(torch::kCUDA);

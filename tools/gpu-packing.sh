@@ -121,9 +121,11 @@ fi
                    (off > 0 ? sprintf("%.0f (K = %d)", off, koff) : "not measured"), best, kb, (mb == 1 ? ", MPS" : ""),
                    (one > 0 ? sprintf("%.2fx", best / one) : "-") }'
   done
-  echo
-  echo "Bits (seed 1 of K = $kmax under MPS, trained again alone without MPS, \`ufp4 check --exact\`):"
-  echo
-  sed 's/^/- /' "$LOGS/exact.log"
+  if [[ " $MPS " == *" on "* ]]; then
+    echo
+    echo "Bits (seed 1 of K = $kmax under MPS, trained again alone without MPS, \`ufp4 check --exact\`):"
+    echo
+    sed 's/^/- /' "$LOGS/exact.log"
+  fi
 } > "$LOGS/packing.md"
 cat "$LOGS/packing.md"

@@ -24,7 +24,7 @@ if command -v ncu > /dev/null; then
       timeout 150 ncu --csv --metrics gpu__time_duration.sum --cache-control none --clock-control none -c 3000 \
         build/ufp4 bench step --models "$m:1024" --batch 32 --recipes "$r" --warmup 0 --steps 1 --reference none \
         --no-nondeterministic --moe-layers none --out-dir "$LOGS/ncu-tmp" 2> "$LOGS/ncu-$r-$m.err" | gzip > "$LOGS/ncu-step-$r-$m.csv.gz"
-      echo "ncu $r $m: $(elapsed)"
+      echo "ncu $r $m (exit ${PIPESTATUS[0]}; 124: its timeout, the CSV cut short): $(elapsed)"
     done
   done
   rm -rf "$LOGS/ncu-tmp"

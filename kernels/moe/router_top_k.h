@@ -4,8 +4,9 @@
 // keys), so the selection is topk's, ties included: topk keeps, of the values equal to the k-th largest,
 // those of the smallest columns. One thread a row in the CUDA kernel (router_top_k_cuda.cu), where topk
 // took a radix selection and, sorted, a bitonic sort a row; the CPU reference
-// (router_top_k_reference.cpp) runs the same comparisons, so the two agree bit for bit. Raw pointers,
-// no LibTorch types.
+// (router_top_k_reference.cpp) runs the same comparisons, so the two agree bit for bit. Among equal values
+// topk's order is its unstable sort's, which this does not follow: the model uses the kernel for k <= 2
+// only, where that order changes no bit (models/router_top_k.h). Raw pointers, no LibTorch types.
 #pragma once
 #include <cstdint>
 
