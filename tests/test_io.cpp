@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "common/fs.h"
 #include "common/text.h"
+#include "harness/analysis/campaign_stats.h"
 #include "harness/io/array_io.h"
 #include "harness/io/labelled_table.h"
 #include "harness/io/run_results.h"
@@ -34,6 +35,28 @@ void edit_in_place(const std::string& path, const std::function<void(hid_t)>& ch
   REQUIRE(f >= 0);
   change(f);
   H5Fclose(f);
+}
+
+// The file as one written before `content_scope` (every committed result): without it, and stamped with the hash of
+// that time, which leaves the root's attributes out.
+void to_earlier_scheme(const std::string& path) {
+  edit_in_place(path, [](hid_t f) { CHECK(H5Adelete(f, "content_scope") >= 0); });
+  const std::string old_hash = h5_content_sha256(path);
+  edit_in_place(path, [&](hid_t f) {
+    const hid_t a = H5Aopen(f, "content_sha256", H5P_DEFAULT), t = H5Aget_type(a);
+    CHECK(H5Awrite(a, t, old_hash.data()) >= 0);
+    H5Tclose(t);
+    H5Aclose(a);
+  });
+  REQUIRE(verify_h5_content(path));
+}
+
+void set_double_attr(const std::string& path, const char* name, double v) {
+  edit_in_place(path, [&](hid_t f) {
+    const hid_t a = H5Aopen(f, name, H5P_DEFAULT);
+    CHECK(H5Awrite(a, H5T_NATIVE_DOUBLE, &v) >= 0);
+    H5Aclose(a);
+  });
 }
 
 // A run's results of `steps` steps with made-up curves (loss 5 - 0.1 a step).
@@ -202,24 +225,8 @@ TEST_CASE("a run's results whose summary was edited after the run are refused, n
   const std::string path = dir + "/edited.h5";
   write_run_results(path, r);
   REQUIRE(read_run_results(path).final_eval_loss == 3.25);
-  const auto edit = [&](const std::function<void(hid_t)>& change) { edit_in_place(path, change); };
-  const auto set_double = [&](const char* name, double v) {
-    edit([&](hid_t f) {
-      const hid_t a = H5Aopen(f, name, H5P_DEFAULT);
-      CHECK(H5Awrite(a, H5T_NATIVE_DOUBLE, &v) >= 0);
-      H5Aclose(a);
-    });
-  };
-  // As a file written before `content_scope`: without it, and stamped with the hash of that time.
-  edit([](hid_t f) { CHECK(H5Adelete(f, "content_scope") >= 0); });
-  const std::string old_hash = h5_content_sha256(path);
-  edit([&](hid_t f) {
-    const hid_t a = H5Aopen(f, "content_sha256", H5P_DEFAULT), t = H5Aget_type(a);
-    CHECK(H5Awrite(a, t, old_hash.data()) >= 0);
-    H5Tclose(t);
-    H5Aclose(a);
-  });
-  REQUIRE(verify_h5_content(path));
+  const auto set_double = [&](const char* name, double v) { set_double_attr(path, name, v); };
+  to_earlier_scheme(path);
   set_double("final_eval_loss", 3.0);
   CHECK(verify_h5_content(path));  // the content hash of that time does not see it
   for (const bool with_curves : {true, false}) {
@@ -237,6 +244,28 @@ TEST_CASE("a run's results whose summary was edited after the run are refused, n
   REQUIRE(read_run_results(path, false).mean_loss_last_k == r.tail_mean(4));
   set_double("epochs", 2.0);  // a trend's compute reads it
   CHECK(test::contains(test::thrown_message([&] { read_run_results(path, false); }), "epochs 2 is not what its curves give (0)"));
+}
+
+// flops_per_token, which a trend's compute reads, is a root attribute too and no function of the curves: a campaign
+// checks it against what the run's model gives (PlannedRun::flops_per_token, from the manifest the run id hashes).
+TEST_CASE("a campaign refuses a run whose flops_per_token is not what its model gives, naming the file and both values", "[io]") {
+  const std::string dir = test::temp_dir();
+  RunResults r = made_up_run("flops", "bf16", 10);
+  r.flops_per_token = 1.5e6;
+  r.data_train_tokens = 400;  // 0.25 epochs: compute exact in binary
+  const std::string path = dir + "/flops.h5";
+  write_run_results(path, r);
+  to_earlier_scheme(path);
+  RunSet set;
+  PlannedRun p;
+  p.name = "flops", p.model = "tiny", p.recipe = "bf16", p.seed = 1, p.path = path, p.flops_per_token = 1.5e6;
+  set.runs.push_back(p);
+  const CampaignRuns runs = read_campaign_runs(set);
+  CHECK(runs.at("tiny").at("bf16").at(1).compute == 1.5e6 * 100);  // flops a token x the 100 tokens trained
+  set_double_attr(path, "flops_per_token", 3e6);
+  CHECK(verify_h5_content(path));  // the content hash of that time does not see it
+  CHECK(test::thrown_message([&] { read_campaign_runs(set); }) ==
+        path + ": flops_per_token 3000000 is not what its model tiny gives (1500000): the file was edited after the run; remove it (a run trains it again)");
 }
 
 // Files a run legitimately writes still read: no steps, no evaluation, a diverged run's NaN or infinite loss.

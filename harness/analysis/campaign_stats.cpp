@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "common/text.h"
 #include "harness/io/run_results.h"
 
 namespace ufp4 {
@@ -25,6 +26,11 @@ CampaignRuns read_campaign_runs(const RunSet& set) {
     m.last_k = r.last_k;
     m.epochs = r.epochs;
     m.steps = r.steps_done;
+    // flops_per_token is a root attribute, outside the content hash of a file written before content_scope: it must
+    // be what the run's model gives, or the trends' compute would read an edited number.
+    if (p.flops_per_token > 0 && r.flops_per_token != p.flops_per_token)
+      throw Error(p.path + ": flops_per_token " + all_digits(r.flops_per_token) + " is not what its model " + p.model + " gives (" +
+                  all_digits(p.flops_per_token) + "): the file was edited after the run; remove it (a run trains it again)");
     m.compute = r.flops_per_token * r.epochs * static_cast<double>(r.data_train_tokens);
     m.loss = r.curves.loss;
     m.eval_step = r.curves.eval_step;

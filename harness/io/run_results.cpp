@@ -215,16 +215,11 @@ void check_identity(const std::string& path, const RunResults& r) {
     throw Error(path + ": named for run id " + named + " but holds run " + r.run_name + " (run id " + r.run_id + "); remove or rename it");
 }
 
-std::string fmt_g17(double v) {  // every digit of a double: two values that differ print differently
-  char b[32];
-  std::snprintf(b, sizeof b, "%.17g", v);
-  return b;
-}
-
 // The summaries every report and verdict reads (final_eval_loss, mean_loss_last_k, epochs, ...) are root attributes,
 // which the content hash of a file written before `content_scope` (array_io.h) does not cover; each is a function of
 // the curves it does cover (epochs with data_train_tokens). A file whose summary is not what its curves give was
-// edited after the run: refused. flops_per_token, which a trend's compute also reads, has no such check.
+// edited after the run: refused. flops_per_token, which a trend's compute also reads, is checked against the run's
+// model where a campaign reads it (harness/analysis/campaign_stats.cpp).
 void check_summaries(const std::string& path, const RunResults& r, const std::vector<double>& loss, const std::vector<double>& eval_loss,
                      const std::vector<double>& tokens) {
   const auto same = [](double a, double b) { return (std::isnan(a) && std::isnan(b)) || a == b; };
@@ -238,7 +233,7 @@ void check_summaries(const std::string& path, const RunResults& r, const std::ve
       {"epochs", r.epochs, sum.epochs}};
   for (const auto& [name, stored, derived] : summaries)
     if (!same(stored, derived))
-      throw Error(path + ": " + name + " " + fmt_g17(stored) + " is not what its curves give (" + fmt_g17(derived) +
+      throw Error(path + ": " + name + " " + all_digits(stored) + " is not what its curves give (" + all_digits(derived) +
                   "): the file was edited after the run; remove it (a run trains it again)");
 }
 

@@ -14,6 +14,9 @@ struct PlannedRun {
   std::string name, run_id, model, recipe;  // recipe: the name the manifest gives (a preset or a file's stem)
   int64_t seed = 1, steps = 0, train_tokens = 0;
   std::string path;  // the verified result holding this run id; "" when missing
+  // The training FLOPs a token of the run's model (train_flops_per_token of the manifest's configuration, which
+  // the run id hashes): what a trend's compute reads, checked against the file's attribute; 0 when not known.
+  double flops_per_token = 0;
 };
 
 // A claim as registered: a signed sum of BF16-relative gaps (percent) of one model's recipes, per seed

@@ -402,6 +402,7 @@ RunSet Campaign::resolve(bool pilot_only) const {
     p.seed = plan.train.seed;
     p.steps = plan.train.steps;
     p.train_tokens = plan.train_tokens;
+    p.flops_per_token = train_flops_per_token(plan.model);
     std::vector<std::string> rejected;
     p.path = find_results(plan, &rejected);
     for (const auto& why : rejected) set.ignored.push_back(why);
