@@ -117,8 +117,9 @@ torch::Tensor router_probs(int64_t rows, int64_t experts) {
 
 // The kernel's CPU reference (rv, ri) against topk on the CPU, which breaks a tie at the k-th value as it
 // likes and sees -0 and +0 as one value (the GPU's topk keeps the smallest columns and orders the zeros,
-// as the reference does: the device check holds every row): the ids on rows without such a tie or a
-// NaN, the values, larger first, on every row but the signed zeros'.
+// as the reference does: the device check holds every row where the kernel selects, k <= 2): the ids on
+// rows without such a tie or a NaN, the values, larger first, on every row but the signed zeros'; and the
+// reference's ids on the NaN and signed-zero rows, which follow from topk's order alone.
 void check_reference_against_cpu_topk(const torch::Tensor& probs, int64_t k, const torch::Tensor& rv, const torch::Tensor& ri) {
   const int64_t rows = probs.size(0), E = probs.size(1);
   const auto cpu_top = probs.topk(k, -1);
@@ -128,6 +129,10 @@ void check_reference_against_cpu_topk(const torch::Tensor& probs, int64_t k, con
   CHECK(clear.sum().item<int64_t>() > rows / 2);
   CHECK(torch::equal(by_id(rv, ri).second.index({clear}), by_id(std::get<0>(cpu_top), std::get<1>(cpu_top)).second.index({clear})));
   CHECK(same_bits(rv.index({others}), std::get<0>(cpu_top).index({others})));  // equal values make the same sequence
+  CHECK(ri[7][0].item<int64_t>() == 5);  // the NaN first
+  CHECK(ri[8][0].item<int64_t>() == 3);  // two NaNs: the smaller column first
+  if (k > 1) CHECK(ri[8][1].item<int64_t>() == E - 2);
+  for (int64_t j = 0; j < k; ++j) CHECK(ri[kSignedZeroRow][j].item<int64_t>() == 2 * j + 1);  // +0 at the odd columns, before every -0
 }
 
 // top_k_experts on `device` against topk and its autograd there: the same pairs, the same sequence of

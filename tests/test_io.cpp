@@ -265,7 +265,8 @@ TEST_CASE("a campaign refuses a run whose flops_per_token is not what its model 
   set_double_attr(path, "flops_per_token", 3e6);
   CHECK(verify_h5_content(path));  // the content hash of that time does not see it
   CHECK(test::thrown_message([&] { read_campaign_runs(set); }) ==
-        path + ": flops_per_token 3000000 is not what its model tiny gives (1500000): the file was edited after the run; remove it (a run trains it again)");
+        path + ": flops_per_token 3000000 is not what its model tiny gives (1500000): the file was edited after the run, or "
+                "train_flops_per_token changed since it; remove it (a run trains it again)");
 }
 
 // Files a run legitimately writes still read: no steps, no evaluation, a diverged run's NaN or infinite loss.

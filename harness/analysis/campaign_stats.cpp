@@ -30,7 +30,7 @@ CampaignRuns read_campaign_runs(const RunSet& set) {
     // be what the run's model gives, or the trends' compute would read an edited number.
     if (p.flops_per_token > 0 && r.flops_per_token != p.flops_per_token)
       throw Error(p.path + ": flops_per_token " + all_digits(r.flops_per_token) + " is not what its model " + p.model + " gives (" +
-                  all_digits(p.flops_per_token) + "): the file was edited after the run; remove it (a run trains it again)");
+                  all_digits(p.flops_per_token) + "): the file was edited after the run, or train_flops_per_token changed since it; remove it (a run trains it again)");
     m.compute = r.flops_per_token * r.epochs * static_cast<double>(r.data_train_tokens);
     m.loss = r.curves.loss;
     m.eval_step = r.curves.eval_step;
