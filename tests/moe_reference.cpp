@@ -12,6 +12,7 @@
 #include "models/moe.h"
 #include "models/router_top_k.h"
 #include "tests/catch.h"
+#include "tests/tensor_helpers.h"
 
 namespace ufp4::test {
 
@@ -93,7 +94,7 @@ void check_inverse_permutation(torch::Device device) {
 
 namespace {
 
-bool same_bits(const torch::Tensor& a, const torch::Tensor& b) { return torch::equal(a.cpu().view(torch::kInt32), b.cpu().view(torch::kInt32)); }
+bool bit_identical(const torch::Tensor& a, const torch::Tensor& b) { return first_bit_mismatch(a, b) == -1; }
 
 // Values and ids of each row in ascending id order: the same pairs compare equal whatever their order.
 std::pair<torch::Tensor, torch::Tensor> by_id(const torch::Tensor& v, const torch::Tensor& i) {
@@ -128,7 +129,7 @@ void check_reference_against_cpu_topk(const torch::Tensor& probs, int64_t k, con
   const torch::Tensor clear = (desc.select(1, k - 1) != desc.select(1, std::min<int64_t>(k, E - 1))) & probs.isnan().any(1).logical_not() & others;
   CHECK(clear.sum().item<int64_t>() > rows / 2);
   CHECK(torch::equal(by_id(rv, ri).second.index({clear}), by_id(std::get<0>(cpu_top), std::get<1>(cpu_top)).second.index({clear})));
-  CHECK(same_bits(rv.index({others}), std::get<0>(cpu_top).index({others})));  // equal values make the same sequence
+  CHECK(bit_identical(rv.index({others}), std::get<0>(cpu_top).index({others})));  // equal values make the same sequence
   CHECK(ri[7][0].item<int64_t>() == 5);  // the NaN first
   CHECK(ri[8][0].item<int64_t>() == 3);  // two NaNs: the smaller column first
   if (k > 1) CHECK(ri[8][1].item<int64_t>() == E - 2);
@@ -148,15 +149,15 @@ void check_against_topk_autograd(const torch::Tensor& probs, int64_t k, torch::D
   const auto theirs = p2.topk(k, -1);
   const auto a = by_id(ours.first.detach(), ours.second), b = by_id(std::get<0>(theirs).detach(), std::get<1>(theirs));
   CHECK(torch::equal(a.second, b.second));
-  CHECK(same_bits(a.first, b.first));
-  CHECK(same_bits(ours.first.detach(), std::get<0>(theirs).detach()));
+  CHECK(bit_identical(a.first, b.first));
+  CHECK(bit_identical(ours.first.detach(), std::get<0>(theirs).detach()));
   if (device.is_cuda() && k <= 2) {
     CHECK(torch::equal(ours.second.cpu(), ri));
-    CHECK(same_bits(ours.first.detach(), rv));
+    CHECK(bit_identical(ours.first.detach(), rv));
   }
   (ours.first * Gd.gather(1, ours.second)).sum().backward();
   (std::get<0>(theirs) * Gd.gather(1, std::get<1>(theirs))).sum().backward();
-  CHECK(same_bits(p1.grad(), p2.grad()));
+  CHECK(bit_identical(p1.grad(), p2.grad()));
 }
 
 }  // namespace
