@@ -379,7 +379,7 @@ std::string cross_entropy_mismatch(const torch::Tensor& z, const torch::Tensor& 
 TEST_CASE("CUDA residual add + RMSNorm == CPU reference and == the add then the fused norm on the GPU, bitwise", "[fused][cuda]") {
   UFP4_NEED_GPU();
   for (auto dtype : {torch::kBFloat16, torch::kFloat32})
-    for (int64_t d : {8, 64, 384, 768, 200, 2048})
+    for (int64_t d : {8, 64, 384, 768, 200, 2048, 320, 1024})
       for (bool s_used : {true, false}) {
         torch::manual_seed(d + 1);
         const int64_t rows = d == 768 ? 4099 : 77;
@@ -404,9 +404,11 @@ TEST_CASE("CUDA residual add + RMSNorm == CPU reference and == the add then the 
 
 TEST_CASE("CUDA RMSNorm == CPU reference, bitwise: y, r, dx, dw", "[fused][cuda]") {
   UFP4_NEED_GPU();
-  // d covers every register variant (1, 2, 3, 4, 6 and 8 vectors a lane); rows cover partial groups.
+  // d covers every register variant (1, 2, 3, 4, 6 and 8 vectors a lane, the forward's and the backward's), whole and
+  // partial (192 and 320: the proxies'; 1016); rows cover partial groups.
   for (auto dtype : {torch::kBFloat16, torch::kFloat32})
-    for (auto shape : std::vector<std::pair<int64_t, int64_t>>{{1000, 768}, {33, 384}, {5, 2048}, {17, 8}, {70, 1032}, {129, 1536}, {2, 512}}) {
+    for (auto shape : std::vector<std::pair<int64_t, int64_t>>{
+             {1000, 768}, {33, 384}, {5, 2048}, {17, 8}, {70, 1032}, {129, 1536}, {2, 512}, {41, 1016}, {19, 320}, {23, 192}}) {
       torch::manual_seed(shape.first + shape.second);
       torch::Tensor x = (torch::randn({shape.first, shape.second}) * 3).to(dtype);
       torch::Tensor w = torch::rand({shape.second}) + 0.5;
@@ -419,7 +421,9 @@ TEST_CASE("CUDA RMSNorm == CPU reference, bitwise: y, r, dx, dw", "[fused][cuda]
 TEST_CASE("CUDA cross entropy == CPU reference, bitwise: loss, lse, gradient (ignored, out-of-range, -inf and NaN rows)", "[fused][cuda]") {
   UFP4_NEED_GPU();
   for (auto dtype : {torch::kBFloat16, torch::kFloat32})
-    for (auto shape : std::vector<std::pair<int64_t, int64_t>>{{7, 32768}, {100, 256}, {3, 50000}, {9, 8}}) {
+    // Vocabularies of 1 (8, 256), 2 (2400), 3 (6008) and 4 (8192, the proxies') vectors a thread, whole and
+    // partial, and two wider ones (the kernels that walk the row).
+    for (auto shape : std::vector<std::pair<int64_t, int64_t>>{{7, 32768}, {100, 256}, {3, 50000}, {9, 8}, {33, 8192}, {5, 6008}, {6, 2400}}) {
       const int64_t rows = shape.first, V = shape.second;
       torch::manual_seed(rows + V);
       torch::Tensor z = torch::randn({rows, V}) * 5;

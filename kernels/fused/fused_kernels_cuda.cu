@@ -15,6 +15,13 @@ namespace {
 
 constexpr int kRowsPerBlock = 8;  // RMSNorm: warps (rows or groups) a 256-thread block
 
+// x + residual rounded to the dtype, in place.
+template <bool kBf16>
+__device__ __forceinline__ void add_residual8(float (&x)[8], const float (&res)[8]) {
+#pragma unroll
+  for (int e = 0; e < 8; ++e) x[e] = round_to_dtype(kBf16, add_rn(x[e], res[e]));
+}
+
 // 8 elements of the row to normalize: x, or x + residual rounded to the dtype.
 template <bool kBf16>
 __device__ __forceinline__ void load_sum8(const RmsNormIO& io, int64_t elem, float (&x)[8]) {
@@ -22,8 +29,25 @@ __device__ __forceinline__ void load_sum8(const RmsNormIO& io, int64_t elem, flo
   if (!io.residual) return;
   float res[8];
   load8<kBf16>(io.residual, elem, res);
+  add_residual8<kBf16>(x, res);
+}
+
+// Row t's 1 / rms from each lane's sum of squares (the warp's butterfly), written to r by lane 0.
+__device__ __forceinline__ float row_inverse_rms(const RmsNormIO& io, int64_t t, float acc) {
+  const float ss = warp_tree_sum(acc);
+  const float r = 1.0f / sqrtf(ss / static_cast<float>(io.d) + io.eps);
+  if (threadIdx.x % 32 == 0) io.r[t] = canon_nan(r);
+  return r;
+}
+
+// Vector v of the output row at o: (x r) w, rounded once each.
+template <bool kBf16>
+__device__ __forceinline__ void store_normalized8(const RmsNormIO& io, int64_t o, int64_t v, float r, float (&x)[8]) {
+  float w[8];
+  load8<false>(io.w, 8 * v, w);
 #pragma unroll
-  for (int e = 0; e < 8; ++e) x[e] = round_to_dtype(kBf16, add_rn(x[e], res[e]));
+  for (int e = 0; e < 8; ++e) x[e] = mul_rn(mul_rn(x[e], r), w[e]);
+  store8<kBf16>(io.y, o + 8 * v, x);
 }
 
 template <bool kBf16>
@@ -40,17 +64,52 @@ __global__ void __launch_bounds__(256) rms_norm_forward_kernel(const RmsNormIO i
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc = fmaf(x[e], x[e], acc);
   }
-  const float ss = warp_tree_sum(acc);
-  const float r = 1.0f / sqrtf(ss / static_cast<float>(io.d) + io.eps);
-  if (lane == 0) io.r[t] = canon_nan(r);
+  const float r = row_inverse_rms(io, t, acc);
   for (int64_t v = lane; v < nv; v += 32) {
-    float x[8], w[8];
+    float x[8];
     load_sum8<kBf16>(io, o + 8 * v, x);  // the row again, from L1 (the sum recomputed, not read back from a store)
-    load8<false>(io.w, 8 * v, w);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) x[e] = mul_rn(mul_rn(x[e], r), w[e]);
-    store8<kBf16>(io.y, o + 8 * v, x);
+    store_normalized8<kBf16>(io, o, v, r, x);
   }
+}
+
+// The same forward for BF16 rows of at most 32 kNv vectors (d <= 256 kNv): each lane issues every load of
+// its share of the row (x and the residual) before it uses any, and keeps the summed row in registers for
+// the second pass. One row at a time, a warp waits on one or two loads at once, too few at the proxies'
+// widths (d = 192 to 768: one to three vectors a lane) to keep HBM busy. Each lane folds its vectors in
+// the same order as rms_norm_forward_kernel: the same bits.
+template <int kNv>
+__global__ void __launch_bounds__(256) rms_norm_forward_kept_kernel(const RmsNormIO io) {
+  const int lane = threadIdx.x % 32;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
+  if (t >= io.rows) return;
+  const int64_t o = t * io.d, nv = io.d / 8;
+  Raw8<true> xr[kNv], rr[kNv];
+#pragma unroll
+  for (int j = 0; j < kNv; ++j) {
+    const int64_t v = lane + 32 * j;
+    if (v >= nv) break;
+    xr[j] = load_raw8<true>(io.x, o + 8 * v);
+    if (io.residual) rr[j] = load_raw8<true>(io.residual, o + 8 * v);
+  }
+  float x[kNv][8];
+  float acc = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kNv; ++j) {
+    const int64_t v = lane + 32 * j;
+    if (v >= nv) break;
+    unpack8<true>(xr[j], x[j]);
+    if (io.residual) {
+      float res[8];
+      unpack8<true>(rr[j], res);
+      add_residual8<true>(x[j], res);
+      store8<true>(io.sum, o + 8 * v, x[j]);
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc = fmaf(x[j][e], x[j][e], acc);
+  }
+  const float r = row_inverse_rms(io, t, acc);
+#pragma unroll
+  for (int j = 0; j < kNv && lane + 32 * j < nv; ++j) store_normalized8<true>(io, o, lane + 32 * j, r, x[j]);
 }
 
 // A warp per group of kRmsGroupRows rows: dx row by row, the group's weight-gradient sums in registers
@@ -172,20 +231,16 @@ __global__ void __launch_bounds__(1024) rms_norm_weight_grad_kernel(const float*
 // Cross entropy, a block a row. The forward's row max is fmaxf's, which skips NaNs where the contract's
 // max_nan returns one: a row holding a NaN gets a NaN sum of exponentials instead, so lse and the loss are
 // the same NaN; otherwise the two maxima are equal (up to the sign of a zero maximum, which changes no
-// x - m and no lse). (Keeping a 32768-wide BF16 row in registers between the two passes, 16 vectors a
-// thread, measured 1.8x slower: dev/cuda/cross_entropy_variants.cu's log.)
-template <bool kBf16>
-__global__ void __launch_bounds__(kCeThreads) cross_entropy_forward_kernel(const CrossEntropyIO io) {
-  __shared__ float part[kCeThreads / 32];
-  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  const int64_t t = blockIdx.x, o = t * io.vocab, nv = io.vocab / 8;
-  float m = -INFINITY;
-  for (int64_t v = tid; v < nv; v += kCeThreads) {
-    float x[8];
-    load8<kBf16>(io.logits, o + 8 * v, x);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) m = fmaxf(m, x[e]);
-  }
+// x - m and no lse). Two forms share the pieces below: rows of at most 4 vectors a thread (vocab <= 8192,
+// the proxies') are loaded whole before any value is used and kept in registers for the second pass, so
+// the row is read from memory once; wider rows are walked a vector at a time and read twice (keeping a
+// 32768-wide row in registers, 16 vectors a thread, measured 1.8x slower: dev/cuda/cross_entropy_variants.cu's
+// log). Each thread folds its vectors in the same order either way: the same bits.
+constexpr int kCeKeptVectors = 4;  // most vectors a thread of the kept form
+
+// The row's max from each thread's: the warps' butterflies, then warp 0's over the warps in order.
+__device__ __forceinline__ float ce_block_max(float m, float (&part)[kCeThreads / 32]) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 #pragma unroll
   for (int h = 1; h < 32; h *= 2) m = fmaxf(m, __shfl_xor_sync(kFull, m, h));
   if (lane == 0) part[warp] = m;
@@ -194,18 +249,17 @@ __global__ void __launch_bounds__(kCeThreads) cross_entropy_forward_kernel(const
 #pragma unroll
   for (int w = 1; w < kCeThreads / 32; ++w) m = fmaxf(m, part[w]);
   __syncthreads();  // part is reused
-  float s = 0.0f;
-  for (int64_t v = tid; v < nv; v += kCeThreads) {
-    float x[8];
-    load8<kBf16>(io.logits, o + 8 * v, x);  // second read: L1/L2
-#pragma unroll
-    for (int e = 0; e < 8; ++e) s = add_rn(s, exp_f32(x[e] - m));
-  }
+  return m;
+}
+
+// The row's sum of exponentials from each thread's (the contract's tree: the warps' butterflies, then the
+// butterfly's steps h = 32, 64, 128 on the warp sums); meaningful in thread 0 only.
+__device__ __forceinline__ float ce_block_sum(float s, float (&part)[kCeThreads / 32]) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   s = warp_tree_sum(s);
   if (lane == 0) part[warp] = s;
   __syncthreads();
-  if (tid != 0) return;
-  // Across warps: the butterfly's steps h = 32, 64, 128 on the warp sums.
+  if (threadIdx.x != 0) return 0.0f;
   float w[kCeThreads / 32];
 #pragma unroll
   for (int i = 0; i < kCeThreads / 32; ++i) w[i] = part[i];
@@ -217,42 +271,138 @@ __global__ void __launch_bounds__(kCeThreads) cross_entropy_forward_kernel(const
 #pragma unroll
     for (int i = 0; i < kCeThreads / 32; ++i) w[i] = n[i];
   }
-  const float lse = m != m || w[0] != w[0] ? NAN : add_rn(m, log_f32(w[0]));
+  return w[0];
+}
+
+// Thread 0's end of row t: lse and the loss, given the target y and its logit (read only when y is in range).
+__device__ __forceinline__ void ce_write_row(const CrossEntropyIO& io, int64_t t, float m, float sum, int64_t y, float target_logit) {
+  const float lse = m != m || sum != sum ? NAN : add_rn(m, log_f32(sum));
   io.lse[t] = lse;
-  const int64_t y = io.targets[t];
   float loss = 0.0f;
-  if (y != io.ignore_index) {
-    if (y >= 0 && y < io.vocab)
-      loss = canon_nan(lse - (kBf16 ? bf16_bits_to_f32(static_cast<const uint16_t*>(io.logits)[o + y]) : static_cast<const float*>(io.logits)[o + y]));
-    else
-      loss = NAN;
-  }
+  if (y != io.ignore_index) loss = y >= 0 && y < io.vocab ? canon_nan(lse - target_logit) : NAN;
   io.loss[t] = loss;
+}
+
+template <bool kBf16>
+__device__ __forceinline__ float ce_logit(const CrossEntropyIO& io, int64_t elem) {
+  return kBf16 ? bf16_bits_to_f32(static_cast<const uint16_t*>(io.logits)[elem]) : static_cast<const float*>(io.logits)[elem];
+}
+
+// The gradient of vector v of a row (target y): softmax times the scale, less the scale at the target.
+__device__ __forceinline__ void ce_gradient8(float (&x)[8], float lse, float scale, int64_t y, int64_t v) {
+  float p[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    p[e] = exp_f32(x[e] - lse);
+    x[e] = mul_rn(p[e], scale);
+  }
+  if (static_cast<uint64_t>(y - 8 * v) < 8) {  // the vector holding the target
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      if (8 * v + e == y) x[e] = mul_rn(p[e] - 1.0f, scale);
+  }
+}
+
+// An ignored row's gradient is 0.
+template <bool kBf16>
+__device__ __forceinline__ void ce_zero_row(const CrossEntropyIO& io, int64_t o, int64_t nv) {
+  const float zero[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  for (int64_t v = threadIdx.x; v < nv; v += kCeThreads) store8<kBf16>(io.dlogits, o + 8 * v, zero);
+}
+
+template <bool kBf16>
+__global__ void __launch_bounds__(kCeThreads) cross_entropy_forward_kernel(const CrossEntropyIO io) {
+  __shared__ float part[kCeThreads / 32];
+  const int64_t t = blockIdx.x, o = t * io.vocab, nv = io.vocab / 8;
+  float m = -INFINITY;
+  for (int64_t v = threadIdx.x; v < nv; v += kCeThreads) {
+    float x[8];
+    load8<kBf16>(io.logits, o + 8 * v, x);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) m = fmaxf(m, x[e]);
+  }
+  m = ce_block_max(m, part);
+  float s = 0.0f;
+  for (int64_t v = threadIdx.x; v < nv; v += kCeThreads) {
+    float x[8];
+    load8<kBf16>(io.logits, o + 8 * v, x);  // second read: L1/L2
+#pragma unroll
+    for (int e = 0; e < 8; ++e) s = add_rn(s, exp_f32(x[e] - m));
+  }
+  s = ce_block_sum(s, part);
+  if (threadIdx.x != 0) return;
+  const int64_t y = io.targets[t];
+  ce_write_row(io, t, m, s, y, y >= 0 && y < io.vocab ? ce_logit<kBf16>(io, o + y) : 0.0f);
+}
+
+// BF16 rows of at most kVec vectors a thread; thread 0 fetches the target's logit before the sums, not after.
+template <int kVec>
+__global__ void __launch_bounds__(kCeThreads) cross_entropy_forward_kept_kernel(const CrossEntropyIO io) {
+  __shared__ float part[kCeThreads / 32];
+  const int tid = threadIdx.x;
+  const int64_t t = blockIdx.x, o = t * io.vocab, nv = io.vocab / 8;
+  int64_t y = 0;
+  float target_logit = 0.0f;
+  if (tid == 0) {
+    y = io.targets[t];
+    if (y >= 0 && y < io.vocab) target_logit = ce_logit<true>(io, o + y);
+  }
+  Raw8<true> raw[kVec];
+#pragma unroll
+  for (int j = 0; j < kVec; ++j)
+    if (tid + j * kCeThreads < nv) raw[j] = load_raw8<true>(io.logits, o + 8 * (tid + j * kCeThreads));
+  float m = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < kVec && tid + j * kCeThreads < nv; ++j) {
+    float x[8];
+    unpack8<true>(raw[j], x);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) m = fmaxf(m, x[e]);
+  }
+  m = ce_block_max(m, part);
+  float s = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kVec && tid + j * kCeThreads < nv; ++j) {
+    float x[8];
+    unpack8<true>(raw[j], x);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) s = add_rn(s, exp_f32(x[e] - m));
+  }
+  s = ce_block_sum(s, part);
+  if (tid == 0) ce_write_row(io, t, m, s, y, target_logit);
 }
 
 template <bool kBf16>
 __global__ void __launch_bounds__(kCeThreads) cross_entropy_backward_kernel(const CrossEntropyIO io) {
   const int64_t t = blockIdx.x, o = t * io.vocab, nv = io.vocab / 8, y = io.targets[t];
-  if (y == io.ignore_index) {  // an ignored row's gradient is 0
-    const float zero[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-    for (int64_t v = threadIdx.x; v < nv; v += kCeThreads) store8<kBf16>(io.dlogits, o + 8 * v, zero);
-    return;
-  }
+  if (y == io.ignore_index) return ce_zero_row<kBf16>(io, o, nv);
   const float lse = io.lse[t], scale = *io.scale;
   for (int64_t v = threadIdx.x; v < nv; v += kCeThreads) {
-    float x[8], p[8];
+    float x[8];
     load8<kBf16>(io.logits, o + 8 * v, x);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      p[e] = exp_f32(x[e] - lse);
-      x[e] = mul_rn(p[e], scale);
-    }
-    if (static_cast<uint64_t>(y - 8 * v) < 8) {  // the vector holding the target
-#pragma unroll
-      for (int e = 0; e < 8; ++e)
-        if (8 * v + e == y) x[e] = mul_rn(p[e] - 1.0f, scale);
-    }
+    ce_gradient8(x, lse, scale, y, v);
     store8<kBf16>(io.dlogits, o + 8 * v, x);
+  }
+}
+
+// BF16 rows of at most kVec vectors a thread: every load issued before any value is used.
+template <int kVec>
+__global__ void __launch_bounds__(kCeThreads) cross_entropy_backward_kept_kernel(const CrossEntropyIO io) {
+  const int64_t t = blockIdx.x, o = t * io.vocab, nv = io.vocab / 8, y = io.targets[t];
+  if (y == io.ignore_index) return ce_zero_row<true>(io, o, nv);
+  const int tid = threadIdx.x;
+  Raw8<true> raw[kVec];
+#pragma unroll
+  for (int j = 0; j < kVec; ++j)
+    if (tid + j * kCeThreads < nv) raw[j] = load_raw8<true>(io.logits, o + 8 * (tid + j * kCeThreads));
+  const float lse = io.lse[t], scale = *io.scale;
+#pragma unroll
+  for (int j = 0; j < kVec && tid + j * kCeThreads < nv; ++j) {
+    const int64_t v = tid + j * kCeThreads;
+    float x[8];
+    unpack8<true>(raw[j], x);
+    ce_gradient8(x, lse, scale, y, v);
+    store8<true>(io.dlogits, o + 8 * v, x);
   }
 }
 
@@ -367,6 +517,12 @@ unsigned elementwise_blocks(int64_t vectors) {
   return static_cast<unsigned>(b < 132 * 32 ? (b > 0 ? b : 1) : 132 * 32);  // grid-stride beyond ~32 blocks an SM
 }
 
+// Vectors of 8 a thread of a cross-entropy row (what the kept kernels take: 1 to kCeKeptVectors), 0 for a wider row.
+int ce_vectors_a_thread(int64_t vocab) {
+  const int64_t n = (vocab / 8 + kCeThreads - 1) / kCeThreads;
+  return n <= kCeKeptVectors ? static_cast<int>(n) : 0;
+}
+
 void check_shape(int64_t last, const char* what) {
   if (last <= 0 || last % 8 != 0) throw Error(std::string(what) + ": the last dimension (" + std::to_string(last) + ") must be a positive multiple of 8");
 }
@@ -390,8 +546,13 @@ void cuda_rms_norm_forward(const RmsNormIO& io, cudaStream_t stream) {
   check_shape(io.d, "rms_norm");
   if (io.rows == 0) return;
   const unsigned blocks = static_cast<unsigned>((io.rows + kRowsPerBlock - 1) / kRowsPerBlock);
-  if (io.dtype == DType::kBF16) rms_norm_forward_kernel<true><<<blocks, 256, 0, stream>>>(io);
-  else rms_norm_forward_kernel<false><<<blocks, 256, 0, stream>>>(io);
+  const int64_t per_lane = (io.d / 8 + 31) / 32;  // vectors a lane
+  if (io.dtype != DType::kBF16) rms_norm_forward_kernel<false><<<blocks, 256, 0, stream>>>(io);
+  else if (per_lane == 1) rms_norm_forward_kept_kernel<1><<<blocks, 256, 0, stream>>>(io);
+  else if (per_lane == 2) rms_norm_forward_kept_kernel<2><<<blocks, 256, 0, stream>>>(io);
+  else if (per_lane == 3) rms_norm_forward_kept_kernel<3><<<blocks, 256, 0, stream>>>(io);
+  else if (per_lane == 4) rms_norm_forward_kept_kernel<4><<<blocks, 256, 0, stream>>>(io);
+  else rms_norm_forward_kernel<true><<<blocks, 256, 0, stream>>>(io);
   check_launch("rms_norm forward kernel launch");
 }
 
@@ -414,8 +575,16 @@ void cuda_cross_entropy_forward(const CrossEntropyIO& io, cudaStream_t stream) {
   check_shape(io.vocab, "cross_entropy");
   if (io.rows == 0) return;
   if (io.rows > 0x7fffffff) throw Error("cross_entropy: too many rows for one launch");
-  if (io.dtype == DType::kBF16) cross_entropy_forward_kernel<true><<<static_cast<unsigned>(io.rows), kCeThreads, 0, stream>>>(io);
-  else cross_entropy_forward_kernel<false><<<static_cast<unsigned>(io.rows), kCeThreads, 0, stream>>>(io);
+  const unsigned rows = static_cast<unsigned>(io.rows);
+  switch (io.dtype == DType::kBF16 ? ce_vectors_a_thread(io.vocab) : 0) {
+    case 1: cross_entropy_forward_kept_kernel<1><<<rows, kCeThreads, 0, stream>>>(io); break;
+    case 2: cross_entropy_forward_kept_kernel<2><<<rows, kCeThreads, 0, stream>>>(io); break;
+    case 3: cross_entropy_forward_kept_kernel<3><<<rows, kCeThreads, 0, stream>>>(io); break;
+    case 4: cross_entropy_forward_kept_kernel<4><<<rows, kCeThreads, 0, stream>>>(io); break;
+    default:
+      if (io.dtype == DType::kBF16) cross_entropy_forward_kernel<true><<<rows, kCeThreads, 0, stream>>>(io);
+      else cross_entropy_forward_kernel<false><<<rows, kCeThreads, 0, stream>>>(io);
+  }
   check_launch("cross_entropy forward kernel launch");
 }
 
@@ -423,8 +592,16 @@ void cuda_cross_entropy_backward(const CrossEntropyIO& io, cudaStream_t stream) 
   check_shape(io.vocab, "cross_entropy");
   if (io.rows == 0) return;
   if (io.rows > 0x7fffffff) throw Error("cross_entropy: too many rows for one launch");
-  if (io.dtype == DType::kBF16) cross_entropy_backward_kernel<true><<<static_cast<unsigned>(io.rows), kCeThreads, 0, stream>>>(io);
-  else cross_entropy_backward_kernel<false><<<static_cast<unsigned>(io.rows), kCeThreads, 0, stream>>>(io);
+  const unsigned rows = static_cast<unsigned>(io.rows);
+  switch (io.dtype == DType::kBF16 ? ce_vectors_a_thread(io.vocab) : 0) {
+    case 1: cross_entropy_backward_kept_kernel<1><<<rows, kCeThreads, 0, stream>>>(io); break;
+    case 2: cross_entropy_backward_kept_kernel<2><<<rows, kCeThreads, 0, stream>>>(io); break;
+    case 3: cross_entropy_backward_kept_kernel<3><<<rows, kCeThreads, 0, stream>>>(io); break;
+    case 4: cross_entropy_backward_kept_kernel<4><<<rows, kCeThreads, 0, stream>>>(io); break;
+    default:
+      if (io.dtype == DType::kBF16) cross_entropy_backward_kernel<true><<<rows, kCeThreads, 0, stream>>>(io);
+      else cross_entropy_backward_kernel<false><<<rows, kCeThreads, 0, stream>>>(io);
+  }
   check_launch("cross_entropy backward kernel launch");
 }
 
