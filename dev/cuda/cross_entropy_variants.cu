@@ -1,8 +1,7 @@
-// The fused cross entropy's previous kernels (the forward reading its row twice, the backward walking it a
-// vector at a time) beside the production kernels (cuda_cross_entropy_forward / _backward, which keep rows of
-// at most 8192 in registers): first bit for bit on logits of several kinds, then timed with CUDA events, the
-// median of repeats. Not part of the library. (Its earlier "previous" kernels, an exp with rintf and software
-// BF16 rounding, are in its history: results/bench/logs/cross-entropy-variants.log measured them.)
+// The fused cross entropy's previous kernels (an exp with rintf and a float-to-integer conversion, a
+// NaN-propagating max, software BF16 rounding, the row read twice) beside the production kernels
+// (cuda_cross_entropy_forward / _backward): first bit for bit on logits of several kinds, then timed with
+// CUDA events, the median of repeats. Not part of the library.
 //
 //   cmake --build build --target dev && build/ufp4_dev_cross_entropy [rows vocab ...]
 #include <cuda_runtime.h>
@@ -16,15 +15,56 @@
 #include <string>
 #include <vector>
 
-#include "kernels/fused/fused_device.cuh"
 #include "kernels/fused/fused_kernels.h"
 #include "dev/cuda/check_cuda.cuh"
 
 namespace ufp4 {
 namespace {
 
-// The production kernels before the rows of at most 8192 were kept in registers (fused_kernels_cuda.cu at
-// b0ca9f8, BF16): the forward reads its row twice, the backward walks it one vector at a time.
+
+constexpr unsigned kFull = 0xffffffffu;
+
+__device__ float exp_previous(float x) {
+  if (!(x > -104.0f)) return x != x ? x : 0.0f;
+  if (x > 88.8f) return INFINITY;
+  const float n = rintf(mul_rn(x, 1.44269502f));
+  float r = fmaf(-n, 0.693145751953125f, x);
+  r = fmaf(-n, 1.42860677e-6f, r);
+  float p = 1.0f / 5040.0f;
+  p = fmaf(p, r, 1.0f / 720.0f);
+  p = fmaf(p, r, 1.0f / 120.0f);
+  p = fmaf(p, r, 1.0f / 24.0f);
+  p = fmaf(p, r, 1.0f / 6.0f);
+  p = fmaf(p, r, 0.5f);
+  p = fmaf(p, r, 1.0f);
+  p = fmaf(p, r, 1.0f);
+  const int ni = static_cast<int>(n);
+  if (ni >= -125 && ni <= 127) return bits_f32(f32_bits(p) + (static_cast<uint32_t>(ni) << 23));
+  return ldexpf(p, ni);
+}
+
+__device__ void load8_bf16(const void* base, int64_t elem, float (&v)[8]) {
+  const uint4 q = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(base) + elem);
+  const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+  for (int k = 0; k < 4; ++k) { v[2 * k] = bits_f32(w[k] << 16); v[2 * k + 1] = bits_f32(w[k] & 0xffff0000u); }
+}
+
+__device__ void store8_bf16_previous(void* base, int64_t elem, const float (&v_in)[8]) {
+  float v[8];
+  for (int e = 0; e < 8; ++e) v[e] = canon_nan(v_in[e]);
+  uint4 q;
+  q.x = static_cast<uint32_t>(f32_to_bf16_bits(v[0])) | (static_cast<uint32_t>(f32_to_bf16_bits(v[1])) << 16);
+  q.y = static_cast<uint32_t>(f32_to_bf16_bits(v[2])) | (static_cast<uint32_t>(f32_to_bf16_bits(v[3])) << 16);
+  q.z = static_cast<uint32_t>(f32_to_bf16_bits(v[4])) | (static_cast<uint32_t>(f32_to_bf16_bits(v[5])) << 16);
+  q.w = static_cast<uint32_t>(f32_to_bf16_bits(v[6])) | (static_cast<uint32_t>(f32_to_bf16_bits(v[7])) << 16);
+  *reinterpret_cast<uint4*>(static_cast<uint16_t*>(base) + elem) = q;
+}
+
+__device__ float warp_sum(float v) {
+  for (int h = 1; h < 32; h *= 2) v = add_rn(v, __shfl_xor_sync(kFull, v, h));
+  return v;
+}
+
 __global__ void __launch_bounds__(kCeThreads) forward_previous(const CrossEntropyIO io) {
   __shared__ float part[kCeThreads / 32];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
@@ -32,38 +72,30 @@ __global__ void __launch_bounds__(kCeThreads) forward_previous(const CrossEntrop
   float m = -INFINITY;
   for (int64_t v = tid; v < nv; v += kCeThreads) {
     float x[8];
-    load8<true>(io.logits, o + 8 * v, x);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) m = fmaxf(m, x[e]);
+    load8_bf16(io.logits, o + 8 * v, x);
+    for (int e = 0; e < 8; ++e) m = max_nan(m, x[e]);
   }
-#pragma unroll
-  for (int h = 1; h < 32; h *= 2) m = fmaxf(m, __shfl_xor_sync(kFull, m, h));
+  for (int h = 1; h < 32; h *= 2) m = max_nan(m, __shfl_xor_sync(kFull, m, h));
   if (lane == 0) part[warp] = m;
   __syncthreads();
   m = part[0];
-#pragma unroll
-  for (int w = 1; w < kCeThreads / 32; ++w) m = fmaxf(m, part[w]);
+  for (int w = 1; w < kCeThreads / 32; ++w) m = max_nan(m, part[w]);
   __syncthreads();
   float s = 0.0f;
   for (int64_t v = tid; v < nv; v += kCeThreads) {
     float x[8];
-    load8<true>(io.logits, o + 8 * v, x);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) s = add_rn(s, exp_f32(x[e] - m));
+    load8_bf16(io.logits, o + 8 * v, x);
+    for (int e = 0; e < 8; ++e) s = add_rn(s, exp_previous(x[e] - m));
   }
-  s = warp_tree_sum(s);
+  s = warp_sum(s);
   if (lane == 0) part[warp] = s;
   __syncthreads();
   if (tid != 0) return;
   float w[kCeThreads / 32];
-#pragma unroll
   for (int i = 0; i < kCeThreads / 32; ++i) w[i] = part[i];
-#pragma unroll
   for (int h = 1; h < kCeThreads / 32; h *= 2) {
     float n[kCeThreads / 32];
-#pragma unroll
     for (int i = 0; i < kCeThreads / 32; ++i) n[i] = add_rn(w[i], w[i ^ h]);
-#pragma unroll
     for (int i = 0; i < kCeThreads / 32; ++i) w[i] = n[i];
   }
   const float lse = m != m || w[0] != w[0] ? NAN : add_rn(m, log_f32(w[0]));
@@ -79,26 +111,16 @@ __global__ void __launch_bounds__(kCeThreads) forward_previous(const CrossEntrop
 
 __global__ void __launch_bounds__(kCeThreads) backward_previous(const CrossEntropyIO io) {
   const int64_t t = blockIdx.x, o = t * io.vocab, nv = io.vocab / 8, y = io.targets[t];
-  if (y == io.ignore_index) {
-    const float zero[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-    for (int64_t v = threadIdx.x; v < nv; v += kCeThreads) store8<true>(io.dlogits, o + 8 * v, zero);
-    return;
-  }
+  const bool counted = y != io.ignore_index;
   const float lse = io.lse[t], scale = *io.scale;
   for (int64_t v = threadIdx.x; v < nv; v += kCeThreads) {
-    float x[8], p[8];
-    load8<true>(io.logits, o + 8 * v, x);
-#pragma unroll
+    float x[8];
+    load8_bf16(io.logits, o + 8 * v, x);
     for (int e = 0; e < 8; ++e) {
-      p[e] = exp_f32(x[e] - lse);
-      x[e] = mul_rn(p[e], scale);
+      const float p = exp_previous(x[e] - lse);
+      x[e] = counted ? mul_rn(8 * v + e == y ? p - 1.0f : p, scale) : 0.0f;
     }
-    if (static_cast<uint64_t>(y - 8 * v) < 8) {
-#pragma unroll
-      for (int e = 0; e < 8; ++e)
-        if (8 * v + e == y) x[e] = mul_rn(p[e] - 1.0f, scale);
-    }
-    store8<true>(io.dlogits, o + 8 * v, x);
+    store8_bf16_previous(io.dlogits, o + 8 * v, x);
   }
 }
 
@@ -210,6 +232,5 @@ int run(int64_t rows, int64_t vocab) {
 }  // namespace ufp4
 
 int main(int argc, char** argv) {
-  // The proxies' logits (32 x 1024 tokens, vocab 8192), a partial row of 3 vectors a thread, and a wide row.
-  return run_shapes(argc, argv, {{32768, 8192}, {16384, 8192}, {32768, 6008}, {16384, 32768}}, ufp4::run);
+  return run_shapes(argc, argv, {{16384, 32768}, {32768, 32768}, {1000, 50264}}, ufp4::run);
 }

@@ -231,13 +231,11 @@ __global__ void __launch_bounds__(1024) rms_norm_weight_grad_kernel(const float*
 // Cross entropy, a block a row. The forward's row max is fmaxf's, which skips NaNs where the contract's
 // max_nan returns one: a row holding a NaN gets a NaN sum of exponentials instead, so lse and the loss are
 // the same NaN; otherwise the two maxima are equal (up to the sign of a zero maximum, which changes no
-// x - m and no lse). Two forms share the pieces below: rows of at most 4 vectors a thread (vocab <= 8192,
-// the proxies') are loaded whole before any value is used and kept in registers for the second pass, so
-// the row is read from memory once; wider rows are walked a vector at a time and read twice (keeping a
-// 32768-wide row in registers, 16 vectors a thread, measured 1.8x slower: dev/cuda/cross_entropy_variants.cu's
-// log). Each thread folds its vectors in the same order either way: the same bits.
-constexpr int kCeKeptVectors = 4;  // most vectors a thread of the kept form
-
+// x - m and no lse). At the proxies' 32768 x 8192 BF16 logits, memory is not what bounds them: keeping
+// a row's vectors in registers, every load issued before any value is used (as the RMSNorm forward
+// does), read the row once instead of twice and was slower on an H200, 292 against 277 us forward and
+// 367 against 330 us backward (Nsight Compute, results/bench/logs/fused-kept-d981fb7/); at 32768 wide,
+// 16 vectors a thread, 1.8x slower (dev/cuda/cross_entropy_variants.cu's log).
 // The row's max from each thread's: the warps' butterflies, then warp 0's over the warps in order.
 __device__ __forceinline__ float ce_block_max(float m, float (&part)[kCeThreads / 32]) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -335,43 +333,6 @@ __global__ void __launch_bounds__(kCeThreads) cross_entropy_forward_kernel(const
   ce_write_row(io, t, m, s, y, y >= 0 && y < io.vocab ? ce_logit<kBf16>(io, o + y) : 0.0f);
 }
 
-// BF16 rows of at most kVec vectors a thread; thread 0 fetches the target's logit before the sums, not after.
-template <int kVec>
-__global__ void __launch_bounds__(kCeThreads) cross_entropy_forward_kept_kernel(const CrossEntropyIO io) {
-  __shared__ float part[kCeThreads / 32];
-  const int tid = threadIdx.x;
-  const int64_t t = blockIdx.x, o = t * io.vocab, nv = io.vocab / 8;
-  int64_t y = 0;
-  float target_logit = 0.0f;
-  if (tid == 0) {
-    y = io.targets[t];
-    if (y >= 0 && y < io.vocab) target_logit = ce_logit<true>(io, o + y);
-  }
-  Raw8<true> raw[kVec];
-#pragma unroll
-  for (int j = 0; j < kVec; ++j)
-    if (tid + j * kCeThreads < nv) raw[j] = load_raw8<true>(io.logits, o + 8 * (tid + j * kCeThreads));
-  float m = -INFINITY;
-#pragma unroll
-  for (int j = 0; j < kVec && tid + j * kCeThreads < nv; ++j) {
-    float x[8];
-    unpack8<true>(raw[j], x);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) m = fmaxf(m, x[e]);
-  }
-  m = ce_block_max(m, part);
-  float s = 0.0f;
-#pragma unroll
-  for (int j = 0; j < kVec && tid + j * kCeThreads < nv; ++j) {
-    float x[8];
-    unpack8<true>(raw[j], x);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) s = add_rn(s, exp_f32(x[e] - m));
-  }
-  s = ce_block_sum(s, part);
-  if (tid == 0) ce_write_row(io, t, m, s, y, target_logit);
-}
-
 template <bool kBf16>
 __global__ void __launch_bounds__(kCeThreads) cross_entropy_backward_kernel(const CrossEntropyIO io) {
   const int64_t t = blockIdx.x, o = t * io.vocab, nv = io.vocab / 8, y = io.targets[t];
@@ -382,27 +343,6 @@ __global__ void __launch_bounds__(kCeThreads) cross_entropy_backward_kernel(cons
     load8<kBf16>(io.logits, o + 8 * v, x);
     ce_gradient8(x, lse, scale, y, v);
     store8<kBf16>(io.dlogits, o + 8 * v, x);
-  }
-}
-
-// BF16 rows of at most kVec vectors a thread: every load issued before any value is used.
-template <int kVec>
-__global__ void __launch_bounds__(kCeThreads) cross_entropy_backward_kept_kernel(const CrossEntropyIO io) {
-  const int64_t t = blockIdx.x, o = t * io.vocab, nv = io.vocab / 8, y = io.targets[t];
-  if (y == io.ignore_index) return ce_zero_row<true>(io, o, nv);
-  const int tid = threadIdx.x;
-  Raw8<true> raw[kVec];
-#pragma unroll
-  for (int j = 0; j < kVec; ++j)
-    if (tid + j * kCeThreads < nv) raw[j] = load_raw8<true>(io.logits, o + 8 * (tid + j * kCeThreads));
-  const float lse = io.lse[t], scale = *io.scale;
-#pragma unroll
-  for (int j = 0; j < kVec && tid + j * kCeThreads < nv; ++j) {
-    const int64_t v = tid + j * kCeThreads;
-    float x[8];
-    unpack8<true>(raw[j], x);
-    ce_gradient8(x, lse, scale, y, v);
-    store8<true>(io.dlogits, o + 8 * v, x);
   }
 }
 
@@ -517,12 +457,6 @@ unsigned elementwise_blocks(int64_t vectors) {
   return static_cast<unsigned>(b < 132 * 32 ? (b > 0 ? b : 1) : 132 * 32);  // grid-stride beyond ~32 blocks an SM
 }
 
-// Vectors of 8 a thread of a cross-entropy row (what the kept kernels take: 1 to kCeKeptVectors), 0 for a wider row.
-int ce_vectors_a_thread(int64_t vocab) {
-  const int64_t n = (vocab / 8 + kCeThreads - 1) / kCeThreads;
-  return n <= kCeKeptVectors ? static_cast<int>(n) : 0;
-}
-
 void check_shape(int64_t last, const char* what) {
   if (last <= 0 || last % 8 != 0) throw Error(std::string(what) + ": the last dimension (" + std::to_string(last) + ") must be a positive multiple of 8");
 }
@@ -575,16 +509,8 @@ void cuda_cross_entropy_forward(const CrossEntropyIO& io, cudaStream_t stream) {
   check_shape(io.vocab, "cross_entropy");
   if (io.rows == 0) return;
   if (io.rows > 0x7fffffff) throw Error("cross_entropy: too many rows for one launch");
-  const unsigned rows = static_cast<unsigned>(io.rows);
-  switch (io.dtype == DType::kBF16 ? ce_vectors_a_thread(io.vocab) : 0) {
-    case 1: cross_entropy_forward_kept_kernel<1><<<rows, kCeThreads, 0, stream>>>(io); break;
-    case 2: cross_entropy_forward_kept_kernel<2><<<rows, kCeThreads, 0, stream>>>(io); break;
-    case 3: cross_entropy_forward_kept_kernel<3><<<rows, kCeThreads, 0, stream>>>(io); break;
-    case 4: cross_entropy_forward_kept_kernel<4><<<rows, kCeThreads, 0, stream>>>(io); break;
-    default:
-      if (io.dtype == DType::kBF16) cross_entropy_forward_kernel<true><<<rows, kCeThreads, 0, stream>>>(io);
-      else cross_entropy_forward_kernel<false><<<rows, kCeThreads, 0, stream>>>(io);
-  }
+  if (io.dtype == DType::kBF16) cross_entropy_forward_kernel<true><<<static_cast<unsigned>(io.rows), kCeThreads, 0, stream>>>(io);
+  else cross_entropy_forward_kernel<false><<<static_cast<unsigned>(io.rows), kCeThreads, 0, stream>>>(io);
   check_launch("cross_entropy forward kernel launch");
 }
 
@@ -592,16 +518,8 @@ void cuda_cross_entropy_backward(const CrossEntropyIO& io, cudaStream_t stream) 
   check_shape(io.vocab, "cross_entropy");
   if (io.rows == 0) return;
   if (io.rows > 0x7fffffff) throw Error("cross_entropy: too many rows for one launch");
-  const unsigned rows = static_cast<unsigned>(io.rows);
-  switch (io.dtype == DType::kBF16 ? ce_vectors_a_thread(io.vocab) : 0) {
-    case 1: cross_entropy_backward_kept_kernel<1><<<rows, kCeThreads, 0, stream>>>(io); break;
-    case 2: cross_entropy_backward_kept_kernel<2><<<rows, kCeThreads, 0, stream>>>(io); break;
-    case 3: cross_entropy_backward_kept_kernel<3><<<rows, kCeThreads, 0, stream>>>(io); break;
-    case 4: cross_entropy_backward_kept_kernel<4><<<rows, kCeThreads, 0, stream>>>(io); break;
-    default:
-      if (io.dtype == DType::kBF16) cross_entropy_backward_kernel<true><<<rows, kCeThreads, 0, stream>>>(io);
-      else cross_entropy_backward_kernel<false><<<rows, kCeThreads, 0, stream>>>(io);
-  }
+  if (io.dtype == DType::kBF16) cross_entropy_backward_kernel<true><<<static_cast<unsigned>(io.rows), kCeThreads, 0, stream>>>(io);
+  else cross_entropy_backward_kernel<false><<<static_cast<unsigned>(io.rows), kCeThreads, 0, stream>>>(io);
   check_launch("cross_entropy backward kernel launch");
 }
 
