@@ -47,6 +47,9 @@ torch::Tensor grouped_weight_operand(const GroupedLinearImpl& m, const torch::Te
   return m.grouped_operand(w.view({E * N, K}), g, 1, step, columnwise, weight_ends(E, N, w.device()), torch::Tensor()).view({E, N, K});
 }
 
+// The experts of r with no rows: route()'s, else (a routing made by hand) from its segment ends.
+torch::Tensor idle_experts(const Routing& r) { return r.idle.defined() ? r.idle : (r.ends - segment_starts(r.ends)) == 0; }
+
 // The kept rows of r, or the 0-element placeholder of a dropless routing (autograd needs defined inputs).
 torch::Tensor kept_or_empty(const Routing& r) {
   return r.kept.defined() ? r.kept : torch::empty({0}, r.ends.options().dtype(torch::kBool));
@@ -56,9 +59,10 @@ struct GroupedLinearFunction : public torch::autograd::Function<GroupedLinearFun
   // kept: [A] bool rows of kept assignments, or a 0-element placeholder when dropless.
   // gather: [A] int64 when the rows are x's rows gather[0], ... read in place (forward_gathered: the
   // backward then returns x's gradient, through inverse and k), else a 0-element placeholder.
+  // idle: [E] bool, the experts with no rows (their segments of ends are empty).
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& ends,
-                               const torch::Tensor& kept, const torch::Tensor& host_ends, const torch::Tensor& gather, const torch::Tensor& inverse,
-                               int64_t module_ptr, int64_t k, bool fused_dispatch) {
+                               const torch::Tensor& kept, const torch::Tensor& idle, const torch::Tensor& host_ends, const torch::Tensor& gather,
+                               const torch::Tensor& inverse, int64_t module_ptr, int64_t k, bool fused_dispatch) {
     const auto& m = *reinterpret_cast<const GroupedLinearImpl*>(module_ptr);
     const int64_t step = m.layers[0]->ctx->step;
     const bool grouped_fprop = m.runs_grouped(x, Gemm::kFprop), grouped_dgrad = m.runs_grouped(x, Gemm::kDgrad),
@@ -78,6 +82,7 @@ struct GroupedLinearFunction : public torch::autograd::Function<GroupedLinearFun
     }
     ctx->saved_data["ends"] = ends;
     ctx->saved_data["kept"] = kept;
+    ctx->saved_data["idle"] = idle;
     ctx->saved_data["host_ends"] = host_ends;
     ctx->saved_data["module"] = module_ptr;
     ctx->saved_data["step"] = step;
@@ -157,8 +162,7 @@ struct GroupedLinearFunction : public torch::autograd::Function<GroupedLinearFun
         dw = grouped_mm(a.to(dy.scalar_type()).t(), b.to(dy.scalar_type()), rows.ends).to(w.scalar_type());
       }
       // An expert without rows has no GEMM to write its slice: its gradient is 0.
-      torch::Tensor idle = (ends - segment_starts(ends)) == 0;
-      dw.masked_fill_(idle.view({E, 1, 1}), 0);
+      dw.masked_fill_(ctx->saved_data["idle"].toTensor().view({E, 1, 1}), 0);
     }
     const bool loop_dx = want_dx && !dx.defined(), loop_dw = want_dw && !dw.defined();
     if (loop_dx || loop_dw) {
@@ -177,7 +181,7 @@ struct GroupedLinearFunction : public torch::autograd::Function<GroupedLinearFun
     if (dx.defined() && ctx->saved_data.count("inverse"))
       dx = dispatch_backward(dx, ctx->saved_data["inverse"].toTensor(), ctx->saved_data["k"].toInt(), ctx->saved_data["fused_dispatch"].toBool());
     return {dx, dw, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
-            torch::Tensor()};
+            torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -344,8 +348,8 @@ torch::Tensor GroupedLinearImpl::forward(const torch::Tensor& x, const Routing& 
   for (Gemm g : kGemms) loop = loop || !runs_grouped(x, g);
   // 0-element placeholders where there is nothing to pass (autograd needs defined inputs).
   const torch::Tensor none = torch::empty({0}, r.ends.options().dtype(torch::kInt64));
-  return GroupedLinearFunction::apply(x, weight, r.ends, kept_or_empty(r), loop ? r.host_ends() : torch::empty({0}, torch::kInt64), none, none,
-                                      reinterpret_cast<int64_t>(this), r.top_k, false);
+  return GroupedLinearFunction::apply(x, weight, r.ends, kept_or_empty(r), idle_experts(r), loop ? r.host_ends() : torch::empty({0}, torch::kInt64), none,
+                                      none, reinterpret_cast<int64_t>(this), r.top_k, false);
 }
 
 bool GroupedLinearImpl::reads_gathered(const torch::Tensor& x) const {
@@ -357,7 +361,7 @@ bool GroupedLinearImpl::reads_gathered(const torch::Tensor& x) const {
 
 torch::Tensor GroupedLinearImpl::forward_gathered(const torch::Tensor& x, const Routing& r, const torch::Tensor& gather, bool fused_dispatch) {
   if (!reads_gathered(x)) throw Error("grouped linear " + layers[0]->name + ": forward_gathered() needs reads_gathered()");
-  return GroupedLinearFunction::apply(x, weight, r.ends, kept_or_empty(r), torch::empty({0}, torch::kInt64), gather, r.inverse,
+  return GroupedLinearFunction::apply(x, weight, r.ends, kept_or_empty(r), idle_experts(r), torch::empty({0}, torch::kInt64), gather, r.inverse,
                                       reinterpret_cast<int64_t>(this), r.top_k, fused_dispatch);
 }
 

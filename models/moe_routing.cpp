@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/error.h"
+#include "kernels/moe/expert_sort.h"
 #include "kernels/moe/inverse_permutation.h"
 #include "models/fused_ops.h"
 #ifdef UFP4_WITH_CUDA
@@ -74,6 +75,34 @@ std::pair<torch::Tensor, torch::Tensor> slots_by_expert(const torch::Tensor& idx
   return {torch::stack({torch::minimum(a, b), torch::maximum(a, b)}, 1), torch::stack({swap, 1 - swap}, 1)};
 }
 
+// The dropless layout of flat [A] (each assignment's expert) on CUDA: one counting sort
+// (kernels/moe/expert_sort.h) in place of LibTorch's stable sort, searchsorted and conversions. The same
+// integers: the stable order is unique. False where the kernels do not apply.
+bool sort_by_expert_on_gpu(const torch::Tensor& flat, Routing& r) {
+#ifdef UFP4_WITH_CUDA
+  ExpertSortIO io;
+  io.assignments = flat.numel(), io.experts = r.experts, io.k = r.top_k;
+  if (!flat.is_cuda() || !expert_sort_cuda_applies(io)) return false;
+  const torch::Tensor keys = flat.contiguous();
+  const auto i64 = keys.options();
+  r.order = torch::empty({io.assignments}, i64);
+  r.inverse = torch::empty({io.assignments}, i64);
+  r.token_of_row = torch::empty({io.assignments}, i64);
+  r.ends = torch::empty({io.experts}, i64.dtype(torch::kInt32));
+  r.assigned = torch::empty({io.experts}, i64);
+  const torch::Tensor workspace = torch::empty({static_cast<int64_t>(expert_sort_workspace_bytes(io))}, i64.dtype(torch::kByte));
+  io.keys = keys.data_ptr<int64_t>(), io.order = r.order.data_ptr<int64_t>(), io.inverse = r.inverse.data_ptr<int64_t>();
+  io.rows = r.token_of_row.data_ptr<int64_t>(), io.ends = r.ends.data_ptr<int32_t>(), io.assigned = r.assigned.data_ptr<int64_t>();
+  io.workspace = workspace.data_ptr();
+  cuda_expert_sort(io, at::cuda::getCurrentCUDAStream(keys.device().index()).stream());
+  r.idle = r.assigned == 0;
+  return true;
+#else
+  (void)flat, (void)r;
+  return false;
+#endif
+}
+
 }  // namespace
 
 torch::Tensor inverse_permutation(const torch::Tensor& perm) {
@@ -110,6 +139,7 @@ Routing route(const torch::Tensor& idx, const torch::Tensor& weights, int64_t ex
   const auto by_expert = slots_by_expert(idx);
   r.weights = PermuteCols::apply(weights, by_expert.second);
   torch::Tensor flat = by_expert.first.flatten();  // [A], assignment a = t * k + slot
+  if (capacity == 0 && sort_by_expert_on_gpu(flat, r)) return r;
   // Stable: within an expert, assignments stay in token order (capacity keeps the first ones).
   auto sorted = narrow_keys(flat, experts - 1).sort(/*stable=*/true, /*dim=*/0, /*descending=*/false);
   torch::Tensor expert_of_row = std::get<0>(sorted).to(flat.scalar_type()), order = std::get<1>(sorted);
@@ -117,6 +147,7 @@ Routing route(const torch::Tensor& idx, const torch::Tensor& weights, int64_t ex
   torch::Tensor starts = torch::searchsorted(expert_of_row, ids, /*out_int32=*/false, /*right=*/false);
   torch::Tensor ends = torch::searchsorted(expert_of_row, ids, /*out_int32=*/false, /*right=*/true);
   r.assigned = ends - starts;
+  r.idle = r.assigned == 0;  // a capacity keeps min(assigned, capacity) >= 1 rows of an assigned expert
   if (capacity > 0) {
     // An assignment's place in its expert's queue; those past the capacity move behind every kept row.
     torch::Tensor place = torch::arange(A, flat.options()) - starts.index_select(0, expert_of_row);
@@ -133,7 +164,7 @@ Routing route(const torch::Tensor& idx, const torch::Tensor& weights, int64_t ex
   return r;
 }
 
-torch::Tensor dispatch_rows(const Routing& r) { return r.order.div(r.top_k, "floor"); }
+torch::Tensor dispatch_rows(const Routing& r) { return r.token_of_row.defined() ? r.token_of_row : r.order.div(r.top_k, "floor"); }
 
 torch::Tensor permute_rows(const torch::Tensor& x, const torch::Tensor& perm, const torch::Tensor& inverse) {
   return PermuteRows::apply(x, perm, inverse);
@@ -145,6 +176,7 @@ Routing grouped_routing(const std::vector<int64_t>& counts, const torch::Device&
   r.top_k = 1;
   const torch::Tensor c = torch::tensor(counts, torch::kInt64);
   r.assigned = c.to(device);
+  r.idle = r.assigned == 0;
   r.ends = torch::cumsum(c, 0).to(torch::kInt32).to(device);
   r.tokens = counts.empty() ? 0 : torch::cumsum(c, 0)[-1].item<int64_t>();
   r.order = r.inverse = torch::arange(r.tokens, torch::TensorOptions().dtype(torch::kInt64).device(device));

@@ -20,6 +20,8 @@ struct Routing {
   torch::Tensor ends;     // [E] int32: cumulative end row of each expert's segment
   torch::Tensor assigned; // [E] int64: assignments routed to each expert, before any drop
   torch::Tensor kept;     // [A] bool per row, true where the row holds a kept assignment; undefined when dropless
+  torch::Tensor idle;     // [E] bool: experts given no row (assigned == 0), whose weight gradient is 0
+  torch::Tensor token_of_row;  // [A] int64: order / k where route() formed it (dispatch_rows), else undefined
   // The segment ends on the host (one device synchronisation, then cached): for paths that loop over experts.
   torch::Tensor host_ends() const;
 

@@ -40,10 +40,12 @@ struct TopKExperts : public torch::autograd::Function<TopKExperts> {
     ctx->saved_data["ids"] = ids;
     ctx->saved_data["experts"] = probs.size(-1);
     ctx->mark_non_differentiable({ids});
+    // No zero gradient formed for the ids (integers, never read) nor for unused values: a fill a step.
+    ctx->set_materialize_grads(false);
     return {values, ids};
   }
-  // g[0] is always defined: autograd gives an unused output a zero gradient.
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list g) {
+    if (!g[0].defined()) return {torch::Tensor(), torch::Tensor()};  // the values had no use: probs' gradient is 0
     const torch::Tensor ids = ctx->saved_data["ids"].toTensor();
     const int64_t E = ctx->saved_data["experts"].toInt();
     const torch::Tensor e = torch::arange(E, ids.options());

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/moe/expert_sort.h"
 #include "kernels/moe/inverse_permutation.h"
 #include "kernels/moe/router_top_k.h"
 #include "models/fused_ops.h"
@@ -90,6 +91,62 @@ void check_inverse_permutation(torch::Device device) {
   InversePermutationIO io;
   io.rows = 1, io.width = 2, io.perm = bad.data(), io.inv = out.data();
   CHECK(contains(thrown_message([&] { reference_inverse_permutation(io); }), "row 0 holds 2, outside 0..1"));
+}
+
+void check_expert_sort(torch::Device device) {
+  torch::manual_seed(13);
+  // {assignments, experts, k}: none; one; whole and partial chunks of 1024; the proxies' 32 x 1024 tokens at
+  // top 2 (plus 7); 1024 experts (the kernels' most) and 333 at k = 3; on CUDA also 2^20 + 5 assignments.
+  std::vector<std::array<int64_t, 3>> shapes{{0, 4, 2}, {1, 1, 1}, {1024, 16, 2}, {1025, 16, 2}, {65543, 16, 2}, {5000, 1024, 1}, {3000, 333, 3}};
+  if (device.is_cuda()) shapes.push_back({(int64_t{1} << 20) + 5, 64, 4});
+  for (const auto& shape : shapes) {
+    const int64_t A = shape[0], E = shape[1], k = shape[2];
+    INFO(device << " assignments " << A << " experts " << E << " k " << k);
+    // A quarter of the experts get no assignment (idle).
+    torch::Tensor keys = (torch::randint(0, std::max<int64_t>(E * 3 / 4, 1), {A}, torch::kInt64) * 4).div(3, "floor");
+    std::vector<int64_t> order(A), inverse(A), rows(A), assigned(E);
+    std::vector<int32_t> ends(E);
+    ExpertSortIO io;
+    io.assignments = A, io.experts = E, io.k = k, io.keys = keys.data_ptr<int64_t>();
+    io.order = order.data(), io.inverse = inverse.data(), io.rows = rows.data(), io.ends = ends.data(), io.assigned = assigned.data();
+    reference_expert_sort(io);
+    const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
+    const torch::Tensor ro = torch::from_blob(order.data(), {A}, i64), ri = torch::from_blob(inverse.data(), {A}, i64),
+                        rr = torch::from_blob(rows.data(), {A}, i64), ra = torch::from_blob(assigned.data(), {E}, i64),
+                        re = torch::from_blob(ends.data(), {E}, torch::kInt32);
+    if (!device.is_cuda()) {
+      // The reference is LibTorch's stable sort and searchsorted, as route() forms them elsewhere.
+      const auto sorted = keys.sort(/*stable=*/true, /*dim=*/0, /*descending=*/false);
+      CHECK(torch::equal(ro, std::get<1>(sorted)));
+      CHECK(torch::equal(ri, torch::argsort(std::get<1>(sorted))));
+      CHECK(torch::equal(rr, std::get<1>(sorted).div(k, "floor")));
+      const torch::Tensor e_ids = torch::arange(E, i64);
+      CHECK(torch::equal(re, torch::searchsorted(std::get<0>(sorted), e_ids, false, /*right=*/true).to(torch::kInt32)));
+      CHECK(torch::equal(ra, torch::bincount(keys, {}, E)));
+      continue;
+    }
+#ifdef UFP4_WITH_CUDA
+    const torch::Tensor dk = keys.to(device);
+    torch::Tensor o = torch::full({A}, -1, i64.device(device)), inv = o.clone(), rw = o.clone(), as = torch::full({E}, -1, i64.device(device));
+    torch::Tensor en = torch::full({E}, -1, torch::TensorOptions().dtype(torch::kInt32).device(device));
+    torch::Tensor ws = torch::empty({static_cast<int64_t>(expert_sort_workspace_bytes(io))}, torch::TensorOptions().dtype(torch::kByte).device(device));
+    io.keys = dk.data_ptr<int64_t>(), io.order = o.data_ptr<int64_t>(), io.inverse = inv.data_ptr<int64_t>(), io.rows = rw.data_ptr<int64_t>();
+    io.ends = en.data_ptr<int32_t>(), io.assigned = as.data_ptr<int64_t>(), io.workspace = ws.data_ptr();
+    cuda_expert_sort(io, nullptr);
+    CHECK(torch::equal(o.cpu(), ro));
+    CHECK(torch::equal(inv.cpu(), ri));
+    CHECK(torch::equal(rw.cpu(), rr));
+    CHECK(torch::equal(en.cpu(), re));
+    CHECK(torch::equal(as.cpu(), ra));
+#endif
+  }
+  const std::vector<int64_t> bad{0, 2};
+  std::vector<int64_t> o(2), inv(2), rows(2), assigned(2);
+  std::vector<int32_t> ends(2);
+  ExpertSortIO io;
+  io.assignments = 2, io.experts = 2, io.keys = bad.data(), io.order = o.data(), io.inverse = inv.data(), io.rows = rows.data(), io.ends = ends.data(),
+  io.assigned = assigned.data();
+  CHECK(contains(thrown_message([&] { reference_expert_sort(io); }), "assignment 1 names expert 2, outside 0..1"));
 }
 
 namespace {
@@ -222,6 +279,19 @@ void check_routing(torch::Device device) {
         for (int64_t i = 0; i < end - start; ++i) CHECK(O[start + i] == expected[e][i]);
         kept += end - start;
         start = end;
+      }
+      // Counts, idle experts and the rows' tokens, as route() defines them whichever path formed them.
+      CHECK(r.ends.scalar_type() == torch::kInt32);
+      for (int64_t e = 0; e < E; ++e) CHECK(r.assigned[e].item<int64_t>() == std::count_if(S.data(), S.data() + A, [&](int64_t x) { return x == e; }));
+      CHECK(torch::equal(r.idle.cpu(), r.assigned.cpu() == 0));
+      CHECK(torch::equal(dispatch_rows(r).cpu(), order.div(k, "floor")));
+      if (device.is_cuda()) {  // every integer of the layout the CPU's, bit for bit
+        const Routing c = route(idx_cpu, w_cpu, E, capacity);
+        CHECK(torch::equal(r.order.cpu(), c.order));
+        CHECK(torch::equal(r.inverse.cpu(), c.inverse));
+        CHECK(torch::equal(r.ends.cpu(), c.ends));
+        CHECK(torch::equal(r.assigned.cpu(), c.assigned));
+        CHECK(torch::equal(r.weights.cpu(), c.weights));
       }
       if (capacity == 0) {
         CHECK(!r.kept.defined());

@@ -17,6 +17,10 @@ void check_routing(torch::Device device);
 // (kernels/moe/inverse_permutation.h), bit for bit: rows of widths 1 to 65536, none, and out of range;
 // on CUDA also one of 2^24 + 3 entries (the kernel's grid-stride loop past its 65535 blocks).
 void check_inverse_permutation(torch::Device device);
+// Catch2 checks of the counting sort by expert (kernels/moe/expert_sort.h): on the CPU its reference
+// against LibTorch's stable sort, searchsorted and bincount; on CUDA the kernels against the reference, bit
+// for bit (none to 2^20 + 5 assignments, 1 to 1024 experts, idle experts, k 1 to 4); a key out of range.
+void check_expert_sort(torch::Device device);
 // Catch2 checks of top_k_experts() (models/router_top_k.h) on `device` against LibTorch's topk and its
 // autograd there, and of the GPU kernel's CPU reference against topk on the CPU: 16 and 128 experts, k 1, 2,
 // 3 and 8, ties at and inside the top k, NaNs and signed zeros; the probabilities' gradient bit for bit.

@@ -24,6 +24,10 @@ TEST_CASE("routing's inverse permutations: the CPU reference equals argsort", "[
 
 TEST_CASE("the router's top k: topk's pairs and its gradient bit for bit", "[moe]") { test::check_top_k_experts(torch::kCPU); }
 
+TEST_CASE("routing's counting sort by expert: the CPU reference equals LibTorch's stable sort and segment ends", "[moe]") {
+  test::check_expert_sort(torch::kCPU);
+}
+
 TEST_CASE("MoE layer equals the per-expert formulation bit for bit: output, expert gradients, quantized operands, alpha", "[moe]") {
   for (const char* recipe : {"bf16", "e2m1_ref", "ufp4", "nvfp4_nvidia", "mxfp4"})
     for (int64_t top_k : {2, 3})

@@ -52,6 +52,12 @@ TEST_CASE("routing's inverse permutations on the GPU: one kernel, the CPU refere
   test::check_inverse_permutation(torch::kCUDA);
 }
 
+TEST_CASE("routing's counting sort by expert on the GPU: the CPU reference's integers bit for bit", "[moe][cuda]") {
+  UFP4_NEED_GPU();
+  set_deterministic(true);
+  test::check_expert_sort(torch::kCUDA);
+}
+
 TEST_CASE("the router's top k on the GPU: topk's pairs and gradient bit for bit, the kernel's order the reference's", "[moe][cuda]") {
   UFP4_NEED_GPU();
   set_deterministic(true);
