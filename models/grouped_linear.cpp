@@ -180,8 +180,9 @@ struct GroupedLinearFunction : public torch::autograd::Function<GroupedLinearFun
     // Rows read in place from a gather: x's gradient sums each token's rows (the dispatch's backward).
     if (dx.defined() && ctx->saved_data.count("inverse"))
       dx = dispatch_backward(dx, ctx->saved_data["inverse"].toTensor(), ctx->saved_data["k"].toInt(), ctx->saved_data["fused_dispatch"].toBool());
+    // One gradient an input of forward (11): x's and w's, none for the routing's tensors and the flags.
     return {dx, dw, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
-            torch::Tensor(), torch::Tensor()};
+            torch::Tensor()};
   }
 };
 

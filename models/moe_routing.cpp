@@ -82,7 +82,7 @@ bool sort_by_expert_on_gpu(const torch::Tensor& flat, Routing& r) {
 #ifdef UFP4_WITH_CUDA
   ExpertSortIO io;
   io.assignments = flat.numel(), io.experts = r.experts, io.k = r.top_k;
-  if (!flat.is_cuda() || !expert_sort_cuda_applies(io)) return false;
+  if (!flat.is_cuda() || flat.scalar_type() != torch::kInt64 || !expert_sort_cuda_applies(io)) return false;
   const torch::Tensor keys = flat.contiguous();
   const auto i64 = keys.options();
   r.order = torch::empty({io.assignments}, i64);
@@ -92,7 +92,7 @@ bool sort_by_expert_on_gpu(const torch::Tensor& flat, Routing& r) {
   r.assigned = torch::empty({io.experts}, i64);
   const torch::Tensor workspace = torch::empty({static_cast<int64_t>(expert_sort_workspace_bytes(io))}, i64.dtype(torch::kByte));
   io.keys = keys.data_ptr<int64_t>(), io.order = r.order.data_ptr<int64_t>(), io.inverse = r.inverse.data_ptr<int64_t>();
-  io.rows = r.token_of_row.data_ptr<int64_t>(), io.ends = r.ends.data_ptr<int32_t>(), io.assigned = r.assigned.data_ptr<int64_t>();
+  io.token_of_row = r.token_of_row.data_ptr<int64_t>(), io.ends = r.ends.data_ptr<int32_t>(), io.assigned = r.assigned.data_ptr<int64_t>();
   io.workspace = workspace.data_ptr();
   cuda_expert_sort(io, at::cuda::getCurrentCUDAStream(keys.device().index()).stream());
   r.idle = r.assigned == 0;

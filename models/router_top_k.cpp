@@ -45,7 +45,8 @@ struct TopKExperts : public torch::autograd::Function<TopKExperts> {
     return {values, ids};
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list g) {
-    if (!g[0].defined()) return {torch::Tensor(), torch::Tensor()};  // the values had no use: probs' gradient is 0
+    // Autograd runs this node only when the values carry a gradient (the ids never do): a guard, not a path.
+    if (!g[0].defined()) return {torch::Tensor(), torch::Tensor()};
     const torch::Tensor ids = ctx->saved_data["ids"].toTensor();
     const int64_t E = ctx->saved_data["experts"].toInt();
     const torch::Tensor e = torch::arange(E, ids.options());

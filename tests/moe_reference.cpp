@@ -108,7 +108,7 @@ void check_expert_sort(torch::Device device) {
     std::vector<int32_t> ends(E);
     ExpertSortIO io;
     io.assignments = A, io.experts = E, io.k = k, io.keys = keys.data_ptr<int64_t>();
-    io.order = order.data(), io.inverse = inverse.data(), io.rows = rows.data(), io.ends = ends.data(), io.assigned = assigned.data();
+    io.order = order.data(), io.inverse = inverse.data(), io.token_of_row = rows.data(), io.ends = ends.data(), io.assigned = assigned.data();
     reference_expert_sort(io);
     const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
     const torch::Tensor ro = torch::from_blob(order.data(), {A}, i64), ri = torch::from_blob(inverse.data(), {A}, i64),
@@ -130,7 +130,7 @@ void check_expert_sort(torch::Device device) {
     torch::Tensor o = torch::full({A}, -1, i64.device(device)), inv = o.clone(), rw = o.clone(), as = torch::full({E}, -1, i64.device(device));
     torch::Tensor en = torch::full({E}, -1, torch::TensorOptions().dtype(torch::kInt32).device(device));
     torch::Tensor ws = torch::empty({static_cast<int64_t>(expert_sort_workspace_bytes(io))}, torch::TensorOptions().dtype(torch::kByte).device(device));
-    io.keys = dk.data_ptr<int64_t>(), io.order = o.data_ptr<int64_t>(), io.inverse = inv.data_ptr<int64_t>(), io.rows = rw.data_ptr<int64_t>();
+    io.keys = dk.data_ptr<int64_t>(), io.order = o.data_ptr<int64_t>(), io.inverse = inv.data_ptr<int64_t>(), io.token_of_row = rw.data_ptr<int64_t>();
     io.ends = en.data_ptr<int32_t>(), io.assigned = as.data_ptr<int64_t>(), io.workspace = ws.data_ptr();
     cuda_expert_sort(io, nullptr);
     CHECK(torch::equal(o.cpu(), ro));
@@ -144,7 +144,7 @@ void check_expert_sort(torch::Device device) {
   std::vector<int64_t> o(2), inv(2), rows(2), assigned(2);
   std::vector<int32_t> ends(2);
   ExpertSortIO io;
-  io.assignments = 2, io.experts = 2, io.keys = bad.data(), io.order = o.data(), io.inverse = inv.data(), io.rows = rows.data(), io.ends = ends.data(),
+  io.assignments = 2, io.experts = 2, io.keys = bad.data(), io.order = o.data(), io.inverse = inv.data(), io.token_of_row = rows.data(), io.ends = ends.data(),
   io.assigned = assigned.data();
   CHECK(contains(thrown_message([&] { reference_expert_sort(io); }), "assignment 1 names expert 2, outside 0..1"));
 }
@@ -239,8 +239,9 @@ void check_top_k_experts(torch::Device device) {
 // each expert's segment its assignments in token order, the first `capacity` of them; dropped rows last.
 void check_routing(torch::Device device) {
   torch::manual_seed(7);
-  // 6 experts (one-byte sort keys), and 300 experts over 400 assignments (two-byte keys).
-  for (const auto& shape : std::vector<std::array<int64_t, 3>>{{40, 3, 6}, {200, 2, 300}}) {
+  // 6 experts (one-byte sort keys), 300 experts over 400 assignments (two-byte keys), and 3000 assignments of
+  // 16 experts (on CUDA the counting sort's chunks of 1024: three of them).
+  for (const auto& shape : std::vector<std::array<int64_t, 3>>{{40, 3, 6}, {200, 2, 300}, {1500, 2, 16}}) {
     const int64_t T = shape[0], k = shape[1], E = shape[2];
     torch::Tensor idx = std::get<1>(torch::rand({T, E}).topk(k, -1)).to(device);
     torch::Tensor w = torch::rand({T, k}).to(device);
@@ -281,6 +282,7 @@ void check_routing(torch::Device device) {
         start = end;
       }
       // Counts, idle experts and the rows' tokens, as route() defines them whichever path formed them.
+      CHECK(r.token_of_row.defined() == (device.is_cuda() && capacity == 0));  // the counting sort ran where it applies
       CHECK(r.ends.scalar_type() == torch::kInt32);
       for (int64_t e = 0; e < E; ++e) CHECK(r.assigned[e].item<int64_t>() == std::count_if(S.data(), S.data() + A, [&](int64_t x) { return x == e; }));
       CHECK(torch::equal(r.idle.cpu(), r.assigned.cpu() == 0));

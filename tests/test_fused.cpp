@@ -421,8 +421,8 @@ TEST_CASE("CUDA RMSNorm == CPU reference, bitwise: y, r, dx, dw", "[fused][cuda]
 TEST_CASE("CUDA cross entropy == CPU reference, bitwise: loss, lse, gradient (ignored, out-of-range, -inf and NaN rows)", "[fused][cuda]") {
   UFP4_NEED_GPU();
   for (auto dtype : {torch::kBFloat16, torch::kFloat32})
-    // Rows of one to four vectors a thread (8, 256, 2400, 6008, and the proxies' 8192), whole and partial,
-    // and two wider ones.
+    // Vocabularies from one vector (8) to 50000, the proxies' 8192 among them; rows that fill the block's
+    // threads and rows that leave some idle (2400, 6008).
     for (auto shape : std::vector<std::pair<int64_t, int64_t>>{{7, 32768}, {100, 256}, {3, 50000}, {9, 8}, {33, 8192}, {5, 6008}, {6, 2400}}) {
       const int64_t rows = shape.first, V = shape.second;
       torch::manual_seed(rows + V);

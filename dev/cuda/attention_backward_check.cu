@@ -12,7 +12,7 @@
 #include <random>
 #include <vector>
 
-#include "dev/cuda/check_cuda.cuh"
+#include "dev/cuda/dev_harness.cuh"
 #include "kernels/attention/attention_backward.h"
 #include "kernels/numerics/float_bits.h"
 

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "kernels/fused/fused_kernels.h"
-#include "dev/cuda/check_cuda.cuh"
+#include "dev/cuda/dev_harness.cuh"
 
 namespace ufp4 {
 namespace {

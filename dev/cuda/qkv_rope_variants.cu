@@ -17,7 +17,7 @@
 
 #include "kernels/fused/fused_device.cuh"
 #include "kernels/fused/fused_kernels.h"
-#include "dev/cuda/check_cuda.cuh"
+#include "dev/cuda/dev_harness.cuh"
 
 namespace ufp4 {
 namespace {

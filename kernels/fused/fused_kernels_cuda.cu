@@ -32,8 +32,8 @@ __device__ __forceinline__ void load_sum8(const RmsNormIO& io, int64_t elem, flo
   add_residual8<kBf16>(x, res);
 }
 
-// Row t's 1 / rms from each lane's sum of squares (the warp's butterfly), written to r by lane 0.
-__device__ __forceinline__ float row_inverse_rms(const RmsNormIO& io, int64_t t, float acc) {
+// Row t's 1 / rms from each lane's sum of squares (the warp's butterfly): stored to io.r[t] by lane 0, and returned.
+__device__ __forceinline__ float store_inverse_rms(const RmsNormIO& io, int64_t t, float acc) {
   const float ss = warp_tree_sum(acc);
   const float r = 1.0f / sqrtf(ss / static_cast<float>(io.d) + io.eps);
   if (threadIdx.x % 32 == 0) io.r[t] = canon_nan(r);
@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(256) rms_norm_forward_kernel(const RmsNormIO i
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc = fmaf(x[e], x[e], acc);
   }
-  const float r = row_inverse_rms(io, t, acc);
+  const float r = store_inverse_rms(io, t, acc);
   for (int64_t v = lane; v < nv; v += 32) {
     float x[8];
     load_sum8<kBf16>(io, o + 8 * v, x);  // the row again, from L1 (the sum recomputed, not read back from a store)
@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(256) rms_norm_forward_kept_kernel(const RmsNor
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc = fmaf(x[j][e], x[j][e], acc);
   }
-  const float r = row_inverse_rms(io, t, acc);
+  const float r = store_inverse_rms(io, t, acc);
 #pragma unroll
   for (int j = 0; j < kNv && lane + 32 * j < nv; ++j) store_normalized8<true>(io, o, lane + 32 * j, r, x[j]);
 }
@@ -231,11 +231,8 @@ __global__ void __launch_bounds__(1024) rms_norm_weight_grad_kernel(const float*
 // Cross entropy, a block a row. The forward's row max is fmaxf's, which skips NaNs where the contract's
 // max_nan returns one: a row holding a NaN gets a NaN sum of exponentials instead, so lse and the loss are
 // the same NaN; otherwise the two maxima are equal (up to the sign of a zero maximum, which changes no
-// x - m and no lse). At the proxies' 32768 x 8192 BF16 logits, memory is not what bounds them: keeping
-// a row's vectors in registers, every load issued before any value is used (as the RMSNorm forward
-// does), read the row once instead of twice and was slower on an H200, 292 against 277 us forward and
-// 367 against 330 us backward (Nsight Compute, results/bench/logs/fused-kept-d981fb7/); at 32768 wide,
-// 16 vectors a thread, 1.8x slower (dev/cuda/cross_entropy_variants.cu's log).
+// x - m and no lse). The kernels (after these helpers) walk a row a vector at a time, the forward twice.
+
 // The row's max from each thread's: the warps' butterflies, then warp 0's over the warps in order.
 __device__ __forceinline__ float ce_block_max(float m, float (&part)[kCeThreads / 32]) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -308,6 +305,11 @@ __device__ __forceinline__ void ce_zero_row(const CrossEntropyIO& io, int64_t o,
   for (int64_t v = threadIdx.x; v < nv; v += kCeThreads) store8<kBf16>(io.dlogits, o + 8 * v, zero);
 }
 
+// At the proxies' 32768 x 8192 BF16 logits memory is not what bounds the two kernels: keeping a row's vectors
+// in registers, every load issued before any value is used (as the RMSNorm forward does), read the row once
+// instead of twice and was slower on an H200, 292 against 277 us forward and 367 against 330 us backward
+// (Nsight Compute, results/bench/logs/fused-kept-d981fb7/); at 32768 wide, 16 vectors a thread, 1.8x slower
+// (dev/cuda/cross_entropy_variants.cu's log).
 template <bool kBf16>
 __global__ void __launch_bounds__(kCeThreads) cross_entropy_forward_kernel(const CrossEntropyIO io) {
   __shared__ float part[kCeThreads / 32];

@@ -2,7 +2,7 @@
 // counting sort: keys[a] is the expert of assignment a (a = token * k + slot). Outputs:
 //   order[r]    the assignment row r holds: expert 0's assignments in increasing a, then expert 1's, ...
 //   inverse[a]  the row of assignment a (order's inverse)
-//   rows[r]     order[r] / k, the token row r reads
+//   token_of_row[r]  order[r] / k, the token row r reads
 //   ends[e]     int32: the rows of experts 0..e; assigned[e]: the assignments of expert e
 // The stable order is unique and every output is an integer, so the CUDA kernels (expert_sort_cuda.cu:
 // three launches where LibTorch took a radix sort, two searchsorted and a handful of conversions) equal the
@@ -26,7 +26,7 @@ struct ExpertSortIO {
   const int64_t* keys = nullptr;  // [assignments]
   int64_t* order = nullptr;       // [assignments]
   int64_t* inverse = nullptr;     // [assignments]
-  int64_t* rows = nullptr;        // [assignments]
+  int64_t* token_of_row = nullptr;  // [assignments]
   int32_t* ends = nullptr;        // [experts]
   int64_t* assigned = nullptr;    // [experts]
   void* workspace = nullptr;      // expert_sort_workspace_bytes(io), CUDA only

@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(kThreads) place_kernel(const ExpertSortIO io, 
     const int64_t r = static_cast<int64_t>(first_rows[blockIdx.x * io.experts + e]) + mine[e] + rank[s];
     io.order[r] = a;
     io.inverse[a] = r;
-    io.rows[r] = a / io.k;
+    io.token_of_row[r] = a / io.k;
   }
 }
 

@@ -28,7 +28,7 @@ void reference_expert_sort(const ExpertSortIO& io) {
     const int64_t r = next[static_cast<size_t>(io.keys[a])]++;
     io.order[r] = a;
     io.inverse[a] = r;
-    io.rows[r] = a / io.k;
+    io.token_of_row[r] = a / io.k;
   }
 }
 

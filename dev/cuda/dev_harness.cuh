@@ -1,4 +1,5 @@
-// The dev programs' CUDA error check: print the call's file, line and error, and exit 1.
+// The dev programs' shared harness: the CUDA error check (print the call's file, line and error, and exit 1),
+// the median time of a launch, and the variants programs' main over shapes.
 #pragma once
 #include <cuda_runtime.h>
 
