@@ -126,8 +126,9 @@ std::vector<std::string> split_words(const std::string& line) {
 
 }  // namespace
 
-CliResult run_cli(const std::string& args, CliOutput which) {
-  // From the repository root, as a user runs it: manifests name repository-relative paths.
+namespace {
+
+CliResult run_cli_from(const std::string& dir, const std::string& args, CliOutput which) {
   const std::vector<std::string> words = split_words(args);
   std::array<char, 4096> cwd{};
   if (!getcwd(cwd.data(), cwd.size())) throw std::runtime_error("getcwd failed");
@@ -141,7 +142,7 @@ CliResult run_cli(const std::string& args, CliOutput which) {
   ::dup2(which == CliOutput::kStderr ? null_fd : ::fileno(capture), 1);
   ::dup2(::fileno(capture), 2);
   int code = -1;
-  if (::chdir(UFP4_SOURCE_DIR) == 0) code = cli_main(words);
+  if (::chdir(dir.c_str()) == 0) code = cli_main(words);
   std::cout.flush();
   std::cerr.flush();
   std::fflush(nullptr);
@@ -157,6 +158,13 @@ CliResult run_cli(const std::string& args, CliOutput which) {
   std::fclose(capture);
   return {code, out};
 }
+
+}  // namespace
+
+// From the repository root, as a user runs it: manifests name repository-relative paths.
+CliResult run_cli(const std::string& args, CliOutput which) { return run_cli_from(UFP4_SOURCE_DIR, args, which); }
+
+CliResult run_cli_in(const std::string& dir, const std::string& args) { return run_cli_from(dir, args, CliOutput::kBoth); }
 
 CliResult run_binary(const std::string& args) {
   const Shell r = sh("cd '" + std::string(UFP4_SOURCE_DIR) + "' && " + std::string(UFP4_BINARY) + " " + args);

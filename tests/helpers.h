@@ -25,6 +25,8 @@ struct CliResult {
 // LibTorch process takes ~0.7 s to start, and the suite makes hundreds of these calls.
 enum class CliOutput { kBoth, kStderr };
 CliResult run_cli(const std::string& args, CliOutput which = CliOutput::kBoth);
+// The same from the folder `dir` (a checkout of a test's own), as `cd dir && ufp4 args` runs it.
+CliResult run_cli_in(const std::string& dir, const std::string& args);
 // The built ufp4 binary, spawned from the repository root with `args` (a shell fragment).
 CliResult run_binary(const std::string& args);
 // Runs `command` (a shell command line) and sends it `sig` once a line of its output (stdout and

@@ -107,12 +107,27 @@ std::string line_with(const std::string& out, const std::string& needle) {
   return out.substr(start == std::string::npos ? 0 : start + 1, end == std::string::npos ? std::string::npos : end - (start == std::string::npos ? 0 : start + 1));
 }
 
+// An environment variable set (or unset) for a scope, and put back as it was however the scope ends.
+struct EnvFor {
+  std::string name, before;
+  bool had;
+  EnvFor(const std::string& n, const char* value) : name(n), had(std::getenv(n.c_str()) != nullptr) {
+    if (had) before = std::getenv(n.c_str());
+    if (value) ::setenv(n.c_str(), value, 1);
+    else ::unsetenv(n.c_str());
+  }
+  ~EnvFor() {
+    if (had) ::setenv(name.c_str(), before.c_str(), 1);
+    else ::unsetenv(name.c_str());
+  }
+};
+
 }  // namespace
 
 TEST_CASE("a results file counts by its content: a damaged one, or another run's under this run's name, is not done", "[integrity]") {
   const std::string d = test::temp_dir();
   const std::string m = test::tiny_manifest(d, "bf16", 12), m2 = test::tiny_manifest(d, "ufp4", 12);
-  REQUIRE(sh(kBin + " run " + m + " " + m2).code == 0);
+  REQUIRE(test::run_cli("run " + m + " " + m2).code == 0);
   const RunManifest a = RunManifest::load(m), b = RunManifest::load(m2);
   const std::string fa = test::results_of(a), fb = test::results_of(b);
   CHECK(read_run_results(fa).content_verified);
@@ -131,10 +146,10 @@ TEST_CASE("a results file counts by its content: a damaged one, or another run's
       CHECK(std::string(e.what()).find(fa + ": content does not match the content_sha256") == 0);
     }
     CHECK(test::run_cli("check " + fa + " --reference " + d + "/runs").code == 2);
-    Shell plan = sh(kBin + " plan " + m);
+    auto plan = test::run_cli("plan " + m);
     CHECK(plan.out.find("missing") != std::string::npos);
     CHECK(plan.out.find("content does not match") != std::string::npos);
-    Shell run = sh(kBin + " run " + m);
+    auto run = test::run_cli("run " + m);
     CHECK(run.code == 0);
     CHECK(run.out.find("results exist") == std::string::npos);
     CHECK(run.out.find("moved the rejected " + fa) != std::string::npos);
@@ -149,7 +164,7 @@ TEST_CASE("a results file counts by its content: a damaged one, or another run's
     } catch (const Error& e) {
       CHECK(std::string(e.what()).find("named for run id " + test::run_id_of(a) + " but holds run") != std::string::npos);
     }
-    Shell run = sh(kBin + " run " + m);
+    auto run = test::run_cli("run " + m);
     CHECK(run.code == 0);
     CHECK(run.out.find("skipped") == std::string::npos);
     CHECK(read_run_results(fa).recipe == "bf16");
@@ -160,31 +175,31 @@ TEST_CASE("a checkpoint carries its run id, step and checksum: another run's or 
   const std::string d = test::temp_dir();
   const std::string m = test::tiny_manifest(d, "bf16", 20, "checkpoint_every = 5\n"), m2 = test::tiny_manifest(d, "ufp4", 20, "checkpoint_every = 5\n");
   const RunManifest a = RunManifest::load(m), b = RunManifest::load(m2);
-  REQUIRE(sh(kBin + " run " + m + " --stop-after 10").code == 130);
+  REQUIRE(test::run_cli("run " + m + " --stop-after 10").code == 130);
   REQUIRE(file_exists(test::checkpoint_of(a)));
 
   SECTION("a bf16 run's checkpoint under the ufp4 run's name") {
     REQUIRE(sh("cp " + test::checkpoint_of(a) + " " + test::checkpoint_of(b)).code == 0);
-    Shell r = sh(kBin + " run " + m2);
+    auto r = test::run_cli("run " + m2);
     CHECK(r.code == 2);
     CHECK(r.out.find(test::checkpoint_of(b) + ": checkpoint of run " + test::run_id_of(a) + ", not of this run (" + test::run_id_of(b) + ")") != std::string::npos);
     CHECK(!file_exists(test::results_of(b)));
   }
   SECTION("one flipped byte in the archive") {
     flip(test::checkpoint_of(a), bytes_of(test::checkpoint_of(a)).size() / 2);
-    Shell r = sh(kBin + " run " + m);
+    auto r = test::run_cli("run " + m);
     CHECK(r.code == 2);
     CHECK(r.out.find(test::checkpoint_of(a) + ": damaged checkpoint") != std::string::npos);
     CHECK(!file_exists(test::results_of(a)));
   }
   SECTION("a file that is no stamped checkpoint") {
     write_bytes(test::checkpoint_of(a), "not a checkpoint");
-    Shell r = sh(kBin + " run " + m);
+    auto r = test::run_cli("run " + m);
     CHECK(r.code == 2);
     CHECK(r.out.find(test::checkpoint_of(a) + ": not a stamped ufp4 archive") != std::string::npos);
   }
   SECTION("the intact checkpoint resumes to the uninterrupted curve") {
-    Shell r = sh(kBin + " run " + m);
+    auto r = test::run_cli("run " + m);
     CHECK(r.code == 0);
     CHECK(r.out.find("at step 10") != std::string::npos);
   }
@@ -194,17 +209,17 @@ TEST_CASE("data shards are checked against data.toml: in full by data verify, qu
   const std::string d = test::temp_dir();
   const std::string data = data_copy(d);
   const std::string m = with_data(test::tiny_manifest(d, "bf16", 6), data);
-  auto ok = test::run_binary("data verify " + data);
+  auto ok = test::run_cli("data verify " + data);
   CHECK(ok.code == 0);
   CHECK(ok.out.find("every shard matches data.toml") != std::string::npos);
   CHECK(file_exists(data + "/data.verified"));
 
   SECTION("a flipped bit in a training shard") {
     flip(data + "/train_000.bin", 4000);
-    auto v = test::run_binary("data verify " + data);
+    auto v = test::run_cli("data verify " + data);
     CHECK(v.code == 2);
     CHECK(v.out.find(data + "/train_000.bin: SHA-256") != std::string::npos);
-    Shell r = sh(kBin + " run " + m);
+    auto r = test::run_cli("run " + m);
     CHECK(r.code == 2);
     CHECK(line_with(r.out, "error").find(data + "/train_000.bin: sampled content differs") != std::string::npos);
     CHECK(!file_exists(test::results_of(RunManifest::load(m))));
@@ -215,7 +230,7 @@ TEST_CASE("data shards are checked against data.toml: in full by data verify, qu
     REQUIRE(at != std::string::npos);
     toml[at + 17] = toml[at + 17] == '0' ? '1' : '0';
     write_bytes(data + "/data.toml", toml);
-    Shell r = sh(kBin + " run " + m);
+    auto r = test::run_cli("run " + m);
     CHECK(r.code == 2);
     CHECK(r.out.find(data + "/train_000.bin: SHA-256") != std::string::npos);
     CHECK(r.out.find("does not match data.toml's") != std::string::npos);
@@ -236,14 +251,14 @@ TEST_CASE("a damaged data folder is named with what is allowed, exit 2 (no stoi,
   };
   SECTION("vocab is not an integer") {
     replace("vocab = ", "vocab = \"abc\" # ");
-    Shell r = sh(kBin + " run " + m);
+    auto r = test::run_cli("run " + m);
     CHECK(r.code == 2);
     CHECK(line_with(r.out, "error").find(data + "/data.toml:") != std::string::npos);
     CHECK(line_with(r.out, "error").find("vocab: expected an integer (allowed: 1 to 65536") != std::string::npos);
   }
   SECTION("vocab is not a TOML value at all (vocab = abc)") {
     replace("vocab = ", "vocab = abc # ");
-    Shell r = sh(kBin + " run " + m);
+    auto r = test::run_cli("run " + m);
     CHECK(r.code == 2);
     CHECK(line_with(r.out, "error").find(data + "/data.toml:") != std::string::npos);
     CHECK(r.out.find("stoi") == std::string::npos);
@@ -253,7 +268,7 @@ TEST_CASE("a damaged data folder is named with what is allowed, exit 2 (no stoi,
     const int32_t bad = -5;
     std::memcpy(&shard[8], &bad, 4);
     write_bytes(data + "/val_000.bin", shard);
-    Shell r = sh(kBin + " run " + m);
+    auto r = test::run_cli("run " + m);
     CHECK(r.code == 2);
     CHECK(r.out.find(data + "/val_000.bin: header says -5 tokens (allowed: 0 to 2147483647)") != std::string::npos);
     CHECK(r.out.find("train.steps") == std::string::npos);
@@ -266,7 +281,7 @@ TEST_CASE("a damaged data folder is named with what is allowed, exit 2 (no stoi,
     const std::string old_sha = sha256_file(test::ci_data() + "/train_000.bin"), new_sha = sha256_file(data + "/train_000.bin");
     replace(old_sha, new_sha);
     std::remove((data + "/data.verified").c_str());
-    Shell r = sh(kBin + " run " + m);
+    auto r = test::run_cli("run " + m);
     CHECK(r.code == 2);
     CHECK(r.out.find(data + "/train_000.bin: token id 65000 at token 77 is outside model tiny's vocabulary") != std::string::npos);
     CHECK(r.out.find("index out of range") == std::string::npos);
@@ -276,15 +291,15 @@ TEST_CASE("a damaged data folder is named with what is allowed, exit 2 (no stoi,
 TEST_CASE("ufp4 check fails when a reference run has no result, or a result holds another run under its name", "[integrity]") {
   const std::string d = test::temp_dir();
   const std::string m = test::tiny_manifest(d, "bf16", 8), m2 = test::tiny_manifest(d, "ufp4", 8);
-  REQUIRE(sh(kBin + " run " + m + " " + m2).code == 0);
+  REQUIRE(test::run_cli("run " + m + " " + m2).code == 0);
   REQUIRE(sh("mkdir -p " + d + "/refs " + d + "/only && cp " + d + "/runs/*.h5 " + d + "/refs/ && cp " + test::results_of(RunManifest::load(m)) + " " + d + "/only/").code == 0);
-  auto all = test::run_binary("check " + d + "/runs --reference " + d + "/refs");
+  auto all = test::run_cli("check " + d + "/runs --reference " + d + "/refs");
   CHECK(all.code == 0);
-  auto one = test::run_binary("check " + d + "/only --reference " + d + "/refs");
+  auto one = test::run_cli("check " + d + "/only --reference " + d + "/refs");
   CHECK(one.code == 1);
   CHECK(one.out.find("FAIL tiny_ufp4: the reference's run has no result among the files checked") != std::string::npos);
   REQUIRE(sh("cp " + test::results_of(RunManifest::load(m2)) + " " + d + "/only/" + test::results_of(RunManifest::load(m)).substr(d.size() + 6)).code == 0);
-  auto swapped = test::run_binary("check " + d + "/only --reference " + d + "/refs");
+  auto swapped = test::run_cli("check " + d + "/only --reference " + d + "/refs");
   CHECK(swapped.code == 2);
   CHECK(swapped.out.find("but holds run tiny_ufp4") != std::string::npos);
 }
@@ -312,12 +327,12 @@ TEST_CASE("reports and checks work from the campaign's run set: missing runs lis
   const std::string d = test::temp_dir();
   std::string manifest;
   const std::string campaign = tiny_campaign(d, &manifest);
-  auto run = test::run_binary("campaign run " + campaign);
+  auto run = test::run_cli("campaign run " + campaign);
   INFO(run.out);
   REQUIRE(run.code == 0);
   CHECK(file_exists(d + "/runs/seeds.toml"));  // decided once the pilot was in
-  CHECK(test::run_binary("campaign check " + campaign).code == 0);
-  auto first = test::run_binary("report figure8 --campaign " + campaign + " --out " + d + "/f8.md");
+  CHECK(test::run_cli("campaign check " + campaign).code == 0);
+  auto first = test::run_cli("report figure8 --campaign " + campaign + " --out " + d + "/f8.md");
   REQUIRE(first.code == 0);
   const std::string md = bytes_of(d + "/f8.md");
   CHECK(md.find("Run set: all 6 runs") != std::string::npos);
@@ -326,7 +341,7 @@ TEST_CASE("reports and checks work from the campaign's run set: missing runs lis
   // How far the seeds lie apart, in the report and in the plan, for the baseline's seeds.
   CHECK(md.find("## How far the seeds lie apart") != std::string::npos);
   CHECK(md.find("| tiny | bf16 | 2 | ") != std::string::npos);
-  auto planned = test::run_binary("campaign plan " + campaign);
+  auto planned = test::run_cli("campaign plan " + campaign);
   CHECK(planned.out.find("tiny: the bf16 seeds' validation sd ends at ") != std::string::npos);
   CHECK(planned.out.find("the registered power rule on the complete seeds so far") == std::string::npos);  // decided: no preview
   // Without the seeds file the plan previews the rule on the complete seeds: on the whole pilot it gives
@@ -334,7 +349,7 @@ TEST_CASE("reports and checks work from the campaign's run set: missing runs lis
   {
     const Campaign decided = Campaign::load(campaign);
     REQUIRE(std::rename((d + "/runs/seeds.toml").c_str(), (d + "/seeds.toml.kept").c_str()) == 0);
-    auto preview = test::run_binary("campaign plan " + campaign);
+    auto preview = test::run_cli("campaign plan " + campaign);
     REQUIRE(std::rename((d + "/seeds.toml.kept").c_str(), (d + "/runs/seeds.toml").c_str()) == 0);
     INFO(preview.out);
     CHECK(preview.out.find("the registered power rule on the complete seeds so far (a preview; the seeds are decided once all 2 pilot seeds are in):") !=
@@ -350,14 +365,14 @@ TEST_CASE("reports and checks work from the campaign's run set: missing runs lis
   std::string edited = bytes_of(manifest);
   edited.replace(edited.find("steps = 20"), 10, "steps = 15");
   test::write_manifest(d, "stale", edited);
-  REQUIRE(test::run_binary("run " + d + "/stale.toml --only f8-ufp4").code == 0);
-  auto second = test::run_binary("report figure8 --campaign " + campaign + " --out " + d + "/f8.md");
+  REQUIRE(test::run_cli("run " + d + "/stale.toml --only f8-ufp4").code == 0);
+  auto second = test::run_cli("report figure8 --campaign " + campaign + " --out " + d + "/f8.md");
   REQUIRE(second.code == 0);
   const std::string md2 = bytes_of(d + "/f8.md");
   CHECK(md2.find("Ignored (in the results folder, not in the run set):") != std::string::npos);
   CHECK(md2.find("not a run of this campaign (f8-ufp4") != std::string::npos);
   CHECK(md2.substr(md2.find("## Verdicts"), md2.find("## The fast-descent") - md2.find("## Verdicts")) == verdicts);  // the numbers did not move
-  auto check = test::run_binary("campaign check " + campaign);
+  auto check = test::run_cli("campaign check " + campaign);
   CHECK(check.code == 1);
   CHECK(check.out.find("FAIL not in the run set") != std::string::npos);
 
@@ -366,17 +381,17 @@ TEST_CASE("reports and checks work from the campaign's run set: missing runs lis
   REQUIRE(sh("mkdir -p " + d + "/co/reports " + d + "/co/experiments " + d + "/co/models && cp -r " + root + "/models/recipes " + d +
              "/co/models/ && cp -r " + root + "/reports/paper " + d + "/co/reports/ && touch " + d + "/co/CMakeLists.txt")
               .code == 0);
-  const std::string in_co = "cd " + d + "/co && " + std::string(kBin) + " report figure8 --campaign " + campaign;
-  const Shell rendered = sh(in_co);
+  const auto render_in_co = [&](const std::string& options) { return test::run_cli_in(d + "/co", "report figure8 --campaign " + campaign + options); };
+  const auto rendered = render_in_co("");
   INFO(rendered.out);
   REQUIRE(rendered.code == 0);
   const std::string svg = d + "/co/reports/figures/figure8-tiny.svg";
   if (file_exists(svg)) {  // gnuplot drew it
     write_bytes(d + "/co/reports/figure8.md", "an edited report\n");
     write_bytes(svg, "an older figure\n");
-    CHECK(sh(in_co).code == 2);
+    CHECK(render_in_co("").code == 2);
     CHECK(bytes_of(svg) == "an older figure\n");
-    CHECK(sh(in_co + " --force").code == 0);
+    CHECK(render_in_co(" --force").code == 0);
     CHECK(bytes_of(svg).find("<svg") != std::string::npos);
   }
 
@@ -384,10 +399,10 @@ TEST_CASE("reports and checks work from the campaign's run set: missing runs lis
   const Campaign c = Campaign::load(campaign);
   const RunSet set = c.resolve();
   std::remove(set.runs.front().path.c_str());
-  auto third = test::run_binary("report figure8 --campaign " + campaign + " --out " + d + "/f8.md");
+  auto third = test::run_cli("report figure8 --campaign " + campaign + " --out " + d + "/f8.md");
   REQUIRE(third.code == 0);
   CHECK(bytes_of(d + "/f8.md").find("**Incomplete run set: 1 of 6 runs") != std::string::npos);
-  auto missing = test::run_binary("campaign check " + campaign);
+  auto missing = test::run_cli("campaign check " + campaign);
   CHECK(missing.code == 1);
   CHECK(missing.out.find("FAIL " + set.runs.front().name + ": missing") != std::string::npos);
 }
@@ -396,7 +411,7 @@ TEST_CASE("reports and checks work from the campaign's run set: missing runs lis
 TEST_CASE("the seeds file reads back as written, a dotted claim id included, and one that does not fit its campaign is refused", "[integrity]") {
   const std::string d = test::temp_dir();
   const std::string campaign = tiny_campaign(d, nullptr, "below_tiny-0.5m");  // a dot, as Figure 9's claim ids have
-  REQUIRE(test::run_binary("campaign run " + campaign).code == 0);
+  REQUIRE(test::run_cli("campaign run " + campaign).code == 0);
   const std::string seeds = d + "/runs/seeds.toml", written = bytes_of(seeds);
   const Campaign c = Campaign::load(campaign);
   REQUIRE(c.seeds.pilot_sd.count("below_tiny-0.5m"));
@@ -410,7 +425,7 @@ TEST_CASE("the seeds file reads back as written, a dotted claim id included, and
   };
   const auto refused = [&](const std::string& edited, const std::string& where, const std::string& message) {
     write_bytes(seeds, edited);
-    auto r = test::run_binary("campaign check " + campaign);
+    auto r = test::run_cli("campaign check " + campaign);
     INFO(r.out);
     CHECK(r.code == 2);
     CHECK(r.out.find(seeds + ":" + where + ": " + message) != std::string::npos);
@@ -433,17 +448,17 @@ TEST_CASE("the seeds file reads back as written, a dotted claim id included, and
   refused(before_claims + "[claims]\n\"below_tiny-0.5m\" = 3\n", std::to_string(std::stoi(line_of(claim)) + 1),
           "claims.below_tiny-0.5m: expected a table (pilot_sd, seeds_for_power)");
   write_bytes(seeds, written);
-  CHECK(test::run_binary("campaign check " + campaign).code == 0);
+  CHECK(test::run_cli("campaign check " + campaign).code == 0);
 }
 
 TEST_CASE("campaign run --models / --recipes: only those runs train, and the seeds wait for the whole pilot", "[integrity]") {
   const std::string d = test::temp_dir();
   const std::string campaign = tiny_campaign(d);
-  auto wrong = test::run_binary("campaign run " + campaign + " --recipes ufp4,e2m1");
+  auto wrong = test::run_cli("campaign run " + campaign + " --recipes ufp4,e2m1");
   CHECK(wrong.code == 2);
   CHECK(wrong.out.find("--recipes: 'e2m1' is not one of " + campaign + "'s (allowed: bf16, e2m1_ref, ufp4)") != std::string::npos);
-  CHECK(test::run_binary("campaign plan " + campaign + " --models tiny").code == 2);  // a filter goes with run only
-  auto some = test::run_binary("campaign run " + campaign + " --recipes ufp4 --models tiny");
+  CHECK(test::run_cli("campaign plan " + campaign + " --models tiny").code == 2);  // a filter goes with run only
+  auto some = test::run_cli("campaign run " + campaign + " --recipes ufp4 --models tiny");
   INFO(some.out);
   REQUIRE(some.code == 0);
   const RunSet after = Campaign::load(campaign).resolve();
@@ -451,17 +466,17 @@ TEST_CASE("campaign run --models / --recipes: only those runs train, and the see
   CHECK(!file_exists(d + "/runs/seeds.toml"));
   CHECK(some.out.find("4 pilot run(s) outside --models/--recipes still missing") != std::string::npos);
   // The verdicts page of the part-run campaign: incomplete, its claim (ufp4 against e2m1_ref) without a complete seed.
-  REQUIRE(test::run_binary("report verdicts --campaign " + campaign + " --out " + d + "/verdicts.md").code == 0);
+  REQUIRE(test::run_cli("report verdicts --campaign " + campaign + " --out " + d + "/verdicts.md").code == 0);
   const std::string page = bytes_of(d + "/verdicts.md");
   CHECK(page.find("**Run set incomplete: 4 of 6 runs missing**") != std::string::npos);
   CHECK(page.find("**inconclusive** (waiting for runs: fewer than two complete seeds, no test yet)") != std::string::npos);
   CHECK(page.find("0 holds, 0 contradicted, 0 smaller than the paper, 1 inconclusive (1 of them before their registered seeds are in)") != std::string::npos);
-  CHECK(test::run_binary("campaign run " + campaign + " --models ,").code == 2);  // named nothing: refused, not "every run"
-  auto rest = test::run_binary("campaign run " + campaign);
+  CHECK(test::run_cli("campaign run " + campaign + " --models ,").code == 2);  // named nothing: refused, not "every run"
+  auto rest = test::run_cli("campaign run " + campaign);
   REQUIRE(rest.code == 0);
   CHECK(rest.out.find("2 runs have results already") != std::string::npos);
   CHECK(file_exists(d + "/runs/seeds.toml"));
-  CHECK(test::run_binary("campaign check " + campaign).code == 0);
+  CHECK(test::run_cli("campaign check " + campaign).code == 0);
 }
 TEST_CASE("a campaign reads another campaign's runs by run id and trains only its own; a claim the paper did not size registers an effect of interest", "[integrity]") {
   const std::string d = test::temp_dir();
@@ -477,7 +492,7 @@ TEST_CASE("a campaign reads another campaign's runs by run id and trains only it
   const std::string a = test::write_manifest(d, "a", "name = \"a\"\nreport = \"figure8\"\nresults = \"" + d + "/a\"\nmanifests = [\"a_runs.toml\"]\n" + head +
                                                         "text = \"e2m1_ref above bf16\"\na = \"e2m1_ref\"\nb = \"bf16\"\nbaseline = \"bf16\"\ndirection = 1\n"
                                                         "paper_effect = 1.2\n");
-  REQUIRE(test::run_binary("campaign run " + a).code == 0);
+  REQUIRE(test::run_cli("campaign run " + a).code == 0);
   manifest("b_runs", d + "/b", "\"bf16\", \"e2m1_ref\", \"ufp4\"");
   const std::string claim_b = "text = \"ufp4 above e2m1_ref\"\na = \"ufp4\"\nb = \"e2m1_ref\"\ndirection = 1\n";
   const std::string top = "name = \"b\"\nreport = \"figure10\"\ntitle = \"Tiny reads\"\nresults = \"" + d + "/b\"\nreads = [\"" + d +
@@ -486,7 +501,7 @@ TEST_CASE("a campaign reads another campaign's runs by run id and trains only it
   const std::string b = test::write_manifest(d, "b", top + "effect_of_interest = 0.29\neffect_source = \"the headline effect's size\"\n"
                                                            "[[registration.claims]]\nid = \"side\"\nmodel = \"tiny\"\ntext = \"ufp4 above bf16\"\n"
                                                            "a = \"ufp4\"\nb = \"bf16\"\ndirection = 1\neffect_of_interest = 0.29\neffect_source = \"x\"\npowered = false\n");
-  auto run = test::run_binary("campaign run " + b);
+  auto run = test::run_cli("campaign run " + b);
   INFO(run.out);
   REQUIRE(run.code == 0);
   CHECK(run.out.find("campaign b: 4 of 6 runs are read from another campaign's folder") != std::string::npos);
@@ -494,15 +509,15 @@ TEST_CASE("a campaign reads another campaign's runs by run id and trains only it
   walk_files(d + "/b", ".h5", own);
   CHECK(own.size() == 2);  // ufp4 at seeds 1 and 2; bf16 and e2m1_ref stay in a/
   for (const auto& f : own) CHECK(f.find("b_runs-ufp4-") != std::string::npos);
-  CHECK(test::run_binary("campaign check " + b).code == 0);
-  auto again = test::run_binary("campaign run " + b);  // nothing to train: no child is started for a finished run
+  CHECK(test::run_cli("campaign check " + b).code == 0);
+  auto again = test::run_cli("campaign run " + b);  // nothing to train: no child is started for a finished run
   CHECK(again.code == 0);
   CHECK(again.out.find("campaign b: 2 runs have results already") != std::string::npos);
   // A child of the scheduler trains only the run its parent planned (--run-id), not what the campaign plans now.
-  auto stale = test::run_binary("campaign run " + b + " --only b_runs-ufp4-1 --run-id 0123456789abcdef --force");
+  auto stale = test::run_cli("campaign run " + b + " --only b_runs-ufp4-1 --run-id 0123456789abcdef --force");
   CHECK(stale.code == 2);
   CHECK(stale.out.find("not the run 0123456789abcdef it was started for") != std::string::npos);
-  auto report = test::run_binary("report figure10 --campaign " + b + " --out " + d + "/b.md");
+  auto report = test::run_cli("report figure10 --campaign " + b + " --out " + d + "/b.md");
   INFO(report.out);
   REQUIRE(report.code == 0);
   const std::string md = bytes_of(d + "/b.md");
@@ -515,29 +530,29 @@ TEST_CASE("a campaign reads another campaign's runs by run id and trains only it
   CHECK(md.find("## Registration (2026-11-27, before any run of its own;") != std::string::npos);
   CHECK(bytes_of(d + "/b/seeds.toml").find("[claims.side]") == std::string::npos);
   // A claim naming a recipe the manifests do not sweep is refused before anything trains.
-  auto typo = test::run_binary("campaign plan " + test::write_manifest(d, "typo", top.substr(0, top.find("text = ")) + "text = \"t\"\na = \"ufp5\"\nb = \"e2m1_ref\"\n"
+  auto typo = test::run_cli("campaign plan " + test::write_manifest(d, "typo", top.substr(0, top.find("text = ")) + "text = \"t\"\na = \"ufp5\"\nb = \"e2m1_ref\"\n"
                                                                        "direction = 1\neffect_of_interest = 0.29\neffect_source = \"x\"\n"));
   CHECK(typo.code == 2);
   CHECK(typo.out.find("registration.claims.a: 'ufp5' is not a recipe the manifests sweep for tiny (they sweep: bf16, e2m1_ref, ufp4)") != std::string::npos);
   CHECK(md.find("regenerate: `build/ufp4 report figure10 --campaign " + b + "`") != std::string::npos);
-  CHECK(test::run_binary("report figure8 --campaign " + b + " --out " + d + "/b.md").out.find("report: 'figure10', not 'figure8'") != std::string::npos);
+  CHECK(test::run_cli("report figure8 --campaign " + b + " --out " + d + "/b.md").out.find("report: 'figure10', not 'figure8'") != std::string::npos);
 
   // Exactly one of the paper's effect and an effect of interest, with the claim's sign; never its own folder as one it reads.
   const std::string both = test::write_manifest(d, "both", top + "paper_effect = 0.3\neffect_of_interest = 0.29\neffect_source = \"x\"\n");
-  auto refused = test::run_binary("campaign plan " + both);
+  auto refused = test::run_cli("campaign plan " + both);
   CHECK(refused.code == 2);
   CHECK(refused.out.find("both.toml:") != std::string::npos);
   CHECK(refused.out.find("give exactly one of paper_effect") != std::string::npos);
   const std::string sign = test::write_manifest(d, "sign", top + "effect_of_interest = -0.29\neffect_source = \"x\"\n");
-  auto wrong = test::run_binary("campaign plan " + sign);
+  auto wrong = test::run_cli("campaign plan " + sign);
   CHECK(wrong.code == 2);
   CHECK(wrong.out.find("effect_of_interest: expected a non-zero effect with the claim's sign (direction 1)") != std::string::npos);
   const std::string mixed = test::write_manifest(d, "mixed", top + "plus = [\"ufp4\"]\nminus = [\"bf16\"]\neffect_of_interest = 0.29\neffect_source = \"x\"\n");
-  auto forms = test::run_binary("campaign plan " + mixed);
+  auto forms = test::run_cli("campaign plan " + mixed);
   CHECK(forms.code == 2);
   CHECK(forms.out.find("give a and b (gap(a) - gap(b)), or plus and minus") != std::string::npos);
   std::string twice = head + "text = \"t\"\nplus = [\"ufp4\", \"e2m1_ref\"]\nminus = [\"ufp4\"]\ndirection = 1\neffect_of_interest = 0.29\neffect_source = \"x\"\n";
-  auto dup = test::run_binary("campaign plan " + test::write_manifest(d, "twice", top.substr(0, top.find("[seeds]")) + twice));
+  auto dup = test::run_cli("campaign plan " + test::write_manifest(d, "twice", top.substr(0, top.find("[seeds]")) + twice));
   CHECK(dup.code == 2);
   CHECK(dup.out.find("'ufp4' appears twice in the contrast") != std::string::npos);
   // Campaign b's file reading `folder` instead of a/, planned.
@@ -545,7 +560,7 @@ TEST_CASE("a campaign reads another campaign's runs by run id and trains only it
     std::string text = top;
     const std::string reads_a = "reads = [\"" + d + "/a\"]";
     text.replace(text.find(reads_a), reads_a.size(), "reads = [\"" + folder + "\"]");
-    return test::run_binary("campaign plan " + test::write_manifest(d, name, text + "effect_of_interest = 0.29\neffect_source = \"x\"\n"));
+    return test::run_cli("campaign plan " + test::write_manifest(d, name, text + "effect_of_interest = 0.29\neffect_source = \"x\"\n"));
   };
   auto loop = plan_reading("self", d + "/b");
   CHECK(loop.code == 2);
@@ -556,14 +571,14 @@ TEST_CASE("a campaign reads another campaign's runs by run id and trains only it
   gated.replace(gated.find("results = \"" + d + "/a\""), ("results = \"" + d + "/a\"").size(), "results = \"" + d + "/gated\"");
   manifest("gated_runs", d + "/gated", "\"bf16\", \"e2m1_ref\"");
   gated.replace(gated.find("a_runs.toml"), 11, "gated_runs.toml");
-  auto gate = test::run_binary("campaign run " + test::write_manifest(d, "gated", gated));
+  auto gate = test::run_cli("campaign run " + test::write_manifest(d, "gated", gated));
   CHECK(gate.code == 1);
   CHECK(gate.out.find("fewer than the registered 100000") != std::string::npos);
   CHECK(!file_exists(d + "/gated/seeds.toml"));
   // A trend claim names at least three models in models (not model) and is never powered.
   const std::string trend_head = top.substr(0, top.find("[[registration.claims]]"));
   auto trend_err = [&](const std::string& name, const std::string& claim) {
-    return test::run_binary("campaign plan " + test::write_manifest(d, name, trend_head + "[[registration.claims]]\nid = \"t\"\ntext = \"t\"\n" + claim +
+    return test::run_cli("campaign plan " + test::write_manifest(d, name, trend_head + "[[registration.claims]]\nid = \"t\"\ntext = \"t\"\n" + claim +
                                                                           "plus = [\"ufp4\"]\nminus = []\ndirection = -1\neffect_of_interest = -0.4\neffect_source = \"x\"\n"));
   };
   auto few = trend_err("few", "models = [\"tiny\", \"tiny\"]\n");
@@ -802,14 +817,14 @@ TEST_CASE("the run scheduler's time limit with a prior: fresh jobs expected to t
 }
 
 TEST_CASE("run and campaign run refuse a time limit out of range, without --gpus N, or outside campaign run", "[integrity]") {
-  const auto r = test::run_binary("run experiments/ci/bf16.toml --time-limit 60");
+  const auto r = test::run_cli("run experiments/ci/bf16.toml --time-limit 60");
   CHECK(r.code == 2);
   CHECK(r.out.find("run: --time-limit goes with --gpus N") != std::string::npos);
-  const auto n = test::run_binary("campaign run experiments/demo/campaign.toml --gpus 1 --time-limit -5");
+  const auto n = test::run_cli("campaign run experiments/demo/campaign.toml --gpus 1 --time-limit -5");
   CHECK(n.code == 2);
   CHECK(n.out.find("campaign run: --time-limit: -5") != std::string::npos);
-  CHECK(test::run_binary("run experiments/ci/bf16.toml --gpus 1 --time-limit 1e9").code == 2);
-  const auto check = test::run_binary("campaign check experiments/demo/campaign.toml --gpus 1 --time-limit 60");
+  CHECK(test::run_cli("run experiments/ci/bf16.toml --gpus 1 --time-limit 1e9").code == 2);
+  const auto check = test::run_cli("campaign check experiments/demo/campaign.toml --gpus 1 --time-limit 60");
   CHECK(check.code == 2);
   CHECK(check.out.find("campaign: --time-limit goes with run (without --only)") != std::string::npos);
 }
@@ -856,11 +871,15 @@ TEST_CASE("an identical run made in another folder is copied, not trained again;
   std::string body = bytes_of(ma);
   body.replace(body.find(a + "/runs"), a.size() + 5, b + "/runs");
   const std::string mb = test::write_manifest(b, "tiny_bf16", body);
-  REQUIRE(sh(kBin + " run " + ma).code == 0);
+  REQUIRE(test::run_cli("run " + ma).code == 0);
   const RunManifest A = RunManifest::load(ma), B = RunManifest::load(mb);
   REQUIRE(test::run_id_of(A) == test::run_id_of(B));  // the output folder is not part of what a run is
-  const std::string reuse = "UFP4_REUSE=" + a + " " + kBin + " run ";
-  Shell copied = sh(reuse + mb);
+  // `ufp4 run <options> mb` with UFP4_REUSE naming a's folder (the suite's main() turns reuse off).
+  const auto reuse = [&](const std::string& options) {
+    const EnvFor from_a("UFP4_REUSE", a.c_str());
+    return test::run_cli("run " + options + mb);
+  };
+  auto copied = reuse("");
   INFO(copied.out);
   CHECK(copied.code == 0);
   CHECK(copied.out.find("the identical run (run id " + test::run_id_of(A) + ") is in " + test::results_of(A)) != std::string::npos);
@@ -868,7 +887,7 @@ TEST_CASE("an identical run made in another folder is copied, not trained again;
   CHECK(bytes_of(test::results_of(B)) == bytes_of(test::results_of(A)));
   // A run asked to stop part way trains (resume checks rely on it).
   std::remove(test::results_of(B).c_str());
-  Shell partial = sh(reuse + "--stop-after 5 " + mb);
+  auto partial = reuse("--stop-after 5 ");
   CHECK(partial.code == 130);
   CHECK(partial.out.find("steps x") != std::string::npos);
   // A damaged file elsewhere is not this run's result: the run trains.
@@ -876,11 +895,11 @@ TEST_CASE("an identical run made in another folder is copied, not trained again;
   std::string damaged = bytes_of(test::results_of(A));
   damaged[damaged.size() / 2] ^= 0x20;
   write_bytes(test::results_of(A), damaged);
-  Shell trained = sh(reuse + mb);
+  auto trained = reuse("");
   CHECK(trained.code == 0);
   CHECK(trained.out.find("steps x") != std::string::npos);
   // --force trains even where an identical run exists.
-  CHECK(sh(reuse + "--force " + mb).out.find("steps x") != std::string::npos);
+  CHECK(reuse("--force ").out.find("steps x") != std::string::npos);
 }
 
 TEST_CASE("ufp4 quantize refuses inputs it cannot quantize faithfully, saying why", "[integrity]") {
@@ -897,23 +916,23 @@ TEST_CASE("ufp4 quantize refuses inputs it cannot quantize faithfully, saying wh
   std::vector<float> v(32, 1.0f);
   v[5] = std::nanf("");
   const std::string nan = npy("nan.npy", "<f4", "(2, 16)", std::string(reinterpret_cast<const char*>(v.data()), 128));
-  auto r = test::run_binary("quantize --in " + nan + " --out -");
+  auto r = test::run_cli("quantize --in " + nan + " --out -");
   CHECK(r.code == 2);
   CHECK(r.out.find("holds 1 NaN and 0 infinite values (the first at index 5") != std::string::npos);
-  CHECK(test::run_binary("quantize --in " + nan + " --out - --allow-nonfinite").code == 0);
+  CHECK(test::run_cli("quantize --in " + nan + " --out - --allow-nonfinite").code == 0);
   std::vector<double> big(16, 1.0);
   big[3] = 1e39;
   const std::string f8 = npy("big.npy", "<f8", "(1, 16)", std::string(reinterpret_cast<const char*>(big.data()), 128));
-  auto b = test::run_binary("quantize --in " + f8 + " --out -");
+  auto b = test::run_cli("quantize --in " + f8 + " --out -");
   CHECK(b.code == 2);
   CHECK(b.out.find("at index 3 is beyond float32's range") != std::string::npos);
   std::vector<float> ones(32, 1.0f);
   const std::string extra = npy("extra.npy", "<f4", "(1, 16)", std::string(reinterpret_cast<const char*>(ones.data()), 128));
-  auto e = test::run_binary("quantize --in " + extra + " --out -");
+  auto e = test::run_cli("quantize --in " + extra + " --out -");
   CHECK(e.code == 2);
   CHECK(e.out.find("64 bytes after the 16 values its shape (1, 16) declares") != std::string::npos);
   const std::string huge = npy("huge.npy", "<f4", "(4294967296, 4294967296)", std::string(reinterpret_cast<const char*>(ones.data()), 128));
-  auto h = test::run_binary("quantize --in " + huge + " --out -");
+  auto h = test::run_cli("quantize --in " + huge + " --out -");
   CHECK(h.code == 2);
   CHECK(h.out.find("its product overflows") != std::string::npos);
 }
@@ -946,7 +965,7 @@ TEST_CASE("ufp4 fit --campaign fits exactly its run set's verified runs, per rec
   std::map<std::string, int> runs;  // recipe -> verified runs of the set (Figure 8's moe-ne4.0m runs read by run id)
   const RunSet set = Campaign::load(path).resolve();
   for (const auto& r : set.runs) runs[r.recipe] += !r.path.empty();
-  Shell fit = sh(kBin + " fit --campaign " + path + " --form power --bootstrap 0 --out " + d + "/fits.h5");
+  auto fit = test::run_cli("fit --campaign " + path + " --form power --bootstrap 0 --out " + d + "/fits.h5");
   INFO(fit.out);
   REQUIRE(fit.code == 0);
   for (const auto& [recipe, n] : runs) {
@@ -956,11 +975,11 @@ TEST_CASE("ufp4 fit --campaign fits exactly its run set's verified runs, per rec
     CHECK(fit.out.find(line) != std::string::npos);
   }
   if (set.missing() > 0) CHECK(fit.out.find(std::to_string(set.missing()) + " missing are left out") != std::string::npos);
-  Shell both = sh(kBin + " fit --campaign " + path + " --results results/figure9 --out " + d + "/both.h5");
+  auto both = test::run_cli("fit --campaign " + path + " --results results/figure9 --out " + d + "/both.h5");
   CHECK(both.code == 2);
   CHECK(both.out.find("--campaign: not with --results or --prefix") != std::string::npos);
   CHECK(!file_exists(d + "/both.h5"));
-  Shell prefixed = sh(kBin + " fit --campaign " + path + " --prefix figure9_ --out " + d + "/prefixed.h5");
+  auto prefixed = test::run_cli("fit --campaign " + path + " --prefix figure9_ --out " + d + "/prefixed.h5");
   CHECK(prefixed.code == 2);
   CHECK(prefixed.out.find("--campaign: not with --results or --prefix") != std::string::npos);
 }
@@ -975,13 +994,13 @@ TEST_CASE("the fit report of a campaign's runs shows its registered verdicts, an
              "/results/figure9/seeds.toml " + co + "/results/figure9/ && for f in " + root + "/results/figure9/*.h5; do ln -s $f " + co +
              "/results/figure9/; done")
               .code == 0);
-  const std::string in_co = "cd " + co + " && " + kBin;
-  Shell fit = sh(in_co + " fit --campaign " + path + " --form power --bootstrap 20 --out " + d + "/fits.h5");
+  const auto in_co = [&](const std::string& args) { return test::run_cli_in(co, args); };
+  auto fit = in_co("fit --campaign " + path + " --form power --bootstrap 20 --out " + d + "/fits.h5");
   INFO(fit.out);
   REQUIRE(fit.code == 0);
   CHECK(read_h5_string_attrs(d + "/fits.h5")["campaign"] == path);
-  Shell fitted = sh(in_co + " report figure9 --fits " + d + "/fits.h5 --out " + d + "/fit.md");
-  Shell registered = sh(in_co + " report figure9 --campaign " + path + " --out " + d + "/campaign.md");
+  auto fitted = in_co("report figure9 --fits " + d + "/fits.h5 --out " + d + "/fit.md");
+  auto registered = in_co("report figure9 --campaign " + path + " --out " + d + "/campaign.md");
   INFO(fitted.out);
   REQUIRE(fitted.code == 0);
   REQUIRE(registered.code == 0);
@@ -1004,7 +1023,7 @@ TEST_CASE("the fit report of a campaign's runs shows its registered verdicts, an
   for (const char* verdict : {"**holds**", "**contradicted**", "**inconclusive**", "**smaller"}) CHECK(readings.find(verdict) == std::string::npos);
   // One result taken from the run set: the fit no longer holds it, and the report says how to make it again.
   REQUIRE(sh("rm " + co + "/results/figure9/figure9_moe-ne5.8m-ufp4-1-*.h5").code == 0);
-  Shell stale = sh(in_co + " report figure9 --fits " + d + "/fits.h5 --out " + d + "/stale.md");
+  auto stale = in_co("report figure9 --fits " + d + "/fits.h5 --out " + d + "/stale.md");
   CHECK(stale.code == 2);
   CHECK(stale.out.find("(0 not in the fit, 1 in the fit and not in its run set, 0 changed since; e.g. results/figure9/figure9_moe-ne5.8m-ufp4-1-") !=
         std::string::npos);
@@ -1115,33 +1134,14 @@ TEST_CASE("--per-gpu auto takes the fastest packing measured for the runs' model
       CHECK(std::string(e.what()).find(d + "/bad.csv:2: expected device,model,per_gpu") == 0);
     }
   }
-  CHECK(test::run_binary("run experiments/ci/bf16.toml --gpus 1 --per-gpu two").code == 2);
-  const auto bad_mps = test::run_binary("run experiments/ci/bf16.toml --mps maybe");
+  CHECK(test::run_cli("run experiments/ci/bf16.toml --gpus 1 --per-gpu two").code == 2);
+  const auto bad_mps = test::run_cli("run experiments/ci/bf16.toml --mps maybe");
   CHECK(bad_mps.code == 2);
   CHECK(bad_mps.out.find("--mps: 'maybe' (allowed: auto, on, off)") != std::string::npos);
-  const auto mps_alone = test::run_binary("run experiments/ci/bf16.toml --mps on");
+  const auto mps_alone = test::run_cli("run experiments/ci/bf16.toml --mps on");
   CHECK(mps_alone.code == 2);
   CHECK(mps_alone.out.find("--mps on goes with --gpus N") != std::string::npos);
 }
-
-namespace {
-
-// An environment variable set (or unset) for a scope, and put back as it was however the scope ends.
-struct EnvFor {
-  std::string name, before;
-  bool had;
-  EnvFor(const std::string& n, const char* value) : name(n), had(std::getenv(n.c_str()) != nullptr) {
-    if (had) before = std::getenv(n.c_str());
-    if (value) ::setenv(n.c_str(), value, 1);
-    else ::unsetenv(n.c_str());
-  }
-  ~EnvFor() {
-    if (had) ::setenv(name.c_str(), before.c_str(), 1);
-    else ::unsetenv(name.c_str());
-  }
-};
-
-}  // namespace
 
 TEST_CASE("--mps on: one MPS control daemon a GPU while the runs train, each run on its GPU's UUID and pipes; the daemons quit after", "[integrity]") {
   // Stand-ins for nvidia-smi and nvidia-cuda-mps-control that record what they were asked.
