@@ -633,19 +633,26 @@ TEST_CASE("what writes into committed folders replaces a file only when told; an
 
 TEST_CASE("two processes on one run: the second waits for the first and finds its results; a killed holder leaves no lock", "[integrity]") {
   const std::string d = test::temp_dir();
-  const std::string m = test::tiny_manifest(d, "bf16", 300);
-  Shell both = sh("(" + kBin + " run " + m + " > " + d + "/a.log 2>&1 &) ; for i in $(seq 200); do grep -q 'steps x' " + d +
-                  "/a.log 2>/dev/null && break; sleep 0.05; done; " + kBin + " run " + m + " > " + d + "/b.log 2>&1; echo b=$?; sleep 0.5; cat " + d + "/a.log");
+  // The first process is paused (SIGSTOP) once it holds the lock and resumed once the second says it waits:
+  // the second meets the lock however fast either trains, so the run need only outlast the first poll.
+  const std::string m = test::tiny_manifest(d, "bf16", 40);
+  // A shell fragment that waits (20 s at most) until `log` holds `text`.
+  const auto until = [](const std::string& text, const std::string& log) {
+    return "; for i in $(seq 1000); do grep -q '" + text + "' " + log + " 2>/dev/null && break; sleep 0.02; done; ";
+  };
+  Shell both = sh(kBin + " run " + m + " > " + d + "/a.log 2>&1 & a=$!" + until("steps x", d + "/a.log") + "kill -STOP $a; " + kBin + " run " + m +
+                  " > " + d + "/b.log 2>&1 & b=$!" + until("another process trains it", d + "/b.log") + "kill -CONT $a; wait $b; echo b=$?; wait $a; echo a=$?");
   CHECK(both.out.find("b=0") != std::string::npos);
+  CHECK(both.out.find("a=0") != std::string::npos);
   const std::string b = bytes_of(d + "/b.log");
   CHECK(b.find("another process trains it (pid ") != std::string::npos);
   CHECK(b.find("results exist") != std::string::npos);
   CHECK(b.find("steps x") == std::string::npos);  // it did not train
-  // SIGKILL while holding the lock: the next process takes it at once.
+  // SIGKILL while holding the lock: the next process, started as soon as the holder is gone, takes it at
+  // once (it would wait for the lock until `timeout` otherwise; a few steps show it trains).
   const std::string m2 = test::tiny_manifest(d, "ufp4", 2000, "checkpoint_every = 50\n");
-  Shell killed = sh("(" + kBin + " run " + m2 + " > " + d + "/c.log 2>&1 & echo $! > " + d + "/c.pid); for i in $(seq 200); do grep -q 'steps x' " + d +
-                    "/c.log 2>/dev/null && break; sleep 0.05; done; kill -9 $(cat " + d + "/c.pid); sleep 0.3; timeout 60 " + kBin + " run " + m2 +
-                    " --stop-after 60 2>&1; echo exit=$?");
+  Shell killed = sh(kBin + " run " + m2 + " > " + d + "/c.log 2>&1 & c=$!" + until("steps x", d + "/c.log") + "kill -9 $c; wait $c; timeout 60 " + kBin +
+                    " run " + m2 + " --stop-after 5 2>&1; echo exit=$?");
   CHECK(killed.out.find("another process trains it") == std::string::npos);
   CHECK(killed.out.find("exit=130") != std::string::npos);
 }
