@@ -813,12 +813,13 @@ TEST_CASE("the run scheduler's time limit with a prior: fresh jobs expected to t
   // The resumed job was not timed: its kind still has no measured time.
   CHECK(o.longest_by_kind->count("k") == 0);
   // The prior stays the least a job of its kind is expected to take, even after a shorter one finished here
-  // (a run copied from an identical one ends in seconds): with a prior of 25 s and 30 s left, the first
-  // job (6 s) starts; then 24 s or less are left, more than the 6 s measured, less than the prior.
+  // (a run copied from an identical one ends in seconds): with a prior of 4 s and 5 s left, the first
+  // job (1.5 s) starts; then 3.5 s or less are left, more than the 1.5 s measured, less than the prior.
+  // (Only the order of the three durations matters; the first job's sleep is what the test waits for.)
   o = quick_schedule(1, 300, 2);
-  o.prior_by_kind = {{"m", 25}};
-  o.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  const std::vector<JobResult> s = run_scheduled_jobs({job("first", "m", "echo first; sleep 6"), job("second", "m", "echo second")}, o);
+  o.prior_by_kind = {{"m", 4}};
+  o.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  const std::vector<JobResult> s = run_scheduled_jobs({job("first", "m", "echo first; sleep 1.5"), job("second", "m", "echo second")}, o);
   CHECK(s[0].status == JobStatus::kDone);
   CHECK(s[1].status == JobStatus::kNotStarted);
 }
