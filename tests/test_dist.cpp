@@ -126,17 +126,16 @@ TEST_CASE("launch environments: torchrun, torchrun's agent store, Slurm, one pro
 }
 
 TEST_CASE("2 Gloo ranks: the single-process curve within the summation-order tolerance; two 2-rank runs bit-identical; both optimizer modes", "[dist]") {
-  const std::string bin = UFP4_BINARY;
   const std::string one = tiny(test::temp_dir()), a = tiny(test::temp_dir()), b = tiny(test::temp_dir()), rep = tiny(test::temp_dir());
   REQUIRE(test::train_manifest(RunManifest::load(one), RunOptions{}).status == RunStatus::kCompleted);
   for (const auto& m : {a, b}) {
-    const Shell r = sh(bin + " run " + m + " --nproc-per-node 2");
+    const auto r = test::run_cli("run " + m + " --nproc-per-node 2");
     INFO(r.out);
     REQUIRE(r.code == 0);
     CHECK(r.out.find("AdamW state sharded (ZeRO-1)") != std::string::npos);
   }
   {
-    const Shell r = sh(bin + " run " + rep + " --nproc-per-node 2 --replicate-optimizer --bucket-mb 0.05");  // several buckets
+    const auto r = test::run_cli("run " + rep + " --nproc-per-node 2 --replicate-optimizer --bucket-mb 0.05");  // several buckets
     INFO(r.out);
     REQUIRE(r.code == 0);
   }
@@ -168,7 +167,7 @@ TEST_CASE("2 Gloo ranks: the single-process curve within the summation-order tol
 TEST_CASE("SIGTERM to a 2-rank run: both ranks stop on one step with a checkpoint (exit 130); it resumes bit for bit, only with 2 ranks", "[dist]") {
   const std::string bin = UFP4_BINARY;
   const std::string ref = tiny(test::temp_dir(), "bf16", 60), stopped = tiny(test::temp_dir(), "bf16", 60);
-  REQUIRE(sh(bin + " run " + ref + " --nproc-per-node 2").code == 0);
+  REQUIRE(test::run_cli("run " + ref + " --nproc-per-node 2").code == 0);
   // The signal goes to the launcher alone; it passes it on, and the ranks agree on the step to stop at.
   const test::SignalledRun r = test::run_and_signal(bin + " run " + stopped + " --nproc-per-node 2", "step 10 validation loss", SIGTERM);
   INFO(r.out);
@@ -179,10 +178,10 @@ TEST_CASE("SIGTERM to a 2-rank run: both ranks stop on one step with a checkpoin
   CHECK(shard_files(m.out_dir) == 2);
   CHECK(test::found_results(m).empty());
   // Resuming with another layout is refused, naming the one that wrote it.
-  const Shell wrong = sh(bin + " run " + stopped);
+  const auto wrong = test::run_cli("run " + stopped);
   CHECK(wrong.code == 1);
   CHECK(wrong.out.find("written by 2 rank(s) with a sharded optimizer") != std::string::npos);
-  const Shell resumed = sh(bin + " run " + stopped + " --nproc-per-node 2");
+  const auto resumed = test::run_cli("run " + stopped + " --nproc-per-node 2");
   INFO(resumed.out);
   REQUIRE(resumed.code == 0);
   CHECK(resumed.out.find("resumed from") != std::string::npos);
@@ -227,10 +226,9 @@ TEST_CASE("a quantized recipe: SR and RHT keys do not depend on the rank layout 
   // first step's gradient norm differs only by summation order. Later steps drift apart faster than
   // in BF16 (4-bit rounding turns a 1e-7 weight difference into a different code), which is why the
   // curve tolerance above is stated for BF16.
-  const std::string bin = UFP4_BINARY;
   const std::string one = tiny(test::temp_dir(), "ufp4", 2), two = tiny(test::temp_dir(), "ufp4", 2);
   REQUIRE(test::train_manifest(RunManifest::load(one), RunOptions{}).status == RunStatus::kCompleted);
-  REQUIRE(sh(bin + " run " + two + " --nproc-per-node 2").code == 0);
+  REQUIRE(test::run_cli("run " + two + " --nproc-per-node 2").code == 0);
   const RunResults a = result_of(one), b = result_of(two);
   CHECK(std::fabs(a.curves.loss[0] - b.curves.loss[0]) < 1e-12);
   CHECK(std::fabs(a.curves.grad_norm[0] - b.curves.grad_norm[0]) / a.curves.grad_norm[0] < 1e-6);
@@ -239,7 +237,7 @@ TEST_CASE("a quantized recipe: SR and RHT keys do not depend on the rank layout 
 TEST_CASE("a batch that does not split over the ranks: one line naming train.batch, exit 2, nothing started", "[dist]") {
   const std::string d = test::temp_dir();
   const std::string m = test::tiny_manifest(d, "bf16", 5, "batch = 6\nmicro_batch = 2\n");
-  const Shell r = sh(std::string(UFP4_BINARY) + " run " + m + " --nproc-per-node 2");
+  const auto r = test::run_cli("run " + m + " --nproc-per-node 2");
   INFO(r.out);
   CHECK(r.code == 2);
   CHECK(r.out.find(": train.batch: 6 sequences do not split over 2 ranks in micro-batches of 2 (allowed: a multiple of 4)") != std::string::npos);
@@ -249,9 +247,8 @@ TEST_CASE("a batch that does not split over the ranks: one line naming train.bat
 
 TEST_CASE("bench scaling on 1 and 2 Gloo ranks, and the report's data-parallel sections from it and from 1- and 2-rank runs", "[dist]") {
   const std::string d = test::temp_dir();
-  const std::string ufp4 = UFP4_BINARY;
-  const Shell bench = sh(ufp4 + " bench scaling --gpus 1,2 --models tiny --recipes bf16 --batch 4 --micro-batch 2 --seq 64 --warmup 1 --steps 2 " +
-                         "--device cpu --out-dir " + d);
+  const auto bench = test::run_cli("bench scaling --gpus 1,2 --models tiny --recipes bf16 --batch 4 --micro-batch 2 --seq 64 --warmup 1 --steps 2 "
+                                   "--device cpu --out-dir " + d);
   INFO(bench.out);
   REQUIRE(bench.code == 0);
   const std::string h5 = d + "/scaling.h5";
@@ -264,19 +261,19 @@ TEST_CASE("bench scaling on 1 and 2 Gloo ranks, and the report's data-parallel s
   CHECK(!read_h5_string_attrs(h5)["git_commit"].empty());
   // The file is written after each world size: a command that fails (here NCCL asked for CPU ranks) or is cut
   // at its second keeps its first.
-  const Shell cut = sh(ufp4 + " bench scaling --gpus 1,2 --models tiny --recipes bf16 --batch 4 --micro-batch 2 --seq 64 --warmup 1 --steps 2 " +
-                       "--device cpu --backend nccl --out-dir " + d + "/cut");
+  const auto cut = test::run_cli("bench scaling --gpus 1,2 --models tiny --recipes bf16 --batch 4 --micro-batch 2 --seq 64 --warmup 1 --steps 2 "
+                                 "--device cpu --backend nccl --out-dir " + d + "/cut");
   INFO(cut.out);
   CHECK(cut.code != 0);
   CHECK(read_h5_f32(d + "/cut/scaling.h5", "scaling/gpus").data == std::vector<float>{1});
   // --append: one command a recipe, each kept as it finishes; only onto a file of this commit and device.
   const std::string one = " bench scaling --gpus 1 --models tiny --batch 4 --micro-batch 2 --seq 64 --warmup 1 --steps 2 --device cpu --append --out-dir " + d + "/app";
-  for (const std::string r : {"bf16", "ufp4", "bf16"}) REQUIRE(sh(ufp4 + one + " --recipes " + r).code == 0);
+  for (const std::string r : {"bf16", "ufp4", "bf16"}) REQUIRE(test::run_cli(one + " --recipes " + r).code == 0);
   CHECK(read_h5_string_attrs(d + "/app/scaling.h5", "scaling/step_ms")["rows"].find("tiny|ufp4|") == 0);  // bf16's row measured again, last
   CHECK(read_h5_f32(d + "/app/scaling.h5", "scaling/gpus").data.size() == 2);
   // Rows of other options would share one file's labels: refused.
-  const Shell other_batch = sh(ufp4 + " bench scaling --gpus 1 --models tiny --batch 2 --micro-batch 1 --seq 64 --warmup 1 --steps 2 --device cpu " +
-                               "--append --recipes bf16 --out-dir " + d + "/app");
+  const auto other_batch = test::run_cli("bench scaling --gpus 1 --models tiny --batch 2 --micro-batch 1 --seq 64 --warmup 1 --steps 2 --device cpu "
+                                         "--append --recipes bf16 --out-dir " + d + "/app");
   CHECK(other_batch.code == 2);
   CHECK(other_batch.out.find("was made with --batch 4; this command has 2") != std::string::npos);
   {
@@ -286,15 +283,15 @@ TEST_CASE("bench scaling on 1 and 2 Gloo ranks, and the report's data-parallel s
     w.commit();
   }
   std::rename((d + "/app/other.h5").c_str(), (d + "/app/scaling.h5").c_str());
-  const Shell refused = sh(ufp4 + one + " --recipes bf16");
+  const auto refused = test::run_cli(one + " --recipes bf16");
   CHECK(refused.code == 2);
   CHECK(refused.out.find("was made with commit 0000000; this command has") != std::string::npos);
   // Expert parallelism: the tiny MoE model's step with its experts over 2 ranks, and one MoE layer the same
   // way, in expert_parallel.h5 (scaling.h5 stays the data-parallel measurement).
   for (const std::string unit : {"step", "MoE layer"}) {
     const std::string out = d;
-    const Shell ep = sh(ufp4 + " bench scaling --gpus 1,2 --ep 2 --models tiny-moe --recipes bf16 --batch 4 --micro-batch 2 --seq 64 --warmup 1 " +
-                        "--steps 2 --device cpu --out-dir " + out + (unit == "step" ? "" : " --moe-layer"));
+    const auto ep = test::run_cli("bench scaling --gpus 1,2 --ep 2 --models tiny-moe --recipes bf16 --batch 4 --micro-batch 2 --seq 64 --warmup 1 "
+                                  "--steps 2 --device cpu --out-dir " + out + (unit == "step" ? "" : " --moe-layer"));
     INFO(ep.out);
     REQUIRE(ep.code == 0);
     const std::string eh5 = out + (unit == "step" ? "/expert_parallel.h5" : "/expert_parallel_layer.h5");
@@ -312,16 +309,16 @@ TEST_CASE("bench scaling on 1 and 2 Gloo ranks, and the report's data-parallel s
   for (int seed = 1; seed <= 3; ++seed) {
     make_dirs(d + "/seed" + std::to_string(seed));
     const std::string ms = test::tiny_manifest(d + "/seed" + std::to_string(seed), "bf16", 20, "batch = 4\nmicro_batch = 2\nseed = " + std::to_string(seed) + "\n");
-    REQUIRE(sh(ufp4 + " run " + ms).code == 0);
+    REQUIRE(test::run_cli("run " + ms).code == 0);
     REQUIRE(sh("cp " + test::found_results(RunManifest::load(ms)) + " " + runs + "/1rank-seed" + std::to_string(seed) + ".h5").code == 0);
   }
   make_dirs(d + "/two");
   const std::string m2 = test::tiny_manifest(d + "/two", "bf16", 20, "batch = 4\nmicro_batch = 2\nseed = 1\n");
   for (const char* rep : {"a", "b"}) {
-    REQUIRE(sh(ufp4 + " run --force " + m2 + " --nproc-per-node 2").code == 0);
+    REQUIRE(test::run_cli("run --force " + m2 + " --nproc-per-node 2").code == 0);
     REQUIRE(sh("cp " + test::found_results(RunManifest::load(m2)) + " " + runs + "/2ranks-" + rep + ".h5").code == 0);
   }
-  const Shell rep = sh(ufp4 + " report bench --results " + d + " --out " + d + "/bench.md");
+  const auto rep = test::run_cli("report bench --results " + d + " --out " + d + "/bench.md");
   INFO(rep.out);
   REQUIRE(rep.code == 0);
   const std::string md = read_text_file(d + "/bench.md");
@@ -339,7 +336,7 @@ TEST_CASE("bench scaling on 1 and 2 Gloo ranks, and the report's data-parallel s
                 "absolute difference | <= 1 (3 seeds) | 0.00 (largest 0.00 at step ") != std::string::npos);
   CHECK(md.find("| bf16 on 2 GPUs: two runs bit-identical | identical | bit-identical | **met** |") != std::string::npos);
 
-  const Shell bad = sh(ufp4 + " bench scaling --gpus 0 --models tiny --device cpu --out-dir " + d + "/bad");
+  const auto bad = test::run_cli("bench scaling --gpus 0 --models tiny --device cpu --out-dir " + d + "/bad");
   CHECK(bad.code == 2);
   CHECK(bad.out.find("bench: --gpus: '0' is not a world size (allowed: integers >= 1)") != std::string::npos);
   CHECK(!file_exists(d + "/bad/scaling.h5"));
@@ -498,14 +495,13 @@ int expert_shard_files(const std::string& dir) { return files_tagged(dir, ".expe
 }  // namespace
 
 TEST_CASE("expert parallelism in training: EP 2, EP 4 and EP 2 x DP 2 on Gloo within the summation-order tolerance of one process; one process's weight hash", "[dist]") {
-  const std::string bin = UFP4_BINARY;
   const std::string one = tiny_moe("bf16", 20);
   REQUIRE(test::train_manifest(RunManifest::load(one), RunOptions{}).status == RunStatus::kCompleted);
   const RunResults single = result_of(one);
   for (const auto& [nproc, ep] : {std::pair<int, int>{2, 2}, {4, 4}, {4, 2}}) {
     INFO("ranks " << nproc << ", expert parallelism " << ep);
     const std::string m = tiny_moe("bf16", 20);
-    const Shell r = sh(bin + " run " + m + " --nproc-per-node " + std::to_string(nproc) + " --ep " + std::to_string(ep));
+    const auto r = test::run_cli("run " + m + " --nproc-per-node " + std::to_string(nproc) + " --ep " + std::to_string(ep));
     INFO(r.out);
     REQUIRE(r.code == 0);
     CHECK(r.out.find("the experts' gradients summed over the " + std::to_string(nproc / ep) + " rank(s) that hold the same experts") != std::string::npos);
@@ -524,26 +520,25 @@ TEST_CASE("expert parallelism in training: EP 2, EP 4 and EP 2 x DP 2 on Gloo wi
   // hash of one process's weights, so every rank drew its experts as one process draws them.
   const std::string z1 = tiny_moe("bf16", 2, "lr = 0\nmin_lr = 0\n"), z2 = tiny_moe("bf16", 2, "lr = 0\nmin_lr = 0\n");
   REQUIRE(test::train_manifest(RunManifest::load(z1), RunOptions{}).status == RunStatus::kCompleted);
-  REQUIRE(sh(bin + " run " + z2 + " --nproc-per-node 4 --ep 4").code == 0);
+  REQUIRE(test::run_cli("run " + z2 + " --nproc-per-node 4 --ep 4").code == 0);
   CHECK(result_of(z1).weights_sha256 == result_of(z2).weights_sha256);
 }
 
 TEST_CASE("expert parallelism in training: ufp4 reruns bit-identical; a stop resumes bit for bit from the experts shards, only with the same layout", "[dist]") {
-  const std::string bin = UFP4_BINARY;
   const std::string a = tiny_moe("ufp4", 20, "checkpoint_every = 7\n"), b = tiny_moe("ufp4", 20, "checkpoint_every = 7\n"),
                     c = tiny_moe("ufp4", 20, "checkpoint_every = 7\n");
-  REQUIRE(sh(bin + " run " + a + " --nproc-per-node 4 --ep 2").code == 0);
-  REQUIRE(sh(bin + " run " + b + " --nproc-per-node 4 --ep 2").code == 0);
-  const Shell stopped = sh(bin + " run " + c + " --nproc-per-node 4 --ep 2 --stop-after 10");
+  REQUIRE(test::run_cli("run " + a + " --nproc-per-node 4 --ep 2").code == 0);
+  REQUIRE(test::run_cli("run " + b + " --nproc-per-node 4 --ep 2").code == 0);
+  const auto stopped = test::run_cli("run " + c + " --nproc-per-node 4 --ep 2 --stop-after 10");
   INFO(stopped.out);
   REQUIRE(stopped.out.find("stopped after step 10") != std::string::npos);
   const RunManifest mc = RunManifest::load(c);
   CHECK(expert_shard_files(mc.out_dir) == 2);  // one a rank of the first replica; the step-7 ones removed
   CHECK(shard_files(mc.out_dir) == 4);
-  const Shell wrong = sh(bin + " run " + c + " --nproc-per-node 4");
+  const auto wrong = test::run_cli("run " + c + " --nproc-per-node 4");
   CHECK(wrong.code != 0);
   CHECK(wrong.out.find("experts over 2 ranks; resume it the same way") != std::string::npos);
-  const Shell resumed = sh(bin + " run " + c + " --nproc-per-node 4 --ep 2");
+  const auto resumed = test::run_cli("run " + c + " --nproc-per-node 4 --ep 2");
   INFO(resumed.out);
   REQUIRE(resumed.code == 0);
   CHECK(resumed.out.find("resumed from") != std::string::npos);
@@ -559,10 +554,9 @@ TEST_CASE("expert parallelism in training: ufp4 reruns bit-identical; a stop res
 }
 
 TEST_CASE("expert parallelism: a layout that does not fit is one line naming train.expert_parallel, exit 2, nothing started", "[dist]") {
-  const std::string bin = UFP4_BINARY;
   const std::string moe = tiny_moe("bf16", 2), dense = tiny(test::temp_dir(), "bf16", 2);
   const auto refused = [&](const std::string& args, const std::string& why) {
-    const Shell r = sh(bin + " run " + args);
+    const auto r = test::run_cli("run " + args);
     INFO(r.out);
     CHECK(r.code == 2);
     CHECK(r.out.find("train.expert_parallel: " + why) != std::string::npos);
