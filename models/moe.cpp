@@ -96,11 +96,8 @@ torch::Tensor MoeImpl::forward(const torch::Tensor& x) {
   torch::Tensor flat = x.reshape({-1, d});
   const int64_t T = flat.size(0);
   torch::Tensor probs = torch::softmax(torch::nn::functional::linear(flat.to(torch::kFloat32), router), -1);  // [T, E]
-  const auto top = top_k_experts(probs, top_k);
-  torch::Tensor weights = top.first / top.first.sum(-1, true);
-  torch::Tensor idx = top.second;  // [T, k]
   const int64_t capacity = capacity_factor > 0 ? static_cast<int64_t>(std::ceil(capacity_factor * T * top_k / E)) : 0;
-  const Routing r = route(idx, weights, E, capacity);
+  const Routing r = route(choose_experts(probs, top_k), E, capacity);
   // Switch-style balance loss: E * sum_e (fraction of assignments to e) * (mean probability of e).
   torch::Tensor counts = r.assigned.to(torch::kFloat32);
   aux_loss = E * ((counts / static_cast<double>(T * top_k)) * probs.mean(0)).sum();

@@ -129,16 +129,24 @@ torch::Tensor Routing::host_ends() const {
   return host_ends_;
 }
 
+ExpertChoice in_expert_order(const torch::Tensor& idx, const torch::Tensor& weights) {
+  const auto by_expert = slots_by_expert(idx);
+  return ExpertChoice{by_expert.first, PermuteCols::apply(weights, by_expert.second)};
+}
+
 Routing route(const torch::Tensor& idx, const torch::Tensor& weights, int64_t experts, int64_t capacity) {
+  return route(in_expert_order(idx, weights), experts, capacity);
+}
+
+Routing route(const ExpertChoice& choice, int64_t experts, int64_t capacity) {
   Routing r;
-  r.tokens = idx.size(0);
-  r.top_k = idx.size(1);
+  r.tokens = choice.ids.size(0);
+  r.top_k = choice.ids.size(1);
   r.experts = experts;
   const int64_t A = r.tokens * r.top_k;
   // Slots in ascending expert order: the experts' contributions to a token are summed in that order.
-  const auto by_expert = slots_by_expert(idx);
-  r.weights = PermuteCols::apply(weights, by_expert.second);
-  torch::Tensor flat = by_expert.first.flatten();  // [A], assignment a = t * k + slot
+  r.weights = choice.weights;
+  torch::Tensor flat = choice.ids.flatten();  // [A], assignment a = t * k + slot
   if (capacity == 0 && sort_by_expert_on_gpu(flat, r)) return r;
   // Stable: within an expert, assignments stay in token order (capacity keeps the first ones).
   auto sorted = narrow_keys(flat, experts - 1).sort(/*stable=*/true, /*dim=*/0, /*descending=*/false);

@@ -33,8 +33,21 @@ struct Routing {
 // kernel (kernels/moe/inverse_permutation.h), on the CPU LibTorch's argsort.
 torch::Tensor inverse_permutation(const torch::Tensor& perm);
 
-// idx [T, k] int64 expert ids (distinct per token), weights [T, k]; capacity 0 = dropless, else each
-// expert keeps its first `capacity` assignments in token order.
+// Each token's k experts in ascending id order, ids [T, k] int64 (distinct per token), and their
+// weights [T, k] in that order: what the router chose (choose_experts, models/router_top_k.h).
+struct ExpertChoice {
+  torch::Tensor ids, weights;
+};
+
+// idx [T, k] and weights [T, k] in any slot order moved into ascending expert order (a sort of each row's
+// ids, a gather of the weights whose backward gathers back).
+ExpertChoice in_expert_order(const torch::Tensor& idx, const torch::Tensor& weights);
+
+// The layout of a choice; capacity 0 = dropless, else each expert keeps its first `capacity` assignments
+// in token order.
+Routing route(const ExpertChoice& choice, int64_t experts, int64_t capacity);
+// route(in_expert_order(idx, weights), experts, capacity): idx [T, k] int64 expert ids (distinct per
+// token), weights [T, k].
 Routing route(const torch::Tensor& idx, const torch::Tensor& weights, int64_t experts, int64_t capacity);
 
 // [T, d] -> [A, d]: row r is token order[r] / k. Its backward sums each token's k rows (a gather and a

@@ -217,6 +217,45 @@ void check_against_topk_autograd(const torch::Tensor& probs, int64_t k, torch::D
   CHECK(bit_identical(p1.grad(), p2.grad()));
 }
 
+// The kernel's CPU reference in expert order (by_expert) against its order by value (rv, ri): the same
+// pairs, ids ascending; and the backward's reference against LibTorch's scatter into zeros, signed zeros
+// and NaNs of the gradient copied.
+void check_reference_by_expert_and_backward(const torch::Tensor& probs, int64_t k, const torch::Tensor& rv, const torch::Tensor& ri) {
+  const int64_t rows = probs.size(0), E = probs.size(1);
+  torch::Tensor ev = torch::empty({rows, k}), ei = torch::empty({rows, k}, torch::kInt64);
+  RouterTopKIO io;
+  io.rows = rows, io.experts = E, io.k = k, io.by_expert = true;
+  io.probs = probs.data_ptr<float>(), io.values = ev.data_ptr<float>(), io.ids = ei.data_ptr<int64_t>();
+  reference_router_top_k(io);
+  const auto expected = by_id(rv, ri);
+  CHECK(torch::equal(ei, expected.second));
+  CHECK(bit_identical(ev, expected.first));
+  torch::Tensor g = torch::randn({rows, k});
+  g[0].fill_(-0.0);
+  g[1][0].fill_(std::nanf(""));
+  torch::Tensor dprobs = torch::full({rows, E}, 7.0f);
+  RouterTopKBackwardIO bio;
+  bio.rows = rows, bio.experts = E, bio.k = k, bio.grad = g.data_ptr<float>(), bio.ids = ri.data_ptr<int64_t>(), bio.dprobs = dprobs.data_ptr<float>();
+  reference_router_top_k_backward(bio);
+  CHECK(bit_identical(dprobs, torch::zeros({rows, E}).scatter(1, ri, g)));
+}
+
+// choose_experts on `device` against its composition there (topk, the weights normalised in topk's
+// order, then moved into expert order by in_expert_order): the same ids, the weights and the
+// probabilities' gradient bit for bit. On CUDA for k <= 2 the kernel forms the expert order itself.
+void check_choose_experts(const torch::Tensor& probs, int64_t k, torch::Device device) {
+  const torch::Tensor G = torch::randn({probs.size(0), k}).to(device);  // the weights' upstream gradient
+  torch::Tensor p1 = probs.to(device).clone().requires_grad_(true), p2 = probs.to(device).clone().requires_grad_(true);
+  const ExpertChoice ours = choose_experts(p1, k);
+  const auto top = p2.topk(k, -1);
+  const ExpertChoice theirs = in_expert_order(std::get<1>(top), std::get<0>(top) / std::get<0>(top).sum(-1, true));
+  CHECK(torch::equal(ours.ids.cpu(), theirs.ids.cpu()));
+  CHECK(bit_identical(ours.weights.detach(), theirs.weights.detach()));
+  (ours.weights * G).sum().backward();
+  (theirs.weights * G).sum().backward();
+  CHECK(bit_identical(p1.grad(), p2.grad()));
+}
+
 }  // namespace
 
 void check_top_k_experts(torch::Device device) {
@@ -230,7 +269,9 @@ void check_top_k_experts(torch::Device device) {
       io.rows = 600, io.experts = E, io.k = k, io.probs = probs.data_ptr<float>(), io.values = rv.data_ptr<float>(), io.ids = ri.data_ptr<int64_t>();
       reference_router_top_k(io);
       check_reference_against_cpu_topk(probs, k, rv, ri);
+      check_reference_by_expert_and_backward(probs, k, rv, ri);
       check_against_topk_autograd(probs, k, device, rv, ri);
+      check_choose_experts(probs, k, device);
     }
 }
 

@@ -24,6 +24,8 @@ void check_expert_sort(torch::Device device);
 // Catch2 checks of top_k_experts() (models/router_top_k.h) on `device` against LibTorch's topk and its
 // autograd there, and of the GPU kernel's CPU reference against topk on the CPU: 16 and 128 experts, k 1, 2,
 // 3 and 8, ties at and inside the top k, NaNs and signed zeros; the probabilities' gradient bit for bit.
+// Also the reference in expert order and the backward's reference (on the CPU), and choose_experts()
+// against topk, the normalisation and in_expert_order() on `device`, gradient included.
 void check_top_k_experts(torch::Device device);
 
 struct MoeComparison {
