@@ -8,6 +8,7 @@
 #include "kernels/numerics/float_bits.h"
 #include "kernels/quantize/quantize.h"
 #include "kernels/quantize/quantize_pair.h"
+#include "kernels/moe/padded_segments.h"
 #include "kernels/moe/quantize_segments.h"
 #ifdef UFP4_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -334,6 +335,22 @@ bool quantize_segments_pair_fused(const torch::Tensor& x, const QuantSpec& row, 
   return segments_pair_applies(make_kernel_spec(row), make_kernel_spec(col), p);
 }
 
+torch::Tensor padded_read_rows(const torch::Tensor& src, const torch::Tensor& gather) {
+  if (src.scalar_type() != torch::kInt64 || gather.scalar_type() != torch::kInt64 || src.dim() != 1 || gather.dim() != 1 || src.device() != gather.device())
+    throw Error("padded read rows: src and gather must be int64 [rows] tensors on one device");
+#ifdef UFP4_WITH_CUDA
+  if (src.is_cuda()) {
+    const torch::Tensor s = src.contiguous(), g = gather.contiguous();
+    torch::Tensor read = torch::empty_like(s);
+    PaddedReadRowsIO io;
+    io.rows = s.size(0), io.gathered = g.size(0), io.src = s.data_ptr<int64_t>(), io.gather = g.data_ptr<int64_t>(), io.read = read.data_ptr<int64_t>();
+    cuda_padded_read_rows(io, at::cuda::getCurrentCUDAStream(s.device().index()).stream());
+    return read;
+  }
+#endif
+  return torch::cat({torch::full({1}, -1, gather.options()), gather}).index_select(0, src + 1);
+}
+
 std::pair<torch::Tensor, torch::Tensor> quantize_segments_pair(const torch::Tensor& x_in, const QuantSpec& row, const torch::Tensor& row_keys,
                                                                const torch::Tensor& row_ends, const QuantSpec& col, const torch::Tensor& col_keys,
                                                                const torch::Tensor& col_ends, const torch::Tensor& col_lens, const torch::Tensor& src,
@@ -359,9 +376,8 @@ std::pair<torch::Tensor, torch::Tensor> quantize_segments_pair(const torch::Tens
     throw Error("quantize segments pair: src must be a contiguous int64 [rows] tensor on the input's device");
   torch::Tensor r = torch::empty({rows, x.size(1)}, x.options());
   torch::Tensor c = torch::empty({src.size(0), x.size(1)}, x.options());
-  // A gathered input: each layout row's input row, gather[src] (-1 kept), in three small launches.
-  const torch::Tensor read =
-      gather.defined() ? torch::cat({torch::full({1}, -1, gather.options()), gather}).index_select(0, src + 1) : torch::Tensor();
+  // A gathered input: each layout row's input row, gather[src] (-1 kept).
+  const torch::Tensor read = gather.defined() ? padded_read_rows(src, gather) : torch::Tensor();
 #ifdef UFP4_WITH_CUDA
   SegmentedPairIO p;
   p.row = segments_io(x, false, r, row_keys, row_ends, torch::Tensor());

@@ -83,6 +83,11 @@ torch::Tensor quantize_segments(const torch::Tensor& x, const QuantSpec& spec, c
 // calls, which it makes where the kernel does not cover the call. gather (optional, int64 [rows]): the
 // rows are x's rows gather[0], gather[1], ... (the MoE's dispatch), read in place by the kernel; the bits
 // of the same call on x.index_select(0, gather), which it makes where the kernel does not apply.
+// Each padded layout row's input row where the layout's rows are a gather of the input: gather[src[p]], -1
+// where src[p] is -1 (int64 [rows] each). One kernel on CUDA (kernels/moe/padded_segments.h), LibTorch's
+// index_select of a -1-prefixed gather elsewhere: the same integers.
+torch::Tensor padded_read_rows(const torch::Tensor& src, const torch::Tensor& gather);
+
 std::pair<torch::Tensor, torch::Tensor> quantize_segments_pair(const torch::Tensor& x, const QuantSpec& row, const torch::Tensor& row_keys,
                                                                const torch::Tensor& row_ends, const QuantSpec& col, const torch::Tensor& col_keys,
                                                                const torch::Tensor& col_ends, const torch::Tensor& col_lens, const torch::Tensor& src,

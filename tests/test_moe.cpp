@@ -11,6 +11,7 @@
 #include "kernels/moe/padded_segments.h"
 #include "models/grouped_linear.h"
 #include "models/moe.h"
+#include "models/quant_ops.h"
 #include "tests/catch.h"
 #include "tests/moe_reference.h"
 
@@ -87,6 +88,23 @@ TEST_CASE("an expert linear routed no rows (a rank of expert parallelism) gives 
   for (const Recipe& r : recipes) {
     INFO(r.name);
     CHECK(test::grouped_linear_without_rows(r, torch::kCPU) == "");
+  }
+}
+
+TEST_CASE("WGRAD's padded read rows: the CPU reference equals the LibTorch composition, and names a src out of range", "[moe]") {
+  torch::manual_seed(5);
+  for (const int64_t gathered : {1, 7, 3000}) {
+    INFO("gathered " << gathered);
+    const int64_t rows = gathered + 40;
+    torch::Tensor src = torch::randint(-1, gathered, {rows}, torch::kInt64), gather = torch::randint(0, 1 << 20, {gathered}, torch::kInt64);
+    torch::Tensor read = torch::full({rows}, 9, torch::kInt64);
+    PaddedReadRowsIO io;
+    io.rows = rows, io.gathered = gathered, io.src = src.data_ptr<int64_t>(), io.gather = gather.data_ptr<int64_t>(), io.read = read.data_ptr<int64_t>();
+    reference_padded_read_rows(io);
+    CHECK(torch::equal(read, padded_read_rows(src, gather)));
+    CHECK(torch::equal(read.masked_select(src < 0), torch::full({(src < 0).sum().item<int64_t>()}, -1, torch::kInt64)));
+    src[3] = gathered;
+    CHECK_THROWS_WITH(reference_padded_read_rows(io), "padded read rows: src[3] = " + std::to_string(gathered) + ", outside -1.." + std::to_string(gathered - 1));
   }
 }
 

@@ -5,8 +5,10 @@
 #include <torch/torch.h>
 
 #include "harness/train/determinism.h"
+#include "kernels/moe/padded_segments.h"
 #include "models/grouped_linear.h"
 #include "models/moe.h"
+#include "models/quant_ops.h"
 #include "tests/catch.h"
 #include "tests/tensor_helpers.h"
 #include "tests/helpers.h"
@@ -176,6 +178,23 @@ TEST_CASE("WGRAD's padded segments on the GPU: one launch, the composition's int
         CHECK(torch::equal(gpu.ends.cpu(), cpu.ends));
         CHECK(torch::equal(gpu.src.cpu(), cpu.src));
       }
+}
+
+TEST_CASE("WGRAD's padded read rows on the GPU: one launch, the CPU reference's integers", "[moe][cuda]") {
+  UFP4_NEED_GPU();
+  torch::manual_seed(6);
+  for (const int64_t gathered : {1, 7, 3000, 1 << 20}) {  // 2^20 + 40 rows: the kernel's grid-stride loop past its 1024 blocks
+    INFO("gathered " << gathered);
+    const int64_t rows = gathered + 40;
+    torch::Tensor src = torch::randint(-1, gathered, {rows}, torch::kInt64), gather = torch::randint(0, 1 << 20, {gathered}, torch::kInt64);
+    torch::Tensor read = torch::empty({rows}, torch::kInt64);
+    PaddedReadRowsIO io;
+    io.rows = rows, io.gathered = gathered, io.src = src.data_ptr<int64_t>(), io.gather = gather.data_ptr<int64_t>(), io.read = read.data_ptr<int64_t>();
+    reference_padded_read_rows(io);
+    const torch::Tensor gpu = padded_read_rows(src.to(torch::kCUDA), gather.to(torch::kCUDA));
+    REQUIRE(gpu.is_cuda());
+    CHECK(torch::equal(gpu.cpu(), read));
+  }
 }
 
 TEST_CASE("MoE on the GPU: fc1 reading the tokens through the dispatch's gather gives the bits of dispatching first", "[moe][cuda]") {

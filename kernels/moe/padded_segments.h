@@ -27,8 +27,23 @@ struct PaddedSegmentsIO {
   int64_t* src = nullptr;
 };
 
+// Where a padded row's values are read when the operand's rows are themselves a gather of the input (the
+// MoE's dispatch, read in place): read[p] = gather[src[p]], -1 where src[p] is -1. One launch on the GPU
+// where LibTorch's index_select of a -1-prefixed gather took four.
+struct PaddedReadRowsIO {
+  int64_t rows = 0;                 // padded rows
+  int64_t gathered = 0;             // rows of the gather: each src is -1 or in [0, gathered)
+  const int64_t* src = nullptr;     // [rows]
+  const int64_t* gather = nullptr;  // [gathered]
+  int64_t* read = nullptr;          // [rows]
+};
+
 void reference_padded_segments(const PaddedSegmentsIO& io);
-// On `stream` (the caller's); device pointers.
+// Throws ufp4::Error naming the first src out of range.
+void reference_padded_read_rows(const PaddedReadRowsIO& io);
+// On `stream` (the caller's); device pointers. The read rows' kernel takes src as given (the caller's
+// padded_segments output).
 void cuda_padded_segments(const PaddedSegmentsIO& io, cudaStream_t stream);
+void cuda_padded_read_rows(const PaddedReadRowsIO& io, cudaStream_t stream);
 
 }  // namespace ufp4

@@ -1,6 +1,7 @@
 // The padded segments (contract: kernels/moe/padded_segments.h). Every block forms the segments' padded
 // ends, valid ends and shifts in shared memory (E is small: one thread sums them), block 0 also writes
-// lens and padded_ends; then each thread finds its padded rows' segment by binary search.
+// lens and padded_ends; then each thread finds its padded rows' segment by binary search. The read rows: a
+// thread a row.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -58,7 +59,21 @@ __global__ void __launch_bounds__(kThreads) padded_segments_kernel(const __grid_
   }
 }
 
+__global__ void __launch_bounds__(kThreads) padded_read_rows_kernel(const __grid_constant__ PaddedReadRowsIO io) {
+  for (int64_t p = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; p < io.rows; p += static_cast<int64_t>(gridDim.x) * kThreads) {
+    const int64_t s = io.src[p];
+    io.read[p] = s < 0 ? -1 : io.gather[s];
+  }
+}
+
 }  // namespace
+
+void cuda_padded_read_rows(const PaddedReadRowsIO& io, cudaStream_t stream) {
+  if (io.rows <= 0) return;
+  const int64_t blocks = std::min<int64_t>((io.rows + kThreads - 1) / kThreads, 1024);
+  padded_read_rows_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(io);
+  check_launch("padded_read_rows_kernel");
+}
 
 void cuda_padded_segments(const PaddedSegmentsIO& io, cudaStream_t stream) {
   if (io.experts < 1 || io.experts > kPaddedSegmentsMaxExperts || io.align < 1 || io.rht < 0)

@@ -1,7 +1,10 @@
 #include "kernels/moe/padded_segments.h"
 
 #include <cstddef>
+#include <string>
 #include <vector>
+
+#include "common/error.h"
 
 namespace ufp4 {
 
@@ -23,6 +26,15 @@ void reference_padded_segments(const PaddedSegmentsIO& io) {
   for (int64_t p = 0; p < io.rows; ++p) {
     while (e < E - 1 && pend[e] <= p) ++e;  // the first segment whose padded end lies past p, else the last
     io.src[p] = p < valid_end[e] ? p + shift[e] : -1;
+  }
+}
+
+void reference_padded_read_rows(const PaddedReadRowsIO& io) {
+  for (int64_t p = 0; p < io.rows; ++p) {
+    const int64_t s = io.src[p];
+    if (s < -1 || s >= io.gathered)
+      throw Error("padded read rows: src[" + std::to_string(p) + "] = " + std::to_string(s) + ", outside -1.." + std::to_string(io.gathered - 1));
+    io.read[p] = s < 0 ? -1 : io.gather[s];
   }
 }
 
