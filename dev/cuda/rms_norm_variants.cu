@@ -1,7 +1,11 @@
-// The fused RMSNorm forward's previous kernel (a warp a row, walking the row a vector at a time and reading
-// it again for the second pass) beside the production forward (cuda_rms_norm_forward, which keeps BF16 rows
-// of up to 1024 in registers): first bit for bit (y, r and the residual sum, on model-like and
-// special-valued rows), then timed with CUDA events, the median of repeats. Not part of the library.
+// The fused RMSNorm's kernels against their variants, first bit for bit, then timed with CUDA events (the median
+// of repeats). Not part of the library.
+// - Forward: the previous kernel (a warp a row, walking the row a vector at a time and reading it again for the
+//   second pass) beside the production forward (cuda_rms_norm_forward, which keeps BF16 rows of up to 1024 in
+//   registers): y, r and the residual sum, on model-like and special-valued rows.
+// - Backward: the production choice of rows in flight a warp (cuda_rms_norm_backward) beside 1, 2 and 4 rows
+//   (cuda_rms_norm_backward_rows; the production choice was 4 rows for d <= 512 and 2 for d <= 1024 before
+//   the choice by registers): dx and dw, with the residual's gradient added.
 //
 //   cmake --build build --target dev && build/ufp4_dev_rms_norm [rows d ...]
 #include <cuda_runtime.h>
@@ -151,10 +155,69 @@ int run(int64_t rows, int64_t d) {
   return bad;
 }
 
+// The backward's rows in flight: 0 (production), 1, 2, 4 on the same inputs (x, dy and dsum model-like, r from
+// the forward); each one's dx and dw against production's, then their times.
+int run_backward(int64_t rows, int64_t d) {
+  const size_t n = static_cast<size_t>(rows * d);
+  const int64_t partials = rms_norm_partials(rows, d);
+  std::vector<uint16_t> hx, hdy;
+  std::vector<float> hw;
+  fill(0, rows, d, hx, hdy, hw);
+  void *x, *dy, *dsum, *y;
+  float *w, *r, *part;
+  CHECK_CUDA(cudaMalloc(&x, n * 2));
+  CHECK_CUDA(cudaMalloc(&dy, n * 2));
+  CHECK_CUDA(cudaMalloc(&dsum, n * 2));
+  CHECK_CUDA(cudaMalloc(&y, n * 2));
+  CHECK_CUDA(cudaMalloc(&w, d * 4));
+  CHECK_CUDA(cudaMalloc(&r, rows * 4));
+  CHECK_CUDA(cudaMalloc(&part, partials * 4));
+  CHECK_CUDA(cudaMemcpy(x, hx.data(), n * 2, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(dy, hdy.data(), n * 2, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(dsum, hx.data(), n * 2, cudaMemcpyHostToDevice));  // any model-like rows
+  CHECK_CUDA(cudaMemcpy(w, hw.data(), d * 4, cudaMemcpyHostToDevice));
+  RmsNormIO io;
+  io.dtype = DType::kBF16, io.rows = rows, io.d = d, io.x = x, io.w = w, io.y = y, io.r = r;
+  cuda_rms_norm_forward(io, nullptr);
+  io.dy = dy, io.dsum = dsum, io.partials = part;
+  const int variants[] = {0, 1, 2, 4};
+  void* dx[4];
+  float* dw[4];
+  int bad = 0;
+  for (int i = 0; i < 4; ++i) {
+    CHECK_CUDA(cudaMalloc(&dx[i], n * 2));
+    CHECK_CUDA(cudaMalloc(&dw[i], d * 4));
+    RmsNormIO v = io;
+    v.dx = dx[i], v.dw = dw[i];
+    cuda_rms_norm_backward_rows(v, variants[i], nullptr);
+    CHECK_CUDA(cudaDeviceSynchronize());
+    if (i == 0) continue;
+    const bool eq = same(dx[0], dx[i], n * 2) && same(dw[0], dw[i], d * 4);
+    std::printf("rows %lld d %lld backward, %d rows in flight: dx, dw %s\n", static_cast<long long>(rows), static_cast<long long>(d), variants[i],
+                eq ? "bit-identical to production's" : "DIFFERENT");
+    bad += !eq;
+  }
+  std::printf("| rows x d (BF16, with dsum) | production | 1 row in flight | 2 rows | 4 rows | production bandwidth |\n|---|---|---|---|---|---|\n");
+  float t[4];
+  for (int i = 0; i < 4; ++i) {
+    RmsNormIO v = io;
+    v.dx = dx[i], v.dw = dw[i];
+    t[i] = median_ms([&] { cuda_rms_norm_backward_rows(v, variants[i], nullptr); }, 51);
+  }
+  const double gb = (static_cast<double>(n) * 2 * 4 + static_cast<double>(partials) * 4 * 2) / 1e9;  // x, dy, dsum in, dx out; partials out and in
+  std::printf("| %lldx%lld | %.1f us | %.1f us | %.1f us | %.1f us | %.2f TB/s |\n", static_cast<long long>(rows), static_cast<long long>(d), t[0] * 1e3,
+              t[1] * 1e3, t[2] * 1e3, t[3] * 1e3, gb / t[0]);
+  for (int i = 0; i < 4; ++i) { cudaFree(dx[i]); cudaFree(dw[i]); }
+  for (void* p : {x, dy, dsum, y}) cudaFree(p);
+  for (float* p : {w, r, part}) cudaFree(p);
+  return bad;
+}
+
 }  // namespace
 }  // namespace ufp4
 
 int main(int argc, char** argv) {
   // The proxies' rows (32 x 1024 tokens of d = 320 and 192), dense-113m's (16 x 2048 of 768) and a partial row.
-  return run_shapes(argc, argv, {{32768, 320}, {32768, 192}, {32768, 768}, {4099, 1016}}, ufp4::run);
+  return run_shapes(argc, argv, {{32768, 320}, {32768, 192}, {32768, 768}, {4099, 1016}},
+                    [](int64_t rows, int64_t d) { return ufp4::run(rows, d) + ufp4::run_backward(rows, d); });
 }

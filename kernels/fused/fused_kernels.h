@@ -269,6 +269,9 @@ inline bool fused_cuda_applies(int64_t last_dim, const void* p) {
 }
 void cuda_rms_norm_forward(const RmsNormIO& io, cudaStream_t stream);
 void cuda_rms_norm_backward(const RmsNormIO& io, cudaStream_t stream);
+// Timing probe (dev/): the backward with 1, 2 or 4 rows in flight a warp (BF16, d <= 1024; 0: the production
+// choice). The same bits for each.
+void cuda_rms_norm_backward_rows(const RmsNormIO& io, int rows_in_flight, cudaStream_t stream);
 void cuda_cross_entropy_forward(const CrossEntropyIO& io, cudaStream_t stream);
 void cuda_cross_entropy_backward(const CrossEntropyIO& io, cudaStream_t stream);
 void cuda_swiglu_forward(const SwiGluIO& io, cudaStream_t stream);

@@ -117,13 +117,20 @@ __global__ void __launch_bounds__(256) rms_norm_forward_kept_kernel(const RmsNor
 // x, dy and dsum before it uses any and keeps them in registers for both passes: a model has only
 // rows / 16 such warps, too few at the proxies' sizes to hide a row's memory latency one row at a
 // time. Otherwise one row at a time, its second pass reading the row again from L1. Each row's
-// arithmetic and the sums' row order are those of one row at a time either way: the same bits.
+// arithmetic and the sums' row order are those of one row at a time either way: the same bits, for
+// any kRows.
 constexpr int kRmsBackwardWarps = 4;  // warps (groups) a block: small blocks, so more of them fit an SM
 
-template <bool kBf16, int kNv>
+// Rows in flight a warp: as many as keep the kernel within 128 registers (ptxas, sm_90a), so that four
+// blocks fit an SM and the 32 x 1024-token batches' rows / 64 blocks (512) run in one wave on 132 SMs. Four
+// rows of d <= 256 take 126 registers; four rows of d <= 512 took 168, three blocks an SM and a second
+// wave of 116 blocks (the dense proxy's d = 320), hence two there; one row past that (dev/cuda/rms_norm_variants.cu times them).
+constexpr int rms_backward_rows(bool bf16, int nv) { return !(bf16 && nv <= 4) ? 1 : nv <= 1 ? 4 : nv <= 2 ? 2 : 1; }
+
+template <bool kBf16, int kNv, int kRows = rms_backward_rows(kBf16, kNv)>
 __global__ void __launch_bounds__(32 * kRmsBackwardWarps) rms_norm_backward_kernel(const RmsNormIO io) {
   constexpr bool kKeep = kBf16 && kNv <= 4;
-  constexpr int kRows = !kKeep ? 1 : kNv <= 2 ? 4 : 2;
+  static_assert(kKeep || kRows == 1, "rows are kept in registers for BF16 rows of d <= 1024 only");
   const int lane = threadIdx.x % 32;
   const int64_t g = static_cast<int64_t>(blockIdx.x) * kRmsBackwardWarps + threadIdx.x / 32;
   const int64_t nv = io.d / 8, t0 = g * kRmsGroupRows;
@@ -463,6 +470,17 @@ void check_shape(int64_t last, const char* what) {
   if (last <= 0 || last % 8 != 0) throw Error(std::string(what) + ": the last dimension (" + std::to_string(last) + ") must be a positive multiple of 8");
 }
 
+// The backward with kRows rows in flight (BF16, d <= 1024), for the timing probe.
+template <int kRows>
+void launch_rms_backward_rows(const RmsNormIO& io, unsigned blocks, cudaStream_t stream) {
+  switch ((io.d / 8 + 31) / 32) {
+    case 1: rms_norm_backward_kernel<true, 1, kRows><<<blocks, 32 * kRmsBackwardWarps, 0, stream>>>(io); break;
+    case 2: rms_norm_backward_kernel<true, 2, kRows><<<blocks, 32 * kRmsBackwardWarps, 0, stream>>>(io); break;
+    case 3: rms_norm_backward_kernel<true, 3, kRows><<<blocks, 32 * kRmsBackwardWarps, 0, stream>>>(io); break;
+    default: rms_norm_backward_kernel<true, 4, kRows><<<blocks, 32 * kRmsBackwardWarps, 0, stream>>>(io); break;
+  }
+}
+
 template <bool kBf16>
 void launch_rms_backward(const RmsNormIO& io, unsigned blocks, cudaStream_t stream) {
   switch ((io.d / 8 + 31) / 32) {
@@ -492,15 +510,22 @@ void cuda_rms_norm_forward(const RmsNormIO& io, cudaStream_t stream) {
   check_launch("rms_norm forward kernel launch");
 }
 
-void cuda_rms_norm_backward(const RmsNormIO& io, cudaStream_t stream) {
+void cuda_rms_norm_backward(const RmsNormIO& io, cudaStream_t stream) { cuda_rms_norm_backward_rows(io, 0, stream); }
+
+void cuda_rms_norm_backward_rows(const RmsNormIO& io, int rows_in_flight, cudaStream_t stream) {
   check_shape(io.d, "rms_norm");
+  if (rows_in_flight && (io.dtype != DType::kBF16 || io.d > 1024 || (rows_in_flight != 1 && rows_in_flight != 2 && rows_in_flight != 4)))
+    throw Error("rms_norm backward: rows in flight 1, 2 or 4, for BF16 rows of d <= 1024 (got " + std::to_string(rows_in_flight) + ")");
   if (io.rows == 0) {
     cudaMemsetAsync(io.dw, 0, static_cast<size_t>(io.d) * sizeof(float), stream);
     return;
   }
   const int64_t groups = (io.rows + kRmsGroupRows - 1) / kRmsGroupRows;
   const unsigned blocks = static_cast<unsigned>((groups + kRmsBackwardWarps - 1) / kRmsBackwardWarps);
-  if (io.dtype == DType::kBF16) launch_rms_backward<true>(io, blocks, stream);
+  if (rows_in_flight == 1) launch_rms_backward_rows<1>(io, blocks, stream);
+  else if (rows_in_flight == 2) launch_rms_backward_rows<2>(io, blocks, stream);
+  else if (rows_in_flight == 4) launch_rms_backward_rows<4>(io, blocks, stream);
+  else if (io.dtype == DType::kBF16) launch_rms_backward<true>(io, blocks, stream);
   else launch_rms_backward<false>(io, blocks, stream);
   check_launch("rms_norm backward kernel launch");
   rms_norm_weight_grad_kernel<<<static_cast<unsigned>((io.d + 31) / 32), 1024, 0, stream>>>(io.partials, groups, io.d, io.dw);
