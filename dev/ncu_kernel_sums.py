@@ -33,17 +33,22 @@ def read(path):
     return rows
 
 
-def step_sums(rows):
-    """The first step's kernels summed by name: (total ns by name, launches by name, total ns, launches)."""
+def first_step(rows):
+    """The launches (rows whose first field is the kernel's name) of the first step."""
     # The step begins with the forward's batched weight quantization (models/weight_operands.h) where the
     # recipe quantizes W, else with the embedding's gather.
-    start = next(i for i, (n, _) in enumerate(rows) if "gather" in n)
-    batch = [i for i, (n, _) in enumerate(rows[:start]) if "quantize_pair_batch_kernel" in n]
+    start = next(i for i, r in enumerate(rows) if "gather" in r[0])
+    batch = [i for i, r in enumerate(rows[:start]) if "quantize_pair_batch_kernel" in r[0]]
     if batch:
         start = batch[-1]
-    adam = [i for i, (n, _) in enumerate(rows) if i > start and "FusedOptimizerTensorListMetadata" in n]
+    adam = [i for i, r in enumerate(rows) if i > start and "FusedOptimizerTensorListMetadata" in r[0]]
     end = adam[1] if len(adam) > 1 else (adam[0] if adam else len(rows) - 1)
-    step = rows[start:end + 1]
+    return rows[start:end + 1]
+
+
+def step_sums(rows):
+    """The first step's kernels summed by name: (total ns by name, launches by name, total ns, launches)."""
+    step = first_step(rows)
     total = collections.defaultdict(float)
     count = collections.Counter()
     for n, ns in step:
