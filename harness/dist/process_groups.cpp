@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "harness/dist/backends.h"
+#include "harness/dist/store_listener.h"
 
 namespace ufp4 {
 
@@ -42,6 +43,7 @@ ProcessGroups::ProcessGroups(const LaunchEnv& env, const DistOptions& o, bool cu
   so.waitWorkers = !env.agent_store;
   so.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(o.timeout);
   try {
+    if (!so.isServer) wait_for_listener(env.master_addr, env.master_port, so.timeout);  // store_listener.h says why
     auto tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
     // One key space per launch attempt: a restarted group never reads the keys of the one before.
     store_ = c10::make_intrusive<c10d::PrefixStore>("ufp4/attempt_" + std::to_string(env.restart), tcp);
