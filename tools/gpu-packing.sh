@@ -12,7 +12,11 @@ set -uo pipefail
 export UFP4_REUSE=${UFP4_REUSE:-off}  # what it checks, it trains: no run copied from another folder
 cd "$(dirname "$0")/.."
 LOGS=${LOGS:-logs/packing}
-mkdir -p "$LOGS" build/packing
+# Each invocation's runs in a folder of its own: two invocations side by side (a before and an after on two GPUs)
+# once shared build/packing/<setting>, removed each other's runs and wrote one log, whose last line gave both rates.
+work=build/packing/p$$
+rm -rf "$work"
+mkdir -p "$LOGS" "$work"
 MODELS=${MODELS:-dense-ne6.6m moe-ne4.0m moe-ne5.8m}
 PACK=${PACK:-1 2 4 8}
 MPS=${MPS:-off on}
@@ -34,11 +38,11 @@ manifest() {  # manifest MODEL K DIR: the packing manifest for K runs (seeds 1..
 
 measure() {  # measure MODEL K MODE GPU: one setting on one GPU, its row appended to packing.csv
   local model=$1 k=$2 mode=$3 gpu=$4 name=$1-k$2-mps$3
-  local dir=build/packing/$name steps=$(( TOKENS / ($2 * 32768) ))
+  local dir=$work/$name steps=$(( TOKENS / ($2 * 32768) ))
   rm -rf "$dir"
-  manifest "$model" "$k" "$dir" > build/packing/$name.toml
+  manifest "$model" "$k" "$dir" > $work/$name.toml
   local s=$(date +%s.%N)
-  CUDA_VISIBLE_DEVICES=$gpu "$BIN" run --force --gpus 1 --per-gpu "$k" --mps "$mode" build/packing/$name.toml > "$LOGS/$name.log" 2>&1
+  CUDA_VISIBLE_DEVICES=$gpu "$BIN" run --force --gpus 1 --per-gpu "$k" --mps "$mode" $work/$name.toml > "$LOGS/$name.log" 2>&1
   local rc=$?
   local wall=$(python3 -c "print(round($(date +%s.%N) - $s, 1))")
   # Each run's last progress line gives its training-loop tokens/s.
@@ -79,7 +83,7 @@ if [[ " $MPS " == *" on "* ]]; then
   i=0
   for model in $MODELS; do
     (
-      packed=build/packing/$model-k$kmax-mpson alone=build/packing/$model-k$kmax-alone
+      packed=$work/$model-k$kmax-mpson alone=$work/$model-k$kmax-alone
       rm -rf "$alone"
       manifest "$model" "$kmax" "$alone" > "$alone.toml"
       first=$(ls "$packed"/*-1-*.h5 2>/dev/null | head -n 1)
