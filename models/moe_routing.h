@@ -44,7 +44,8 @@ struct ExpertChoice {
 ExpertChoice in_expert_order(const torch::Tensor& idx, const torch::Tensor& weights);
 
 // The layout of a choice; capacity 0 = dropless, else each expert keeps its first `capacity` assignments
-// in token order.
+// in token order. The ids must be ascending in each row (choose_experts' or in_expert_order's): not checked
+// (that would read them on the host), and other orders would sum each token's experts in another order.
 Routing route(const ExpertChoice& choice, int64_t experts, int64_t capacity);
 // route(in_expert_order(idx, weights), experts, capacity): idx [T, k] int64 expert ids (distinct per
 // token), weights [T, k].

@@ -76,6 +76,11 @@ torch::Tensor quantize_segments(const torch::Tensor& x, const QuantSpec& spec, c
                                 const torch::Tensor& lens, bool columnwise, torch::ScalarType out_dtype,
                                 const torch::Tensor& src = torch::Tensor());
 
+// Each padded layout row's input row where the layout's rows are a gather of the input: gather[src[p]], -1
+// where src[p] is -1 (int64 [rows] each). One kernel on CUDA (kernels/moe/padded_segments.h), LibTorch's
+// index_select of a -1-prefixed gather elsewhere: the same integers.
+torch::Tensor padded_read_rows(const torch::Tensor& src, const torch::Tensor& gather);
+
 // Both segmented operands of x [rows, cols] (BF16 or FP32; BF16 out) from one read where the pair kernel
 // covers the call (CUDA, kernels/moe/quantize_segments.h's SegmentedPairIO): the rowwise operand with `row`
 // and row_keys over segments row_ends (whole segments), and the columnwise operand with `col` and col_keys
@@ -83,11 +88,6 @@ torch::Tensor quantize_segments(const torch::Tensor& x, const QuantSpec& spec, c
 // calls, which it makes where the kernel does not cover the call. gather (optional, int64 [rows]): the
 // rows are x's rows gather[0], gather[1], ... (the MoE's dispatch), read in place by the kernel; the bits
 // of the same call on x.index_select(0, gather), which it makes where the kernel does not apply.
-// Each padded layout row's input row where the layout's rows are a gather of the input: gather[src[p]], -1
-// where src[p] is -1 (int64 [rows] each). One kernel on CUDA (kernels/moe/padded_segments.h), LibTorch's
-// index_select of a -1-prefixed gather elsewhere: the same integers.
-torch::Tensor padded_read_rows(const torch::Tensor& src, const torch::Tensor& gather);
-
 std::pair<torch::Tensor, torch::Tensor> quantize_segments_pair(const torch::Tensor& x, const QuantSpec& row, const torch::Tensor& row_keys,
                                                                const torch::Tensor& row_ends, const QuantSpec& col, const torch::Tensor& col_keys,
                                                                const torch::Tensor& col_ends, const torch::Tensor& col_lens, const torch::Tensor& src,

@@ -243,13 +243,17 @@ void check_reference_by_expert_and_backward(const torch::Tensor& probs, int64_t 
 // choose_experts on `device` against its composition there (topk, the weights normalised in topk's
 // order, then moved into expert order by in_expert_order): the same ids, the weights and the
 // probabilities' gradient bit for bit. On CUDA for k <= 2 the kernel forms the expert order itself.
-void check_choose_experts(const torch::Tensor& probs, int64_t k, torch::Device device) {
-  const torch::Tensor G = torch::randn({probs.size(0), k}).to(device);  // the weights' upstream gradient
+void check_choose_experts(const torch::Tensor& probs, int64_t k, torch::Device device, const torch::Tensor& ri) {
+  torch::Tensor g = torch::randn({probs.size(0), k});  // the weights' upstream gradient, zeros of both signs among it
+  g.index_put_({torch::indexing::Slice(0, probs.size(0), 7)}, 0.0);
+  g.index_put_({torch::indexing::Slice(2, probs.size(0), 7)}, -0.0);
+  const torch::Tensor G = g.to(device);
   torch::Tensor p1 = probs.to(device).clone().requires_grad_(true), p2 = probs.to(device).clone().requires_grad_(true);
   const ExpertChoice ours = choose_experts(p1, k);
   const auto top = p2.topk(k, -1);
   const ExpertChoice theirs = in_expert_order(std::get<1>(top), std::get<0>(top) / std::get<0>(top).sum(-1, true));
   CHECK(torch::equal(ours.ids.cpu(), theirs.ids.cpu()));
+  if (device.is_cuda() && k <= 2) CHECK(torch::equal(ours.ids.cpu(), std::get<0>(ri.sort(-1))));  // the kernel's: the reference's ids in expert order
   CHECK(bit_identical(ours.weights.detach(), theirs.weights.detach()));
   (ours.weights * G).sum().backward();
   (theirs.weights * G).sum().backward();
@@ -271,7 +275,7 @@ void check_top_k_experts(torch::Device device) {
       check_reference_against_cpu_topk(probs, k, rv, ri);
       check_reference_by_expert_and_backward(probs, k, rv, ri);
       check_against_topk_autograd(probs, k, device, rv, ri);
-      check_choose_experts(probs, k, device);
+      check_choose_experts(probs, k, device, ri);
     }
 }
 

@@ -2,6 +2,9 @@
 // launch environment, 2-rank runs against one process and against each other, a stop and resume of
 // a 2-rank run, a rank that dies, and SR/RHT keys that do not depend on the rank layout. The ranks
 // are real processes (`ufp4 run --nproc-per-node 2`, or started by hand as torchrun would).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,6 +26,7 @@
 #include "harness/dist/launch_env.h"
 #include "harness/dist/local_launch.h"
 #include "harness/dist/process_groups.h"
+#include "harness/dist/store_listener.h"
 #include "harness/io/array_io.h"
 #include "harness/io/run_results.h"
 #include "harness/plan/run_manifest.h"
@@ -637,4 +641,26 @@ TEST_CASE("report bench: the expert-parallel GPU checks the targets name, one ro
   r = report_data_parallel(d + "/no-scaling.h5", d + "/no-runs", t);
   CHECK(r.target_rows.find("| not run: check-gone.log missing in ") != std::string::npos);
   CHECK(r.target_rows.find("**not run** |") != std::string::npos);
+}
+
+// harness/dist/store_listener.h: a rank's wait for the rendezvous store's port returns once something
+// listens there, and names the address and the limit when nothing does.
+TEST_CASE("rendezvous: a rank waits for the store's port to listen, and names it when nothing listens", "[dist]") {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(::listen(fd, 4) == 0);
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  const int port = ntohs(a.sin_port);
+  const auto start = std::chrono::steady_clock::now();
+  CHECK(test::thrown_message([&] { wait_for_listener("127.0.0.1", port, std::chrono::milliseconds(5000)); }).empty());
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(1));  // at its first probe
+  ::close(fd);
+  const int none = free_local_port();
+  CHECK(test::thrown_message([&] { wait_for_listener("127.0.0.1", none, std::chrono::milliseconds(200)); }) ==
+        "nothing listens at 127.0.0.1:" + std::to_string(none) + " after 200 ms");
 }

@@ -94,7 +94,8 @@ TEST_CASE("an expert linear routed no rows (a rank of expert parallelism) gives 
 
 TEST_CASE("WGRAD's padded read rows: the CPU reference equals the LibTorch composition, and names a src out of range", "[moe]") {
   torch::manual_seed(5);
-  for (const int64_t gathered : {1, 7, 3000}) {
+  CHECK(padded_read_rows(torch::empty({0}, torch::kInt64), torch::arange(5, torch::kInt64)).numel() == 0);
+  for (const int64_t gathered : {0, 1, 7, 3000}) {
     INFO("gathered " << gathered);
     const int64_t rows = gathered + 40;
     torch::Tensor src = torch::randint(-1, gathered, {rows}, torch::kInt64), gather = torch::randint(0, 1 << 20, {gathered}, torch::kInt64);
@@ -104,9 +105,11 @@ TEST_CASE("WGRAD's padded read rows: the CPU reference equals the LibTorch compo
     reference_padded_read_rows(io);
     CHECK(torch::equal(read, padded_read_rows(src, gather)));
     CHECK(torch::equal(read.masked_select(src < 0), torch::full({(src < 0).sum().item<int64_t>()}, -1, torch::kInt64)));
-    src[3] = gathered;
-    CHECK(test::thrown_message([&] { reference_padded_read_rows(io); }) ==
-          "padded read rows: src[3] = " + std::to_string(gathered) + ", outside -1.." + std::to_string(gathered - 1));
+    for (const int64_t bad : {gathered, int64_t{-2}}) {
+      src[3] = bad;
+      CHECK(test::thrown_message([&] { reference_padded_read_rows(io); }) ==
+            "padded read rows: src[3] = " + std::to_string(bad) + ", outside -1.." + std::to_string(gathered - 1));
+    }
   }
 }
 

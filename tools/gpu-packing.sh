@@ -133,3 +133,4 @@ fi
   fi
 } > "$LOGS/packing.md"
 cat "$LOGS/packing.md"
+rm -rf "$work"  # the runs' rates and checks are in $LOGS

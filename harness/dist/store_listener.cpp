@@ -49,7 +49,7 @@ void wait_for_listener(const std::string& host, int port, std::chrono::milliseco
     }
     if (!refused) return;  // not a store that has yet to open: the client's own attempt says what it is
     if (std::chrono::steady_clock::now() >= deadline)
-      throw std::runtime_error("nothing listens at " + host + ":" + std::to_string(port) + " after " + std::to_string(limit.count() / 1000) + " s");
+      throw std::runtime_error("nothing listens at " + host + ":" + std::to_string(port) + " after " + std::to_string(limit.count()) + " ms");
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 }

@@ -127,7 +127,7 @@ constexpr int kRmsBackwardWarps = 4;  // warps (groups) a block: small blocks, s
 // wave of 116 blocks (the dense proxy's d = 320), hence two there; one row past that (dev/cuda/rms_norm_variants.cu times them).
 constexpr int rms_backward_rows(bool bf16, int nv) { return !(bf16 && nv <= 4) ? 1 : nv <= 1 ? 4 : nv <= 2 ? 2 : 1; }
 
-template <bool kBf16, int kNv, int kRows = rms_backward_rows(kBf16, kNv)>
+template <bool kBf16, int kNv, int kRows>
 __global__ void __launch_bounds__(32 * kRmsBackwardWarps) rms_norm_backward_kernel(const RmsNormIO io) {
   constexpr bool kKeep = kBf16 && kNv <= 4;
   static_assert(kKeep || kRows == 1, "rows are kept in registers for BF16 rows of d <= 1024 only");
@@ -483,13 +483,14 @@ void launch_rms_backward_rows(const RmsNormIO& io, unsigned blocks, cudaStream_t
 
 template <bool kBf16>
 void launch_rms_backward(const RmsNormIO& io, unsigned blocks, cudaStream_t stream) {
+  constexpr int kThreads = 32 * kRmsBackwardWarps;
   switch ((io.d / 8 + 31) / 32) {
-    case 1: rms_norm_backward_kernel<kBf16, 1><<<blocks, 32 * kRmsBackwardWarps, 0, stream>>>(io); break;
-    case 2: rms_norm_backward_kernel<kBf16, 2><<<blocks, 32 * kRmsBackwardWarps, 0, stream>>>(io); break;
-    case 3: rms_norm_backward_kernel<kBf16, 3><<<blocks, 32 * kRmsBackwardWarps, 0, stream>>>(io); break;
-    case 4: rms_norm_backward_kernel<kBf16, 4><<<blocks, 32 * kRmsBackwardWarps, 0, stream>>>(io); break;
-    case 5: case 6: rms_norm_backward_kernel<kBf16, 6><<<blocks, 32 * kRmsBackwardWarps, 0, stream>>>(io); break;
-    case 7: case 8: rms_norm_backward_kernel<kBf16, 8><<<blocks, 32 * kRmsBackwardWarps, 0, stream>>>(io); break;
+    case 1: rms_norm_backward_kernel<kBf16, 1, rms_backward_rows(kBf16, 1)><<<blocks, kThreads, 0, stream>>>(io); break;
+    case 2: rms_norm_backward_kernel<kBf16, 2, rms_backward_rows(kBf16, 2)><<<blocks, kThreads, 0, stream>>>(io); break;
+    case 3: rms_norm_backward_kernel<kBf16, 3, rms_backward_rows(kBf16, 3)><<<blocks, kThreads, 0, stream>>>(io); break;
+    case 4: rms_norm_backward_kernel<kBf16, 4, rms_backward_rows(kBf16, 4)><<<blocks, kThreads, 0, stream>>>(io); break;
+    case 5: case 6: rms_norm_backward_kernel<kBf16, 6, rms_backward_rows(kBf16, 6)><<<blocks, kThreads, 0, stream>>>(io); break;
+    case 7: case 8: rms_norm_backward_kernel<kBf16, 8, rms_backward_rows(kBf16, 8)><<<blocks, kThreads, 0, stream>>>(io); break;
     default: throw Error("rms_norm: d = " + std::to_string(io.d) + " exceeds the CUDA kernel's 2048");
   }
 }
@@ -515,7 +516,8 @@ void cuda_rms_norm_backward(const RmsNormIO& io, cudaStream_t stream) { cuda_rms
 void cuda_rms_norm_backward_rows(const RmsNormIO& io, int rows_in_flight, cudaStream_t stream) {
   check_shape(io.d, "rms_norm");
   if (rows_in_flight && (io.dtype != DType::kBF16 || io.d > 1024 || (rows_in_flight != 1 && rows_in_flight != 2 && rows_in_flight != 4)))
-    throw Error("rms_norm backward: rows in flight 1, 2 or 4, for BF16 rows of d <= 1024 (got " + std::to_string(rows_in_flight) + ")");
+    throw Error("rms_norm backward: rows in flight 1, 2 or 4 (0: the production choice) take BF16 rows of d <= 1024; got " +
+                std::to_string(rows_in_flight) + " rows in flight, d = " + std::to_string(io.d) + (io.dtype == DType::kBF16 ? ", BF16" : ", FP32"));
   if (io.rows == 0) {
     cudaMemsetAsync(io.dw, 0, static_cast<size_t>(io.d) * sizeof(float), stream);
     return;
