@@ -18,19 +18,26 @@ import gzip
 import re
 
 
-def read(path):
-    rows = []
+def metric_rows(path):
+    """Nsight Compute's CSV rows (one a kernel and metric), its warnings and notes left out."""
     with (gzip.open(path, "rt", newline="") if path.endswith(".gz") else open(path, newline="")) as f:
         lines = [line for line in f if line.startswith('"')]
-    for r in csv.DictReader(lines):
-        if r.get("Metric Name") != "gpu__time_duration.sum":
-            continue
-        unit = r["Metric Unit"]
-        v = float(r["Metric Value"].replace(",", ""))
-        ns = v * {"nsecond": 1, "usecond": 1e3, "msecond": 1e6, "second": 1e9}.get(unit, 1)
-        name = re.sub(r"\(.*$", "", r["Kernel Name"]).strip()
-        rows.append((name, ns))
-    return rows
+    return csv.DictReader(lines)
+
+
+def kernel_name(r):
+    """The row's kernel name with its template arguments, without its call arguments."""
+    return re.sub(r"\(.*$", "", r["Kernel Name"]).strip()
+
+
+def value(r):
+    """The row's metric value; durations in ns."""
+    v = float(r["Metric Value"].replace(",", ""))
+    return v * {"nsecond": 1, "usecond": 1e3, "msecond": 1e6, "second": 1e9}.get(r["Metric Unit"], 1)
+
+
+def read(path):
+    return [(kernel_name(r), value(r)) for r in metric_rows(path) if r.get("Metric Name") == "gpu__time_duration.sum"]
 
 
 def first_step(rows):

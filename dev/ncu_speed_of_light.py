@@ -16,12 +16,10 @@ load different pipes could overlap past it, and nothing is ever packed that tigh
 usage: python dev/ncu_speed_of_light.py ncu.csv[.gz]   (a Markdown table by kind of kernel, then the bound)
 """
 import collections
-import csv
-import gzip
 import re
 import sys
 
-from ncu_kernel_sums import GROUPS, first_step
+from ncu_kernel_sums import GROUPS, first_step, kernel_name, metric_rows, value
 
 TIME, SM, MEM = ("gpu__time_duration.sum", "sm__throughput.avg.pct_of_peak_sustained_elapsed",
                  "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed")
@@ -30,23 +28,19 @@ TIME, SM, MEM = ("gpu__time_duration.sum", "sm__throughput.avg.pct_of_peak_susta
 def launches(path):
     """[(name, ns, sm %, memory %)] in launch order."""
     by_id = collections.OrderedDict()
-    with (gzip.open(path, "rt", newline="") if path.endswith(".gz") else open(path, newline="")) as f:
-        lines = [line for line in f if line.startswith('"')]
-    for r in csv.DictReader(lines):
-        rec = by_id.setdefault(r["ID"], {"name": re.sub(r"\(.*$", "", r["Kernel Name"]).strip()})
-        v = float(r["Metric Value"].replace(",", ""))
-        if r["Metric Name"] == TIME:
-            v *= {"nsecond": 1, "usecond": 1e3, "msecond": 1e6, "second": 1e9}.get(r["Metric Unit"], 1)
-        rec[r["Metric Name"]] = v
+    for r in metric_rows(path):
+        by_id.setdefault(r["ID"], {"name": kernel_name(r)})[r["Metric Name"]] = value(r)
     missing = [m for m in (TIME, SM, MEM) if not by_id or m not in next(iter(by_id.values()))]
     if missing:
-        sys.exit(f"{path}: no {', '.join(missing)} in the CSV (profile with NCU_METRICS=sol)")
+        print(f"{path}: no {', '.join(missing)} in the CSV (profile with NCU_METRICS=sol)", file=sys.stderr)
+        sys.exit(2)
     return [(r["name"], r[TIME], r[SM], r[MEM]) for r in by_id.values()]
 
 
 def main():
     if len(sys.argv) != 2:
-        sys.exit(__doc__)
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
     step = first_step(launches(sys.argv[1]))
     sums = collections.OrderedDict((g, [0.0, 0.0, 0.0]) for g, _ in GROUPS)  # ns, ns * sm, ns * memory
     for name, ns, s, m in step:
